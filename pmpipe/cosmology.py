@@ -1,0 +1,374 @@
+"""Background cosmology, linear growth and the linear matter power spectrum.
+
+Flat ΛCDM with an optional CPL dark energy (w0, wa), photons and massless neutrinos.
+Everything here is a pure JAX function of a :class:`Cosmology` pytree, so it can be
+jit-compiled and differentiated with respect to the parameters (e.g. Ω_m).
+
+Units: distances in Mpc/h, wavenumbers in h/Mpc, P(k) in (Mpc/h)^3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+# Physical constants (SI), used once to get the photon density.
+_SIGMA_SB = 5.670374419e-8  # W m^-2 K^-4
+_C_SI = 299792458.0  # m / s
+_G_SI = 6.67430e-11  # m^3 kg^-1 s^-2
+_MPC_M = 3.0856775814913673e22  # m
+C_KM_S = 299792.458  # speed of light, km / s
+HUBBLE_DISTANCE = C_KM_S / 100.0  # c / H0 in Mpc/h
+
+# Growth tables: RK4 in ln a from A_TABLE_MIN to 1.
+A_TABLE_MIN = 1e-5
+N_TABLE = 1024
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Cosmology:
+    """Cosmological parameters (all differentiable leaves).
+
+    Omega_m: total matter density today (CDM + baryons); Omega_b: baryons; h: H0 / 100 km/s/Mpc;
+    n_s: primordial tilt; sigma8: rms linear density in 8 Mpc/h spheres at a = 1;
+    w0, wa: CPL dark energy equation of state; T_cmb: CMB temperature in K (0 drops radiation);
+    N_eff: effective number of massless neutrino species.
+    """
+
+    Omega_m: float = 0.3111
+    Omega_b: float = 0.0490
+    h: float = 0.6766
+    n_s: float = 0.9665
+    sigma8: float = 0.8102
+    w0: float = -1.0
+    wa: float = 0.0
+    T_cmb: float = 2.7255
+    N_eff: float = 3.046
+
+
+def omega_radiation(cosmo: Cosmology):
+    """Ω_r today: photons at T_cmb plus N_eff massless neutrino species."""
+    rho_crit = 3.0 * (1e5 / _MPC_M) ** 2 / (8.0 * math.pi * _G_SI)  # kg/m^3 for h = 1
+    omega_gamma_h2_per_T4 = 4.0 * _SIGMA_SB / _C_SI**3 / rho_crit
+    omega_gamma = omega_gamma_h2_per_T4 * cosmo.T_cmb**4 / cosmo.h**2
+    return omega_gamma * (1.0 + cosmo.N_eff * 7.0 / 8.0 * (4.0 / 11.0) ** (4.0 / 3.0))
+
+
+def omega_de(cosmo: Cosmology):
+    """Dark energy density today, closing a flat universe."""
+    return 1.0 - cosmo.Omega_m - omega_radiation(cosmo)
+
+
+def _de_scaling(cosmo: Cosmology, a):
+    """ρ_de(a) / ρ_de(1) for the CPL equation of state."""
+    return a ** (-3.0 * (1.0 + cosmo.w0 + cosmo.wa)) * jnp.exp(-3.0 * cosmo.wa * (1.0 - a))
+
+
+def E2(cosmo: Cosmology, a):
+    """(H(a) / H0)^2."""
+    return (
+        omega_radiation(cosmo) * a**-4
+        + cosmo.Omega_m * a**-3
+        + omega_de(cosmo) * _de_scaling(cosmo, a)
+    )
+
+
+def E(cosmo: Cosmology, a):
+    """H(a) / H0."""
+    return jnp.sqrt(E2(cosmo, a))
+
+
+def dlnE_dlna(cosmo: Cosmology, a):
+    """d ln E / d ln a."""
+    dde = -3.0 * (1.0 + cosmo.w0 + cosmo.wa) + 3.0 * cosmo.wa * a
+    num = (
+        -4.0 * omega_radiation(cosmo) * a**-4
+        - 3.0 * cosmo.Omega_m * a**-3
+        + omega_de(cosmo) * _de_scaling(cosmo, a) * dde
+    )
+    return 0.5 * num / E2(cosmo, a)
+
+
+def omega_m_of_a(cosmo: Cosmology, a):
+    """Ω_m(a) = Ω_m a^-3 / E^2."""
+    return cosmo.Omega_m * a**-3 / E2(cosmo, a)
+
+
+# ---------------------------------------------------------------------------------------------
+# Growth and distance tables (one RK4 integration in ln a, cubic Hermite interpolation)
+
+
+def _table_rhs(cosmo: Cosmology, lna, y):
+    """d/dlna of (D1, D1', D2, D2', chi) where ' = d/dlna and chi is in units of c/H0."""
+    a = jnp.exp(lna)
+    d1, d1p, d2, d2p, _ = y
+    friction = 2.0 + dlnE_dlna(cosmo, a)
+    src = 1.5 * omega_m_of_a(cosmo, a)
+    return jnp.stack(
+        [
+            d1p,
+            -friction * d1p + src * d1,
+            d2p,
+            -friction * d2p + src * d2 - src * d1 * d1,
+            -1.0 / (a * E(cosmo, a)),
+        ]
+    )
+
+
+def growth_table(cosmo: Cosmology):
+    """Tabulate growth and distance on a uniform ln a grid from A_TABLE_MIN to 1.
+
+    Starts in the radiation era on the Meszaros growing mode D1 ∝ a + 2/3 a_eq with
+    D2 = -3/7 D1^2; transients decay as 1/D1. Returns a dict of arrays of shape (N_TABLE + 1,):
+    lna, D1, dD1 (= dD1/dlna), D2, dD2, chi (Mpc/h, from a = 1), normalised to D1(1) = 1
+    and D2 scaled by 1/D1(1)^2.
+    """
+    lna0 = math.log(A_TABLE_MIN)
+    h = -lna0 / N_TABLE
+    a0 = A_TABLE_MIN
+    a_eq = omega_radiation(cosmo) / cosmo.Omega_m
+    d1 = a0 + 2.0 / 3.0 * a_eq
+    d1p = a0 * jnp.ones_like(d1)
+    y0 = jnp.stack([d1, d1p, -3.0 / 7.0 * d1**2, -6.0 / 7.0 * d1 * d1p, 0.0 * d1])
+
+    def step(y, i):
+        x = lna0 + i * h
+        k1 = _table_rhs(cosmo, x, y)
+        k2 = _table_rhs(cosmo, x + 0.5 * h, y + 0.5 * h * k1)
+        k3 = _table_rhs(cosmo, x + 0.5 * h, y + 0.5 * h * k2)
+        k4 = _table_rhs(cosmo, x + h, y + h * k3)
+        y1 = y + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        return y1, y1
+
+    _, ys = jax.lax.scan(step, y0, jnp.arange(N_TABLE))
+    ys = jnp.concatenate([y0[None], ys], axis=0)
+    lna = lna0 + h * jnp.arange(N_TABLE + 1, dtype=ys.dtype)
+    d1_today = ys[-1, 0]
+    chi_today = ys[-1, 4]
+    rhs = jax.vmap(lambda x, y: _table_rhs(cosmo, x, y))(lna, ys)
+    return {
+        "lna": lna,
+        "D1": ys[:, 0] / d1_today,
+        "dD1": ys[:, 1] / d1_today,
+        "ddD1": rhs[:, 1] / d1_today,
+        "D2": ys[:, 2] / d1_today**2,
+        "dD2": ys[:, 3] / d1_today**2,
+        "ddD2": rhs[:, 3] / d1_today**2,
+        "chi": (ys[:, 4] - chi_today) * HUBBLE_DISTANCE,
+        "dchi": rhs[:, 4] * HUBBLE_DISTANCE,
+    }
+
+
+def _hermite(x, xs, ys, dys):
+    """Cubic Hermite interpolation on a uniform grid xs with values ys and slopes dys."""
+    h = xs[1] - xs[0]
+    i = jnp.clip(jnp.floor((x - xs[0]) / h).astype(jnp.int32), 0, xs.shape[0] - 2)
+    t = (x - xs[i]) / h
+    t2, t3 = t * t, t * t * t
+    return (
+        (2 * t3 - 3 * t2 + 1) * ys[i]
+        + (t3 - 2 * t2 + t) * h * dys[i]
+        + (-2 * t3 + 3 * t2) * ys[i + 1]
+        + (t3 - t2) * h * dys[i + 1]
+    )
+
+
+def _lookup(cosmo: Cosmology, a, table, name):
+    """Interpolate table[name] (and its ln-a derivative) at scale factor(s) a."""
+    t = growth_table(cosmo) if table is None else table
+    lna = jnp.log(jnp.asarray(a, dtype=t["lna"].dtype))
+    return _hermite(lna, t["lna"], t[name], t["d" + name])
+
+
+def growth_factor(cosmo: Cosmology, a, table=None):
+    """Linear growth D1(a), normalised to D1(1) = 1."""
+    return _lookup(cosmo, a, table, "D1")
+
+
+def growth_factor_derivative(cosmo: Cosmology, a, table=None):
+    """dD1 / d ln a."""
+    return _lookup(cosmo, a, table, "dD1")
+
+
+def growth_factor_2(cosmo: Cosmology, a, table=None):
+    """Second-order growth D2(a) (negative, ≈ -3/7 D1^2), in units of D1(1)^2."""
+    return _lookup(cosmo, a, table, "D2")
+
+
+def growth_rate(cosmo: Cosmology, a, table=None):
+    """f1 = d ln D1 / d ln a."""
+    return _lookup(cosmo, a, table, "dD1") / growth_factor(cosmo, a, table)
+
+
+def growth_rate_2(cosmo: Cosmology, a, table=None):
+    """f2 = d ln D2 / d ln a."""
+    return _lookup(cosmo, a, table, "dD2") / growth_factor_2(cosmo, a, table)
+
+
+def comoving_distance(cosmo: Cosmology, a, table=None):
+    """Line-of-sight comoving distance χ(a) from a = 1, in Mpc/h."""
+    return _lookup(cosmo, a, table, "chi")
+
+
+def scale_factor_at_distance(cosmo: Cosmology, chi, table=None):
+    """Inverse of :func:`comoving_distance`: a(χ) for χ in Mpc/h (two Newton refinements)."""
+    t = growth_table(cosmo) if table is None else table
+    chi = jnp.asarray(chi, dtype=t["lna"].dtype)
+    lna = jnp.interp(-chi, -t["chi"], t["lna"])
+    for _ in range(2):
+        a = jnp.exp(lna)
+        resid = _hermite(lna, t["lna"], t["chi"], t["dchi"]) - chi
+        lna = lna - resid / (-HUBBLE_DISTANCE / (a * E(cosmo, a)))
+    return jnp.exp(lna)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear matter power spectrum
+
+
+def transfer_eisenstein_hu(cosmo: Cosmology, k, wiggles: bool = True):
+    """Eisenstein & Hu (1998) matter transfer function; k in h/Mpc.
+
+    wiggles=True: the full fit with baryon acoustic oscillations (their eqs. 16-24);
+    wiggles=False: the smooth "zero-baryon shape" fit with the effective shape Γ_eff (eqs. 29-31).
+    """
+    h = cosmo.h
+    om = cosmo.Omega_m * h**2
+    ob = cosmo.Omega_b * h**2
+    fb = cosmo.Omega_b / cosmo.Omega_m
+    fc = 1.0 - fb
+    theta = cosmo.T_cmb / 2.7
+    kmpc = k * h  # 1/Mpc
+    if not wiggles:
+        s = 44.5 * jnp.log(9.83 / om) / jnp.sqrt(1.0 + 10.0 * ob**0.75)
+        alpha = 1.0 - 0.328 * jnp.log(431.0 * om) * fb + 0.38 * jnp.log(22.3 * om) * fb**2
+        gamma_eff = cosmo.Omega_m * h * (alpha + (1.0 - alpha) / (1.0 + (0.43 * kmpc * s) ** 4))
+        q = k * theta**2 / gamma_eff
+        L0 = jnp.log(2.0 * jnp.e + 1.8 * q)
+        C0 = 14.2 + 731.0 / (1.0 + 62.5 * q)
+        return L0 / (L0 + C0 * q * q)
+
+    z_eq = 2.50e4 * om * theta**-4
+    k_eq = 7.46e-2 * om * theta**-2
+    b1 = 0.313 * om**-0.419 * (1.0 + 0.607 * om**0.674)
+    b2 = 0.238 * om**0.223
+    z_d = 1291.0 * om**0.251 / (1.0 + 0.659 * om**0.828) * (1.0 + b1 * ob**b2)
+    R_d = 31.5 * ob * theta**-4 * (1e3 / z_d)
+    R_eq = 31.5 * ob * theta**-4 * (1e3 / z_eq)
+    s = (
+        2.0 / (3.0 * k_eq) * jnp.sqrt(6.0 / R_eq)
+        * jnp.log((jnp.sqrt(1.0 + R_d) + jnp.sqrt(R_d + R_eq)) / (1.0 + jnp.sqrt(R_eq)))
+    )
+    k_silk = 1.6 * ob**0.52 * om**0.73 * (1.0 + (10.4 * om) ** -0.95)
+    q = kmpc / (13.41 * k_eq)
+
+    def t0_tilde(alpha, beta):
+        L = jnp.log(jnp.e + 1.8 * beta * q)
+        C = 14.2 / alpha + 386.0 / (1.0 + 69.9 * q**1.08)
+        return L / (L + C * q * q)
+
+    a1 = (46.9 * om) ** 0.670 * (1.0 + (32.1 * om) ** -0.532)
+    a2 = (12.0 * om) ** 0.424 * (1.0 + (45.0 * om) ** -0.582)
+    alpha_c = a1**-fb * a2 ** (-(fb**3))
+    bb1 = 0.944 / (1.0 + (458.0 * om) ** -0.708)
+    bb2 = (0.395 * om) ** -0.0266
+    beta_c = 1.0 / (1.0 + bb1 * (fc**bb2 - 1.0))
+    f = 1.0 / (1.0 + (kmpc * s / 5.4) ** 4)
+    T_c = f * t0_tilde(1.0, beta_c) + (1.0 - f) * t0_tilde(alpha_c, beta_c)
+
+    y = (1.0 + z_eq) / (1.0 + z_d)
+    sq = jnp.sqrt(1.0 + y)
+    G = y * (-6.0 * sq + (2.0 + 3.0 * y) * jnp.log((sq + 1.0) / (sq - 1.0)))
+    alpha_b = 2.07 * k_eq * s * (1.0 + R_d) ** -0.75 * G
+    beta_b = 0.5 + fb + (3.0 - 2.0 * fb) * jnp.sqrt((17.2 * om) ** 2 + 1.0)
+    beta_node = 8.41 * om**0.435
+    s_tilde = s / (1.0 + (beta_node / (kmpc * s)) ** 3) ** (1.0 / 3.0)
+    ks = kmpc * s_tilde
+    T_b = (
+        t0_tilde(1.0, 1.0) / (1.0 + (kmpc * s / 5.2) ** 2)
+        + alpha_b / (1.0 + (beta_b / (kmpc * s)) ** 3) * jnp.exp(-((kmpc / k_silk) ** 1.4))
+    ) * jnp.sinc(ks / jnp.pi)
+    return fb * T_b + fc * T_c
+
+
+def tophat_window(x):
+    """Fourier transform of a unit-volume spherical top hat, W(x) = 3 (sin x - x cos x) / x^3."""
+    x = jnp.maximum(x, 1e-4)
+    return 3.0 * (jnp.sin(x) - x * jnp.cos(x)) / x**3
+
+
+def sigma_r(k, pk, radius):
+    """rms of a field with power pk(k) (log-spaced k, h/Mpc) in top-hat spheres of radius Mpc/h."""
+    lnk = jnp.log(k)
+    integrand = k**3 * pk * tophat_window(k * radius) ** 2 / (2.0 * jnp.pi**2)
+    return jnp.sqrt(jnp.trapezoid(integrand, lnk))
+
+
+_SIGMA8_K = (1e-5, 1e2, 4096)  # k range (h/Mpc) and points for the σ8 integral
+
+
+def linear_power_eisenstein_hu(cosmo: Cosmology, k, wiggles: bool = True):
+    """Linear P(k) at a = 1 in (Mpc/h)^3 from the Eisenstein-Hu transfer function, normalised to σ8."""
+    kk = jnp.logspace(math.log10(_SIGMA8_K[0]), math.log10(_SIGMA8_K[1]), _SIGMA8_K[2])
+    shape = lambda q: q**cosmo.n_s * transfer_eisenstein_hu(cosmo, q, wiggles) ** 2  # noqa: E731
+    norm = (cosmo.sigma8 / sigma_r(kk, shape(kk), 8.0)) ** 2
+    return norm * shape(jnp.asarray(k))
+
+
+class PowerTableError(ValueError):
+    """A tabulated P(k) file that cannot be used."""
+
+
+def load_power_table(path, k_min: float, k_max: float):
+    """Read a linear P(k) table at a = 1 as CAMB or CLASS write it.
+
+    Columns: k in h/Mpc, P in (Mpc/h)^3 (further columns are ignored); lines starting with '#'
+    are comments. The table must be finite, positive, strictly increasing in k and cover
+    [k_min, k_max] (h/Mpc), the wavenumbers the mesh needs. Returns (k, P) as float64 numpy arrays.
+    """
+    import numpy as np
+
+    try:
+        data = np.loadtxt(path, comments="#", ndmin=2, dtype=np.float64)
+    except (OSError, ValueError) as err:
+        raise PowerTableError(f"power spectrum table {path}: cannot be read as numbers ({err})")
+    if data.shape[0] < 4 or data.shape[1] < 2:
+        raise PowerTableError(
+            f"power spectrum table {path}: needs at least 4 rows of two columns (k [h/Mpc], "
+            f"P [(Mpc/h)^3]), found shape {data.shape}"
+        )
+    k, pk = data[:, 0], data[:, 1]
+    for name, col in (("k", k), ("P", pk)):
+        bad = ~np.isfinite(col)
+        if bad.any():
+            raise PowerTableError(
+                f"power spectrum table {path}: column {name} has non-finite values "
+                f"(first at row {int(np.argmax(bad)) + 1})"
+            )
+        if (col <= 0).any():
+            raise PowerTableError(
+                f"power spectrum table {path}: column {name} must be > 0 "
+                f"(row {int(np.argmax(col <= 0)) + 1} has {col[col <= 0][0]:g})"
+            )
+    if (np.diff(k) <= 0).any():
+        row = int(np.argmax(np.diff(k) <= 0)) + 2
+        raise PowerTableError(
+            f"power spectrum table {path}: k must be strictly increasing (row {row} is not)"
+        )
+    if k[0] > k_min or k[-1] < k_max:
+        raise PowerTableError(
+            f"power spectrum table {path}: covers k = [{k[0]:.4g}, {k[-1]:.4g}] h/Mpc but the mesh "
+            f"needs [{k_min:.4g}, {k_max:.4g}] h/Mpc; extend the table or change box_size / particles"
+        )
+    return k, pk
+
+
+def interp_power(k, k_table, p_table):
+    """Log-log interpolation of a tabulated P(k); k = 0 gives 0."""
+    lnk = jnp.log(jnp.maximum(k, k_table[0]))
+    lnp = jnp.interp(lnk, jnp.log(k_table), jnp.log(p_table))
+    return jnp.where(k > 0, jnp.exp(lnp), 0.0)

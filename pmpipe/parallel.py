@@ -1,0 +1,51 @@
+"""Device meshes and shardings: the only module that knows about devices.
+
+A field of shape (X, Y, Z, ...) is sharded ``P('x', 'y')`` over a mesh of ``pdims = (px, py)``
+devices: device (i, j) holds the block X[i*X/px:(i+1)*X/px], Y[j*Y/py:(j+1)*Y/py], all of Z.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+AXES = ("x", "y")
+FIELD_SPEC = P("x", "y")
+
+
+def make_mesh(pdims: tuple[int, int], devices=None) -> Mesh:
+    """A ('x', 'y') mesh of px * py devices (the first px*py of ``jax.devices()`` by default).
+
+    Built from an explicit device array (auto axis types), which jaxdecomp needs.
+    """
+    px, py = (int(p) for p in pdims)
+    devices = jax.devices() if devices is None else list(devices)
+    if px < 1 or py < 1:
+        raise ValueError(f"parallel.pdims must be two positive integers, got {tuple(pdims)}")
+    if px * py > len(devices):
+        raise ValueError(
+            f"parallel.pdims = ({px}, {py}) needs {px * py} devices but {len(devices)} are "
+            f"visible; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count={px * py}"
+        )
+    return Mesh(np.asarray(devices[: px * py], dtype=object).reshape(px, py), AXES)
+
+
+def pdims_of(mesh: Mesh) -> tuple[int, int]:
+    """(px, py) of a mesh made by :func:`make_mesh`."""
+    return int(mesh.shape["x"]), int(mesh.shape["y"])
+
+
+def field_sharding(mesh: Mesh) -> NamedSharding:
+    """Sharding of meshes and particle arrays: blocks over the first two axes."""
+    return NamedSharding(mesh, FIELD_SPEC)
+
+
+def check_divisible(n: int, pdims: tuple[int, int], field: str = "box.particles") -> None:
+    """Raise when an n-per-side grid cannot be split evenly over pdims."""
+    px, py = pdims
+    if n % px or n % py:
+        raise ValueError(
+            f"{field} = {n} is not divisible by parallel.pdims = ({px}, {py}); "
+            f"choose a grid size that is a multiple of both {px} and {py}"
+        )
