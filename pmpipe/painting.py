@@ -14,6 +14,8 @@ read reports the halo the particles would need; :func:`check_halo` turns a short
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -70,6 +72,18 @@ def _local_cic(pos, local_shape, global_n, splits, halo):
     return flat.reshape(8, -1), weight.reshape(8, -1), jnp.maximum(nx, ny), tuple(sizes)
 
 
+def _lerp_corners(corners, fracs):
+    """Trilinear interpolation of corner values (2, 2, 2, n, ...) with fractions (3, n), as
+    nested lerps v0 + f (v1 - v0), so that a uniform field reads back exactly."""
+    v = corners
+    for axis in (2, 1, 0):
+        f = fracs[axis].reshape(fracs[axis].shape + (1,) * (v.ndim - 4))
+        lo = lax.index_in_dim(v, 0, axis, keepdims=False)
+        hi = lax.index_in_dim(v, 1, axis, keepdims=False)
+        v = lo + f * (hi - lo)
+    return v
+
+
 def _local_positions(disp, block_shape, cell: float, resolution: int):
     """Positions (n, 3) in mesh cells relative to the device's block origin.
 
@@ -124,6 +138,7 @@ def _splits(mesh: Mesh, mesh_n: int, halo: int):
     return (px > 1, py > 1, False), (px, py)
 
 
+@partial(jax.jit, static_argnames=("mesh", "mesh_n", "box_size", "halo"))
 def paint(disp, mesh: Mesh, mesh_n: int, box_size: float, halo: int, mass=1.0):
     """CIC-paint particles onto a periodic (mesh_n,)*3 mesh sharded like the particles.
 
@@ -154,6 +169,7 @@ def paint(disp, mesh: Mesh, mesh_n: int, box_size: float, halo: int, mass=1.0):
     return run(disp)
 
 
+@partial(jax.jit, static_argnames=("mesh", "box_size", "halo"))
 def read(field, disp, mesh: Mesh, box_size: float, halo: int):
     """CIC-interpolate a sharded mesh field at the particle positions.
 
@@ -172,10 +188,10 @@ def read(field, disp, mesh: Mesh, box_size: float, halo: int):
             if splits[axis]:
                 f = _fill_halo(f, axis, halo, pdims[axis])
         pos = _local_positions(d, d.shape[:3], cell, resolution)
-        flat, weight, needed, _ = _local_cic(pos, block, mesh_n, splits, halo)
-        values = f.reshape((-1,) + f.shape[3:])
-        w = weight.reshape(weight.shape + (1,) * (f.ndim - 3)).astype(f.dtype)
-        out = jnp.sum(values[flat] * w, axis=0)
+        flat, _, needed, _ = _local_cic(pos, block, mesh_n, splits, halo)
+        values = f.reshape((-1,) + f.shape[3:])[flat]
+        fracs = (pos - jnp.floor(pos)).T.astype(f.dtype)
+        out = _lerp_corners(values.reshape((2, 2, 2) + values.shape[1:]), fracs)
         return out.reshape(d.shape[:3] + f.shape[3:]), lax.pmax(needed, AXES)
 
     run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, FIELD_SPEC),
