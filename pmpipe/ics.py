@@ -52,7 +52,7 @@ def linear_modes(noise, power, box_size: float, mesh: Mesh, fixed_amplitude=Fals
         amp = jnp.abs(wk)
         wk = jnp.where(amp > 0, wk / jnp.where(amp > 0, amp, 1.0), 0.0) * n**1.5
     k = fft.wavenumber(wk, mesh, box_size)
-    pk = power(k)
+    pk = power(jnp.where(k > 0, k, 1.0))  # keeps k = 0 out of P(k) and its gradient
     scale = jnp.sqrt(jnp.where(k > 0, pk, 0.0) * n**3 / box_size**3)
     sign = -1.0 if paired else 1.0
     return (sign * scale).astype(wk.real.dtype) * wk

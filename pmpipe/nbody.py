@@ -44,7 +44,8 @@ def forces(disp, omega_m, mesh: Mesh, grid: PMGrid):
     """
     rho, needed = painting.paint(disp, mesh, grid.mesh, grid.box_size, grid.halo,
                                  mass=float(grid.oversample**3))
-    pot_k = 1.5 * omega_m * fft.inverse_laplacian(fft.r2c(rho, mesh), mesh, grid.box_size)
+    delta_k = fft.r2c(rho, mesh)
+    pot_k = 1.5 * omega_m * fft.inverse_laplacian(delta_k, mesh, grid.box_size)
     force_mesh = -fft.gradient(pot_k, mesh, grid.box_size,
                                 fft.finite_difference_kernels(pot_k, mesh, grid.box_size))
     acc, needed_read = painting.read(force_mesh, disp, mesh, grid.box_size, grid.halo)

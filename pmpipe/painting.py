@@ -76,8 +76,9 @@ def _lerp_corners(corners, fracs):
     """Trilinear interpolation of corner values (2, 2, 2, n, ...) with fractions (3, n), as
     nested lerps v0 + f (v1 - v0), so that a uniform field reads back exactly."""
     v = corners
+    channels = (1,) * (corners.ndim - 4)
     for axis in (2, 1, 0):
-        f = fracs[axis].reshape(fracs[axis].shape + (1,) * (v.ndim - 4))
+        f = fracs[axis].reshape(fracs[axis].shape + channels)
         lo = lax.index_in_dim(v, 0, axis, keepdims=False)
         hi = lax.index_in_dim(v, 1, axis, keepdims=False)
         v = lo + f * (hi - lo)
@@ -199,12 +200,16 @@ def read(field, disp, mesh: Mesh, box_size: float, halo: int):
     return run(field, disp)
 
 
-def cic_compensation(field_k, mesh: Mesh, box_size: float):
-    """Divide CIC-painted modes by the CIC window W(k) = Π_i sinc²(k_i L / 2N) (for estimators)."""
+def cic_window(field_k, mesh: Mesh, box_size: float):
+    """The CIC assignment window W(k) = Π_i sinc²(k_i Δ / 2), Δ = L / N, broadcastable to field_k."""
     n = field_k.shape[0]
     half_cell = box_size / (2 * n)
     window = 1.0
     for k in fft.wavevectors(field_k, mesh, box_size):
         window = window * jnp.sinc(k * half_cell / jnp.pi) ** 2
-    return field_k / window
+    return window
 
+
+def cic_compensation(field_k, mesh: Mesh, box_size: float):
+    """Divide CIC-painted modes by the CIC window (for estimators)."""
+    return field_k / cic_window(field_k, mesh, box_size)
