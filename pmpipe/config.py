@@ -1,0 +1,181 @@
+"""Validated configuration of one simulation (pydantic v2, unknown keys rejected).
+
+Validation happens once, here, before any expensive work; the physics modules then receive
+plain frozen parameters (:meth:`Run.cosmology_params`, :meth:`Run.pm_grid`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pmpipe import cosmology, nbody
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Cosmology(_Model):
+    """Flat ΛCDM / w0waCDM parameters."""
+
+    Omega_m: float = Field(0.3111, gt=0, le=1, description="total matter density today (CDM + baryons), dimensionless")
+    Omega_b: float = Field(0.0490, ge=0, lt=1, description="baryon density today, dimensionless; must be < Omega_m")
+    h: float = Field(0.6766, gt=0, le=2, description="H0 / (100 km/s/Mpc), dimensionless")
+    n_s: float = Field(0.9665, gt=0, le=2, description="primordial spectral index, dimensionless")
+    sigma8: float = Field(0.8102, gt=0, le=5, description="rms linear overdensity in 8 Mpc/h spheres at a = 1")
+    w0: float = Field(-1.0, ge=-3, le=0, description="dark energy equation of state today")
+    wa: float = Field(0.0, ge=-3, le=3, description="CPL evolution of w: w(a) = w0 + wa (1 - a)")
+    T_cmb: float = Field(2.7255, ge=0, le=10, description="CMB temperature in K (0: no radiation)")
+    N_eff: float = Field(3.046, ge=0, le=10, description="effective number of massless neutrino species")
+
+    @model_validator(mode="after")
+    def _baryons_below_matter(self):
+        if self.Omega_b >= self.Omega_m:
+            raise ValueError(
+                f"cosmology.Omega_b = {self.Omega_b} must be smaller than cosmology.Omega_m = {self.Omega_m}"
+            )
+        return self
+
+    def params(self) -> cosmology.Cosmology:
+        return cosmology.Cosmology(**self.model_dump())
+
+
+class Power(_Model):
+    """Linear matter power spectrum at a = 1."""
+
+    kind: Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "table"] = Field(
+        "eisenstein_hu", description="Eisenstein & Hu (1998) fit with or without BAO, normalised to sigma8, or a table")
+    table: Path | None = Field(
+        None, description="file of k [h/Mpc] and P(k) [(Mpc/h)^3] columns as CAMB / CLASS write them (kind 'table')")
+
+    @model_validator(mode="after")
+    def _table_given(self):
+        if (self.kind == "table") != (self.table is not None):
+            raise ValueError("power.table must be given exactly when power.kind is 'table'")
+        return self
+
+
+class Box(_Model):
+    """Simulation volume and resolution."""
+
+    box_size: float = Field(256.0, gt=0, description="comoving side of the periodic box in Mpc/h")
+    particles: int = Field(64, ge=4, le=16384, description="particles per side (N^3 in total)")
+    oversample: int = Field(1, ge=1, le=4, description="force mesh cells per particle spacing, B (mesh = B N per side)")
+
+
+class Parallel(_Model):
+    """Decomposition over devices."""
+
+    pdims: tuple[int, int] = Field((1, 1), description="devices along x and y, (px, py); px * py devices in all")
+    halo_cells: int = Field(8, ge=1, description="halo width in force-mesh cells for particles that left their block")
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if min(self.pdims) < 1:
+            raise ValueError(f"parallel.pdims must be positive integers, got {self.pdims}")
+        return self
+
+
+class IC(_Model):
+    """Initial conditions."""
+
+    seed: int = Field(0, ge=0, description="seed of the white noise (same seed, same universe on any device mesh)")
+    a_init: float = Field(0.1, gt=0, lt=1, description="scale factor of the LPT initial conditions")
+    lpt_order: Literal[1, 2] = Field(2, description="Lagrangian perturbation theory order")
+    fixed_amplitude: bool = Field(False, description="set every |delta_k| to its mean (Angulo & Pontzen 2016)")
+    paired: bool = Field(False, description="invert the phases (the partner of a pair)")
+
+
+class NBody(_Model):
+    """Particle-mesh evolution."""
+
+    a_final: float = Field(1.0, gt=0, le=1, description="scale factor at the end of the run")
+    steps: int | list[float] = Field(10, description="number of steps linear in a, or the scale factors bounding them")
+    snapshots: list[float] = Field(default_factory=list, description="scale factors at which the density is kept (a_final always)")
+    dtype: Literal["float32", "float64"] = Field("float32", description="floating point precision")
+
+
+class Run(_Model):
+    """One simulation: everything needed to produce its ICs and N-body output."""
+
+    cosmology: Cosmology = Field(default_factory=Cosmology)
+    power: Power = Field(default_factory=Power)
+    box: Box = Field(default_factory=Box)
+    parallel: Parallel = Field(default_factory=Parallel)
+    ic: IC = Field(default_factory=IC)
+    nbody: NBody = Field(default_factory=NBody)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        n, (px, py) = self.box.particles, self.parallel.pdims
+        if n % px or n % py:
+            raise ValueError(
+                f"box.particles = {n} is not divisible by parallel.pdims = ({px}, {py}); "
+                f"choose a multiple of both"
+            )
+        mesh_n = n * self.box.oversample
+        for p, axis in ((px, "x"), (py, "y")):
+            if p > 1 and self.parallel.halo_cells > mesh_n // p:
+                raise ValueError(
+                    f"parallel.halo_cells = {self.parallel.halo_cells} exceeds the block width "
+                    f"{mesh_n // p} cells along {axis}; allowed: 1 to {mesh_n // p}"
+                )
+        nbody.step_boundaries(self.ic.a_init, self.nbody.a_final, self.nbody.steps,
+                              self.nbody.snapshots)
+        if self.power.kind == "table":
+            cosmology.load_power_table(self.power.table, *self.k_range())
+        return self
+
+    def k_range(self) -> tuple[float, float]:
+        """Smallest and largest |k| (h/Mpc) of the particle grid's modes."""
+        k_f = 2 * math.pi / self.box.box_size
+        return k_f, math.sqrt(3) * k_f * (self.box.particles // 2)
+
+    def cosmology_params(self) -> cosmology.Cosmology:
+        return self.cosmology.params()
+
+    def pm_grid(self) -> nbody.PMGrid:
+        return nbody.PMGrid(self.box.particles, self.box.oversample, self.box.box_size,
+                            self.parallel.halo_cells)
+
+
+class ConfigError(ValueError):
+    """A configuration file that does not validate; the message names file and fields."""
+
+
+def format_errors(source: str, err: ValidationError) -> str:
+    """One line per problem: file, dotted field path, message and the value given."""
+    lines = [f"{source}: invalid configuration"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        given = f" (got {e['input']!r})" if e["type"] not in ("missing",) and not isinstance(e["input"], dict) else ""
+        lines.append(f"  {loc}: {msg}{given}")
+    return "\n".join(lines)
+
+
+def load_run(path: str | Path) -> Run:
+    """Read and validate a run configuration from JSON (or YAML when PyYAML is installed)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    try:
+        return Run.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_errors(str(path), err)) from None

@@ -1,0 +1,80 @@
+import json
+
+import numpy as np
+import pytest
+
+from pmpipe import config
+from pmpipe import cosmology as C
+
+
+def _write(tmp_path, data, name="run.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_defaults_validate_and_convert(tmp_path):
+    run = config.load_run(_write(tmp_path, {"box": {"particles": 32}}))
+    assert run.pm_grid().mesh == 32
+    assert run.cosmology_params() == C.Cosmology()
+
+
+def _table(tmp_path, k_max=10.0):
+    k = np.logspace(-4, np.log10(k_max), 100)
+    path = tmp_path / "pk.dat"
+    np.savetxt(path, np.c_[k, np.asarray(C.linear_power_eisenstein_hu(C.Cosmology(), k))],
+               header="k/h P")
+    return path
+
+
+def test_power_table_accepted(tmp_path):
+    run = config.Run.model_validate(
+        {"power": {"kind": "table", "table": str(_table(tmp_path))}, "box": {"particles": 32}})
+    assert run.power.kind == "table"
+
+
+BAD = [
+    ({"box": {"particles": 30}, "parallel": {"pdims": [4, 1]}}, "box.particles = 30 is not divisible"),
+    ({"nbody": {"a_final": 0.1}, "ic": {"a_init": 0.1}}, "nbody.a_final"),
+    ({"nbody": {"a_final": 0.5}, "ic": {"a_init": 0.6}}, "nbody.a_final"),
+    ({"cosmology": {"Omega_m": 0.0}}, "cosmology.Omega_m"),
+    ({"cosmology": {"Omega_m": -0.3}}, "cosmology.Omega_m"),
+    ({"cosmology": {"Omega_m": 0.04, "Omega_b": 0.05}}, "Omega_b"),
+    ({"box": {"box_size": -10}}, "box.box_size"),
+    ({"box": {"particles": 32}, "parallel": {"pdims": [1, 8], "halo_cells": 5}}, "parallel.halo_cells = 5"),
+    ({"parallel": {"halo_cells": 0}}, "parallel.halo_cells"),
+    ({"cosmology": {"omega_m": 0.3}}, "cosmology.omega_m: Extra inputs are not permitted"),
+    ({"box": {"particles": "many"}}, "box.particles"),
+    ({"power": {"kind": "table"}}, "power.table must be given"),
+    ({"power": {"kind": "camb"}}, "power.kind"),
+    ({"nbody": {"steps": [0.1, 0.5, 0.3, 1.0]}}, "strictly increasing"),
+    ({"nbody": {"snapshots": [1.5]}}, "nbody.snapshots"),
+    ({"ic": {"lpt_order": 3}}, "ic.lpt_order"),
+]
+
+
+@pytest.mark.parametrize("data, message", BAD)
+def test_bad_input_names_the_field(tmp_path, data, message):
+    path = _write(tmp_path, data)
+    with pytest.raises(config.ConfigError) as err:
+        config.load_run(path)
+    text = str(err.value)
+    assert str(path) in text
+    assert message in text, text
+
+
+def test_power_table_not_covering_the_mesh(tmp_path):
+    table = _table(tmp_path, k_max=0.5)
+    path = _write(tmp_path, {"power": {"kind": "table", "table": str(table)},
+                             "box": {"particles": 64, "box_size": 256.0}})
+    with pytest.raises(config.ConfigError, match="covers k"):
+        config.load_run(path)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(config.ConfigError, match="cannot be read"):
+        config.load_run(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(config.ConfigError, match="not valid JSON"):
+        config.load_run(bad)
