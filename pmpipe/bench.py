@@ -8,6 +8,7 @@ once to compile (warm-up) and once timed, and times painting, reading and the FF
 from __future__ import annotations
 
 import json
+import os
 import platform
 import resource
 import sys
@@ -60,10 +61,9 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
     run_s = time.perf_counter() - t0
 
     m = grid.mesh
-    sharding = parallel.field_sharding(mesh)
     paint = jax.jit(lambda d: painting.paint(d, mesh, m, BOX_SIZE, halo, float(oversample**3)))
     rho, _ = paint(res.disp)
-    force_mesh = jax.device_put(jnp.zeros((m, m, m, 3), rho.dtype), sharding)
+    force_mesh = jax.device_put(jnp.zeros((m, m, m, 3), rho.dtype), parallel.field_sharding(mesh))
     read = jax.jit(lambda f, d: painting.read(f, d, mesh, BOX_SIZE, halo))
     r2c = jax.jit(lambda x: fft.r2c(x, mesh))
     rho_k = r2c(rho)
@@ -91,13 +91,13 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "fft_s": _timed(r2c, rho),
         "c2r_s": _timed(jax.jit(lambda k: fft.c2r(k, mesh)), rho_k),
         "fft_floor_s": _timed(jax.jit(floor), rho),
-        "peak_rss_bytes": _peak_rss_bytes(),
-        "bytes_per_particle": _peak_rss_bytes() / particles**3,
         "jax": jax.__version__,
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "cpu_count": __import__("os").cpu_count(),
+        "cpu_count": os.cpu_count(),
     }
+    peak = _peak_rss_bytes()  # after every measurement above
+    record.update(peak_rss_bytes=peak, bytes_per_particle=peak / particles**3)
     return record
 
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pmpipe import cosmology, nbody
+from pmpipe import cosmology, nbody, painting, parallel
 
 
 class _Model(BaseModel):
@@ -112,19 +112,9 @@ class Run(_Model):
 
     @model_validator(mode="after")
     def _consistent(self):
-        n, (px, py) = self.box.particles, self.parallel.pdims
-        if n % px or n % py:
-            raise ValueError(
-                f"box.particles = {n} is not divisible by parallel.pdims = ({px}, {py}); "
-                f"choose a multiple of both"
-            )
-        mesh_n = n * self.box.oversample
-        for p, axis in ((px, "x"), (py, "y")):
-            if p > 1 and self.parallel.halo_cells > mesh_n // p:
-                raise ValueError(
-                    f"parallel.halo_cells = {self.parallel.halo_cells} exceeds the block width "
-                    f"{mesh_n // p} cells along {axis}; allowed: 1 to {mesh_n // p}"
-                )
+        n, pdims = self.box.particles, self.parallel.pdims
+        parallel.check_divisible(n, pdims)
+        painting.check_halo_fits(n * self.box.oversample, pdims, self.parallel.halo_cells)
         nbody.step_boundaries(self.ic.a_init, self.nbody.a_final, self.nbody.steps,
                               self.nbody.snapshots)
         if self.power.kind == "table":

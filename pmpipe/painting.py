@@ -127,16 +127,21 @@ def _fill_halo(block, axis: int, halo: int, size: int):
     return jnp.concatenate([lo, block, hi], axis=axis)
 
 
-def _splits(mesh: Mesh, mesh_n: int, halo: int):
-    """Which axes are split over devices, and pdims; rejects a halo wider than a block."""
-    px, py = pdims_of(mesh)
-    for p, name in ((px, "x"), (py, "y")):
+def check_halo_fits(mesh_n: int, pdims: tuple[int, int], halo: int) -> None:
+    """Reject a halo outside 1 .. block width along a split axis (before any work starts)."""
+    for p, name in zip(pdims, ("x", "y")):
         if p > 1 and not 0 < halo <= mesh_n // p:
             raise ValueError(
                 f"parallel.halo_cells = {halo} must be between 1 and the block width "
                 f"{mesh_n // p} cells along {name} (mesh {mesh_n} over {p} devices)"
             )
-    return (px > 1, py > 1, False), (px, py)
+
+
+def _splits(mesh: Mesh, mesh_n: int, halo: int):
+    """Which axes are split over devices, and pdims."""
+    pdims = pdims_of(mesh)
+    check_halo_fits(mesh_n, pdims, halo)
+    return (pdims[0] > 1, pdims[1] > 1, False), pdims
 
 
 @partial(jax.jit, static_argnames=("mesh", "mesh_n", "box_size", "halo"))
