@@ -7,20 +7,25 @@ once to compile (warm-up) and once timed, and times painting, reading and the FF
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from pmpipe import cosmology, fft, ics, nbody, painting, parallel, simulation
+from pmpipe import cosmology, fft, ics, nbody, painting, parallel, simulation, stats
 
 BOX_SIZE = 256.0
 A_INIT = 0.1
+REFERENCE_RTOL = 1e-5  # Dopri5 rtol = atol of the converged JaxPM reference
 
 
 def _timed(fn, *args, repeat: int = 5) -> float:
@@ -34,30 +39,46 @@ def _timed(fn, *args, repeat: int = 5) -> float:
     return best
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far, bytes: VmHWM on Linux (ru_maxrss there
+    survives exec, so a child started from a big parent would report the parent's peak)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
+# Dynamics without radiation: JaxPM's background (jax_cosmo) has none, so --compare jaxpm is
+# like for like. The initial P(k) (Eisenstein-Hu) is that of the default cosmology.
+COSMOLOGY = cosmology.Cosmology(T_cmb=0.0)
+POWER = simulation.power_function(cosmology.Cosmology())
+
+
 def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, halo: int = 8,
-                seed: int = 0) -> dict:
-    """Measure one configuration; returns the JSON-ready record."""
+                seed: int = 0, compare: str | None = None) -> dict:
+    """Measure one configuration; returns the JSON-ready record. compare='jaxpm' adds the
+    JaxPM peer and the accuracy of both against a converged JaxPM reference."""
     mesh = parallel.make_mesh(pdims)
     parallel.check_divisible(particles, pdims)
-    cosmo = cosmology.Cosmology()
+    cosmo = COSMOLOGY
     grid = nbody.PMGrid(particles, oversample, BOX_SIZE, halo)
     noise = ics.white_noise(seed, particles, mesh)
 
     def full_run():
-        _, res = simulation.simulate(cosmo, noise, mesh, grid, A_INIT, 1.0, steps)
+        init, res = simulation.simulate(cosmo, noise, mesh, grid, A_INIT, 1.0, steps, POWER)
         jax.block_until_ready(res.disp)
-        return res
+        return init, res
 
     t0 = time.perf_counter()
     full_run()
     warm_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = full_run()
+    init, res = full_run()
     run_s = time.perf_counter() - t0
 
     m = grid.mesh
@@ -96,9 +117,58 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpu_count": os.cpu_count(),
     }
-    peak = _peak_rss_bytes()  # after every measurement above
+    peak = peak_rss_bytes()  # after every measurement above
     record.update(peak_rss_bytes=peak, bytes_per_particle=peak / particles**3)
+    if compare == "jaxpm":
+        record.update(compare_jaxpm(init.delta_linear, res.disp, mesh, steps, halo))
+        peer = record["jaxpm"]
+        record["vs_jaxpm"] = {"run_s_ratio": run_s / peer["run_s"],
+                              "peak_rss_ratio": peak / peer["peak_rss_bytes"]}
     return record
+
+
+def _run_jaxpm(field_path: str, out: str, solver: str, steps: int) -> tuple[np.ndarray, dict]:
+    """One JaxPM evolution in its own process (clean timings and peak memory)."""
+    cmd = [sys.executable, "-m", "pmpipe.bench_jaxpm", "--field", field_path,
+           "--box", str(BOX_SIZE), "--cosmology", json.dumps(dataclasses.asdict(COSMOLOGY)),
+           "--a-init", str(A_INIT), "--lpt-order", "2", "--solver", solver,
+           "--steps", str(steps), "--rtol", str(REFERENCE_RTOL), "--out", out]
+    env = dict(os.environ, JAX_PLATFORMS=jax.default_backend())
+    subprocess.run(cmd, check=True, env=env)
+    with open(out + ".json") as fh:
+        record = json.load(fh)
+    return np.load(out + ".npz")["disp"], record
+
+
+def accuracy(disp, disp_ref, mesh, halo: int) -> dict:
+    """Final-density accuracy of `disp` against `disp_ref` (both (N, N, N, 3), Mpc/h), both
+    painted with the same CIC on the particle grid: pk_rel_diff_lowk (max |P/P_ref - 1| over
+    the three lowest k bins), pk_rel_diff (max over k < k_Nyquist/4), r_min (min
+    cross-correlation coefficient over k < k_Nyquist/4)."""
+    n = disp.shape[0]
+    rho = painting.paint(jnp.asarray(disp), mesh, n, BOX_SIZE, halo, 1.0)[0]
+    rho_ref = painting.paint(jnp.asarray(disp_ref), mesh, n, BOX_SIZE, halo, 1.0)[0]
+    k, p, _ = stats.power_spectrum(rho, mesh, BOX_SIZE)
+    _, p_ref, _ = stats.power_spectrum(rho_ref, mesh, BOX_SIZE)
+    _, p_x, _ = stats.power_spectrum(rho, mesh, BOX_SIZE, field2=rho_ref)
+    below = k < np.pi * n / BOX_SIZE / 4
+    rel = np.abs(p / p_ref - 1.0)
+    r = p_x / np.sqrt(p * p_ref)
+    return {"pk_rel_diff_lowk": float(rel[:3].max()), "pk_rel_diff": float(rel[below].max()),
+            "r_min": float(r[below].min())}
+
+
+def compare_jaxpm(delta_linear, disp, mesh, steps: int, halo: int) -> dict:
+    """JaxPM 0.1.6 from the same linear field: `steps` leapfrog steps (speed peer) and Dopri5
+    (reference); returns {'jaxpm': record, 'reference': record, 'accuracy': {...}}."""
+    with tempfile.TemporaryDirectory(prefix="pmpipe-bench-") as tmp:
+        field_path = os.path.join(tmp, "delta_linear.npy")
+        np.save(field_path, np.asarray(delta_linear))
+        disp_peer, peer = _run_jaxpm(field_path, os.path.join(tmp, "leapfrog"), "leapfrog", steps)
+        disp_ref, ref = _run_jaxpm(field_path, os.path.join(tmp, "dopri5"), "dopri5", steps)
+    acc = {"pmpipe": accuracy(disp, disp_ref, mesh, halo),
+           "jaxpm": accuracy(disp_peer, disp_ref, mesh, halo)}
+    return {"jaxpm": peer, "reference": ref, "accuracy": acc}
 
 
 def write_json(record: dict, path: str) -> None:

@@ -11,7 +11,7 @@ def _bench(args) -> int:
     from pmpipe import bench
 
     record = bench.bench_nbody(args.mesh, args.steps, tuple(args.pdims), args.oversample,
-                               args.halo)
+                               args.halo, compare=args.compare)
     if args.json:
         bench.write_json(record, args.json)
     json.dump(record, sys.stdout, indent=2)
@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="device mesh (on CPU, XLA_FLAGS sets the device count)")
     bench.add_argument("--oversample", type=int, default=1, help="force mesh / particle grid, B")
     bench.add_argument("--halo", type=int, default=8, help="halo cells (several devices)")
+    bench.add_argument("--compare", choices=["jaxpm"],
+                       help="also run JaxPM 0.1.6 (pip install -e '.[bench]') from the same "
+                            "linear field and report accuracy against a converged reference")
     bench.add_argument("--json", metavar="PATH", help="also write the record to PATH")
     bench.set_defaults(func=_bench)
     return parser

@@ -119,6 +119,10 @@ class Run(_Model):
                               self.nbody.snapshots)
         if self.power.kind == "table":
             cosmology.load_power_table(self.power.table, *self.k_range())
+        elif self.cosmology.T_cmb <= 0:
+            raise ValueError(f"cosmology.T_cmb must be > 0 for power.kind {self.power.kind!r} "
+                             "(the Eisenstein-Hu transfer function depends on it); use "
+                             "power.kind 'table' to run without radiation")
         return self
 
     def k_range(self) -> tuple[float, float]:

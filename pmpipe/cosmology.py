@@ -119,6 +119,7 @@ def _table_rhs(cosmo: Cosmology, lna, y):
     )
 
 
+@jax.jit
 def growth_table(cosmo: Cosmology):
     """Tabulate growth and distance on a uniform ln a grid from A_TABLE_MIN to 1.
 

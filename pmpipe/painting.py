@@ -93,7 +93,7 @@ def _local_positions(disp, block_shape, cell: float, resolution: int):
     """
     grids = jnp.meshgrid(*(jnp.arange(s, dtype=disp.dtype) * resolution for s in block_shape),
                          indexing="ij")
-    q = jnp.stack(grids, axis=-1) - 0.5  # mesh values sit at cell centres
+    q = jnp.stack(grids, axis=-1) + 0.5 * (resolution - 1)  # centre of the particle's B^3 block
     return (q + disp / cell).reshape(-1, 3)
 
 

@@ -50,6 +50,7 @@ BAD = [
     ({"nbody": {"steps": [0.1, 0.5, 0.3, 1.0]}}, "strictly increasing"),
     ({"nbody": {"snapshots": [1.5]}}, "nbody.snapshots"),
     ({"ic": {"lpt_order": 3}}, "ic.lpt_order"),
+    ({"cosmology": {"T_cmb": 0.0}}, "cosmology.T_cmb must be > 0"),
 ]
 
 

@@ -42,27 +42,32 @@ def test_unperturbed_lattice_paints_uniform_density():
         np.testing.assert_allclose(np.asarray(rho), 1.0, rtol=1e-6)
 
 
-def _cloud(u):
-    """Reference CIC cloud on a 4^3 periodic mesh of a unit mass at index-space position u."""
-    out = np.zeros((4, 4, 4))
+def _cloud(u, m):
+    """Reference CIC cloud on an m^3 periodic mesh of a unit mass at index-space position u."""
+    out = np.zeros((m, m, m))
     i0 = np.floor(u).astype(int)
     f = u - i0
     for corner in np.ndindex(2, 2, 2):
         w = np.prod([f[d] if corner[d] else 1 - f[d] for d in range(3)])
-        out[tuple((i0 + corner) % 4)] += w
+        out[tuple((i0 + corner) % m)] += w
     return out
 
 
-def test_single_particle_cloud():
-    """Mesh values sit at cell centres: a particle at x (cells) has index-space position x - 1/2."""
+@pytest.mark.parametrize("oversample", [1, 2])
+def test_single_particle_cloud(oversample):
+    """Particle q sits at mesh index q B + (B - 1)/2, the centre of its B^3 block of force cells:
+    on a mesh node for B = 1, between nodes for B = 2, so the lattice paints uniformly."""
     mesh = parallel.make_mesh((1, 1))
-    n = 4
+    n, b = 4, oversample
     disp = np.zeros((n, n, n, 3), np.float32)
-    disp[1, 2, 3] = [0.25, 0.0, -0.5]
-    rho, _ = painting.paint(jnp.asarray(disp), mesh, n, float(n), 1)
-    expected = 1.0 + _cloud(np.array([1.25, 2.0, 2.5]) - 0.5) - _cloud(np.array([1.0, 2.0, 3.0]) - 0.5)
-    np.testing.assert_allclose(np.asarray(rho), expected, atol=1e-6)
-    assert expected[0, 1, 2] == pytest.approx(1.0 + 0.25 * 0.5 - 0.125)
+    disp[1, 2, 3] = [0.25, 0.0, -0.5]  # in Lagrangian cells (box = n)
+    rho, _ = painting.paint(jnp.asarray(disp), mesh, n * b, float(n), 1, float(b**3))
+    q = np.array([1.0, 2.0, 3.0]) * b + 0.5 * (b - 1)
+    moved = q + np.array([0.25, 0.0, -0.5]) * b
+    expected = 1.0 + b**3 * (_cloud(moved, n * b) - _cloud(q, n * b))
+    np.testing.assert_allclose(np.asarray(rho), expected, atol=1e-5)
+    if b == 1:
+        assert expected[1, 2, 3] == pytest.approx(1.0 + 0.75 * 0.5 - 1.0)
 
 
 @pytest.mark.parametrize("pdims", PDIMS_8)
