@@ -123,6 +123,9 @@ def _kdk(disp, mom, acc, kick1, drift, kick2, omega_m, mesh, grid):
     mom = mom + kick1 * acc
     disp = disp + drift * mom
     acc, rho, needed = forces(disp, omega_m, mesh, grid)
+    # materialise the interpolated forces once: otherwise XLA fuses the gathers into both
+    # consumers (the returned acc and the kick) and interpolates twice
+    acc = jax.lax.optimization_barrier(acc)
     mom = mom + kick2 * acc
     return disp, mom, acc, rho, needed
 

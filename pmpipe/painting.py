@@ -44,45 +44,80 @@ def _axis_plan(n_local: int, n_global: int, split: bool, halo: int):
     return (halo, n_local + 2 * halo) if split else (0, n_global)
 
 
-def _corner_indices(pos, n_local, n_global, split, halo):
-    """CIC corners along one axis: indices (2, n) into the padded block, weights (2, n), and
-    the halo this axis needs."""
+def _base_index(pos, n_local, n_global, split, halo):
+    """Lower CIC corner along one axis: index (n,) into the padded block, fraction (n,) towards
+    the upper corner, and the halo this axis needs. On a split axis the index is clipped to
+    leave room for the upper corner (a particle that needs that is reported by ``needed``)."""
     i0 = jnp.floor(pos)
     frac = pos - i0
     i0 = i0.astype(jnp.int32)
     if split:
         needed = jnp.maximum(jnp.max(-i0), jnp.max(i0 + 2 - n_local))
-        idx = jnp.clip(jnp.stack([i0, i0 + 1]) + halo, 0, n_local + 2 * halo - 1)
-    else:
-        needed = jnp.zeros((), jnp.int32)
-        idx = jnp.stack([i0, i0 + 1]) % n_global
-    return idx, jnp.stack([1 - frac, frac]), needed
+        return jnp.clip(i0 + halo, 0, n_local + 2 * halo - 2), frac, needed
+    return i0 % n_global, frac, jnp.zeros((), jnp.int32)
 
 
 def _local_cic(pos, local_shape, global_n, splits, halo):
-    """Flat indices (8, n) and weights (8, n) of the CIC clouds of local positions pos (n, 3)
-    in the padded local block, plus the halo needed."""
-    per_axis = [
-        _corner_indices(pos[:, d], local_shape[d], global_n, splits[d], halo) for d in range(3)
-    ]
-    sizes = [_axis_plan(local_shape[d], global_n, splits[d], halo)[1] for d in range(3)]
-    (ix, wx, nx), (iy, wy, ny), (iz, wz, _) = per_axis
+    """Flat indices (8, n) of the CIC corners of local positions pos (n, 3) in the padded local
+    block, the fractions (3, n) and the halo needed."""
+    sizes = tuple(_axis_plan(local_shape[d], global_n, splits[d], halo)[1] for d in range(3))
+    per_axis = [_base_index(pos[:, d], local_shape[d], global_n, splits[d], halo)
+                for d in range(3)]
+    corners = []
+    for d, (base, _, _) in enumerate(per_axis):
+        upper = base + 1 if splits[d] else (base + 1) % global_n
+        corners.append(jnp.stack([base, upper]))
+    ix, iy, iz = corners
     flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
-    weight = wx[:, None, None] * wy[None, :, None] * wz[None, None, :]
-    return flat.reshape(8, -1), weight.reshape(8, -1), jnp.maximum(nx, ny), tuple(sizes)
+    fracs = jnp.stack([frac for _, frac, _ in per_axis])
+    needed = jnp.maximum(per_axis[0][2], per_axis[1][2])
+    return flat.reshape(8, -1), fracs, needed
 
 
-def _lerp_corners(corners, fracs):
-    """Trilinear interpolation of corner values (2, 2, 2, n, ...) with fractions (3, n), as
-    nested lerps v0 + f (v1 - v0), so that a uniform field reads back exactly."""
-    v = corners
-    channels = (1,) * (corners.ndim - 4)
-    for axis in (2, 1, 0):
-        f = fracs[axis].reshape(fracs[axis].shape + channels)
-        lo = lax.index_in_dim(v, 0, axis, keepdims=False)
-        hi = lax.index_in_dim(v, 1, axis, keepdims=False)
-        v = lo + f * (hi - lo)
-    return v
+def _interpolate(table, flat, fracs):
+    """Trilinear interpolation from the rows of table (cells, ...) at the corners flat (8, n)
+    with fractions (3, n), as nested lerps v0 + f (v1 - v0) so that a uniform field reads back
+    exactly. Each corner is gathered where it is used, so XLA fuses the eight gathers into the
+    interpolation instead of materialising an (8, n, ...) array."""
+    channels = (1,) * (table.ndim - 1)
+    fx, fy, fz = (f.reshape(f.shape + channels) for f in fracs)
+
+    def corner(c):
+        return table.at[flat[c]].get(mode="promise_in_bounds")  # indices are in the block
+
+    def along_z(c):
+        lo = corner(c)
+        return lo + fz * (corner(c + 1) - lo)
+
+    def along_y(c):
+        lo = along_z(c)
+        return lo + fy * (along_z(c + 2) - lo)
+
+    lo = along_y(0)
+    return lo + fx * (along_y(4) - lo)
+
+
+def _paint_block(pos, mass, local_shape, global_n, splits, halo):
+    """CIC-paint local positions pos (n, 3) onto the padded block; returns (block, needed).
+
+    One scatter of the eight corner weights as a row at the lower corner, then the eight
+    moment fields are shifted onto their corners axis by axis: about a third faster on CPU than
+    eight scatters of one weight each. jnp.roll is exact on split axes too, because the lower
+    corner stops one short of the block's end, so the wrapped slab is empty."""
+    sizes = tuple(_axis_plan(local_shape[d], global_n, splits[d], halo)[1] for d in range(3))
+    per_axis = [_base_index(pos[:, d], local_shape[d], global_n, splits[d], halo)
+                for d in range(3)]
+    (bx, fx, nx), (by, fy, ny), (bz, fz, _) = per_axis
+    wx, wy, wz = (jnp.stack([1 - f, f], axis=-1) for f in (fx, fy, fz))
+    weights = (wx[:, :, None, None] * wy[:, None, :, None] * wz[:, None, None, :]) * mass
+    flat = (bx * sizes[1] + by) * sizes[2] + bz
+    moments = jnp.zeros((sizes[0] * sizes[1] * sizes[2], 8), pos.dtype)
+    moments = moments.at[flat].add(weights.reshape(-1, 8).astype(pos.dtype),
+                                   mode="promise_in_bounds")  # indices are in the block
+    field = moments.reshape(sizes + (2, 2, 2))
+    for axis in (2, 1, 0):  # the last corner index is z
+        field = field[..., 0] + jnp.roll(field[..., 1], 1, axis=axis)
+    return field, jnp.maximum(nx, ny)
 
 
 def _local_positions(disp, block_shape, cell: float, resolution: int):
@@ -162,12 +197,7 @@ def paint(disp, mesh: Mesh, mesh_n: int, box_size: float, halo: int, mass=1.0):
     def local(d):
         block = (d.shape[0] * resolution, d.shape[1] * resolution, mesh_n)
         pos = _local_positions(d, d.shape[:3], cell, resolution)
-        flat, weight, needed, sizes = _local_cic(pos, block, mesh_n, splits, halo)
-        out = jnp.zeros(sizes[0] * sizes[1] * sizes[2], d.dtype)
-        weight = (weight * mass).astype(d.dtype)
-        for corner in range(8):  # eight scatters of N beat one of 8N by ~25 % on CPU
-            out = out.at[flat[corner]].add(weight[corner])
-        out = out.reshape(sizes)
+        out, needed = _paint_block(pos, mass, block, mesh_n, splits, halo)
         for axis in (0, 1):
             if splits[axis]:
                 out = _fold_halo(out, axis, halo, pdims[axis])
@@ -196,10 +226,8 @@ def read(field, disp, mesh: Mesh, box_size: float, halo: int):
             if splits[axis]:
                 f = _fill_halo(f, axis, halo, pdims[axis])
         pos = _local_positions(d, d.shape[:3], cell, resolution)
-        flat, _, needed, _ = _local_cic(pos, block, mesh_n, splits, halo)
-        values = f.reshape((-1,) + f.shape[3:])[flat]
-        fracs = (pos - jnp.floor(pos)).T.astype(f.dtype)
-        out = _lerp_corners(values.reshape((2, 2, 2) + values.shape[1:]), fracs)
+        flat, fracs, needed = _local_cic(pos, block, mesh_n, splits, halo)
+        out = _interpolate(f.reshape((-1,) + f.shape[3:]), flat, fracs.astype(f.dtype))
         return out.reshape(d.shape[:3] + f.shape[3:]), lax.pmax(needed, AXES)
 
     run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, FIELD_SPEC),
