@@ -144,7 +144,13 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
     kick1, drift, kick2 = kdk_coefficients(cosmo, a_arr, table)
     omega_m = jnp.asarray(cosmo.Omega_m, disp.dtype)
     force_fn = jax.jit(forces, static_argnums=(2, 3))
-    step_fn = jax.jit(_kdk, static_argnums=(7, 8))
+    # Outside of transformations each step's particle state replaces the previous one in place
+    # (donated buffers; the caller's arrays are copied once so they stay valid). Under jax.grad
+    # the previous states are residuals of the backward pass and must stay alive.
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((disp, mom, cosmo)))
+    step_fn = jax.jit(_kdk, static_argnums=(7, 8), donate_argnums=(0, 1, 2) if concrete else ())
+    if concrete:
+        disp, mom = jnp.copy(disp), jnp.copy(mom)
     acc, rho, needed = force_fn(disp, omega_m, mesh, grid)
     snaps = {}
     wanted = [float(s) for s in snapshots]
@@ -163,12 +169,11 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
                                             omega_m, mesh, grid)
         needed = jnp.maximum(needed, need)
         keep(float(a_steps[i + 1]), rho)
-        concrete = not isinstance(disp, jax.core.Tracer)
         if concrete:
             jax.block_until_ready(disp)
         if progress is not None and concrete:
             progress(i + 1, len(a_steps) - 1, float(a_steps[i + 1]), time.perf_counter() - start)
         timings.append(time.perf_counter() - t0)
-    if not isinstance(needed, jax.core.Tracer):  # values are concrete outside of jax.grad / jit
+    if concrete:  # values are concrete outside of jax.grad / jit
         painting.check_halo(needed, grid.halo)
     return NBodyResult(disp, mom, float(a_steps[-1]), snaps, needed, timings)
