@@ -1,6 +1,6 @@
 """JaxPM 0.1.6 peer runs for `pmpipe bench nbody --compare jaxpm`, one per process.
 
-Run as ``python -m pmpipe.bench_jaxpm --field F.npy --box L --omega-m Ωm ... --solver S --out O``:
+Run as ``python -m pmpipe.bench_jaxpm --field F.npy --box L --cosmology JSON ... --solver S --out O``:
 reads the linear density at a = 1 (N, N, N) that pmpipe generated, runs JaxPM's LPT at a_init
 and evolves to a = 1 with diffrax, either S constant LeapfrogMidpoint steps (the speed peer:
 warm-up run, then a timed run) or adaptive Dopri5 (the converged accuracy reference). Writes

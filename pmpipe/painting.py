@@ -40,9 +40,9 @@ def check_halo(needed, halo: int) -> None:
         )
 
 
-def _axis_plan(n_local: int, n_global: int, split: bool, halo: int):
-    """Offset and padded size of one axis of the local mesh block."""
-    return (halo, n_local + 2 * halo) if split else (0, n_global)
+def _block_shape(local_shape, global_n, splits, halo):
+    """Shape of the local block padded with halos along the split axes."""
+    return tuple(n + 2 * halo if split else global_n for n, split in zip(local_shape, splits))
 
 
 def _base_index(pos, n_local, n_global, split, halo):
@@ -58,12 +58,18 @@ def _base_index(pos, n_local, n_global, split, halo):
     return i0 % n_global, frac, jnp.zeros((), jnp.int32)
 
 
+def _lower_corners(pos, local_shape, global_n, splits, halo):
+    """Padded block shape and, per axis, (lower corner index, fraction, halo needed)."""
+    sizes = _block_shape(local_shape, global_n, splits, halo)
+    per_axis = [_base_index(pos[:, d], local_shape[d], global_n, splits[d], halo)
+                for d in range(3)]
+    return sizes, per_axis
+
+
 def _local_cic(pos, local_shape, global_n, splits, halo):
     """Flat indices (8, n) of the CIC corners of local positions pos (n, 3) in the padded local
     block, the fractions (3, n) and the halo needed."""
-    sizes = tuple(_axis_plan(local_shape[d], global_n, splits[d], halo)[1] for d in range(3))
-    per_axis = [_base_index(pos[:, d], local_shape[d], global_n, splits[d], halo)
-                for d in range(3)]
+    sizes, per_axis = _lower_corners(pos, local_shape, global_n, splits, halo)
     corners = []
     for d, (base, _, _) in enumerate(per_axis):
         upper = base + 1 if splits[d] else (base + 1) % global_n
@@ -108,18 +114,17 @@ def _paint_block(pos, mass, local_shape, global_n, splits, halo):
     wrapped slab is empty. With fewer particles than cells (B > 1) the eight moment fields cost
     more than they save, and eight scatters of one weight each are about 3x faster.
     """
-    sizes = tuple(_axis_plan(local_shape[d], global_n, splits[d], halo)[1] for d in range(3))
     if pos.shape[0] < math.prod(local_shape):
         flat, fracs, needed = _local_cic(pos, local_shape, global_n, splits, halo)
         wx, wy, wz = (jnp.stack([1 - f, f]) for f in fracs)
         weights = (wx[:, None, None] * wy[None, :, None] * wz[None, None, :]).reshape(8, -1)
         weights = (weights * mass).astype(pos.dtype)
+        sizes = _block_shape(local_shape, global_n, splits, halo)
         out = jnp.zeros(math.prod(sizes), pos.dtype)
         for corner in range(8):
             out = out.at[flat[corner]].add(weights[corner], mode="promise_in_bounds")
         return out.reshape(sizes), needed
-    per_axis = [_base_index(pos[:, d], local_shape[d], global_n, splits[d], halo)
-                for d in range(3)]
+    sizes, per_axis = _lower_corners(pos, local_shape, global_n, splits, halo)
     (bx, fx, nx), (by, fy, ny), (bz, fz, _) = per_axis
     wx, wy, wz = (jnp.stack([1 - f, f], axis=-1) for f in (fx, fy, fz))
     weights = (wx[:, :, None, None] * wy[:, None, :, None] * wz[:, None, None, :]) * mass
