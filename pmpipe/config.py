@@ -6,6 +6,7 @@ plain frozen parameters (:meth:`Run.cosmology_params`, :meth:`Run.pm_grid`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -100,8 +101,16 @@ class NBody(_Model):
     dtype: Literal["float32", "float64"] = Field("float32", description="floating point precision")
 
 
+class Summaries(_Model):
+    """Summary statistics of each snapshot."""
+
+    pk_bins: int | None = Field(
+        None, ge=1, description="number of linear |k| bins of width 2pi/L from 0 (default: N B / 2, up to the force mesh's Nyquist)")
+    compensate_cic: bool = Field(True, description="divide the density modes by the CIC window before P(k)")
+
+
 class Run(_Model):
-    """One simulation: everything needed to produce its ICs and N-body output."""
+    """One simulation: everything needed to produce its ICs, N-body output and summaries."""
 
     cosmology: Cosmology = Field(default_factory=Cosmology)
     power: Power = Field(default_factory=Power)
@@ -109,6 +118,7 @@ class Run(_Model):
     parallel: Parallel = Field(default_factory=Parallel)
     ic: IC = Field(default_factory=IC)
     nbody: NBody = Field(default_factory=NBody)
+    summaries: Summaries = Field(default_factory=Summaries)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -138,6 +148,39 @@ class Run(_Model):
                             self.parallel.halo_cells)
 
 
+def config_hash(run: Run) -> str:
+    """sha256 of the run's canonical JSON (sorted keys, no spaces), as 'sha256:<hex>'."""
+    text = json.dumps(run.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class RunFile(_Model):
+    """Content of ``results/<campaign>/<run_id>/config.json``: one resolved run of a campaign."""
+
+    campaign: str = Field(description="campaign name")
+    run_id: str = Field(description="stable id: campaign name + position in the design")
+    index: int = Field(ge=0, description="position of the run in the expanded design")
+    parameters: dict[str, float] = Field(default_factory=dict, description="design parameters of this run (cosmology field names)")
+    config: Run = Field(description="the resolved run configuration")
+    config_hash: str = Field(description="config_hash(config): 'sha256:<hex>'")
+
+    @model_validator(mode="after")
+    def _hash_matches(self):
+        expected = config_hash(self.config)
+        if self.config_hash != expected:
+            raise ValueError(f"config_hash {self.config_hash!r} does not match the config ({expected}); "
+                             "the file was edited by hand: regenerate it from the campaign")
+        return self
+
+    @classmethod
+    def build(cls, campaign: str, run_id: str, index: int, parameters: dict, run: Run) -> "RunFile":
+        return cls(campaign=campaign, run_id=run_id, index=index, parameters=parameters,
+                   config=run, config_hash=config_hash(run))
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
 class ConfigError(ValueError):
     """A configuration file that does not validate; the message names file and fields."""
 
@@ -153,8 +196,8 @@ def format_errors(source: str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def load_run(path: str | Path) -> Run:
-    """Read and validate a run configuration from JSON (or YAML when PyYAML is installed)."""
+def read_mapping(path: str | Path) -> dict:
+    """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -163,13 +206,33 @@ def load_run(path: str | Path) -> Run:
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML ({err})") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def validate(model: type[BaseModel], data: dict, source: str | Path):
+    """model.model_validate(data), with errors turned into a ConfigError naming source and fields."""
     try:
-        return Run.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_errors(str(path), err)) from None
+        raise ConfigError(format_errors(str(source), err)) from None
+
+
+def load_run(path: str | Path) -> Run:
+    """Read and validate a run configuration from JSON or YAML."""
+    return validate(Run, read_mapping(path), path)
+
+
+def load_run_file(path: str | Path) -> RunFile:
+    """Read and validate a run's config.json as written for a campaign."""
+    return validate(RunFile, read_mapping(path), path)
