@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pmpipe import cosmology, nbody, painting, parallel
+from pmpipe import cosmology, nbody, painting, parallel, simulation
 
 
 class _Model(BaseModel):
@@ -142,6 +142,13 @@ class Run(_Model):
 
     def cosmology_params(self) -> cosmology.Cosmology:
         return self.cosmology.params()
+
+    def linear_power(self):
+        """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc]."""
+        table = None
+        if self.power.kind == "table":
+            table = cosmology.load_power_table(self.power.table, *self.k_range())
+        return simulation.power_function(self.cosmology_params(), self.power.kind, table)
 
     def pm_grid(self) -> nbody.PMGrid:
         return nbody.PMGrid(self.box.particles, self.box.oversample, self.box.box_size,

@@ -10,6 +10,7 @@ Units: distances in Mpc/h, wavenumbers in h/Mpc, P(k) in (Mpc/h)^3.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -312,6 +313,7 @@ def sigma_r(k, pk, radius):
 _SIGMA8_K = (1e-5, 1e2, 4096)  # k range (h/Mpc) and points for the σ8 integral
 
 
+@functools.partial(jax.jit, static_argnames="wiggles")
 def linear_power_eisenstein_hu(cosmo: Cosmology, k, wiggles: bool = True):
     """Linear P(k) at a = 1 in (Mpc/h)^3 from the Eisenstein-Hu transfer function, normalised to σ8."""
     kk = jnp.logspace(math.log10(_SIGMA8_K[0]), math.log10(_SIGMA8_K[1]), _SIGMA8_K[2])

@@ -6,6 +6,9 @@ devices: device (i, j) holds the block X[i*X/px:(i+1)*X/px], Y[j*Y/py:(j+1)*Y/py
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -49,3 +52,18 @@ def check_divisible(n: int, pdims: tuple[int, int], field: str = "box.particles"
             f"{field} = {n} is not divisible by parallel.pdims = ({px}, {py}); "
             f"choose a grid size that is a multiple of both {px} and {py}"
         )
+
+
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def request_host_devices(n: int) -> None:
+    """Ask XLA for n CPU devices (XLA_FLAGS) unless a device count is already set.
+
+    Takes effect only before JAX's first device query; harmless on GPU machines, where it
+    shapes only the CPU backend. This is how a single process on CPU gets the px * py devices
+    that a run's pdims need.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if n > 1 and not re.search(rf"{HOST_DEVICES_FLAG}=\d+", flags):
+        os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()

@@ -7,6 +7,7 @@ plain frozen objects (a validated :class:`pmpipe.config.Run` converts to them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -47,11 +48,22 @@ def initial_conditions(cosmo: cosmology.Cosmology, noise, power: Callable, mesh:
                        box_size: float, a_init: float, lpt_order: int = 2,
                        fixed_amplitude: bool = False, paired: bool = False, table=None) -> Initial:
     """Linear field and LPT particle state at a_init from white noise (N, N, N)."""
+    fields = _initial_fields(cosmo, noise, a_init, table, power=power, mesh=mesh,
+                             box_size=box_size, lpt_order=lpt_order,
+                             fixed_amplitude=fixed_amplitude, paired=paired)
+    return Initial(*fields, a_init)
+
+
+@functools.partial(jax.jit, static_argnames=("power", "mesh", "box_size", "lpt_order",
+                                             "fixed_amplitude", "paired"))
+def _initial_fields(cosmo, noise, a_init, table, *, power, mesh, box_size, lpt_order,
+                    fixed_amplitude, paired):
+    """(δ_lin, s1, s2, disp, mom), compiled as one program."""
     modes = ics.linear_modes(noise, power, box_size, mesh, fixed_amplitude, paired)
     delta = fft.c2r(modes, mesh)
     s1, s2 = lpt.lpt_displacements(modes, mesh, box_size, lpt_order)
     disp, mom = lpt.lpt_state(cosmo, s1, s2, a_init, table)
-    return Initial(delta, s1, s2, disp, mom, a_init)
+    return delta, s1, s2, disp, mom
 
 
 def simulate(cosmo: cosmology.Cosmology, noise, mesh: Mesh, grid: nbody.PMGrid, a_init: float,

@@ -1,0 +1,97 @@
+"""The stages of one run: ``ic`` -> ``nbody`` -> ``summaries``.
+
+Each stage reads the run's ``config.json`` and the stores of the stages before it from the run
+directory (the folder of config.json), and writes its own store there:
+
+    python -m pmpipe.stages.nbody results/<campaign>/<run_id>/config.json
+
+or ``pmpipe run nbody <config.json>``. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import sys
+import time
+from pathlib import Path
+
+STAGES = ("ic", "nbody", "summaries")
+
+
+def store_path(run_dir: str | Path, stage: str) -> Path:
+    """Path of a stage's store in a run directory."""
+    return Path(run_dir) / f"{stage}.zarr"
+
+
+class Progress:
+    """Progress lines on stderr: '[pmpipe <stage> <run_id>] <message> (<elapsed> s)'."""
+
+    def __init__(self, stage: str, run_id: str):
+        self.prefix = f"[pmpipe {stage} {run_id}]"
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        print(f"{self.prefix} {message} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+
+    def step(self, i: int, total: int, a: float, elapsed: float) -> None:
+        self(f"step {i}/{total} a = {a:.4f}")
+
+
+def run_stage(stage: str, config_path: str | Path) -> Path:
+    """Run one stage of the run described by config_path; returns the path of its store.
+
+    Validates config.json first; on CPU the run's px * py devices come from XLA_FLAGS (set
+    here when absent, before JAX starts its backend).
+    """
+    from pmpipe import config, parallel
+
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    run_file = config.load_run_file(config_path)
+    pdims = run_file.config.parallel.pdims
+    parallel.request_host_devices(math.prod(pdims))
+    if run_file.config.nbody.dtype == "float64":
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    module = importlib.import_module(f"pmpipe.stages.{stage}")
+    progress = Progress(stage, run_file.run_id)
+    mesh = parallel.make_mesh(pdims)
+    path = module.run(run_file, Path(config_path).parent, mesh, progress)
+    progress(f"wrote {path}")
+    return path
+
+
+def run_checked(stage: str, config_path: str | Path) -> int:
+    """:func:`run_stage` for command lines: bad input or missing inputs print one message
+    naming the file and field and give exit status 2."""
+    from pmpipe import config, painting, store
+
+    try:
+        run_stage(stage, config_path)
+    except (config.ConfigError, store.IncompleteStoreError, painting.HaloError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(stage: str, argv=None) -> int:
+    """``python -m pmpipe.stages.<stage> CONFIG``."""
+    parser = argparse.ArgumentParser(prog=f"python -m pmpipe.stages.{stage}",
+                                     description=f"run the {stage} stage of one simulation")
+    parser.add_argument("config", help="the run's config.json (results/<campaign>/<run_id>/config.json)")
+    return run_checked(stage, parser.parse_args(argv).config)
+
+
+def run_status(run_dir: str | Path) -> str:
+    """'complete' when every stage store is complete, else '<last complete stage> done' or
+    'planned' (a store without its completion marker counts as absent)."""
+    from pmpipe import store
+
+    done = [s for s in STAGES if store.is_complete(store_path(run_dir, s))]
+    if len(done) == len(STAGES):
+        return "complete"
+    return f"{done[-1]} done" if done else "planned"
