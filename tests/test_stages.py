@@ -1,0 +1,144 @@
+"""Stages and stores: labelled zarr output, provenance, completion marker, same stores on any
+device mesh."""
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from pmpipe import config, parallel, stages, store
+
+RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
+       "parallel": {"halo_cells": 4}}
+
+
+def _write_run(run_dir, pdims=(1, 1), **overrides):
+    data = json.loads(json.dumps(RUN))
+    data["parallel"]["pdims"] = list(pdims)
+    data.update(overrides)
+    run = config.Run.model_validate(data)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.json"
+    path.write_text(config.RunFile.build("test", run_dir.name, 0, {"Omega_m": 0.3111}, run).to_json())
+    return path
+
+
+def _run_all(config_path):
+    return [stages.run_stage(stage, config_path) for stage in stages.STAGES]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The same run on 1 device and on a (2, 2) device mesh."""
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for pdims in [(1, 1), (2, 2)]:
+        path = _write_run(root / f"run-{pdims[0]}x{pdims[1]}", pdims)
+        _run_all(path)
+        out[pdims] = path.parent
+    return out
+
+
+def test_stores_open_with_labels_units_and_coordinates(runs):
+    run_dir = runs[1, 1]
+    ic = xr.open_zarr(run_dir / "ic.zarr")
+    assert ic.linear_density.dims == ("x", "y", "z")
+    assert ic.displacement.dims == ("qx", "qy", "qz", "component")
+    assert ic.displacement.attrs["units"] == "Mpc/h"
+    assert list(ic.component.values) == ["x", "y", "z"]
+    nb = xr.open_zarr(run_dir / "nbody.zarr")
+    assert nb.density.dims == ("a", "x", "y", "z")
+    np.testing.assert_allclose(nb.a.values, [0.5, 1.0])
+    assert nb.a.attrs["long_name"] and nb.x.attrs["units"] == "Mpc/h"
+    np.testing.assert_allclose(nb.x.values, np.arange(16) * 4.0)
+    assert nb.momentum.dims == ("qx", "qy", "qz", "component")
+    assert abs(float(nb.density.sel(a=1.0).mean()) - 1.0) < 1e-5  # mass is conserved
+    sm = xr.open_zarr(run_dir / "summaries.zarr")
+    assert sm.pk.dims == ("a", "k") and sm.pk.attrs["units"] == "(Mpc/h)^3"
+    assert sm.k.attrs["units"] == "h/Mpc"
+    assert sm.pk.attrs["shot_noise"] == pytest.approx(64.0**3 / 16**3)
+    # on the largest scales the measured spectrum follows linear theory at both snapshots
+    ratio = (sm.pk / sm.pk_linear).isel(k=slice(0, 3)).values
+    assert np.all(np.abs(ratio - 1) < 0.5), ratio
+
+
+def test_provenance_and_config_hash(runs):
+    run_dir = runs[2, 2]
+    run_file = config.load_run_file(run_dir / "config.json")
+    for stage in stages.STAGES:
+        attrs = xr.open_zarr(stages.store_path(run_dir, stage)).attrs
+        assert attrs["config_hash"] == run_file.config_hash
+        assert attrs["config_hash"] == config.config_hash(config.Run.model_validate(attrs["config"]))
+        assert attrs["stage"] == stage and attrs["run_id"] == run_dir.name
+        assert attrs["pdims"] == [2, 2] and attrs["device_count"] == 4
+        for key in ("pmpipe_version", "jax_version", "jaxdecomp_version", "device_kind",
+                    "started", "finished", store.COMPLETE):
+            assert attrs[key], key
+        assert attrs["started"] <= attrs["finished"]
+
+
+def test_stores_do_not_depend_on_the_device_mesh(runs):
+    one, four = runs[1, 1], runs[2, 2]
+    for stage, names in [("ic", ["linear_density", "displacement"]),
+                         ("nbody", ["density", "displacement", "momentum"]),
+                         ("summaries", ["pk"])]:
+        a = zarr.open_group(stages.store_path(one, stage), mode="r")
+        b = zarr.open_group(stages.store_path(four, stage), mode="r")
+        for name in names:
+            x, y = np.asarray(a[name][:], np.float64), np.asarray(b[name][:], np.float64)
+            assert np.abs(x - y).max() <= 1e-4 * np.abs(x).max(), (stage, name)
+    chunks = zarr.open_group(stages.store_path(four, "nbody"), mode="r")["density"].chunks
+    assert chunks == (1, 8, 8, 16)  # one chunk per device block: one writer per chunk
+
+
+def test_store_without_marker_is_never_consumed(runs, tmp_path, capsys):
+    path = _write_run(tmp_path / "run", (1, 1))
+    stages.run_stage("ic", path)
+    ic = zarr.open_group(tmp_path / "run" / "ic.zarr", mode="r+")
+    del ic.attrs[store.COMPLETE]
+    assert not store.is_complete(tmp_path / "run" / "ic.zarr")
+    assert stages.run_checked("nbody", path) == 2
+    err = capsys.readouterr().err
+    assert "ic.zarr has no completion marker" in err
+    assert not (tmp_path / "run" / "nbody.zarr").exists()
+    assert stages.run_status(tmp_path / "run") == "planned"
+    assert "INCOMPLETE" in store.describe(tmp_path / "run" / "ic.zarr")
+
+
+def test_store_of_another_config_is_refused(runs, tmp_path):
+    src = runs[1, 1]
+    run_dir = tmp_path / "other"
+    path = _write_run(run_dir, (1, 1), ic={"seed": 7})
+    import shutil
+
+    shutil.copytree(src / "ic.zarr", run_dir / "ic.zarr")
+    with pytest.raises(store.IncompleteStoreError, match="was made from config"):
+        stages.run_stage("nbody", path)
+
+
+def test_run_status_and_describe(runs):
+    assert stages.run_status(runs[1, 1]) == "complete"
+    text = store.describe(runs[1, 1] / "nbody.zarr")
+    assert "complete" in text and "density (a, x, y, z) [2 x 16 x 16 x 16]" in text
+
+
+def test_bad_run_file_names_file_and_field(tmp_path, capsys):
+    path = _write_run(tmp_path / "run")
+    data = json.loads(path.read_text())
+    data["config"]["box"]["particles"] = 17
+    path.write_text(json.dumps(data))
+    assert stages.run_checked("ic", path) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "config_hash" in err
+    assert not (tmp_path / "run" / "ic.zarr").exists()
+
+
+def test_host_devices_requested_only_when_unset(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--foo")
+    parallel.request_host_devices(4)
+    assert parallel.HOST_DEVICES_FLAG + "=4" in __import__("os").environ["XLA_FLAGS"]
+    monkeypatch.setenv("XLA_FLAGS", parallel.HOST_DEVICES_FLAG + "=8")
+    parallel.request_host_devices(2)
+    assert __import__("os").environ["XLA_FLAGS"] == parallel.HOST_DEVICES_FLAG + "=8"
