@@ -196,7 +196,10 @@ def format_errors(source: str, err: ValidationError) -> str:
     """One line per problem: file, dotted field path, message and the value given."""
     lines = [f"{source}: invalid configuration"]
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        parts = [str(x) for x in e["loc"]]
+        if parts[:1] == ["design"] and len(parts) > 1:  # drop the union tag: design.grid.x -> design.x
+            parts = [p for i, p in enumerate(parts) if not (i == 1 and p in DESIGN_KINDS)]
+        loc = ".".join(parts) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         given = f" (got {e['input']!r})" if e["type"] not in ("missing",) and not isinstance(e["input"], dict) else ""
         lines.append(f"  {loc}: {msg}{given}")
@@ -243,3 +246,148 @@ def load_run(path: str | Path) -> Run:
 def load_run_file(path: str | Path) -> RunFile:
     """Read and validate a run's config.json as written for a campaign."""
     return validate(RunFile, read_mapping(path), path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Campaigns: a design of runs (pmpipe.campaign expands them)
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "list")
+DESIGN_PARAMETERS = tuple(Cosmology.model_fields)  # design parameters are cosmology fields
+ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
+
+
+class FiducialDesign(_Model):
+    """One point: the base configuration."""
+
+    kind: Literal["fiducial"]
+
+
+class GridDesign(_Model):
+    """Cartesian product of parameter values."""
+
+    kind: Literal["grid"]
+    parameters: dict[ParameterName, list[float]] = Field(
+        description="values of each cosmology parameter; every combination is a design point")
+
+    @model_validator(mode="after")
+    def _not_empty(self):
+        if not self.parameters:
+            raise ValueError("design.parameters is empty: name at least one cosmology parameter")
+        empty = [name for name, values in self.parameters.items() if not values]
+        if empty:
+            raise ValueError(f"design.parameters.{empty[0]} has no values")
+        return self
+
+
+class SampledDesign(_Model):
+    """Quasi-random samples (scipy.stats.qmc, scrambled, seeded by the campaign seed) in a box
+    of parameter ranges."""
+
+    kind: Literal["latin_hypercube", "sobol"]
+    parameters: dict[ParameterName, tuple[float, float]] = Field(
+        description="[low, high] range of each cosmology parameter")
+    samples: int = Field(ge=1, description="number of design points (a power of 2 for sobol)")
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        if not self.parameters:
+            raise ValueError("design.parameters is empty: name at least one cosmology parameter")
+        for name, (low, high) in self.parameters.items():
+            if not low < high:
+                raise ValueError(f"design.parameters.{name} = [{low}, {high}] is inverted or empty: "
+                                 "the range must be [low, high] with low < high")
+        if self.kind == "sobol" and self.samples & (self.samples - 1):
+            raise ValueError(f"design.samples = {self.samples}: Sobol samples must be a power of 2 "
+                             "(balance properties); use 2^m or kind latin_hypercube")
+        return self
+
+
+class DerivativesDesign(_Model):
+    """Fiducial point plus, for each parameter, a minus and a plus point (central differences);
+    all points share the fiducial seeds."""
+
+    kind: Literal["derivatives"]
+    parameters: dict[ParameterName, float] = Field(
+        description="step of each cosmology parameter: points at fiducial - step and + step")
+
+    @model_validator(mode="after")
+    def _steps(self):
+        if not self.parameters:
+            raise ValueError("design.parameters is empty: name at least one cosmology parameter")
+        for name, step in self.parameters.items():
+            if not step > 0:
+                raise ValueError(f"design.parameters.{name} = {step}: the step must be > 0")
+        return self
+
+
+class Point(_Model):
+    """A named design point."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="point label used in the run id")
+    parameters: dict[ParameterName, float] = Field(default_factory=dict,
+                                                   description="cosmology parameters of the point")
+
+
+class ListDesign(_Model):
+    """Explicit, named points."""
+
+    kind: Literal["list"]
+    points: list[Point] = Field(description="the design points, each with a unique name")
+
+    @model_validator(mode="after")
+    def _unique(self):
+        if not self.points:
+            raise ValueError("design.points is empty: give at least one point")
+        names = [p.name for p in self.points]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"design.points: duplicate name(s) {', '.join(duplicates)} would give "
+                             "duplicate run ids; every point needs its own name")
+        return self
+
+
+class Execution(_Model):
+    """Where and how the runs execute; used for resources and `pmpipe plan`."""
+
+    platform: Literal["cpu", "gpu"] = Field("cpu", description="devices the stages run on")
+    device_memory_gb: float = Field(16.0, gt=0, description="memory of one device in GB (on cpu: of one process)")
+    devices_per_node: int = Field(1, ge=1, description="GPUs per node (on cpu: XLA host devices one process may use)")
+    cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
+    runtime_safety: float = Field(3.0, ge=1, description="factor applied to the runtime estimate for requests")
+
+
+class Campaign(_Model):
+    """A suite of runs: a base configuration, a design that varies cosmology parameters,
+    realisations (seeds) per point, and the execution platform."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="campaign name: results/<name>/, run ids <name>-<point>-r<i>")
+    seed: int = Field(0, ge=0, description="campaign seed; run seeds derive from it and the run's position")
+    base: Run = Field(default_factory=Run, description="configuration shared by every run")
+    design: FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign = Field(
+        default_factory=lambda: FiducialDesign(kind="fiducial"), discriminator="kind",
+        description="how the runs vary: fiducial, grid, latin_hypercube, sobol, derivatives, list")
+    realisations: int = Field(1, ge=1, description="seeds (independent white-noise fields) per design point")
+    common_seeds: bool = Field(False, description="every design point uses the same realisation seeds (always so for derivatives)")
+    paired: bool = Field(False, description="each realisation also runs with inverted phases (Angulo & Pontzen 2016)")
+    execution: Execution = Field(default_factory=Execution)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.base.ic.seed != 0:
+            raise ValueError("base.ic.seed must not be set: run seeds derive from the campaign "
+                             "seed and the run's position; change 'seed' instead")
+        if self.base.ic.paired:
+            raise ValueError("base.ic.paired must not be set: use 'paired: true' at the top level")
+        devices = self.base.parallel.pdims[0] * self.base.parallel.pdims[1]
+        if self.execution.platform == "cpu" and devices > self.execution.devices_per_node:
+            raise ValueError(
+                f"base.parallel.pdims needs {devices} devices but execution.devices_per_node = "
+                f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
+                "or use fewer devices")
+        return self
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read and validate a campaign file (YAML or JSON)."""
+    return validate(Campaign, read_mapping(path), path)

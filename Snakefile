@@ -1,0 +1,32 @@
+# pmpipe workflow: for every run of a campaign, ic -> nbody -> summaries, then the campaign's
+# summaries.zarr, manifest.csv and report figures.
+#
+#   snakemake --profile profiles/local                                  # config/quickstart.yaml
+#   snakemake --profile profiles/local --config campaign=config/examples/grid.yaml
+#   snakemake --profile profiles/local --report results/quickstart/report.html
+#
+# Rules stay thin: the logic lives in the pmpipe package (pmpipe.workflow).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/ic.smk"
+include: "workflow/rules/nbody.smk"
+include: "workflow/rules/summaries.smk"
+include: "workflow/rules/report.smk"
+
+
+# Every stage store of every run is a target, so that a deleted store is recomputed (with what
+# depends on it) even though the campaign-level results are still there.
+rule all:
+    input:
+        expand(f"{RUN}/{{stage}}.zarr", run=PLAN.run_ids, stage=("ic", "nbody", "summaries")),
+        PLAN.campaign_dir / "manifest.csv",
+        PLAN.campaign_dir / "summaries.zarr",
+        report_figures(),
+    default_target: True

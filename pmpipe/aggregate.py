@@ -1,0 +1,53 @@
+"""Campaign-level results: every run's summaries stacked along a ``run`` dimension
+(``results/<campaign>/summaries.zarr``) and the manifest (``manifest.csv``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pmpipe import campaign as campaigns
+from pmpipe import config, stages, store
+
+
+def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
+    """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries stores
+    (each must be complete and made from the run's current config.json); returns the folder."""
+    camp = config.load_campaign(campaign_file)
+    specs = campaigns.expand(camp)
+    campaign_dir = Path(results) / camp.name
+    run_dirs = [campaign_dir / spec.run_id for spec in specs]
+    groups = [store.open_complete(stages.store_path(d, "summaries"),
+                                  config.load_run_file(d / "config.json").config_hash)
+              for d in run_dirs]
+    first = groups[0]
+    started = store.now()
+    out = store.create(campaign_dir / "summaries.zarr", {
+        "format": store.FORMAT, "stage": "collect", "campaign": camp.name,
+        "campaign_config": camp.model_dump(mode="json"),
+        "run_config_hashes": [g.attrs["config_hash"] for g in groups],
+        **store.software(), "started": started})
+    store.write_coordinate(out, "run", np.array([s.run_id for s in specs]), "1", "run id")
+    for name in ("a", "k"):
+        source = first[name]
+        store.write_coordinate(out, name, source[:], source.attrs["units"], source.attrs["long_name"])
+    parameters = sorted({p for s in specs for p in s.parameters})
+    for name in parameters:
+        store.write_array(out, name, np.array([s.parameters.get(name, np.nan) for s in specs]),
+                          ("run",), "1", f"cosmology.{name} of the run (design parameter)")
+    store.write_array(out, "seed", np.array([s.seed for s in specs], dtype=np.int64), ("run",),
+                      "1", "white-noise seed of the run")
+    store.write_array(out, "paired", np.array([s.paired for s in specs]), ("run",), "1",
+                      "phases inverted (partner of a pair)")
+    per_run = " ".join(parameters + ["seed", "paired"])  # xarray reads them as coordinates
+    for name in ("pk", "pk_linear"):
+        source = first[name]
+        dims = ("run",) + tuple(source.metadata.dimension_names)
+        extra = {k: v for k, v in source.attrs.items() if k not in ("units", "long_name")}
+        store.write_array(out, name, np.stack([g[name][:] for g in groups]), dims,
+                          source.attrs["units"], source.attrs["long_name"],
+                          coordinates=per_run, **extra)
+    store.mark_complete(out)
+    campaigns.write_manifest(camp, campaign_dir / "manifest.csv", stages.run_status)
+    return campaign_dir

@@ -1,0 +1,81 @@
+"""What the Snakefile needs from pmpipe: the validated campaign, its runs, their config.json
+files, per-rule resources, and the removal of stores left without a completion marker.
+
+The Snakemake config holds one key, ``campaign``: the campaign file (default
+config/quickstart.yaml), e.g. ``snakemake --config campaign=config/examples/grid.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+from pathlib import Path
+
+from pmpipe import campaign as campaigns
+from pmpipe import config, stages, store
+
+DEFAULT_CAMPAIGN = Path("config/quickstart.yaml")
+RESULTS = Path("results")
+RESOURCE_KEYS = ("gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A campaign ready for Snakemake: its data (for schema validation), run ids, folders and
+    resources per (run id, stage)."""
+
+    campaign_file: Path
+    campaign_data: dict
+    campaign: config.Campaign
+    campaign_dir: Path
+    run_ids: tuple[str, ...]
+    resources: dict
+
+
+def campaign_file(snakemake_config: dict) -> Path:
+    """The campaign file named by the Snakemake config (``campaign=<path>``)."""
+    extra = sorted(set(snakemake_config) - {"campaign"})
+    if extra:
+        raise config.ConfigError(
+            f"unknown Snakemake config key(s) {', '.join(extra)}: pass the campaign file as "
+            "--config campaign=<file.yaml>")
+    return Path(snakemake_config.get("campaign", DEFAULT_CAMPAIGN))
+
+
+def snakemake_locked(snakemake_dir: Path) -> bool:
+    """True when another Snakemake instance holds locks in this working directory."""
+    return any((snakemake_dir / "locks").glob("*.lock"))
+
+
+def prune_incomplete(run_dir: Path) -> list[Path]:
+    """Remove the stage stores of a run that lack their completion marker; returns them."""
+    removed = []
+    for stage in stages.STAGES:
+        path = stages.store_path(run_dir, stage)
+        if path.exists() and not store.is_complete(path):
+            shutil.rmtree(path)
+            removed.append(path)
+    return removed
+
+
+def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
+            results: Path = RESULTS) -> Plan:
+    """Validate the campaign (ConfigError naming file and field), check that every run fits
+    its devices, write the runs' config.json files (only those that changed) and, unless
+    another Snakemake holds the directory, remove incomplete stores so they are recomputed."""
+    path = campaign_file(snakemake_config)
+    data = config.read_mapping(path)
+    camp = config.validate(config.Campaign, data, path)
+    campaigns.check_fits(camp)
+    specs = campaigns.expand(camp)
+    campaigns.write_run_files(camp, results)
+    campaign_dir = results / camp.name
+    if prune and not locked:
+        for spec in specs:
+            for removed in prune_incomplete(campaign_dir / spec.run_id):
+                print(f"pmpipe: removed {removed}: it has no completion marker, so it is "
+                      "recomputed", file=sys.stderr)
+    resources = {(spec.run_id, stage): campaigns.resources(spec.run, stage, camp.execution)
+                 for spec in specs for stage in stages.STAGES}
+    return Plan(path, data, camp, campaign_dir, tuple(s.run_id for s in specs), resources)

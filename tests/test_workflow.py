@@ -1,0 +1,126 @@
+"""The Snakemake workflow end to end on a tiny campaign: every store, the manifest and the
+report; a second run does nothing; a deleted or incomplete store is recomputed, alone."""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zarr
+
+from pmpipe import store
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = """\
+name: tiny
+seed: 3
+base:
+  box: {box_size: 64.0, particles: 16}
+  parallel: {pdims: [1, 2], halo_cells: 4}
+  nbody: {steps: 3}
+design: {kind: fiducial}
+realisations: 2
+execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_gb: 2}
+"""
+STAGES = ("ic", "nbody", "summaries")
+
+
+def snakemake(workdir, *args, check=True):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+           "--profile", str(REPO / "profiles/local"), "--cores", "2",
+           "--config", "campaign=tiny.yaml", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if check and out.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
+    return out
+
+
+def finished(path):
+    return zarr.open_group(path, mode="r").attrs["finished"]
+
+
+def stamps(runs_dir):
+    """Completion time of every stage store of every run."""
+    return {(run.name, s): (finished(run / f"{s}.zarr"), (run / f"{s}.zarr" / "zarr.json").stat().st_mtime_ns)
+            for run in sorted(runs_dir.iterdir()) if (run / "config.json").exists()
+            for s in STAGES}
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("workflow")
+    (workdir / "tiny.yaml").write_text(TINY)
+    snakemake(workdir)
+    return workdir
+
+
+def test_first_run_writes_every_store_manifest_and_figures(campaign):
+    results = campaign / "results" / "tiny"
+    runs = ["tiny-fiducial-r0", "tiny-fiducial-r1"]
+    for run in runs:
+        for stage in STAGES:
+            assert store.is_complete(results / run / f"{stage}.zarr"), (run, stage)
+        assert (results / run / "benchmarks" / "nbody.tsv").exists()
+        assert (results / "report" / run / "pk.png").stat().st_size > 1000
+        assert (results / "report" / run / "slice.png").stat().st_size > 1000
+    assert store.is_complete(results / "summaries.zarr")
+    assert (results / "report" / "pk_ratio.png").exists()
+    rows = list(csv.DictReader((results / "manifest.csv").open()))
+    assert [r["run_id"] for r in rows] == runs
+    assert all(r["status"] == "complete" for r in rows)
+    assert rows[0]["seed"] != rows[1]["seed"]
+    import xarray as xr
+
+    ds = xr.open_zarr(results / "summaries.zarr")
+    assert ds.pk.dims == ("run", "a", "k") and list(ds.run.values) == runs
+    assert "seed" in ds.pk.coords
+
+
+def test_second_run_does_nothing(campaign):
+    before = stamps(campaign / "results" / "tiny")
+    out = snakemake(campaign)
+    assert "Nothing to be done" in out.stdout + out.stderr
+    assert stamps(campaign / "results" / "tiny") == before
+
+
+def test_deleted_nbody_store_recomputes_only_that_run(campaign):
+    runs_dir = campaign / "results" / "tiny"
+    before = stamps(runs_dir)
+    shutil.rmtree(runs_dir / "tiny-fiducial-r0" / "nbody.zarr")
+    snakemake(campaign)
+    after = stamps(runs_dir)
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {("tiny-fiducial-r0", "nbody"), ("tiny-fiducial-r0", "summaries")}
+
+
+def test_store_without_marker_is_recomputed(campaign):
+    runs_dir = campaign / "results" / "tiny"
+    target = runs_dir / "tiny-fiducial-r1" / "summaries.zarr"
+    del zarr.open_group(target, mode="r+").attrs[store.COMPLETE]
+    before = stamps_without(runs_dir, ("tiny-fiducial-r1", "summaries"))
+    out = snakemake(campaign)
+    assert "no completion marker" in out.stderr
+    assert store.is_complete(target)
+    assert stamps_without(runs_dir, ("tiny-fiducial-r1", "summaries")) == before
+
+
+def stamps_without(runs_dir, key):
+    return {k: v for k, v in stamps(runs_dir).items() if k != key}
+
+
+def test_report(campaign):
+    out = snakemake(campaign, "--report", "report.html")
+    html = (campaign / "report.html").read_text()
+    assert "Power spectra" in html and "Density slices" in html, out.stderr[-2000:]
+
+
+def test_bad_campaign_stops_before_any_job(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY.replace("box_size: 64.0", "box_size: -64.0"))
+    out = snakemake(tmp_path, check=False)
+    assert out.returncode != 0
+    assert "tiny.yaml" in out.stderr and "base.box.box_size" in out.stderr
+    assert not (tmp_path / "results").exists()

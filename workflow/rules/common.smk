@@ -1,0 +1,31 @@
+# Loads and validates the campaign (pmpipe's pydantic models, then the generated JSON schema),
+# writes each run's config.json when it changed, and removes stores left without their
+# completion marker so that they are recomputed (docs/workflow.md).
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from pmpipe import workflow as pmw
+
+PLAN = pmw.prepare(config, locked=pmw.snakemake_locked(Path(".snakemake")),
+                   prune=workflow.is_main_process)
+validate(PLAN.campaign_data, str(Path(workflow.basedir) / "workflow/schemas/campaign.schema.json"))
+
+RESULTS = pmw.RESULTS
+RUN = str(PLAN.campaign_dir / "{run}")
+
+
+wildcard_constraints:
+    run="|".join(PLAN.run_ids),
+
+
+def stage_resources(stage):
+    """Resources of a stage computed by pmpipe from the run's size (SLURM plugin names)."""
+    return {key: (lambda wc, key=key: PLAN.resources[wc.run, stage][key])
+            for key in pmw.RESOURCE_KEYS}
+
+
+def report_figures():
+    return expand(str(PLAN.campaign_dir / "report/{run}/{figure}.png"),
+                  run=PLAN.run_ids, figure=("pk", "slice")) + [
+        str(PLAN.campaign_dir / "report/pk_ratio.png")]

@@ -1,0 +1,42 @@
+rule collect:
+    input:
+        configs=expand(f"{RUN}/config.json", run=PLAN.run_ids),
+        summaries=expand(f"{RUN}/summaries.zarr", run=PLAN.run_ids),
+    output:
+        store=directory(PLAN.campaign_dir / "summaries.zarr"),
+        manifest=PLAN.campaign_dir / "manifest.csv",
+    log:
+        PLAN.campaign_dir / "logs/collect.log",
+    benchmark:
+        PLAN.campaign_dir / "benchmarks/collect.tsv"
+    shell:
+        f"pmpipe collect {PLAN.campaign_file} --results {RESULTS} > {{log}} 2>&1"
+
+
+rule run_figures:
+    input:
+        summaries=f"{RUN}/summaries.zarr",
+        nbody=f"{RUN}/nbody.zarr",
+    output:
+        pk=report(PLAN.campaign_dir / "report/{run}/pk.png",
+                  caption="../report/pk.rst", category="Power spectra", subcategory="{run}"),
+        slice=report(PLAN.campaign_dir / "report/{run}/slice.png",
+                     caption="../report/slice.rst", category="Density slices", subcategory="{run}"),
+    log:
+        f"{RUN}/logs/figures.log",
+    benchmark:
+        f"{RUN}/benchmarks/figures.tsv"
+    shell:
+        "python -m pmpipe.report run {input.summaries} {input.nbody} {output.pk} {output.slice} > {log} 2>&1"
+
+
+rule campaign_figures:
+    input:
+        PLAN.campaign_dir / "summaries.zarr",
+    output:
+        report(PLAN.campaign_dir / "report/pk_ratio.png",
+               caption="../report/pk_ratio.rst", category="Campaign"),
+    log:
+        PLAN.campaign_dir / "logs/campaign_figures.log",
+    shell:
+        "python -m pmpipe.report campaign {input} {output} > {log} 2>&1"

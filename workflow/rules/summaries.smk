@@ -1,0 +1,15 @@
+rule summaries:
+    input:
+        config=f"{RUN}/config.json",
+        nbody=f"{RUN}/nbody.zarr",
+    output:
+        directory(f"{RUN}/summaries.zarr"),
+    log:
+        f"{RUN}/logs/summaries.log",
+    benchmark:
+        f"{RUN}/benchmarks/summaries.tsv"
+    threads: lambda wc: PLAN.resources[wc.run, "summaries"]["cpus_per_task"]
+    resources:
+        **stage_resources("summaries"),
+    shell:
+        "python -m pmpipe.stages.summaries {input.config} > {log} 2>&1"
