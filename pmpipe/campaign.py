@@ -49,7 +49,8 @@ def design_points(camp: config.Campaign) -> list[tuple[str, dict[str, float]]]:
         points = [("fiducial", {name: getattr(fiducial, name) for name in design.parameters})]
         for name, step in design.parameters.items():
             centre = getattr(fiducial, name)
-            points += [(f"{name}-minus", {name: centre - step}), (f"{name}-plus", {name: centre + step})]
+            points += [(f"{name}-minus", {name: round(centre - step, 12)}),
+                       (f"{name}-plus", {name: round(centre + step, 12)})]
         return points
     names = list(design.parameters)
     if design.kind == "grid":
@@ -72,9 +73,9 @@ def derive_seed(campaign_seed: int, index: int) -> int:
     return int(jax.random.bits(key, dtype=np.uint32))
 
 
-def expand(camp: config.Campaign) -> list[RunSpec]:
-    """Every run of the campaign, in design order; raises ConfigError when a point's parameters
-    make an invalid run."""
+def expand(camp: config.Campaign, source: str = "campaign") -> list[RunSpec]:
+    """Every run of the campaign, in design order; raises ConfigError naming source (the
+    campaign file) when a point's parameters make an invalid run."""
     common = camp.common_seeds or camp.design.kind == "derivatives"
     specs = []
     base = camp.base.model_dump()
@@ -85,7 +86,7 @@ def expand(camp: config.Campaign) -> list[RunSpec]:
             run = config.Run.model_validate(data)
         except config.ValidationError as err:
             raise config.ConfigError(config.format_errors(
-                f"campaign {camp.name!r}, design point {label} ({params})", err)) from None
+                f"{source}: design point {label} {params}", err)) from None
         for r in range(camp.realisations):
             seed = derive_seed(camp.seed, r if common else p * camp.realisations + r)
             for paired in (False, True) if camp.paired else (False,):
@@ -96,7 +97,7 @@ def expand(camp: config.Campaign) -> list[RunSpec]:
     ids = [s.run_id for s in specs]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
-        raise config.ConfigError(f"campaign {camp.name!r}: duplicate run ids {', '.join(duplicates)}")
+        raise config.ConfigError(f"{source}: duplicate run ids {', '.join(duplicates)}")
     return specs
 
 

@@ -389,5 +389,9 @@ class Campaign(_Model):
 
 
 def load_campaign(path: str | Path) -> Campaign:
-    """Read and validate a campaign file (YAML or JSON)."""
-    return validate(Campaign, read_mapping(path), path)
+    """Read and validate a campaign file (YAML or JSON), every expanded run included."""
+    from pmpipe import campaign
+
+    camp = validate(Campaign, read_mapping(path), path)
+    campaign.expand(camp, source=str(path))
+    return camp

@@ -65,8 +65,7 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
     its devices, write the runs' config.json files (only those that changed) and, unless
     another Snakemake holds the directory, remove incomplete stores so they are recomputed."""
     path = campaign_file(snakemake_config)
-    data = config.read_mapping(path)
-    camp = config.validate(config.Campaign, data, path)
+    camp = config.load_campaign(path)
     campaigns.check_fits(camp)
     specs = campaigns.expand(camp)
     campaigns.write_run_files(camp, results)
@@ -78,4 +77,4 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
                       "recomputed", file=sys.stderr)
     resources = {(spec.run_id, stage): campaigns.resources(spec.run, stage, camp.execution)
                  for spec in specs for stage in stages.STAGES}
-    return Plan(path, data, camp, campaign_dir, tuple(s.run_id for s in specs), resources)
+    return Plan(path, config.read_mapping(path), camp, campaign_dir, tuple(s.run_id for s in specs), resources)

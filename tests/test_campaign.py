@@ -1,0 +1,207 @@
+"""Campaign files: designs, run ids, seeds, config.json files, estimates, schema, bad input."""
+
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from pmpipe import campaign, cli, config
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL = {"box": {"particles": 16, "box_size": 64.0}}
+
+
+def make(**fields):
+    return config.Campaign.model_validate({"name": "c", "seed": 1, "base": SMALL, **fields})
+
+
+def test_grid_is_the_cartesian_product():
+    specs = campaign.expand(make(design={"kind": "grid", "parameters": {
+        "Omega_m": [0.28, 0.31, 0.34], "sigma8": [0.7, 0.8]}}))
+    assert len(specs) == 6
+    assert {(s.run.cosmology.Omega_m, s.run.cosmology.sigma8) for s in specs} == {
+        (o, s) for o in (0.28, 0.31, 0.34) for s in (0.7, 0.8)}
+    assert [s.run_id for s in specs][:2] == ["c-p0000-r0", "c-p0001-r0"]
+    assert len({s.seed for s in specs}) == 6  # independent seeds
+
+
+@pytest.mark.parametrize("kind", ["latin_hypercube", "sobol"])
+def test_quasi_random_samples_are_in_range_and_deterministic(kind):
+    design = {"kind": kind, "samples": 8, "parameters": {"Omega_m": [0.25, 0.35], "h": [0.6, 0.8]}}
+    specs = campaign.expand(make(design=design))
+    values = np.array([[s.parameters["Omega_m"], s.parameters["h"]] for s in specs])
+    assert values.shape == (8, 2)
+    assert np.all((values[:, 0] >= 0.25) & (values[:, 0] <= 0.35))
+    assert np.all((values[:, 1] >= 0.6) & (values[:, 1] <= 0.8))
+    if kind == "latin_hypercube":  # one sample in each of the 8 strata of every axis
+        assert sorted(np.floor((values[:, 0] - 0.25) / 0.1 * 8).astype(int)) == list(range(8))
+    again = campaign.expand(make(design=design))
+    assert [s.parameters for s in again] == [s.parameters for s in specs]
+    other = campaign.expand(config.Campaign.model_validate(
+        {"name": "c", "seed": 2, "base": SMALL, "design": design}))
+    assert [s.parameters for s in other] != [s.parameters for s in specs]
+    assert specs[0].run.cosmology.Omega_m == specs[0].parameters["Omega_m"]
+
+
+def test_derivatives_share_the_fiducial_seeds():
+    specs = campaign.expand(make(design={"kind": "derivatives", "parameters": {
+        "Omega_m": 0.02, "sigma8": 0.05}}, realisations=2))
+    assert len(specs) == (1 + 2 * 2) * 2
+    points = {s.point for s in specs}
+    assert points == {"fiducial", "Omega_m-minus", "Omega_m-plus", "sigma8-minus", "sigma8-plus"}
+    fid = config.Cosmology()
+    by_id = {s.run_id: s for s in specs}
+    assert by_id["c-Omega_m-minus-r1"].run.cosmology.Omega_m == pytest.approx(fid.Omega_m - 0.02)
+    assert by_id["c-sigma8-plus-r0"].run.cosmology.sigma8 == pytest.approx(fid.sigma8 + 0.05)
+    assert by_id["c-fiducial-r0"].parameters == {"Omega_m": fid.Omega_m, "sigma8": fid.sigma8}
+    for r in (0, 1):
+        seeds = {s.seed for s in specs if s.realisation == r}
+        assert seeds == {by_id[f"c-fiducial-r{r}"].seed}
+    assert by_id["c-fiducial-r0"].seed != by_id["c-fiducial-r1"].seed
+
+
+def test_pairs_and_common_seeds():
+    specs = campaign.expand(make(design={"kind": "list", "points": [
+        {"name": "a", "parameters": {"Omega_m": 0.3}}, {"name": "b"}]},
+        paired=True, common_seeds=True))
+    assert [s.run_id for s in specs] == ["c-a-r0", "c-a-r0-paired", "c-b-r0", "c-b-r0-paired"]
+    assert specs[1].run.ic.paired and not specs[0].run.ic.paired
+    assert len({s.seed for s in specs}) == 1
+    assert [s.index for s in specs] == [0, 1, 2, 3]
+
+
+def test_seeds_are_stable():
+    """Seeds depend only on the campaign seed and the run position (fold_in), never on time."""
+    first = [s.seed for s in campaign.expand(make(realisations=3))]
+    assert first == [campaign.derive_seed(1, i) for i in range(3)]
+    assert first == [s.seed for s in campaign.expand(make(realisations=3))]
+
+
+def test_run_files_are_rewritten_only_when_they_change(tmp_path):
+    camp = make(realisations=2)
+    paths = campaign.write_run_files(camp, tmp_path)
+    assert [p.parent.name for p in paths] == ["c-fiducial-r0", "c-fiducial-r1"]
+    mtimes = [p.stat().st_mtime_ns for p in paths]
+    time.sleep(0.01)
+    campaign.write_run_files(camp, tmp_path)
+    assert [p.stat().st_mtime_ns for p in paths] == mtimes
+    loaded = config.load_run_file(paths[1])
+    assert loaded.run_id == "c-fiducial-r1" and loaded.config.ic.seed == campaign.expand(camp)[1].seed
+    assert loaded.config_hash == config.config_hash(loaded.config)
+    changed = config.Campaign.model_validate(
+        {"name": "c", "seed": 1, "base": {"box": {"particles": 16, "box_size": 32.0}}, "realisations": 2})
+    campaign.write_run_files(changed, tmp_path)
+    assert config.load_run_file(paths[0]).config.box.box_size == 32.0
+
+
+def test_estimates_resources_and_plan():
+    execution = config.Execution()
+    small = config.Run.model_validate({"box": {"particles": 64}})
+    big = config.Run.model_validate({"box": {"particles": 128}})
+    split = config.Run.model_validate({"box": {"particles": 128}, "parallel": {"pdims": [2, 2]}})
+    mem = lambda run: campaign.estimate(run, execution).memory_per_device  # noqa: E731
+    assert mem(small) < mem(big) and mem(split) < mem(big)
+    gpu = config.Execution(platform="gpu", devices_per_node=4)
+    eight = config.Run.model_validate({"box": {"particles": 128}, "parallel": {"pdims": [2, 4]}})
+    res = campaign.resources(eight, "nbody", gpu)
+    assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4
+    assert set(res) == {"gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime"}
+    assert campaign.resources(small, "ic", execution)["gpu"] == 0
+    huge = config.Campaign.model_validate({"name": "big", "base": {"box": {"particles": 512}},
+                                           "execution": {"device_memory_gb": 1}})
+    with pytest.raises(config.ConfigError, match="big-fiducial-r0 needs about .* GB per device"):
+        campaign.check_fits(huge)
+    table = campaign.plan_table(make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}}))
+    assert "c-p0001-r0" in table and "GB/device" in table and "2 runs" in table
+
+
+def test_manifest_columns(tmp_path):
+    camp = make(design={"kind": "grid", "parameters": {"sigma8": [0.7, 0.9]}})
+    campaign.write_manifest(camp, tmp_path / "m.csv", lambda d: f"status of {d.name}", tmp_path)
+    rows = list(csv.DictReader((tmp_path / "m.csv").open()))
+    assert list(rows[0]) == ["run_id", "index", "point", "realisation", "paired", "seed", "sigma8",
+                             "run_dir", "config_hash", "status"]
+    assert rows[1]["sigma8"] == "0.9" and rows[1]["status"] == "status of c-p0001-r0"
+
+
+def test_committed_schema_is_current():
+    committed = json.loads((REPO / "workflow/schemas/campaign.schema.json").read_text())
+    assert committed == campaign.campaign_schema(), (
+        "workflow/schemas/campaign.schema.json is stale: run `pmpipe schema` and commit it")
+
+
+def test_schema_command_writes_the_schema(tmp_path):
+    assert cli.main(["schema", "--output", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text()) == campaign.campaign_schema()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "config").rglob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_campaigns_load_and_expand(path):
+    camp = config.load_campaign(path)
+    assert campaign.expand(camp)
+    campaign.plan_table(camp)
+
+
+GOOD = {"name": "ok", "seed": 1, "base": {"box": {"particles": 16}},
+        "design": {"kind": "grid", "parameters": {"Omega_m": [0.3]}}}
+
+
+def _with(path, value):
+    data = json.loads(json.dumps(GOOD))
+    node = data
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return data
+
+
+BAD = [
+    (_with("base.box.colour", "red"), "base.box.colour: Extra inputs are not permitted"),
+    (_with("sede", 3), "sede: Extra inputs are not permitted"),
+    (_with("realisations", "two"), "realisations"),
+    (_with("base.box.box_size", -100.0), "base.box.box_size"),
+    (_with("base.parallel", {"pdims": [3, 1]}), "not divisible by parallel.pdims"),
+    (_with("design", {"kind": "grid", "parameters": {}}), "design.parameters is empty"),
+    (_with("design", {"kind": "grid", "parameters": {"Omega_m": []}}), "design.parameters.Omega_m has no values"),
+    (_with("design", {"kind": "latin_hypercube", "samples": 4, "parameters": {"sigma8": [0.9, 0.7]}}),
+     "design.parameters.sigma8 = [0.9, 0.7] is inverted"),
+    (_with("design", {"kind": "sobol", "samples": 6, "parameters": {"sigma8": [0.7, 0.9]}}), "power of 2"),
+    (_with("design", {"kind": "derivatives", "parameters": {"h": 0.0}}), "the step must be > 0"),
+    (_with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}), "design.parameters.omega_m"),
+    (_with("design", {"kind": "grid", "parameters": {"Omega_m": [-0.1]}}), "cosmology.Omega_m"),
+    (_with("design", {"kind": "list", "points": [{"name": "a"}, {"name": "a"}]}), "duplicate name(s) a"),
+    (_with("design", {"kind": "list", "points": []}), "design.points is empty"),
+    (_with("design", {"kind": "latin"}), "design"),
+    (_with("execution.platform", "tpu"), "execution.platform: Input should be 'cpu' or 'gpu'"),
+    (_with("name", "my campaign"), "name"),
+    (_with("base.ic", {"seed": 4}), "base.ic.seed must not be set"),
+    (_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}), "execution.devices_per_node = 1"),
+    (_with("execution.device_memory_gb", -1), "execution.device_memory_gb"),
+]
+
+
+@pytest.mark.parametrize("data, message", BAD, ids=[m[:40] for _, m in BAD])
+def test_bad_campaign_files_name_the_file_and_field(tmp_path, data, message):
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(config.ConfigError) as err:
+        config.load_campaign(path)
+    text = str(err.value)
+    assert message in text, text
+    assert str(path) in text, text
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(config.ConfigError, match="missing.yaml: cannot be read"):
+        config.load_campaign(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
+    with pytest.raises(config.ConfigError, match="bad.yaml: not valid YAML"):
+        config.load_campaign(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- name: a\n")
+    with pytest.raises(config.ConfigError, match="list.yaml: the top level must be a mapping"):
+        config.load_campaign(tmp_path / "list.yaml")
