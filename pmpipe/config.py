@@ -10,9 +10,10 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from pmpipe import cosmology, nbody, painting, parallel, simulation
 
@@ -201,7 +202,8 @@ def format_errors(source: str, err: ValidationError) -> str:
             parts = [p for i, p in enumerate(parts) if not (i == 1 and p in DESIGN_KINDS)]
         loc = ".".join(parts) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
-        given = f" (got {e['input']!r})" if e["type"] not in ("missing",) and not isinstance(e["input"], dict) else ""
+        shown = e["type"] != "missing" and not isinstance(e["input"], dict) and len(repr(e["input"])) <= 80
+        given = f" (got {e['input']!r})" if shown else ""  # no dumps of whole sections
         lines.append(f"  {loc}: {msg}{given}")
     return "\n".join(lines)
 
@@ -257,6 +259,30 @@ DESIGN_PARAMETERS = tuple(Cosmology.model_fields)  # design parameters are cosmo
 ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
 
 
+def _not_empty(parameters: dict) -> dict:
+    if not parameters:
+        raise ValueError("empty design: name at least one cosmology parameter "
+                         f"({', '.join(DESIGN_PARAMETERS)})")
+    return parameters
+
+
+def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:
+    if not bounds[0] < bounds[1]:
+        raise ValueError("parameter range inverted or empty: give [low, high] with low < high")
+    return bounds
+
+
+def _positive_step(step: float) -> float:
+    if not step > 0:
+        raise ValueError("the derivative step must be > 0")
+    return step
+
+
+Values = Annotated[list[float], Field(min_length=1)]
+Range = Annotated[tuple[float, float], AfterValidator(_increasing)]
+Step = Annotated[float, AfterValidator(_positive_step)]
+
+
 class FiducialDesign(_Model):
     """One point: the base configuration."""
 
@@ -267,17 +293,9 @@ class GridDesign(_Model):
     """Cartesian product of parameter values."""
 
     kind: Literal["grid"]
-    parameters: dict[ParameterName, list[float]] = Field(
-        description="values of each cosmology parameter; every combination is a design point")
-
-    @model_validator(mode="after")
-    def _not_empty(self):
-        if not self.parameters:
-            raise ValueError("design.parameters is empty: name at least one cosmology parameter")
-        empty = [name for name, values in self.parameters.items() if not values]
-        if empty:
-            raise ValueError(f"design.parameters.{empty[0]} has no values")
-        return self
+    parameters: Annotated[dict[ParameterName, Values], AfterValidator(_not_empty)] = Field(
+        description="values of each cosmology parameter (its units); every combination is a "
+                    "design point, the last parameter varying fastest")
 
 
 class SampledDesign(_Model):
@@ -285,22 +303,18 @@ class SampledDesign(_Model):
     of parameter ranges."""
 
     kind: Literal["latin_hypercube", "sobol"]
-    parameters: dict[ParameterName, tuple[float, float]] = Field(
-        description="[low, high] range of each cosmology parameter")
+    parameters: Annotated[dict[ParameterName, Range], AfterValidator(_not_empty)] = Field(
+        description="[low, high] range of each cosmology parameter (its units)")
     samples: int = Field(ge=1, description="number of design points (a power of 2 for sobol)")
 
-    @model_validator(mode="after")
-    def _ranges(self):
-        if not self.parameters:
-            raise ValueError("design.parameters is empty: name at least one cosmology parameter")
-        for name, (low, high) in self.parameters.items():
-            if not low < high:
-                raise ValueError(f"design.parameters.{name} = [{low}, {high}] is inverted or empty: "
-                                 "the range must be [low, high] with low < high")
-        if self.kind == "sobol" and self.samples & (self.samples - 1):
-            raise ValueError(f"design.samples = {self.samples}: Sobol samples must be a power of 2 "
-                             "(balance properties); use 2^m or kind latin_hypercube")
-        return self
+    @field_validator("samples")
+    @classmethod
+    def _sobol_power_of_two(cls, samples: int, info: ValidationInfo) -> int:
+        if info.data.get("kind") == "sobol" and samples & (samples - 1):
+            low = 1 << (samples.bit_length() - 1)
+            raise ValueError(f"Sobol samples must be a power of 2 for the sequence's balance "
+                             f"properties: use {low} or {2 * low}, or kind latin_hypercube")
+        return samples
 
 
 class DerivativesDesign(_Model):
@@ -308,53 +322,49 @@ class DerivativesDesign(_Model):
     all points share the fiducial seeds."""
 
     kind: Literal["derivatives"]
-    parameters: dict[ParameterName, float] = Field(
-        description="step of each cosmology parameter: points at fiducial - step and + step")
-
-    @model_validator(mode="after")
-    def _steps(self):
-        if not self.parameters:
-            raise ValueError("design.parameters is empty: name at least one cosmology parameter")
-        for name, step in self.parameters.items():
-            if not step > 0:
-                raise ValueError(f"design.parameters.{name} = {step}: the step must be > 0")
-        return self
+    parameters: Annotated[dict[ParameterName, Step], AfterValidator(_not_empty)] = Field(
+        description="step of each cosmology parameter (its units): points at fiducial - step "
+                    "and fiducial + step")
 
 
 class Point(_Model):
     """A named design point."""
 
     name: str = Field(pattern=NAME_PATTERN, description="point label used in the run id")
-    parameters: dict[ParameterName, float] = Field(default_factory=dict,
-                                                   description="cosmology parameters of the point")
+    parameters: dict[ParameterName, float] = Field(
+        default_factory=dict, description="cosmology parameters of the point (their units); "
+                                          "the others come from base.cosmology")
 
 
 class ListDesign(_Model):
     """Explicit, named points."""
 
     kind: Literal["list"]
-    points: list[Point] = Field(description="the design points, each with a unique name")
+    points: list[Point] = Field(min_length=1, description="the design points, each with a unique name")
 
-    @model_validator(mode="after")
-    def _unique(self):
-        if not self.points:
-            raise ValueError("design.points is empty: give at least one point")
-        names = [p.name for p in self.points]
+    @field_validator("points")
+    @classmethod
+    def _unique(cls, points: list[Point]) -> list[Point]:
+        names = [p.name for p in points]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"design.points: duplicate name(s) {', '.join(duplicates)} would give "
+            raise ValueError(f"duplicate point name(s) {', '.join(duplicates)} would give "
                              "duplicate run ids; every point needs its own name")
-        return self
+        return points
 
 
 class Execution(_Model):
     """Where and how the runs execute; used for resources and `pmpipe plan`."""
 
     platform: Literal["cpu", "gpu"] = Field("cpu", description="devices the stages run on")
-    device_memory_gb: float = Field(16.0, gt=0, description="memory of one device in GB (on cpu: of one process)")
-    devices_per_node: int = Field(1, ge=1, description="GPUs per node (on cpu: XLA host devices one process may use)")
+    device_memory_gb: float = Field(
+        16.0, gt=0, description="memory of one device in GB (1e9 bytes); on cpu the memory one "
+                                "process may use, all its XLA host devices together")
+    devices_per_node: int = Field(
+        1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use")
     cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
-    runtime_safety: float = Field(3.0, ge=1, description="factor applied to the runtime estimate for requests")
+    runtime_safety: float = Field(
+        3.0, ge=1, description="factor applied to the runtime estimate in resource requests")
 
 
 class Campaign(_Model):
@@ -363,7 +373,8 @@ class Campaign(_Model):
 
     name: str = Field(pattern=NAME_PATTERN, description="campaign name: results/<name>/, run ids <name>-<point>-r<i>")
     seed: int = Field(0, ge=0, description="campaign seed; run seeds derive from it and the run's position")
-    base: Run = Field(default_factory=Run, description="configuration shared by every run")
+    base: Run = Field(default_factory=Run, description="configuration shared by every run; "
+                                                       "base.ic.seed stays unset (seeds are derived)")
     design: FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign = Field(
         default_factory=lambda: FiducialDesign(kind="fiducial"), discriminator="kind",
         description="how the runs vary: fiducial, grid, latin_hypercube, sobol, derivatives, list")
@@ -390,7 +401,7 @@ class Campaign(_Model):
 
 def load_campaign(path: str | Path) -> Campaign:
     """Read and validate a campaign file (YAML or JSON), every expanded run included."""
-    from pmpipe import campaign
+    from pmpipe import campaign  # campaign imports this module
 
     camp = validate(Campaign, read_mapping(path), path)
     campaign.expand(camp, source=str(path))

@@ -1,0 +1,41 @@
+"""The pmpipe command: plan, show, run, collect."""
+
+import yaml
+
+from pmpipe import cli, stages
+
+CAMPAIGN = {"name": "cli", "seed": 4, "base": {"box": {"particles": 16, "box_size": 64.0},
+                                               "nbody": {"steps": 2}},
+            "realisations": 2, "execution": {"device_memory_gb": 2}}
+
+
+def test_plan_prints_a_table_and_fails_early_when_a_run_does_not_fit(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CAMPAIGN))
+    assert cli.main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "cli-fiducial-r1" in out and "GB/device" in out
+    path.write_text(yaml.safe_dump({**CAMPAIGN, "execution": {"device_memory_gb": 0.1}}))
+    assert cli.main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cli-fiducial-r0 needs about" in err and "execution.device_memory_gb = 0.1" in err
+
+
+def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
+    from pmpipe import campaign, config
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CAMPAIGN))
+    configs = campaign.write_run_files(config.load_campaign(path), tmp_path / "results")
+    for cfg in configs:
+        for stage in stages.STAGES:
+            assert cli.main(["run", stage, str(cfg)]) == 0
+    assert cli.main(["collect", str(path), "--results", str(tmp_path / "results")]) == 0
+    capsys.readouterr()
+    assert cli.main(["show", str(tmp_path / "results/cli/summaries.zarr")]) == 0
+    out = capsys.readouterr().out
+    assert "collect store, complete" in out and "pk (run, a, k) [2 x 1 x 8]" in out
+    manifest = (tmp_path / "results/cli/manifest.csv").read_text()
+    assert manifest.count("complete") == 2
+    assert cli.main(["show", str(tmp_path / "nothing.zarr")]) == 2
