@@ -20,37 +20,41 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
-from pmpipe import config
+from pmpipe import config, nbody
+from pmpipe.stages import STAGES
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One run of a campaign."""
+    """One run of a campaign: id, position in the expansion, design point label, realisation,
+    whether it is the phase-inverted partner, design parameters, white-noise seed (32-bit) and
+    the resolved run (parameters, ic.seed and ic.paired applied)."""
 
     run_id: str
     index: int
     point: str
     realisation: int
     paired: bool
-    parameters: dict
+    parameters: dict[str, float]
     seed: int
     run: config.Run
 
 
 def design_points(camp: config.Campaign) -> list[tuple[str, dict[str, float]]]:
     """(label, cosmology parameters) of each design point, in a fixed order."""
-    design, fiducial = camp.design, camp.base.cosmology
+    design = camp.design
     if design.kind == "fiducial":
         return [("fiducial", {})]
     if design.kind == "list":
         return [(p.name, dict(p.parameters)) for p in design.points]
     if design.kind == "derivatives":
-        points = [("fiducial", {name: getattr(fiducial, name) for name in design.parameters})]
-        for name, step in design.parameters.items():
-            centre = getattr(fiducial, name)
-            points += [(f"{name}-minus", {name: round(centre - step, 12)}),
-                       (f"{name}-plus", {name: round(centre + step, 12)})]
+        fiducial = {name: getattr(camp.base.cosmology, name) for name in design.parameters}
+        points = [("fiducial", fiducial)]
+        for name, step in design.parameters.items():  # rounded: 0.3111 - 0.01 = 0.3011, not ...0001
+            points += [(f"{name}-{side}", {**fiducial, name: round(fiducial[name] + sign * step, 12)})
+                       for side, sign in (("minus", -1), ("plus", 1))]
         return points
     names = list(design.parameters)
     if design.kind == "grid":
@@ -58,8 +62,9 @@ def design_points(camp: config.Campaign) -> list[tuple[str, dict[str, float]]]:
     else:
         from scipy.stats import qmc
 
+        # a Generator (not an int) gives the same stream through scipy's `seed` and `rng` keywords
         engine = (qmc.LatinHypercube if design.kind == "latin_hypercube" else qmc.Sobol)(
-            d=len(names), scramble=True, seed=camp.seed)
+            d=len(names), scramble=True, seed=np.random.default_rng(camp.seed))
         low, high = (np.array([design.parameters[n][i] for n in names]) for i in (0, 1))
         values = qmc.scale(engine.random(design.samples), low, high)
     return [(f"p{i:04d}", {n: float(v) for n, v in zip(names, row)}) for i, row in enumerate(values)]
@@ -73,26 +78,30 @@ def derive_seed(campaign_seed: int, index: int) -> int:
     return int(jax.random.bits(key, dtype=np.uint32))
 
 
+def _point_run(base: dict, label: str, parameters: dict[str, float], source: str) -> config.Run:
+    """The base run with a design point's cosmology; ConfigError naming the point otherwise."""
+    try:
+        return config.Run.model_validate({**base, "cosmology": {**base["cosmology"], **parameters}})
+    except ValidationError as err:
+        values = ", ".join(f"{k} = {v:.6g}" for k, v in parameters.items())
+        raise config.ConfigError(config.format_errors(
+            f"{source}: design point {label} (design parameters {values})", err)) from None
+
+
 def expand(camp: config.Campaign, source: str = "campaign") -> list[RunSpec]:
     """Every run of the campaign, in design order; raises ConfigError naming source (the
     campaign file) when a point's parameters make an invalid run."""
     common = camp.common_seeds or camp.design.kind == "derivatives"
-    specs = []
     base = camp.base.model_dump()
-    for p, (label, params) in enumerate(design_points(camp)):
-        data = json.loads(json.dumps(base))
-        data["cosmology"].update(params)
-        try:
-            run = config.Run.model_validate(data)
-        except config.ValidationError as err:
-            raise config.ConfigError(config.format_errors(
-                f"{source}: design point {label} {params}", err)) from None
+    specs = []
+    for p, (label, parameters) in enumerate(design_points(camp)):
+        run = _point_run(base, label, parameters, source)
         for r in range(camp.realisations):
             seed = derive_seed(camp.seed, r if common else p * camp.realisations + r)
             for paired in (False, True) if camp.paired else (False,):
                 run_id = f"{camp.name}-{label}-r{r}" + ("-paired" if paired else "")
                 ic = run.ic.model_copy(update={"seed": seed, "paired": paired})
-                specs.append(RunSpec(run_id, len(specs), label, r, paired, params, seed,
+                specs.append(RunSpec(run_id, len(specs), label, r, paired, parameters, seed,
                                      run.model_copy(update={"ic": ic})))
     ids = [s.run_id for s in specs]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
@@ -106,12 +115,12 @@ def run_file(camp: config.Campaign, spec: RunSpec) -> config.RunFile:
     return config.RunFile.build(camp.name, spec.run_id, spec.index, spec.parameters, spec.run)
 
 
-def write_run_files(camp: config.Campaign, results: str | Path) -> list[Path]:
-    """Write results/<campaign>/<run_id>/config.json for every run, leaving files whose content
-    is unchanged untouched (Snakemake compares mtimes); returns the paths."""
+def write_run_files(camp: config.Campaign, results_dir: str | Path) -> list[Path]:
+    """Write results_dir/<campaign>/<run_id>/config.json for every run, leaving files whose
+    content is unchanged untouched (Snakemake compares mtimes); returns the paths."""
     paths = []
     for spec in expand(camp):
-        path = Path(results) / camp.name / spec.run_id / "config.json"
+        path = Path(results_dir) / camp.name / spec.run_id / "config.json"
         text = run_file(camp, spec).to_json()
         if not path.exists() or path.read_text() != text:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,63 +129,97 @@ def write_run_files(camp: config.Campaign, results: str | Path) -> list[Path]:
     return paths
 
 
-# Size and time model. Memory: the particle state (displacement, momentum, acceleration and the
-# donated copies of one step: 6 arrays of N^3 x 3 floats), the force mesh (density, its
-# transform, the potential and three force components: ~6 real (BN)^3 fields), one mesh per
-# snapshot, all split over the devices, plus the fixed cost of a JAX process (0.6 GB on CPU as
-# measured by `pmpipe bench`, docs/performance.md; 0.5 GB assumed per GPU process).
-# Time: 2.2e-7 s per force-mesh cell and step per device-core on 2 CPU cores (128^3, 10 steps:
-# 3.7 s, docs/performance.md), GPUs assumed 50x faster per device, plus ~10 s of start-up and
-# compilation per stage process.
+# Size and time model, fitted to `pmpipe bench nbody` on the 2-core CPU of docs/performance.md
+# (float32, 2LPT + 10 PM steps in one process).
+# Memory: peak RSS 0.67 GB (64³, B = 1), 0.78 GB (64³, B = 2), 1.17 GB (128³, B = 1) solve
+# RSS = fixed + a N³ + b (BN)³ with fixed ≈ 0.60 GB, a ≈ 53 and b ≈ 15 floats: besides the
+# state (displacement, momentum, acceleration: 9 floats per particle) a particle carries its ICs
+# as generated and copied and its CIC corner weights and indices; a force-mesh cell its density,
+# transform, potential, three force components and their halo-padded blocks. Rounded up to 64
+# and 16 floats (the fit is then 2-9 % above every measurement), halo padding applied to the
+# mesh part, plus one mesh per kept snapshot. The fixed cost per process is measured on CPU and
+# assumed for a GPU process (CUDA context, compiled programs).
+PARTICLE_WORDS = 64
+MESH_WORDS = 16
 PROCESS_OVERHEAD_BYTES = {"cpu": 0.6e9, "gpu": 0.5e9}
-SECONDS_PER_CELL_STEP = {"cpu": 2.2e-7, "gpu": 4.4e-9}
+# Time: step_s 0.034 (64³, B = 1) and 0.103 (64³, B = 2) give 9.2e-8 s per particle and 3.8e-8 s
+# per force-mesh cell; 128³ (0.321 s) runs 18 % slower than that fit, hence 1.2e-7 and 4e-8.
+# The ICs (growth tables, 2LPT, first forces: run_s - 10 step_s) take 3.3 (64³) and 1.5 (128³)
+# of this model's steps on the particle grid: 4. A CPU process gets no faster with more XLA host
+# devices (they share its cores); GPUs are assumed 50x faster than the 2 cores and to scale
+# perfectly over devices.
+# Every stage process pays ~10 s for Python and JAX start-up and compilation.
+SECONDS_PER_PARTICLE_STEP = 1.2e-7
+SECONDS_PER_CELL_STEP = 4e-8
+IC_STEPS = 4
+GPU_SPEEDUP = 50.0
 STARTUP_SECONDS = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
-    """Devices, nodes, memory per device (bytes) and runtime per stage (s) of one run."""
+    """Size and duration of one run: devices (px py), nodes, memory per device in bytes (on cpu
+    the one process holding all its devices) and runtime per stage in seconds (before
+    Execution.runtime_safety)."""
 
     devices: int
     nodes: int
-    memory_per_device: float
-    runtime: dict
+    memory_per_device_bytes: float
+    runtime_s: dict[str, float]
+
+
+def _halo_padding(run: config.Run) -> float:
+    """Padded / unpadded size of a device's force-mesh block (halos on the split axes)."""
+    mesh_n, halo = run.box.particles * run.box.oversample, run.parallel.halo_cells
+    return math.prod(1 + 2 * halo / (mesh_n // p) if p > 1 else 1 for p in run.parallel.pdims)
 
 
 def estimate(run: config.Run, execution: config.Execution) -> Estimate:
-    """Size and runtime estimate of a run (see the constants above)."""
+    """Devices, nodes, peak memory and stage runtimes of a run (model and constants above)."""
     px, py = run.parallel.pdims
-    devices = px * py
-    nodes = 1 if execution.platform == "cpu" else math.ceil(devices / execution.devices_per_node)
+    devices, gpu = px * py, execution.platform == "gpu"
+    nodes = math.ceil(devices / execution.devices_per_node) if gpu else 1
     itemsize = 8 if run.nbody.dtype == "float64" else 4
-    n, cells = run.box.particles, (run.box.particles * run.box.oversample) ** 3
-    halo = 1 + 2 * run.parallel.halo_cells * (px > 1) / max(1, n * run.box.oversample // px)
+    particles, cells = run.box.particles**3, (run.box.particles * run.box.oversample) ** 3
     snapshots = len(set(run.nbody.snapshots) | {run.nbody.a_final})
-    field_bytes = itemsize * (6 * 3 * n**3 + (6 * halo + snapshots) * cells)
-    memory = field_bytes / devices + PROCESS_OVERHEAD_BYTES[execution.platform]
-    steps = run.nbody.steps if isinstance(run.nbody.steps, int) else len(run.nbody.steps) - 1
-    steps += len(run.nbody.snapshots)
-    per_cell = SECONDS_PER_CELL_STEP[execution.platform] / devices
-    runtime = {"ic": STARTUP_SECONDS + 3 * per_cell * n**3,
-               "nbody": STARTUP_SECONDS + (steps + 1) * per_cell * cells,
-               "summaries": STARTUP_SECONDS + snapshots * per_cell * cells}
+    field_bytes = itemsize * (PARTICLE_WORDS * particles
+                              + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
+    memory = field_bytes / (devices if gpu else 1) + PROCESS_OVERHEAD_BYTES[execution.platform]
+    steps = len(nbody.step_boundaries(run.ic.a_init, run.nbody.a_final, run.nbody.steps,
+                                      run.nbody.snapshots)) - 1
+    speed = devices * GPU_SPEEDUP if gpu else 1.0
+    step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
+    ic = IC_STEPS * (SECONDS_PER_PARTICLE_STEP + SECONDS_PER_CELL_STEP) * particles / speed
+    runtime = {"ic": STARTUP_SECONDS + ic,
+               "nbody": STARTUP_SECONDS + (steps + 1) * step,  # + the forces at a_init
+               "summaries": STARTUP_SECONDS + snapshots * SECONDS_PER_CELL_STEP * cells / speed}
     return Estimate(devices, nodes, memory, runtime)
 
 
 def check_fits(camp: config.Campaign) -> None:
     """Raise ConfigError naming the first run whose memory estimate exceeds the device memory."""
-    limit = camp.execution.device_memory_gb * 1e9
+    hint = ("use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
+            if camp.execution.platform == "gpu" else
+            "on cpu all devices share one process: use fewer particles (base.box.particles) or "
+            "raise execution.device_memory_gb if the machine has that memory")
     for spec in expand(camp):
-        need = estimate(spec.run, camp.execution).memory_per_device
-        if need > limit:
+        need = estimate(spec.run, camp.execution).memory_per_device_bytes
+        if need > camp.execution.device_memory_gb * 1e9:
             raise config.ConfigError(
                 f"run {spec.run_id} needs about {need / 1e9:.2f} GB per device but "
-                f"execution.device_memory_gb = {camp.execution.device_memory_gb}; use more devices "
-                "(base.parallel.pdims) or fewer particles (base.box.particles)")
+                f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {hint}")
 
 
-def resources(run: config.Run, stage: str, execution: config.Execution) -> dict:
-    """Snakemake resources of a stage (SLURM executor plugin names; runtime in minutes)."""
+def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.Execution) -> dict:
+    """Snakemake resources of a stage, by the SLURM executor plugin's names (mem_mb per node,
+    runtime in minutes with the safety factor), plus ``devices`` (px py) for the local profile.
+
+    Every stage asks for the run's peak memory (that of the nbody stage; the ICs' peak is part
+    of the calibration); runtimes differ per stage.
+    """
+    run = spec_or_run.run if isinstance(spec_or_run, RunSpec) else spec_or_run
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
     est = estimate(run, execution)
     gpu = execution.platform == "gpu"
     tasks = min(est.devices, execution.devices_per_node) if gpu else 1
@@ -185,9 +228,15 @@ def resources(run: config.Run, stage: str, execution: config.Execution) -> dict:
         "nodes": est.nodes,
         "tasks_per_node": tasks,
         "cpus_per_task": execution.cpus_per_task,
-        "mem_mb": max(1000, math.ceil(est.memory_per_device * (tasks if gpu else 1) / 1e6)),
-        "runtime": max(1, math.ceil(est.runtime[stage] * execution.runtime_safety / 60)),
+        "mem_mb": max(1000, math.ceil(est.memory_per_device_bytes * tasks / 1e6)),
+        "runtime": max(1, math.ceil(est.runtime_s[stage] * execution.runtime_safety / 60)),
+        "devices": est.devices,
     }
+
+
+def _parameter_names(specs: list[RunSpec]) -> list[str]:
+    """Design parameter names in order of first appearance."""
+    return list(dict.fromkeys(name for spec in specs for name in spec.parameters))
 
 
 def plan_table(camp: config.Campaign) -> str:
@@ -195,37 +244,50 @@ def plan_table(camp: config.Campaign) -> str:
     nbody runtime; checks first that every run fits."""
     check_fits(camp)
     specs = expand(camp)
-    names = sorted({p for s in specs for p in s.parameters})
+    names = _parameter_names(specs)
     header = ["run_id", *names, "seed", "devices", "nodes", "GB/device", "nbody min"]
     rows, total = [], 0.0
     for spec in specs:
         est = estimate(spec.run, camp.execution)
-        total += est.runtime["nbody"]
+        total += est.runtime_s["nbody"]
         rows.append([spec.run_id, *(f"{spec.parameters[n]:.5g}" if n in spec.parameters else "-"
                                     for n in names), str(spec.seed), str(est.devices),
-                     str(est.nodes), f"{est.memory_per_device / 1e9:.2f}",
-                     f"{est.runtime['nbody'] / 60:.1f}"])
+                     str(est.nodes), f"{est.memory_per_device_bytes / 1e9:.2f}",
+                     f"{est.runtime_s['nbody'] / 60:.1f}"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     lines.append(f"{len(specs)} runs, nbody {total / 60:.1f} min in all (estimate, before the "
                  f"safety factor {camp.execution.runtime_safety})")
     return "\n".join(lines)
 
 
-def write_manifest(camp: config.Campaign, path: str | Path, status: Callable[[Path], str],
-                   results: str | Path = "results") -> None:
-    """manifest.csv: one row per run with its design, seed, folder, config hash and status."""
+def manifest_rows(camp: config.Campaign, results_dir: str | Path,
+                  status: Callable[[Path], str]) -> list[dict]:
+    """One row per run: id, index, point, realisation, paired, seed, each design parameter
+    (empty where a point does not set it), run folder, config hash and status(run folder)."""
     specs = expand(camp)
-    names = sorted({p for s in specs for p in s.parameters})
+    names = _parameter_names(specs)
+    rows = []
+    for spec in specs:
+        run_dir = Path(results_dir) / camp.name / spec.run_id
+        rows.append({"run_id": spec.run_id, "index": spec.index, "point": spec.point,
+                     "realisation": spec.realisation, "paired": spec.paired, "seed": spec.seed,
+                     **{n: spec.parameters.get(n, "") for n in names}, "run_dir": run_dir,
+                     "config_hash": config.config_hash(spec.run), "status": status(run_dir)})
+    return rows
+
+
+def write_manifest(camp: config.Campaign, path: str | Path, status: Callable[[Path], str]) -> None:
+    """Write manifest.csv at path = <results>/<campaign>/manifest.csv, next to the run folders."""
+    path = Path(path)
+    if path.parent.name != camp.name:
+        raise ValueError(f"the manifest of campaign {camp.name} belongs in <results>/{camp.name}/, "
+                         f"next to its run folders, not in {path.parent}")
+    rows = manifest_rows(camp, path.parent.parent, status)
     with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["run_id", "index", "point", "realisation", "paired", "seed", *names,
-                         "run_dir", "config_hash", "status"])
-        for spec in specs:
-            run_dir = Path(results) / camp.name / spec.run_id
-            writer.writerow([spec.run_id, spec.index, spec.point, spec.realisation, spec.paired,
-                             spec.seed, *(spec.parameters.get(n, "") for n in names), run_dir,
-                             config.config_hash(spec.run), status(run_dir)])
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def campaign_schema() -> dict:
@@ -235,6 +297,6 @@ def campaign_schema() -> dict:
 
 
 def write_schema(path: str | Path) -> None:
-    """Write the campaign schema as JSON (indent 2, sorted keys)."""
+    """Write the campaign schema as JSON (indent 2, sorted keys, trailing newline)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(campaign_schema(), indent=2, sort_keys=True) + "\n")

@@ -58,6 +58,7 @@ def test_derivatives_share_the_fiducial_seeds():
     assert by_id["c-Omega_m-minus-r1"].run.cosmology.Omega_m == pytest.approx(fid.Omega_m - 0.02)
     assert by_id["c-sigma8-plus-r0"].run.cosmology.sigma8 == pytest.approx(fid.sigma8 + 0.05)
     assert by_id["c-fiducial-r0"].parameters == {"Omega_m": fid.Omega_m, "sigma8": fid.sigma8}
+    assert by_id["c-sigma8-minus-r0"].parameters == {"Omega_m": fid.Omega_m, "sigma8": 0.7602}
     for r in (0, 1):
         seeds = {s.seed for s in specs if s.realisation == r}
         assert seeds == {by_id[f"c-fiducial-r{r}"].seed}
@@ -98,34 +99,73 @@ def test_run_files_are_rewritten_only_when_they_change(tmp_path):
     assert config.load_run_file(paths[0]).config.box.box_size == 32.0
 
 
-def test_estimates_resources_and_plan():
-    execution = config.Execution()
-    small = config.Run.model_validate({"box": {"particles": 64}})
-    big = config.Run.model_validate({"box": {"particles": 128}})
-    split = config.Run.model_validate({"box": {"particles": 128}, "parallel": {"pdims": [2, 2]}})
-    mem = lambda run: campaign.estimate(run, execution).memory_per_device  # noqa: E731
-    assert mem(small) < mem(big) and mem(split) < mem(big)
+def run(particles=64, pdims=(1, 1), **sections):
+    return config.Run.model_validate({"box": {"particles": particles, **sections.pop("box", {})},
+                                      "parallel": {"pdims": pdims}, **sections})
+
+
+@pytest.mark.parametrize("particles, oversample, peak_gb, run_s, step_s",
+                         [(64, 1, 0.67, 0.48, 0.034), (64, 2, 0.78, 1.11, 0.103), (128, 1, 1.17, 3.70, 0.321)])
+def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s, step_s):
+    """`pmpipe bench nbody` on 2 CPU cores (2LPT + 10 steps, docs/performance.md)."""
+    est = campaign.estimate(run(particles, box={"oversample": oversample}), config.Execution())
+    assert peak_gb * 1e9 < est.memory_per_device_bytes < 1.15 * peak_gb * 1e9
+    nbody_s = est.runtime_s["nbody"] - campaign.STARTUP_SECONDS
+    assert 10 * step_s < nbody_s < 1.5 * 10 * step_s
+    assert run_s < nbody_s + est.runtime_s["ic"] - campaign.STARTUP_SECONDS
+
+
+def test_estimates_grow_with_particles_and_shrink_with_devices():
     gpu = config.Execution(platform="gpu", devices_per_node=4)
-    eight = config.Run.model_validate({"box": {"particles": 128}, "parallel": {"pdims": [2, 4]}})
-    res = campaign.resources(eight, "nbody", gpu)
-    assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4
-    assert set(res) == {"gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime"}
-    assert campaign.resources(small, "ic", execution)["gpu"] == 0
+    est = lambda r, ex=gpu: campaign.estimate(r, ex)  # noqa: E731
+    assert est(run(64)).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
+    assert est(run(128, (2, 2))).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
+    assert est(run(128, (2, 2))).runtime_s["nbody"] < est(run(128)).runtime_s["nbody"]
+    assert est(run(64)).runtime_s["nbody"] < est(run(64, nbody={"steps": 20})).runtime_s["nbody"]
+    cpu = config.Execution(devices_per_node=4)  # one process holds every CPU device
+    assert est(run(128, (2, 2)), cpu).memory_per_device_bytes >= est(run(128), cpu).memory_per_device_bytes
+    assert est(run(128, (2, 4))).nodes == 2 and est(run(128, (2, 4)), cpu).nodes == 1
+
+
+def test_resources():
+    gpu = config.Execution(platform="gpu", devices_per_node=4)
+    res = campaign.resources(run(128, (2, 4)), "nbody", gpu)
+    assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4 and res["devices"] == 8
+    assert set(res) == {"gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime", "devices"}
+    cpu = campaign.resources(run(64), "ic", config.Execution())
+    assert cpu["gpu"] == 0 and cpu["tasks_per_node"] == 1 and cpu["mem_mb"] >= 1000 and cpu["runtime"] >= 1
+    spec = campaign.expand(make())[0]
+    assert campaign.resources(spec, "summaries", config.Execution()) == campaign.resources(
+        spec.run, "summaries", config.Execution())
+    with pytest.raises(ValueError, match="unknown stage 'lensing'"):
+        campaign.resources(spec, "lensing", config.Execution())
+
+
+def test_check_fits_and_plan():
     huge = config.Campaign.model_validate({"name": "big", "base": {"box": {"particles": 512}},
                                            "execution": {"device_memory_gb": 1}})
-    with pytest.raises(config.ConfigError, match="big-fiducial-r0 needs about .* GB per device"):
+    with pytest.raises(config.ConfigError, match=r"big-fiducial-r0 needs about .* GB per device but "
+                       r"execution.device_memory_gb = 1\.0; on cpu .* fewer particles"):
         campaign.check_fits(huge)
+    on_gpu = huge.model_copy(update={"execution": config.Execution(platform="gpu", device_memory_gb=1)})
+    with pytest.raises(config.ConfigError, match=r"use more devices \(base.parallel.pdims\)"):
+        campaign.check_fits(on_gpu)
     table = campaign.plan_table(make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}}))
     assert "c-p0001-r0" in table and "GB/device" in table and "2 runs" in table
 
 
 def test_manifest_columns(tmp_path):
-    camp = make(design={"kind": "grid", "parameters": {"sigma8": [0.7, 0.9]}})
-    campaign.write_manifest(camp, tmp_path / "m.csv", lambda d: f"status of {d.name}", tmp_path)
-    rows = list(csv.DictReader((tmp_path / "m.csv").open()))
+    camp = make(design={"kind": "grid", "parameters": {"sigma8": [0.7, 0.9], "h": [0.7]}})
+    (tmp_path / "c").mkdir()
+    campaign.write_manifest(camp, tmp_path / "c/manifest.csv", lambda d: f"status of {d}")
+    rows = list(csv.DictReader((tmp_path / "c/manifest.csv").open()))
     assert list(rows[0]) == ["run_id", "index", "point", "realisation", "paired", "seed", "sigma8",
-                             "run_dir", "config_hash", "status"]
-    assert rows[1]["sigma8"] == "0.9" and rows[1]["status"] == "status of c-p0001-r0"
+                             "h", "run_dir", "config_hash", "status"]
+    assert rows[1]["sigma8"] == "0.9" and rows[1]["run_dir"] == str(tmp_path / "c/c-p0001-r0")
+    assert rows[1]["status"] == f"status of {tmp_path / 'c/c-p0001-r0'}"
+    assert rows[1]["config_hash"] == config.config_hash(campaign.expand(camp)[1].run)
+    with pytest.raises(ValueError, match="belongs in <results>/c/"):
+        campaign.write_manifest(camp, tmp_path / "manifest.csv", str)
 
 
 def test_committed_schema_is_current():
@@ -163,25 +203,41 @@ def _with(path, value):
 BAD = [
     (_with("base.box.colour", "red"), "base.box.colour: Extra inputs are not permitted"),
     (_with("sede", 3), "sede: Extra inputs are not permitted"),
-    (_with("realisations", "two"), "realisations"),
-    (_with("base.box.box_size", -100.0), "base.box.box_size"),
-    (_with("base.parallel", {"pdims": [3, 1]}), "not divisible by parallel.pdims"),
-    (_with("design", {"kind": "grid", "parameters": {}}), "design.parameters is empty"),
-    (_with("design", {"kind": "grid", "parameters": {"Omega_m": []}}), "design.parameters.Omega_m has no values"),
+    (_with("realisations", "two"), "realisations: Input should be a valid integer"),
+    (_with("base.box.box_size", -100.0), "base.box.box_size: Input should be greater than 0"),
+    (_with("base.parallel", {"pdims": [3, 1]}), "base: box.particles = 16 is not divisible by parallel.pdims"),
+    (_with("design", {"kind": "grid", "parameters": {}}), "design.parameters: empty design"),
+    (_with("design", {"kind": "grid", "parameters": {"Omega_m": []}}),
+     "design.parameters.Omega_m: List should have at least 1 item"),
+    (_with("design", {"kind": "grid", "parameters": {"Omega_m": "0.3"}}),
+     "design.parameters.Omega_m: Input should be a valid list"),
     (_with("design", {"kind": "latin_hypercube", "samples": 4, "parameters": {"sigma8": [0.9, 0.7]}}),
-     "design.parameters.sigma8 = [0.9, 0.7] is inverted"),
-    (_with("design", {"kind": "sobol", "samples": 6, "parameters": {"sigma8": [0.7, 0.9]}}), "power of 2"),
-    (_with("design", {"kind": "derivatives", "parameters": {"h": 0.0}}), "the step must be > 0"),
-    (_with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}), "design.parameters.omega_m"),
-    (_with("design", {"kind": "grid", "parameters": {"Omega_m": [-0.1]}}), "cosmology.Omega_m"),
-    (_with("design", {"kind": "list", "points": [{"name": "a"}, {"name": "a"}]}), "duplicate name(s) a"),
-    (_with("design", {"kind": "list", "points": []}), "design.points is empty"),
-    (_with("design", {"kind": "latin"}), "design"),
-    (_with("execution.platform", "tpu"), "execution.platform: Input should be 'cpu' or 'gpu'"),
-    (_with("name", "my campaign"), "name"),
-    (_with("base.ic", {"seed": 4}), "base.ic.seed must not be set"),
-    (_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}), "execution.devices_per_node = 1"),
-    (_with("execution.device_memory_gb", -1), "execution.device_memory_gb"),
+     "design.parameters.sigma8: parameter range inverted or empty: give [low, high] with low < high"),
+    (_with("design", {"kind": "latin_hypercube", "samples": 0, "parameters": {"sigma8": [0.7, 0.9]}}),
+     "design.samples: Input should be greater than or equal to 1"),
+    (_with("design", {"kind": "sobol", "samples": 6, "parameters": {"sigma8": [0.7, 0.9]}}),
+     "design.samples: Sobol samples must be a power of 2 for the sequence's balance properties: use 4 or 8"),
+    (_with("design", {"kind": "derivatives", "parameters": {"h": 0.0}}),
+     "design.parameters.h: the derivative step must be > 0"),
+    (_with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}),
+     "design.parameters.omega_m.[key]: Input should be 'Omega_m', 'Omega_b', 'h'"),
+    (_with("design", {"kind": "grid", "parameters": {"Omega_m": [0.3, -0.1]}}),
+     "design point p0001 (design parameters Omega_m = -0.1): invalid configuration\n"
+     "  cosmology.Omega_m: Input should be greater than 0"),
+    (_with("design", {"kind": "latin_hypercube", "samples": 2, "parameters": {"Omega_b": [0.4, 0.5]}}),
+     "must be smaller than cosmology.Omega_m"),
+    (_with("design", {"kind": "list", "points": [{"name": "a"}, {"name": "a"}]}),
+     "design.points: duplicate point name(s) a would give duplicate run ids"),
+    (_with("design", {"kind": "list", "points": []}), "design.points: List should have at least 1 item"),
+    (_with("design", {"kind": "list", "points": [{"name": "a b"}]}), "design.points.0.name: String should match pattern"),
+    (_with("design", {"kind": "latin"}), "design: Input tag 'latin' found using 'kind' does not match"),
+    (_with("execution.platform", "tpu"), "execution.platform: Input should be 'cpu' or 'gpu' (got 'tpu')"),
+    (_with("execution.device_memory_gb", -1), "execution.device_memory_gb: Input should be greater than 0"),
+    (_with("name", "my campaign"), "name: String should match pattern"),
+    (_with("base.ic", {"seed": 4}), "base.ic.seed must not be set: run seeds derive from the campaign seed"),
+    (_with("base.ic", {"paired": True}), "base.ic.paired must not be set"),
+    (_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
+     "base.parallel.pdims needs 4 devices but execution.devices_per_node = 1 on cpu"),
 ]
 
 
@@ -194,6 +250,11 @@ def test_bad_campaign_files_name_the_file_and_field(tmp_path, data, message):
     text = str(err.value)
     assert message in text, text
     assert str(path) in text, text
+
+
+def test_json_campaign_files_load(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps(GOOD))
+    assert config.load_campaign(tmp_path / "c.json") == config.Campaign.model_validate(GOOD)
 
 
 def test_unreadable_and_malformed_files(tmp_path):
