@@ -32,7 +32,7 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
     for name in ("a", "k"):
         source = first[name]
         store.write_coordinate(out, name, source[:], source.attrs["units"], source.attrs["long_name"])
-    parameters = sorted({p for s in specs for p in s.parameters})
+    parameters = campaigns.parameter_names(specs)
     for name in parameters:
         store.write_array(out, name, np.array([s.parameters.get(name, np.nan) for s in specs]),
                           ("run",), "1", f"cosmology.{name} of the run (design parameter)")

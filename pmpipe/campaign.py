@@ -234,7 +234,7 @@ def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.E
     }
 
 
-def _parameter_names(specs: list[RunSpec]) -> list[str]:
+def parameter_names(specs: list[RunSpec]) -> list[str]:
     """Design parameter names in order of first appearance."""
     return list(dict.fromkeys(name for spec in specs for name in spec.parameters))
 
@@ -244,7 +244,7 @@ def plan_table(camp: config.Campaign) -> str:
     nbody runtime; checks first that every run fits."""
     check_fits(camp)
     specs = expand(camp)
-    names = _parameter_names(specs)
+    names = parameter_names(specs)
     header = ["run_id", *names, "seed", "devices", "nodes", "GB/device", "nbody min"]
     rows, total = [], 0.0
     for spec in specs:
@@ -266,7 +266,7 @@ def manifest_rows(camp: config.Campaign, results_dir: str | Path,
     """One row per run: id, index, point, realisation, paired, seed, each design parameter
     (empty where a point does not set it), run folder, config hash and status(run folder)."""
     specs = expand(camp)
-    names = _parameter_names(specs)
+    names = parameter_names(specs)
     rows = []
     for spec in specs:
         run_dir = Path(results_dir) / camp.name / spec.run_id

@@ -22,12 +22,11 @@ RESOURCE_KEYS = ("gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "r
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A campaign ready for Snakemake: its data (for schema validation), run ids, folders and
-    resources per (run id, stage)."""
+    """A campaign ready for Snakemake: its file and data (for schema validation), folder,
+    run ids and resources per (run id, stage)."""
 
     campaign_file: Path
     campaign_data: dict
-    campaign: config.Campaign
     campaign_dir: Path
     run_ids: tuple[str, ...]
     resources: dict
@@ -77,4 +76,5 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
                       "recomputed", file=sys.stderr)
     resources = {(spec.run_id, stage): campaigns.resources(spec.run, stage, camp.execution)
                  for spec in specs for stage in stages.STAGES}
-    return Plan(path, config.read_mapping(path), camp, campaign_dir, tuple(s.run_id for s in specs), resources)
+    return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
+                resources)
