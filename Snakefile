@@ -1,4 +1,5 @@
-# pmpipe workflow: for every run of a campaign, ic -> nbody -> summaries, then the campaign's
+# pmpipe workflow: for every run of a campaign, ic -> nbody -> lensing (when the campaign has a
+# lensing section) -> summaries, then the campaign's
 # summaries.zarr, manifest.csv and report figures.
 #
 #   snakemake --profile profiles/local                                  # config/quickstart.yaml
@@ -17,6 +18,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/ic.smk"
 include: "workflow/rules/nbody.smk"
+include: "workflow/rules/lensing.smk"
 include: "workflow/rules/summaries.smk"
 include: "workflow/rules/report.smk"
 
@@ -25,7 +27,7 @@ include: "workflow/rules/report.smk"
 # depends on it) even though the campaign-level results are still there.
 rule all:
     input:
-        expand(f"{RUN}/{{stage}}.zarr", run=PLAN.run_ids, stage=("ic", "nbody", "summaries")),
+        expand(f"{RUN}/{{stage}}.zarr", run=PLAN.run_ids, stage=PLAN.stages),
         PLAN.campaign_dir / "manifest.csv",
         PLAN.campaign_dir / "summaries.zarr",
         report_figures(),

@@ -182,7 +182,9 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
     itemsize = 8 if run.nbody.dtype == "float64" else 4
     particles, cells = run.box.particles**3, (run.box.particles * run.box.oversample) ** 3
     snapshots = len(set(run.nbody.snapshots) | {run.nbody.a_final})
-    field_bytes = itemsize * (PARTICLE_WORDS * particles
+    planes = len(run.planes()) if run.lightcone is not None else 0
+    plane_cells = planes * (run.box.particles * run.box.oversample) ** 2
+    field_bytes = itemsize * (PARTICLE_WORDS * particles + plane_cells
                               + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
     memory = field_bytes / (devices if gpu else 1) + PROCESS_OVERHEAD_BYTES[execution.platform]
     steps = len(nbody.step_boundaries(run.ic.a_init, run.nbody.a_final, run.nbody.steps,
@@ -190,9 +192,11 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
     speed = devices * GPU_SPEEDUP if gpu else 1.0
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
     ic = IC_STEPS * (SECONDS_PER_PARTICLE_STEP + SECONDS_PER_CELL_STEP) * particles / speed
+    paint = SECONDS_PER_PARTICLE_STEP * particles / speed  # a plane costs about one paint
     runtime = {"ic": STARTUP_SECONDS + ic,
-               "nbody": STARTUP_SECONDS + (steps + 1) * step,  # + the forces at a_init
-               "summaries": STARTUP_SECONDS + snapshots * SECONDS_PER_CELL_STEP * cells / speed}
+               "nbody": STARTUP_SECONDS + (steps + 1) * step + planes * paint,  # + forces at a_init
+               "lensing": STARTUP_SECONDS + planes * SECONDS_PER_CELL_STEP * cells / speed,
+               "summaries": STARTUP_SECONDS + (snapshots + 1) * SECONDS_PER_CELL_STEP * cells / speed}
     return Estimate(devices, nodes, memory, runtime)
 
 

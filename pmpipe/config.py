@@ -102,12 +102,125 @@ class NBody(_Model):
     dtype: Literal["float32", "float64"] = Field("float32", description="floating point precision")
 
 
+NAME_PATTERN_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$"
+
+
+class Lightcone(_Model):
+    """Planes of the past light cone, captured during the N-body (pmpipe.lightcone)."""
+
+    z_max: float = Field(1.0, gt=0, le=20, description="largest source redshift: planes reach at least the comoving distance of z_max")
+    plane_thickness: float | None = Field(
+        None, gt=0, description="comoving thickness of a plane in Mpc/h: a whole number of force-mesh cells, at most box.box_size (default box_size / 2)")
+    observer: tuple[float, float, float] = Field(
+        (0.0, 0.0, 0.0), description="observer's position in the box, Mpc/h; the flat-sky line of sight is the observer's z axis")
+    randomize: bool = Field(True, description="rotate and shift the box at random for every plane (seeded by ic.seed)")
+
+
+class FlatSky(_Model):
+    """Square flat-sky maps around the line of sight."""
+
+    field_of_view: float = Field(5.0, gt=0, le=60, description="side of the map in degrees")
+    pixels: int = Field(128, ge=8, le=16384, description="pixels per side")
+
+
+def _power_of_two(n: int) -> int:
+    if n & (n - 1):
+        raise ValueError(f"nside must be a power of two (1, 2, 4, ..., 8192), got {n}")
+    return n
+
+
+class FullSky(_Model):
+    """Full-sky HEALPix maps (RING ordering)."""
+
+    nside: Annotated[int, AfterValidator(_power_of_two)] = Field(
+        64, ge=1, le=8192, description="HEALPix resolution parameter, a power of two")
+
+
+class SmailSources(_Model):
+    """Parametric n(z) ∝ z^alpha exp(-(z/z0)^beta) (Smail et al. 1994), cut at lightcone.z_max."""
+
+    kind: Literal["smail"]
+    name: str = Field(pattern=NAME_PATTERN_SOURCE, description="label of the distribution in the stores")
+    z0: float = Field(gt=0, description="redshift scale")
+    alpha: float = Field(2.0, ge=0, description="power-law index at low z")
+    beta: float = Field(1.5, gt=0, description="exponential cut-off index")
+
+
+class TableSources(_Model):
+    """Tabulated n(z): redshifts and densities of any normalisation."""
+
+    kind: Literal["table"]
+    name: str = Field(pattern=NAME_PATTERN_SOURCE, description="label of the distribution in the stores")
+    z: list[float] = Field(description="increasing redshifts, from >= 0")
+    n: list[float] = Field(description="n(z) >= 0 at those redshifts, not all zero")
+
+    @model_validator(mode="after")
+    def _valid_table(self):
+        if len(self.z) < 2 or len(self.z) != len(self.n):
+            raise ValueError(f"empty or short n(z) table '{self.name}': give z and n of equal "
+                             f"length >= 2 (got {len(self.z)} and {len(self.n)})")
+        if self.z[0] < 0 or any(b <= a for a, b in zip(self.z, self.z[1:])):
+            raise ValueError(f"n(z) table '{self.name}': z must be increasing from >= 0")
+        if min(self.n) < 0 or max(self.n) <= 0:
+            raise ValueError(f"n(z) table '{self.name}' is empty: n must be >= 0 and not all zero")
+        return self
+
+
+class Lensing(_Model):
+    """Born convergence and shear maps from the lightcone planes (pmpipe.lensing)."""
+
+    source_redshifts: list[float] = Field(
+        default_factory=lambda: [1.0], description="redshifts of single source planes (delta-function n(z))")
+    distributions: list[Annotated[SmailSources | TableSources, Field(discriminator="kind")]] = Field(
+        default_factory=list, description="source redshift distributions: kind smail or table")
+    flat_sky: FlatSky | None = Field(default_factory=FlatSky, description="flat-sky maps (null: none)")
+    full_sky: FullSky | None = Field(None, description="HEALPix maps (null: none)")
+
+    @model_validator(mode="after")
+    def _some_sources_and_maps(self):
+        if not self.source_redshifts and not self.distributions:
+            raise ValueError("no sources: give lensing.source_redshifts or lensing.distributions")
+        if any(z <= 0 for z in self.source_redshifts):
+            raise ValueError(f"lensing.source_redshifts must be > 0, got {self.source_redshifts}")
+        names = [d.name for d in self.distributions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"lensing.distributions names must be unique, got {names}")
+        if self.flat_sky is None and self.full_sky is None:
+            raise ValueError("lensing needs flat_sky or full_sky maps (or both)")
+        return self
+
+    def source_labels(self) -> list[str]:
+        """Names of the sources in store order: 'z=<z>' for single redshifts, then the n(z)s."""
+        return [f"z={z:g}" for z in self.source_redshifts] + [d.name for d in self.distributions]
+
+
+class ShapeNoise(_Model):
+    """Gaussian shape noise added to κ before smoothing."""
+
+    sigma_e: float = Field(0.26, gt=0, description="ellipticity dispersion per component")
+    n_gal: float = Field(30.0, gt=0, description="galaxies per square arcminute")
+
+
 class Summaries(_Model):
-    """Summary statistics of each snapshot."""
+    """Summary statistics of each snapshot and of the lensing maps."""
 
     pk_bins: int | None = Field(
         None, ge=1, description="number of linear |k| bins of width 2pi/L from 0 (default: N B / 2, up to the force mesh's Nyquist)")
     compensate_cic: bool = Field(True, description="divide the density modes by the CIC window before P(k)")
+    ell_bins: int = Field(12, ge=1, description="logarithmic multipole bins of C_ell between the map's fundamental and Nyquist multipoles")
+    smoothing_arcmin: list[float] = Field(
+        default_factory=lambda: [2.0, 5.0], min_length=1, description="Gaussian smoothing scales (sigma, arcmin) of kappa for peaks and PDF; 0: none")
+    kappa_range: tuple[float, float] = Field((-0.05, 0.15), description="[low, high] of the kappa bins of peaks and PDF")
+    kappa_bins: int = Field(40, ge=1, description="number of linear kappa bins of peaks and PDF")
+    shape_noise: ShapeNoise | None = Field(None, description="shape noise added before smoothing (null: none)")
+
+    @model_validator(mode="after")
+    def _valid(self):
+        if not self.kappa_range[0] < self.kappa_range[1]:
+            raise ValueError(f"summaries.kappa_range must be [low, high] with low < high, got {list(self.kappa_range)}")
+        if min(self.smoothing_arcmin) < 0:
+            raise ValueError("summaries.smoothing_arcmin values must be >= 0")
+        return self
 
 
 class Run(_Model):
@@ -120,6 +233,8 @@ class Run(_Model):
     ic: IC = Field(default_factory=IC)
     nbody: NBody = Field(default_factory=NBody)
     summaries: Summaries = Field(default_factory=Summaries)
+    lightcone: Lightcone | None = Field(None, description="lightcone planes captured during the N-body (null: none)")
+    lensing: Lensing | None = Field(None, description="convergence and shear maps from the planes (null: none); needs lightcone")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -134,7 +249,60 @@ class Run(_Model):
             raise ValueError(f"cosmology.T_cmb must be > 0 for power.kind {self.power.kind!r} "
                              "(the Eisenstein-Hu transfer function depends on it); use "
                              "power.kind 'table' to run without radiation")
+        if self.lightcone is not None:
+            self._check_lightcone()
+        elif self.lensing is not None:
+            raise ValueError("lensing needs lightcone planes: add a lightcone section")
         return self
+
+    def plane_thickness(self) -> float:
+        """Comoving thickness of a lightcone plane in Mpc/h."""
+        return self.lightcone.plane_thickness or self.box.box_size / 2
+
+    def plane_cells(self) -> int:
+        """Force-mesh cells across a lightcone plane."""
+        return round(self.plane_thickness() / (self.box.box_size / self.pm_grid().mesh))
+
+    def planes(self):
+        """The lightcone's planes (pmpipe.lightcone.Planes)."""
+        from pmpipe import lightcone
+
+        return lightcone.plane_geometry(self.cosmology_params(), self.lightcone.z_max, self.plane_thickness())
+
+    def _check_lightcone(self) -> None:
+        """Plane thickness, time span and map geometry, before any work (errors name fields)."""
+        box, cell = self.box.box_size, self.box.box_size / self.pm_grid().mesh
+        thickness = self.plane_thickness()
+        if thickness > box * (1 + 1e-9) or abs(thickness / cell - round(thickness / cell)) > 1e-6 or thickness < cell:
+            raise ValueError(f"lightcone.plane_thickness = {thickness} Mpc/h must be a whole number of "
+                             f"force-mesh cells ({cell:g} Mpc/h) between {cell:g} and box.box_size = {box}")
+        if abs(self.nbody.a_final - 1.0) > 1e-9:
+            raise ValueError(f"a lightcone needs nbody.a_final = 1 (the observer is at z = 0), got {self.nbody.a_final}")
+        planes = self.planes()
+        chi_far = float(planes.chi_edges[-1])
+        if float(planes.a[-1]) <= self.ic.a_init:
+            raise ValueError(f"lightcone.z_max = {self.lightcone.z_max} reaches back before the initial "
+                             f"conditions (ic.a_init = {self.ic.a_init}); lower z_max or a_init")
+        if self.lensing is None:
+            return
+        lens = self.lensing
+        for z in lens.source_redshifts:
+            if z > self.lightcone.z_max:
+                raise ValueError(f"lensing.source_redshifts value {z} lies beyond the lightcone "
+                                 f"(lightcone.z_max = {self.lightcone.z_max})")
+        for d in lens.distributions:
+            if d.kind == "table" and any(n > 0 and z > self.lightcone.z_max for z, n in zip(d.z, d.n)):
+                raise ValueError(f"lensing.distributions '{d.name}' has sources beyond the lightcone "
+                                 f"(n > 0 at z > lightcone.z_max = {self.lightcone.z_max})")
+        if lens.flat_sky is not None:
+            fov = math.radians(lens.flat_sky.field_of_view)
+            if chi_far * fov > box:
+                widest = math.degrees(box / chi_far)
+                raise ValueError(
+                    f"lensing.flat_sky.field_of_view = {lens.flat_sky.field_of_view} deg is wider than the "
+                    f"box allows: at the first plane the light cone crosses (the farthest, chi = "
+                    f"{chi_far:.0f} Mpc/h) it spans {chi_far * fov:.0f} Mpc/h > box.box_size = {box}; "
+                    f"use at most {widest:.2f} deg, a larger box or a lower lightcone.z_max")
 
     def k_range(self) -> tuple[float, float]:
         """Smallest and largest |k| (h/Mpc) of the particle grid's modes."""

@@ -77,6 +77,20 @@ def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
     return kick1, drift, kick2
 
 
+def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
+    """Drift factor from a0 to a_stop (a0 < a_stop <= a1) with the momentum of the step a0 -> a1,
+    (D1(a_stop) - D1(a0)) / G_p(a_h): the FastPM drift stopped part-way."""
+    table = cosmology.growth_table(cosmo) if table is None else table
+    d1 = lambda a: cosmology.growth_factor(cosmo, a, table)  # noqa: E731
+    return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1), table)
+
+
+@jax.jit
+def _drift_to(disp, mom, acc, kick1, drift):
+    """Positions part-way through a step: half kick, then a partial drift."""
+    return disp + drift * (mom + kick1 * acc)
+
+
 def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
                     snapshots: Sequence[float] = ()) -> np.ndarray:
     """Scale factors bounding the steps: ``steps`` linear in a, or an explicit increasing list
@@ -132,10 +146,14 @@ def _kdk(disp, mom, acc, kick1, drift, kick2, omega_m, mesh, grid):
 
 def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMGrid,
            snapshots: Sequence[float] = (), table=None,
-           progress: Callable[[int, int, float, float], None] | None = None) -> NBodyResult:
+           progress: Callable[[int, int, float, float], None] | None = None,
+           crossings: Sequence[float] = (),
+           on_crossing: Callable[[int, jax.Array], None] | None = None) -> NBodyResult:
     """Evolve particles through the steps bounded by a_steps (numpy, from :func:`step_boundaries`).
 
-    Densities are kept at every boundary listed in ``snapshots``. Differentiable with respect to
+    Densities are kept at every boundary listed in ``snapshots``. For each scale factor j in
+    ``crossings`` (in (a_steps[0], a_steps[-1]]), ``on_crossing(j, disp)`` receives the
+    displacements drifted to that time within the step that contains it. Differentiable with respect to
     the initial state and the cosmology; a halo shortfall raises painting.HaloError (checked
     when values are concrete).
     """
@@ -163,8 +181,13 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
     keep(float(a_steps[0]), rho)
     timings = []
     start = time.perf_counter()
+    crossings = np.asarray(crossings, dtype=np.float64)
     for i in range(len(a_steps) - 1):
         t0 = time.perf_counter()
+        a0, a1 = float(a_steps[i]), float(a_steps[i + 1])
+        for j in np.flatnonzero((crossings > a0) & (crossings <= a1)):
+            drift_j = partial_drift(cosmo, a0, a1, float(crossings[j]), table).astype(disp.dtype)
+            on_crossing(int(j), _drift_to(disp, mom, acc, kick1[i], drift_j))
         disp, mom, acc, rho, need = step_fn(disp, mom, acc, kick1[i], drift[i], kick2[i],
                                             omega_m, mesh, grid)
         needed = jnp.maximum(needed, need)

@@ -266,3 +266,39 @@ def cic_window(field_k, mesh: Mesh, box_size: float):
 def cic_compensation(field_k, mesh: Mesh, box_size: float):
     """Divide CIC-painted modes by the CIC window (for estimators)."""
     return field_k / cic_window(field_k, mesh, box_size)
+
+
+@partial(jax.jit, static_argnames=("mesh",))
+def read_points(field, points, mesh: Mesh):
+    """CIC-interpolate a sharded periodic (M, M, M) field at arbitrary points (S, 3), given in
+    cells in [0, M). Every device receives all points and interpolates those whose lower corner
+    lies in its block (the block padded by one neighbour cell); the answers are summed over the
+    devices, so no device ever holds more than its block. Returns (S,), replicated.
+    """
+    mesh_n = field.shape[0]
+    splits, pdims = _splits(mesh, mesh_n, 1)
+
+    def local(f, p):
+        lower = jnp.floor(p)
+        fracs = (p - lower).T
+        lower = lower.astype(jnp.int32) % mesh_n
+        mine = jnp.ones(p.shape[0], bool)
+        corners, sizes = [], []
+        for d in range(3):
+            if splits[d]:
+                f = _fill_halo(f, d, 1, pdims[d])
+                n_local = f.shape[d] - 2
+                i = lower[:, d] - lax.axis_index(AXES[d]) * n_local
+                mine = mine & (i >= 0) & (i < n_local)
+                i = jnp.clip(i, 0, n_local - 1) + 1  # index in the padded block
+                corners.append(jnp.stack([i, i + 1]))
+            else:
+                corners.append(jnp.stack([lower[:, d], (lower[:, d] + 1) % mesh_n]))
+            sizes.append(f.shape[d])
+        ix, iy, iz = corners
+        flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
+        values = _interpolate(f.reshape(-1), flat.reshape(8, -1), fracs.astype(f.dtype))
+        return lax.psum(jnp.where(mine, values, 0), AXES)
+
+    run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, jax.P()), out_specs=jax.P())
+    return run(field, points)

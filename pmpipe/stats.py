@@ -12,11 +12,12 @@ from pmpipe.painting import cic_compensation
 
 
 def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None, field2=None,
-                   compensate_cic: bool = False):
+                   compensate_cic: bool = False, compensate_cic2: bool | None = None):
     """Spherically averaged power spectrum of a real (N, N, N) field (or cross spectrum with field2).
 
     Bins are linear in |k| with width the fundamental mode 2π/L, from 0 up to the Nyquist
-    frequency (N/2 bins by default); empty bins give NaN. Returns numpy arrays
+    frequency (N/2 bins by default); empty bins give NaN. ``compensate_cic`` divides the modes of
+    field by the CIC window, ``compensate_cic2`` those of field2 (default: as field). Returns numpy arrays
     (k_mean [h/Mpc], P [(Mpc/h)^3], modes per bin) for the bins 1..n_bins (k = 0 excluded).
     """
     n = field.shape[0]
@@ -24,9 +25,13 @@ def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None
     k_f = 2 * np.pi / box_size
     modes1 = fft.r2c(field, mesh)
     modes2 = modes1 if field2 is None else fft.r2c(field2, mesh)
+    compensate_cic2 = compensate_cic if compensate_cic2 is None else compensate_cic2
     if compensate_cic:
         modes1 = cic_compensation(modes1, mesh, box_size)
-        modes2 = modes1 if field2 is None else cic_compensation(modes2, mesh, box_size)
+    if field2 is None:
+        modes2 = modes1
+    elif compensate_cic2:
+        modes2 = cic_compensation(modes2, mesh, box_size)
     k = fft.wavenumber(modes1, mesh, box_size)
     weights = jnp.broadcast_to(fft.mode_weights(modes1, mesh), modes1.shape)
     power = (modes1 * jnp.conj(modes2)).real * weights
@@ -41,3 +46,149 @@ def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None
         pk = psum / count * box_size**3 / float(n) ** 6
         kmean = ksum / count
     return kmean, pk, count
+
+
+def correlation_coefficient(pk_cross, pk_a, pk_b):
+    """r(k) = P_ab / sqrt(P_a P_b)."""
+    return np.asarray(pk_cross) / np.sqrt(np.asarray(pk_a) * np.asarray(pk_b))
+
+
+def log_bin_edges(low: float, high: float, bins: int) -> np.ndarray:
+    """bins + 1 logarithmically spaced edges from low to high."""
+    return np.geomspace(low, high, bins + 1)
+
+
+def _bin(x, values, weights, edges):
+    """Weighted means of x and values in the bins of x given by edges (x outside ignored), and
+    the summed weights; empty bins give NaN."""
+    x = np.asarray(x, np.float64).ravel()
+    idx = np.digitize(x, edges) - 1
+    ok = (idx >= 0) & (idx < len(edges) - 1)
+    n = len(edges) - 1
+    w = np.asarray(weights, np.float64).ravel()[ok]
+    count = np.bincount(idx[ok], w, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_x = np.bincount(idx[ok], w * x[ok], n) / count
+        mean_v = np.bincount(idx[ok], w * np.asarray(values, np.float64).ravel()[ok], n) / count
+    return mean_x, mean_v, count
+
+
+def _flat_wavenumbers(n: int, fov_deg: float):
+    """|ℓ| (n, n) of an n x n flat-sky map of side fov_deg degrees, and the pixel size (rad)."""
+    pixel = np.radians(fov_deg) / n
+    ell = 2 * np.pi * np.fft.fftfreq(n, d=pixel)
+    return np.hypot(ell[:, None], ell[None, :]), pixel
+
+
+@jax.jit
+def _cross_power_2d(a, b):
+    return (jnp.fft.fft2(a) * jnp.conj(jnp.fft.fft2(b))).real
+
+
+def flat_sky_cl(kappa, fov_deg: float, ell_edges, kappa2=None):
+    """Binned angular (cross) power spectrum of a square flat-sky map (n, n) of side fov_deg
+    degrees (a sharded or plain array). C_ℓ = Re(κ̂ κ̂2*) / A with κ̂ = Δθ² Σ κ e^{-iℓθ} and
+    A the map's area (sr). Returns numpy (ell_mean, cl, modes) per bin; ℓ = 0 excluded."""
+    n = kappa.shape[0]
+    ell, pixel = _flat_wavenumbers(n, fov_deg)
+    power = np.asarray(_cross_power_2d(kappa, kappa if kappa2 is None else kappa2), np.float64)
+    power *= pixel**4 / (n * pixel) ** 2
+    ell = np.where(ell > 0, ell, -1.0)  # the mean is no multipole
+    return _bin(ell, power, np.ones_like(power), ell_edges)
+
+
+def full_sky_cl(kappa_map, ell_edges, kappa2=None):
+    """Binned angular (cross) power spectrum of HEALPix maps (RING) from healpy.anafast up to
+    ℓ = 3 nside - 1, bins weighted by 2ℓ + 1; returns numpy (ell_mean, cl, modes), ℓ = 0
+    excluded."""
+    import healpy
+
+    cl = healpy.anafast(np.asarray(kappa_map, np.float64),
+                        None if kappa2 is None else np.asarray(kappa2, np.float64))
+    ell = np.arange(cl.size, dtype=np.float64)
+    ell[0] = -1.0
+    return _bin(ell, cl, 2 * np.arange(cl.size) + 1.0, ell_edges)
+
+
+def smooth_flat(kappa, fov_deg: float, sigma_arcmin: float):
+    """Gaussian smoothing (σ in arcmin) of a flat-sky map (n, n) by FFT, taken as periodic."""
+    if sigma_arcmin == 0:
+        return kappa
+    ell, _ = _flat_wavenumbers(kappa.shape[0], fov_deg)
+    sigma = np.radians(sigma_arcmin / 60)
+    kernel = jnp.asarray(np.exp(-0.5 * (ell * sigma) ** 2), kappa.dtype)
+    return jnp.fft.ifft2(jnp.fft.fft2(kappa) * kernel).real.astype(kappa.dtype)
+
+
+def smooth_healpix(kappa_map, sigma_arcmin: float):
+    """Gaussian smoothing (σ in arcmin) of a HEALPix map (RING)."""
+    if sigma_arcmin == 0:
+        return np.asarray(kappa_map)
+    import healpy
+
+    return healpy.smoothing(np.asarray(kappa_map, np.float64), sigma=np.radians(sigma_arcmin / 60))
+
+
+def shape_noise_sigma(pixel_arcmin2: float, sigma_e: float, n_gal: float) -> float:
+    """Per-pixel κ noise σ_e / sqrt(n_gal A_pix): σ_e per ellipticity component, n_gal per
+    arcmin², A_pix in arcmin²."""
+    return sigma_e / np.sqrt(n_gal * pixel_arcmin2)
+
+
+def shape_noise_flat(key, n: int, fov_deg: float, sigma_e: float, n_gal: float, sharding=None):
+    """Gaussian shape-noise map (n, n) for a flat-sky map of side fov_deg degrees."""
+    sigma = shape_noise_sigma((fov_deg * 60 / n) ** 2, sigma_e, n_gal)
+    noise = sigma * jax.random.normal(key, (n, n), jnp.float32)
+    return noise if sharding is None else jax.device_put(noise, sharding)
+
+
+def shape_noise_healpix(seed, nside: int, sigma_e: float, n_gal: float) -> np.ndarray:
+    """Gaussian shape-noise HEALPix map (numpy generator seeded by seed)."""
+    import healpy
+
+    area = healpy.nside2pixarea(nside, degrees=True) * 3600
+    sigma = shape_noise_sigma(area, sigma_e, n_gal)
+    return sigma * np.random.default_rng(seed).standard_normal(healpy.nside2npix(nside))
+
+
+def _histogram(values, edges) -> np.ndarray:
+    """Counts of values in the bins given by edges (values outside ignored)."""
+    return np.histogram(np.asarray(values, np.float64), bins=np.asarray(edges))[0].astype(np.float64)
+
+
+@jax.jit
+def _is_peak(kappa):
+    """True where a pixel is higher than its 8 neighbours and not on the map's border."""
+    peak = jnp.ones(kappa.shape, bool)
+    for dx in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            if dx or dy:
+                peak = peak & (kappa > jnp.roll(kappa, (dx, dy), axis=(0, 1)))
+    inner = jnp.zeros(kappa.shape, bool).at[1:-1, 1:-1].set(True)
+    return peak & inner
+
+
+def peak_counts_flat(kappa, edges) -> np.ndarray:
+    """Histogram of the heights of the local maxima of a flat-sky map (n, n) (higher than all 8
+    neighbours; border pixels excluded)."""
+    peaks = np.asarray(_is_peak(kappa))
+    return _histogram(np.asarray(kappa)[peaks], edges)
+
+
+def peak_counts_healpix(kappa_map, edges) -> np.ndarray:
+    """Histogram of the heights of the local maxima of a HEALPix map (RING), higher than all
+    their neighbours."""
+    import healpy
+
+    values = np.asarray(kappa_map, np.float64)
+    nside = healpy.npix2nside(values.size)
+    neighbours = healpy.get_all_neighbours(nside, np.arange(values.size))  # (8, npix), -1: none
+    higher = np.where(neighbours >= 0, values[None, :] > values[neighbours], True)
+    return _histogram(values[np.all(higher, axis=0)], edges)
+
+
+def pdf(values, edges) -> np.ndarray:
+    """Probability density of the values in the bins (counts / (all values x bin width));
+    values outside the edges count in the total only."""
+    values = np.asarray(values, np.float64).ravel()
+    return _histogram(values, edges) / (values.size * np.diff(edges))

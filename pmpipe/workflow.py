@@ -23,12 +23,13 @@ RESOURCE_KEYS = ("gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "r
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A campaign ready for Snakemake: its file and data (for schema validation), folder,
-    run ids and resources per (run id, stage)."""
+    run ids, the stages every run goes through and resources per (run id, stage)."""
 
     campaign_file: Path
     campaign_data: dict
     campaign_dir: Path
     run_ids: tuple[str, ...]
+    stages: tuple[str, ...]
     resources: dict
 
 
@@ -74,7 +75,8 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
             for removed in prune_incomplete(campaign_dir / spec.run_id):
                 print(f"pmpipe: removed {removed}: it has no completion marker, so it is "
                       "recomputed", file=sys.stderr)
+    run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
     resources = {(spec.run_id, stage): campaigns.resources(spec.run, stage, camp.execution)
-                 for spec in specs for stage in stages.STAGES}
+                 for spec in specs for stage in run_stages}
     return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
-                resources)
+                run_stages, resources)

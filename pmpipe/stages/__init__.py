@@ -1,4 +1,5 @@
-"""The stages of one run: ``ic`` -> ``nbody`` -> ``summaries``.
+"""The stages of one run: ``ic`` -> ``nbody`` -> ``lensing`` -> ``summaries`` (``lensing`` only
+for runs with a ``lensing`` section).
 
 Each stage reads the run's ``config.json`` and the stores of the stages before it from the run
 directory (the folder of config.json), and writes its own store there:
@@ -17,7 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-STAGES = ("ic", "nbody", "summaries")
+STAGES = ("ic", "nbody", "lensing", "summaries")
+
+
+def run_stages(run) -> tuple[str, ...]:
+    """The stages a run (config.Run) goes through."""
+    return tuple(s for s in STAGES if s != "lensing" or run.lensing is not None)
 
 
 def store_path(run_dir: str | Path, stage: str) -> Path:
@@ -87,11 +93,14 @@ def main(stage: str, argv=None) -> int:
 
 
 def run_status(run_dir: str | Path) -> str:
-    """'complete' when every stage store is complete, else '<last complete stage> done' or
-    'planned' (a store without its completion marker counts as absent)."""
-    from pmpipe import store
+    """'complete' when the store of each of the run's stages is complete, else '<last complete
+    stage> done' or 'planned' (a store without its completion marker counts as absent). The
+    stages come from the run's config.json (all of them when it is missing)."""
+    from pmpipe import config, store
 
-    done = [s for s in STAGES if store.is_complete(store_path(run_dir, s))]
-    if len(done) == len(STAGES):
+    config_path = Path(run_dir) / "config.json"
+    stages = run_stages(config.load_run_file(config_path).config) if config_path.exists() else STAGES
+    done = [s for s in stages if store.is_complete(store_path(run_dir, s))]
+    if len(done) == len(stages):
         return "complete"
     return f"{done[-1]} done" if done else "planned"

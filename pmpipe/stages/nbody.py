@@ -2,7 +2,9 @@
 
 Reads ``ic.zarr``; writes ``nbody.zarr`` (docs/outputs.md): ``density`` (a, x, y, z) on the
 force mesh at every snapshot and the final ``displacement`` / ``momentum``
-(qx, qy, qz, component).
+(qx, qy, qz, component); with a lightcone, the planes ``lightcone_density`` (plane, u, v) and,
+for full-sky lensing, ``lightcone_healpix`` (plane, pixel), captured as the light cone crosses
+them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import config, cosmology, nbody, store
+from pmpipe import config, cosmology, lightcone, nbody, painting, store
 from pmpipe.stages import Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 
@@ -22,6 +24,91 @@ def mesh_node_positions(grid: nbody.PMGrid) -> np.ndarray:
     """Comoving positions (Mpc/h) of the force-mesh nodes: x_j = (j - (B - 1)/2) L / (N B)."""
     cell = grid.box_size / grid.mesh
     return (np.arange(grid.mesh) - (grid.oversample - 1) / 2) * cell
+
+
+RAYS_PER_PIXEL_SIDE = 2  # full-sky shells are sampled on 4 rays per pixel, then averaged
+
+
+class LightconeCapture:
+    """Receives the particles at each plane's crossing time during the N-body (as
+    ``on_crossing``) and keeps the plane's flat projection and, for full-sky lensing, its
+    HEALPix shell."""
+
+    def __init__(self, cfg: config.Run, mesh: Mesh, progress: Progress):
+        self.cfg, self.mesh, self.progress = cfg, mesh, progress
+        self.grid = grid = cfg.pm_grid()
+        self.planes = cfg.planes()
+        self.transforms = lightcone.plane_transforms(cfg.ic.seed, len(self.planes), self.grid.mesh,
+                                                     cfg.lightcone.randomize)
+        full = cfg.lensing.full_sky if cfg.lensing is not None else None
+        self.nside = full.nside if full is not None else None
+        self.directions = None
+        if self.nside is not None:
+            import healpy
+
+            fine = self.nside * RAYS_PER_PIXEL_SIDE  # rays through sub-pixels, averaged per pixel
+            self.directions = np.stack(healpy.pix2vec(fine, np.arange(healpy.nside2npix(fine))), axis=-1)
+        self.k_max = lightcone.shell_k_max(grid.particles, grid.mesh, cfg.box.box_size)
+        self.flat, self.shells, self.needed = {}, {}, 0
+
+    def __call__(self, j: int, disp) -> None:
+        grid, box = self.grid, self.cfg.box.box_size
+        rho, needed = painting.paint(disp, self.mesh, grid.mesh, box, grid.halo,
+                                     mass=float(grid.oversample**3))
+        self.needed = max(self.needed, int(needed))
+        painting.check_halo(self.needed, grid.halo)
+        delta = rho - 1.0
+        transform = self.transforms[j]
+        self.flat[j] = lightcone.flat_plane(delta, self.mesh, box, self.cfg.plane_cells(), transform)
+        if self.nside is not None:
+            import healpy
+
+            fine = np.asarray(lightcone.shell_healpix(
+                lightcone.band_limited_overdensity(rho, self.mesh, box, self.k_max), self.mesh, box,
+                self.directions, float(self.planes.chi_edges[j]), float(self.planes.chi_edges[j + 1]),
+                self.cfg.lightcone.observer, transform), np.float64)
+            self.shells[j] = healpy.ud_grade(fine, self.nside).astype(np.float32)
+        self.progress(f"lightcone plane {j} at chi = {self.planes.chi[j]:.0f} Mpc/h, "
+                      f"a = {self.planes.a[j]:.4f}")
+
+    def write(self, group) -> None:
+        """Planes, their distances and scale factors, and the transforms, into the store."""
+        missing = sorted(set(range(len(self.planes))) - set(self.flat))
+        if missing:
+            raise RuntimeError(f"lightcone planes {missing} were never crossed during the N-body")
+        planes, cell = self.planes, self.cfg.box.box_size / self.grid.mesh
+        store.write_coordinate(group, "plane", planes.chi, "Mpc/h",
+                               "comoving distance of the plane's centre from the observer")
+        store.write_array(group, "plane_a", planes.a, ("plane",), "1",
+                          "scale factor at which the light cone crosses the plane's centre")
+        store.write_array(group, "plane_chi_lo", planes.chi_edges[:-1], ("plane",), "Mpc/h",
+                          "comoving distance of the plane's near edge")
+        store.write_array(group, "plane_chi_hi", planes.chi_edges[1:], ("plane",), "Mpc/h",
+                          "comoving distance of the plane's far edge")
+        for axis in "uv":
+            store.write_coordinate(group, axis, np.arange(self.grid.mesh) * cell, "Mpc/h",
+                                   f"transverse {axis} of the plane grid (observer axes)")
+        first = self.flat[0]
+        array = store.create_array(
+            group, "lightcone_density", (len(planes),) + first.shape, first.dtype,
+            ("plane", "u", "v"), "Mpc/h",
+            "projected overdensity of the plane, integral of delta along the line of sight, "
+            "plane mean removed (CIC window not divided out)", (1,) + store.block_chunks(first))
+        for j in range(len(planes)):
+            store.write_blocks(array, self.flat[j], (j,))
+        if self.nside is not None:
+            shells = np.stack([self.shells[j] for j in range(len(planes))])
+            store.write_array(group, "lightcone_healpix", shells, ("plane", "pixel"), "Mpc/h",
+                              "projected overdensity of the shell on HEALPix pixel centres, "
+                              "sphere mean removed", grid_name="HEALPix", nside=self.nside,
+                              nest=False)
+        observer = self.cfg.lightcone.observer
+        group.attrs.update({
+            "plane_thickness": self.cfg.plane_thickness(), "plane_cells": self.cfg.plane_cells(),
+            "observer": list(observer), "lightcone_needed_halo_cells": self.needed,
+            "plane_transforms": [
+                {"axes": list(t.axes), "flips": list(t.flips), "shift_cells": list(t.shift),
+                 "offsets": list(lightcone.plane_offsets(observer, t))} for t in self.transforms]})
 
 
 def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress) -> Path:
@@ -37,8 +124,10 @@ def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress)
     grid = cfg.pm_grid()
     cosmo = cfg.cosmology_params()
     progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.mesh}^3 mesh")
+    capture = LightconeCapture(cfg, mesh, progress) if cfg.lightcone is not None else None
     result = nbody.evolve(cosmo, disp, mom, bounds, mesh, grid, snapshots,
-                          cosmology.growth_table(cosmo), progress.step)
+                          cosmology.growth_table(cosmo), progress.step,
+                          capture.planes.a if capture else (), capture)
     path = store_path(run_dir, "nbody")
     group = store.create(path, store.provenance(run_file, "nbody", mesh, started) | {
         "a_init": a_init, "a_final": a_final, "step_boundaries": [float(a) for a in bounds],
@@ -57,6 +146,8 @@ def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress)
     for i, a in enumerate(snapshots):
         store.write_blocks(density, result.snapshots[a], (i,))
     write_particles(group, result.disp, result.mom, a_final)
+    if capture is not None:
+        capture.write(group)
     store.mark_complete(group)
     return path
 

@@ -1,8 +1,11 @@
-"""Stage ``summaries``: statistics of every N-body snapshot.
+"""Stage ``summaries``: statistics of every N-body snapshot and of the lensing maps.
 
-Reads ``nbody.zarr``; writes ``summaries.zarr`` (docs/outputs.md): the matter power spectrum
-``pk`` (a, k) of ρ/ρ̄ with the CIC window divided out (shot noise L³/N³ recorded, not
-subtracted), the mean wavenumber and mode count per bin, and linear theory D1(a)² P_lin(k).
+Reads ``ic.zarr``, ``nbody.zarr`` and (with lensing) ``lensing.zarr``; writes
+``summaries.zarr`` (docs/outputs.md): the matter power spectrum ``pk`` (a, k) of ρ/ρ̄ with the
+CIC window divided out (shot noise L³/N³ recorded, not subtracted), the mean wavenumber and
+mode count per bin, linear theory D1(a)² P_lin(k); at a_final the cross spectrum with the
+initial (linear) field, the propagator and r(k); with lensing, C_ell, peak counts and PDF of κ
+per source and smoothing scale.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from pathlib import Path
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import config, cosmology, stats, store
+import jax
+from jax.sharding import NamedSharding
+
+from pmpipe import config, cosmology, lensing, painting, stats, store
+from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import Progress, main, store_path
 
 
@@ -54,8 +61,135 @@ def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress)
     store.write_array(group, "pk_linear", linear, ("a", "k"), "(Mpc/h)^3",
                       "linear theory D1(a)^2 P_lin(k) at k_mean")
     group.attrs["shot_noise"] = shot_noise
+    write_initial_correlation(group, cfg, run_dir, run_file.config_hash, nb, mesh, n_bins,
+                              float(growth[-1] / cosmology.growth_factor(cosmo, 1.0, cosmology.growth_table(cosmo))))
+    progress("cross-correlation with the initial field")
+    if cfg.lensing is not None:
+        lens = store.open_complete(store_path(run_dir, "lensing"), run_file.config_hash)
+        write_lensing_statistics(group, cfg, lens, mesh)
+        progress("lensing statistics")
     store.mark_complete(group)
     return path
+
+
+def write_initial_correlation(group, cfg: config.Run, run_dir: Path, config_hash: str, nb, mesh: Mesh,
+                              n_bins: int, growth_final: float) -> None:
+    """At a_final: the final particles painted on the particle grid (CIC compensated) against
+    the initial linear density: P_cross, P_initial, P_final, propagator P_cross / (D P_initial)
+    and r = P_cross / sqrt(P_final P_initial)."""
+    ic = store.open_complete(store_path(run_dir, "ic"), config_hash)
+    linear = store.read_sharded(ic["linear_density"], mesh)
+    disp = store.read_sharded(nb["displacement"], mesh)
+    n, box_size = cfg.box.particles, cfg.box.box_size
+    halo = max(1, cfg.parallel.halo_cells // cfg.box.oversample)
+    rho, needed = painting.paint(disp, mesh, n, box_size, halo)
+    painting.check_halo(needed, halo)
+    delta = rho - 1.0
+    _, p_final, _ = stats.power_spectrum(delta, mesh, box_size, n_bins, compensate_cic=True)
+    _, p_initial, _ = stats.power_spectrum(linear, mesh, box_size, n_bins)
+    _, p_cross, _ = stats.power_spectrum(delta, mesh, box_size, n_bins, linear,
+                                         compensate_cic=True, compensate_cic2=False)
+    k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
+    beyond = k_centre > np.pi * n / box_size  # past the particle grid's Nyquist frequency
+    mask = lambda x: np.where(beyond, np.nan, x)  # noqa: E731
+    dims = ("k",)
+    store.write_array(group, "pk_final_particles", mask(p_final), dims, "(Mpc/h)^3",
+                      "P(k) at a_final of the particles painted on the particle grid, CIC divided out")
+    store.write_array(group, "pk_initial", mask(p_initial), dims, "(Mpc/h)^3",
+                      "P(k) of the initial linear density (at a = 1)")
+    store.write_array(group, "pk_cross_initial", mask(p_cross), dims, "(Mpc/h)^3",
+                      "cross P(k) of the final and the initial linear density")
+    store.write_array(group, "propagator", mask(p_cross / (growth_final * p_initial)), dims, "1",
+                      "propagator G(k) = P_cross / (D(a_final) P_initial)")
+    store.write_array(group, "r_initial", mask(stats.correlation_coefficient(p_cross, p_final, p_initial)),
+                      dims, "1", "correlation coefficient r(k) of the final and initial density")
+
+
+def ell_edges_flat(cfg: config.Run) -> np.ndarray:
+    """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole."""
+    flat = cfg.lensing.flat_sky
+    fov = np.radians(flat.field_of_view)
+    return stats.log_bin_edges(2 * np.pi / fov, np.pi * flat.pixels / fov, cfg.summaries.ell_bins)
+
+
+def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
+    """C_ell bin edges of the HEALPix maps: ℓ = 2 to 3 nside."""
+    return stats.log_bin_edges(2, 3 * cfg.lensing.full_sky.nside, cfg.summaries.ell_bins)
+
+
+def kappa_edges(cfg: config.Run) -> np.ndarray:
+    return np.linspace(*cfg.summaries.kappa_range, cfg.summaries.kappa_bins + 1)
+
+
+def write_lensing_statistics(group, cfg: config.Run, lens, mesh: Mesh) -> None:
+    """C_ell (with its Limber prediction for the linear P(k)), peak counts and PDF of κ per
+    source and smoothing scale, for the flat-sky and the HEALPix maps."""
+    summ = cfg.summaries
+    scales, edges = summ.smoothing_arcmin, kappa_edges(cfg)
+    sources = [str(s) for s in lens["source"][:]]
+    store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
+    store.write_coordinate(group, "smoothing", np.array(scales, np.float64), "arcmin",
+                           "Gaussian smoothing sigma of kappa")
+    store.write_coordinate(group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin")
+    store.write_array(group, "kappa_lo", edges[:-1], ("kappa",), "1", "lower edge of the kappa bin")
+    store.write_array(group, "kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
+    cosmo = cfg.cosmology_params()
+    table = cosmology.growth_table(cosmo)
+    from pmpipe.stages.lensing import sources as source_distributions
+
+    srcs = source_distributions(cfg, cosmo, table)
+    noise_seed = jax.random.key(cfg.ic.seed)
+    maps = []
+    if cfg.lensing.flat_sky is not None:
+        flat = cfg.lensing.flat_sky
+        sharding = NamedSharding(mesh, FIELD_SPEC)
+        kappa = [store.read_sharded(lens["kappa"], mesh, (i,)) for i in range(len(sources))]
+        noise = None
+        if summ.shape_noise is not None:
+            noise = [stats.shape_noise_flat(jax.random.fold_in(noise_seed, i), flat.pixels,
+                                            flat.field_of_view, summ.shape_noise.sigma_e,
+                                            summ.shape_noise.n_gal, sharding) for i in range(len(sources))]
+        maps.append(("", ell_edges_flat(cfg), kappa, noise,
+                     lambda k: stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)),
+                     lambda k, s: stats.smooth_flat(k, flat.field_of_view, s), stats.peak_counts_flat))
+    if cfg.lensing.full_sky is not None:
+        nside = cfg.lensing.full_sky.nside
+        kappa = [np.asarray(lens["kappa_healpix"][i], np.float64) for i in range(len(sources))]
+        noise = None
+        if summ.shape_noise is not None:
+            noise = [stats.shape_noise_healpix([cfg.ic.seed, i], nside, summ.shape_noise.sigma_e,
+                                               summ.shape_noise.n_gal) for i in range(len(sources))]
+        maps.append(("_healpix", ell_edges_healpix(cfg), kappa, noise,
+                     lambda k: stats.full_sky_cl(k, ell_edges_healpix(cfg)),
+                     stats.smooth_healpix, stats.peak_counts_healpix))
+    power = cfg.linear_power()
+    for suffix, ell_edges, kappa, noise, cl_of, smooth, peaks_of in maps:
+        ell_dim = "ell" + suffix
+        store.write_coordinate(group, ell_dim, np.sqrt(ell_edges[1:] * ell_edges[:-1]), "1",
+                               "geometric centre of the multipole bin")
+        store.write_array(group, ell_dim + "_lo", ell_edges[:-1], (ell_dim,), "1", "lower edge of the multipole bin")
+        store.write_array(group, ell_dim + "_hi", ell_edges[1:], (ell_dim,), "1", "upper edge of the multipole bin")
+        spectra = [cl_of(k) for k in kappa]
+        ell_mean = np.stack([s[0] for s in spectra])
+        store.write_array(group, "cl" + suffix, np.stack([s[1] for s in spectra]), ("source", ell_dim),
+                          "sr", "angular power spectrum of kappa (no noise)")
+        store.write_array(group, "cl_modes" + suffix, spectra[0][2], (ell_dim,), "1",
+                          "number of multipole modes in the bin")
+        theory = [lensing.limber_convergence_cl(cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power, table)
+                  for lm, (_, _, chi, w), c in zip(ell_mean, srcs, [np.sqrt(ell_edges[1:] * ell_edges[:-1])] * len(srcs))]
+        store.write_array(group, "cl_linear" + suffix, np.stack(theory), ("source", ell_dim), "sr",
+                          "Limber C_ell of kappa with the linear P(k), at the bins' mean multipoles")
+        peaks, pdfs = [], []
+        for i, k in enumerate(kappa):
+            noisy = k if noise is None else k + noise[i]
+            smoothed = [smooth(noisy, s) for s in scales]
+            peaks.append([peaks_of(m, edges) for m in smoothed])
+            pdfs.append([stats.pdf(m, edges) for m in smoothed])
+        label = "" if summ.shape_noise is None else " with shape noise"
+        store.write_array(group, "peaks" + suffix, np.asarray(peaks), ("source", "smoothing", "kappa"), "1",
+                          f"number of peaks of smoothed kappa{label} per kappa bin")
+        store.write_array(group, "pdf" + suffix, np.asarray(pdfs), ("source", "smoothing", "kappa"), "1",
+                          f"probability density of smoothed kappa{label}")
 
 
 if __name__ == "__main__":

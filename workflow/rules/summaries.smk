@@ -2,6 +2,8 @@ rule summaries:
     input:
         config=f"{RUN}/config.json",
         nbody=f"{RUN}/nbody.zarr",
+        ic=f"{RUN}/ic.zarr",
+        lensing=[f"{RUN}/lensing.zarr"] if "lensing" in PLAN.stages else [],
     output:
         directory(f"{RUN}/summaries.zarr"),
     log:

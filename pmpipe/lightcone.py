@@ -1,0 +1,182 @@
+"""Lightcone planes, captured during the N-body as the past light cone crosses them.
+
+The observer sits at ``observer`` (Mpc/h) in a periodic box replicated through space. Planes
+are shells of comoving distance [χ_lo, χ_hi) of equal thickness Δχ from the observer out to
+the first edge beyond χ(z_max). Each plane sees the particles drifted to the scale factor
+a(χ_c) at which the light cone crosses the plane's centre χ_c (the drift of the step that
+contains that time, stopped there), through its own copy of the box: rotated by one of the 24
+axis rotations and shifted by a random whole number of cells (seeded by the run's seed, so a
+paired run sees the same geometry).
+
+Two products per plane, both projected overdensities Σ = ∫ δ dχ over the plane (Mpc/h), with
+their own mean removed:
+
+- flat sky: the slab of the rotated box of thickness Δχ along the line of sight (the observer's
+  z axis), projected onto the (x, y) plane: an (M, M) periodic map of the box's transverse
+  extent, sharded like the meshes, CIC-painted (the transverse CIC window stays in: the lensing
+  stage divides it out when it interpolates);
+- full sky: a HEALPix map (RING) of the shell: the density, band-limited to
+  :func:`shell_k_max` and CIC-compensated, is sampled by trilinear interpolation every cell
+  along four rays per pixel, and the rays are averaged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from pmpipe import cosmology, fft, painting
+from pmpipe.parallel import FIELD_SPEC
+
+
+@dataclasses.dataclass(frozen=True)
+class PlaneTransform:
+    """How plane i sees the box: box axis ``axes[j]`` becomes the observer's axis j, reversed
+    where ``flips[j]``, then shifted by ``shift`` cells (box axes order)."""
+
+    axes: tuple[int, int, int]
+    flips: tuple[bool, bool, bool]
+    shift: tuple[int, int, int]
+
+
+def rotations() -> list[tuple[tuple[int, int, int], tuple[bool, bool, bool]]]:
+    """The 24 proper rotations of a cube as (axis permutation, flips) with determinant +1."""
+    out = []
+    for axes in itertools.permutations(range(3)):
+        parity = np.linalg.det(np.eye(3)[list(axes)])
+        for flips in itertools.product((False, True), repeat=3):
+            if parity * (-1) ** sum(flips) > 0:
+                out.append((axes, flips))
+    return out
+
+
+def plane_transforms(seed: int, n_planes: int, mesh_n: int, randomize: bool) -> list[PlaneTransform]:
+    """One transform per plane from numpy's generator seeded by (seed, plane index);
+    identities when ``randomize`` is false."""
+    if not randomize:
+        return [PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))] * n_planes
+    table = rotations()
+    out = []
+    for i in range(n_planes):
+        rng = np.random.default_rng([seed, i])
+        axes, flips = table[int(rng.integers(len(table)))]
+        out.append(PlaneTransform(tuple(axes), tuple(bool(f) for f in flips),
+                                  tuple(int(s) for s in rng.integers(mesh_n, size=3))))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Planes:
+    """Plane geometry: edges (P + 1,) and centres (P,) in Mpc/h, crossing scale factors a (P,),
+    ordered from the observer outwards."""
+
+    chi_edges: np.ndarray
+    chi: np.ndarray
+    a: np.ndarray
+
+    def __len__(self) -> int:
+        return self.chi.size
+
+
+def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None) -> Planes:
+    """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
+    table = cosmology.growth_table(cosmo) if table is None else table
+    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
+    n = max(1, math.ceil(chi_max / thickness - 1e-9))
+    edges = np.arange(n + 1) * thickness
+    centres = 0.5 * (edges[1:] + edges[:-1])
+    a = np.asarray(cosmology.scale_factor_at_distance(cosmo, centres, table), dtype=np.float64)
+    return Planes(edges, centres, a)
+
+
+def _slab_mask(mesh_n: int, start: int, n_cells: int, axis: int):
+    """1 on the cells start .. start + n_cells - 1 (periodic) along ``axis``, broadcastable."""
+    cells = (start + np.arange(n_cells)) % mesh_n
+    mask = np.zeros(mesh_n, np.float32)
+    mask[cells] = 1.0
+    shape = [1, 1, 1]
+    shape[axis] = mesh_n
+    return mask.reshape(shape)
+
+
+def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: PlaneTransform):
+    """Projected overdensity Σ (Mpc/h) of a slab of ``n_cells`` cells of δ (M, M, M) along the
+    transform's line of sight, on the transverse (M, M) grid in observer axes, mean removed."""
+    mesh_n = delta.shape[0]
+    los = transform.axes[2]
+    mask = jnp.asarray(_slab_mask(mesh_n, transform.shift[los], n_cells, los), delta.dtype)
+    plane = jnp.sum(delta * mask, axis=los) * (box_size / mesh_n)
+    remaining = [ax for ax in range(3) if ax != los]  # plane's axes, in box order
+    order = [remaining.index(transform.axes[0]), remaining.index(transform.axes[1])]
+    plane = jnp.transpose(plane, order)
+    for j in range(2):
+        box_axis = transform.axes[j]
+        plane = jnp.roll(plane, -transform.shift[box_axis], axis=j)  # index i: box cell i + s
+        if transform.flips[j]:  # index i: box cell s - i
+            plane = jnp.roll(jnp.flip(plane, axis=j), 1, axis=j)
+    plane = plane - jnp.mean(plane)
+    return jax.lax.with_sharding_constraint(plane, NamedSharding(mesh, FIELD_SPEC))
+
+
+def plane_offsets(observer, transform: PlaneTransform) -> tuple[float, float]:
+    """Where the observer's line of sight meets a flat plane, in Mpc/h from the plane's index 0,
+    along the plane's two axes."""
+    return tuple(-observer[transform.axes[j]] if transform.flips[j] else observer[transform.axes[j]]
+                 for j in range(2))
+
+
+def shell_k_max(particles: int, mesh_n: int, box_size: float) -> float:
+    """Band limit (h/Mpc) of the full-sky shells: the particle grid's Nyquist frequency, at most
+    half the mesh's."""
+    return math.pi / box_size * min(particles, mesh_n / 2)
+
+
+def ray_samples(directions: np.ndarray, chi_lo: float, chi_hi: float, cell: float) -> tuple[np.ndarray, float]:
+    """Points (R, npix, 3) in Mpc/h relative to the observer along each unit direction
+    (npix, 3), every cell (or finer) through [chi_lo, chi_hi), and the step dχ."""
+    n_r = max(1, math.ceil((chi_hi - chi_lo) / cell))
+    dr = (chi_hi - chi_lo) / n_r
+    radii = chi_lo + (np.arange(n_r) + 0.5) * dr
+    return radii[:, None, None] * directions[None, :, :], dr
+
+
+def to_box_cells(points: np.ndarray, observer, transform: PlaneTransform, box_size: float,
+                 mesh_n: int) -> np.ndarray:
+    """Observer-frame points (..., 3) in Mpc/h as positions in cells of the transformed periodic
+    box, in [0, mesh_n)."""
+    cell = box_size / mesh_n
+    out = np.empty_like(points)
+    for j in range(3):
+        box_axis = transform.axes[j]
+        coord = -points[..., j] if transform.flips[j] else points[..., j]
+        out[..., box_axis] = (coord + observer[box_axis]) / cell + transform.shift[box_axis]
+    return np.mod(out, mesh_n)
+
+
+def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, directions: np.ndarray,
+                  chi_lo: float, chi_hi: float, observer, transform: PlaneTransform):
+    """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) on HEALPix pixel centres
+    ``directions`` (npix, 3): sum of δ along each ray times dχ, mean over the sphere removed.
+    Returns a replicated (npix,) array."""
+    mesh_n = delta_compensated.shape[0]
+    points, dr = ray_samples(directions, chi_lo, chi_hi, box_size / mesh_n)
+    cells = to_box_cells(points, observer, transform, box_size, mesh_n).reshape(-1, 3)
+    values = painting.read_points(delta_compensated, jnp.asarray(cells, delta_compensated.dtype), mesh)
+    shell = jnp.sum(values.reshape(points.shape[:2]), axis=0) * dr
+    return shell - jnp.mean(shell)
+
+
+def band_limited_overdensity(rho, mesh: Mesh, box_size: float, k_max: float):
+    """δ = ρ/ρ̄ - 1 (M, M, M) for sampling along rays: modes above k_max (h/Mpc) removed, so
+    that sampling does not alias the particle grid's small-scale noise onto large angles,
+    and the rest divided by the CIC window twice (painting and trilinear interpolation)."""
+    delta_k = fft.r2c(rho - jnp.mean(rho), mesh)
+    keep = fft.wavenumber(delta_k, mesh, box_size) <= k_max
+    window = painting.cic_window(delta_k, mesh, box_size) ** 2
+    return fft.c2r(jnp.where(keep, delta_k / window, 0), mesh)
