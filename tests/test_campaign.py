@@ -137,8 +137,8 @@ def test_resources():
     spec = campaign.expand(make())[0]
     assert campaign.resources(spec, "summaries", config.Execution()) == campaign.resources(
         spec.run, "summaries", config.Execution())
-    with pytest.raises(ValueError, match="unknown stage 'lensing'"):
-        campaign.resources(spec, "lensing", config.Execution())
+    with pytest.raises(ValueError, match="unknown stage 'raytrace'"):
+        campaign.resources(spec, "raytrace", config.Execution())
 
 
 def test_check_fits_and_plan():

@@ -29,8 +29,10 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     path.write_text(yaml.safe_dump(CAMPAIGN))
     configs = campaign.write_run_files(config.load_campaign(path), tmp_path / "results")
     for cfg in configs:
-        for stage in stages.STAGES:
+        for stage in stages.run_stages(config.load_run_file(cfg).config):
             assert cli.main(["run", stage, str(cfg)]) == 0
+    assert cli.main(["run", "lensing", str(cfg)]) == 2  # this campaign has no lensing
+    assert "has no lensing section" in capsys.readouterr().err
     assert cli.main(["collect", str(path), "--results", str(tmp_path / "results")]) == 0
     capsys.readouterr()
     assert cli.main(["show", str(tmp_path / "results/cli/summaries.zarr")]) == 0

@@ -40,6 +40,9 @@ def sources(cfg: config.Run, cosmo, table):
 def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress) -> Path:
     """Compute and write the run's lensing maps; returns the store's path."""
     cfg = run_file.config
+    if cfg.lensing is None:
+        raise ValueError(f"run {run_file.run_id} has no lensing section, so it has no lensing stage "
+                         "(add lightcone and lensing sections to its campaign's base)")
     started = store.now()
     nb = store.open_complete(store_path(run_dir, "nbody"), run_file.config_hash)
     cosmo = cfg.cosmology_params()

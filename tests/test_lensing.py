@@ -1,0 +1,177 @@
+"""Lensing: Born weights against an independent distance calculation (pyccl), Fourier
+interpolation of planes, Kaiser-Squires, full-sky shear, plane capture on any device mesh,
+and bad lensing input."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pmpipe import config, cosmology, lensing, lightcone, parallel, painting
+
+pyccl = pytest.importorskip("pyccl")  # a test dependency (pyproject [test])
+healpy = pytest.importorskip("healpy")
+
+C_KM_S = 299792.458
+
+
+def ccl_cosmology(c: config.Cosmology):
+    return pyccl.Cosmology(Omega_c=c.Omega_m - c.Omega_b, Omega_b=c.Omega_b, h=c.h, n_s=c.n_s,
+                           sigma8=c.sigma8, T_CMB=c.T_cmb, Neff=c.N_eff, m_nu=0.0,
+                           transfer_function="eisenstein_hu", matter_power_spectrum="halofit")
+
+
+def test_thin_plane_matches_the_born_formula():
+    """A plane 1 Mpc/h thick with a sinusoidal surface density: κ = 3/2 Ω_m (H0/c)^2
+    χ_p (χ_s - χ_p) / (χ_s a_p) Σ(χ_p θ), distances from pyccl."""
+    cfg = config.Cosmology()
+    cosmo, ccl = cfg.params(), ccl_cosmology(cfg)
+    z_s, chi_p, box, m = 1.0, 1000.0, 400.0, 64
+    chi_s = float(cosmology.comoving_distance(cosmo, 1 / (1 + z_s)))
+    assert abs(chi_s / (pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h) - 1) < 1e-4
+    weights = lensing.plane_weights(cosmo, [chi_p - 0.5, chi_p + 0.5], [chi_s], [1.0])[None, :]
+    x = np.arange(m) * box / m
+    sigma = 3.0 * np.cos(2 * np.pi * 2 * x[:, None] / box) * np.sin(2 * np.pi * x[None, :] / box) + 1.5
+    theta = lensing.pixel_centres(10.0, 48)
+    offsets = (17.0, -5.0)
+    mesh = parallel.make_mesh((1, 1))
+    kappa = lensing.flat_sky_convergence(
+        [lambda: jnp.asarray(sigma)], weights, box, [chi_p], theta, [offsets], mesh, jnp.float64
+        if jax.config.jax_enable_x64 else jnp.float32)
+    chi_s_ccl = pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h
+    a_p = float(pyccl.scale_factor_of_chi(ccl, chi_p / cfg.h))
+    born = 1.5 * cfg.Omega_m * (100 / C_KM_S) ** 2 * chi_p * (chi_s_ccl - chi_p) / (chi_s_ccl * a_p)
+    px, py = chi_p * theta + offsets[0], chi_p * theta + offsets[1]
+    exact = 3.0 * np.cos(2 * np.pi * 2 * px[:, None] / box) * np.sin(2 * np.pi * py[None, :] / box) + 1.5
+    # the plane is read with its CIC window divided out; a pure sinusoid is scaled by 1/W(k)
+    window = np.sinc(2 / m) ** 2 * np.sinc(1 / m) ** 2
+    expected = born * (1.5 + (exact - 1.5) / window)
+    assert np.abs(np.asarray(kappa[0]) - expected).max() <= 1e-3 * np.abs(expected).max()
+
+
+def test_source_distributions_weight_planes_by_lensing_efficiency():
+    cosmo = config.Cosmology().params()
+    edges = np.linspace(0, 2400, 13)
+    z = np.linspace(0, 1.2, 400)
+    chi, w = lensing.source_distribution(cosmo, z, lensing.smail(z, 0.5, 2.0, 1.5))
+    assert abs(w.sum() - 1) < 1e-12 and np.all(w >= 0)
+    nz = lensing.plane_weights(cosmo, edges, chi, w)
+    chi_1 = float(cosmology.comoving_distance(cosmo, 0.7))
+    single = lensing.plane_weights(cosmo, edges, [chi_1], [1.0])
+    assert single[edges[1:] > chi_1 + 200].max() == 0  # no lensing by matter behind the source
+    assert np.all(nz > 0) and np.argmax(nz) < np.argmax(single) + 2
+
+
+def test_kaiser_squires_round_trip_and_sign():
+    rng = np.random.default_rng(3)
+    n = 128
+    ell = np.hypot(np.fft.fftfreq(n)[:, None], np.fft.fftfreq(n)[None, :])
+    kappa = np.fft.ifft2(np.fft.fft2(rng.normal(size=(n, n))) * np.exp(-(ell * 20) ** 2)).real
+    kappa = jnp.asarray(kappa - kappa.mean(), jnp.float32)
+    g1, g2 = lensing.shear_from_convergence(kappa)
+    back = lensing.convergence_from_shear(g1, g2)
+    inner = slice(8, n - 8)
+    assert np.abs(np.asarray(back - kappa)[inner, inner]).max() <= 1e-4 * np.abs(kappa).max()
+    x = np.arange(n)
+    mode = jnp.asarray(np.cos(2 * np.pi * 4 * x / n)[:, None] * np.ones(n)[None, :])
+    g1, g2 = lensing.shear_from_convergence(mode)  # a mode along x: γ1 = κ, γ2 = 0
+    np.testing.assert_allclose(np.asarray(g1), np.asarray(mode), atol=1e-5)
+    assert np.abs(np.asarray(g2)).max() < 1e-5
+
+
+def test_full_sky_shear_round_trip():
+    nside, lmax = 32, 64
+    cl = 1.0 / (np.arange(lmax + 1) + 10.0) ** 2
+    kappa = healpy.synfast(cl, nside, lmax=lmax, new=True)
+    g1, g2 = lensing.healpix_shear_from_convergence(kappa, lmax)
+    back = lensing.healpix_convergence_from_shear(g1, g2, lmax)
+    alm = healpy.map2alm(kappa, lmax=lmax, iter=3)
+    no_monopole = healpy.alm2map(healpy.almxfl(alm, (np.arange(lmax + 1) >= 2) * 1.0), nside, lmax=lmax)
+    assert np.std(back - no_monopole) < 0.01 * np.std(kappa)
+
+
+@pytest.mark.parametrize("pdims", [(2, 4), (4, 2)])
+def test_planes_and_shells_do_not_depend_on_the_device_mesh(pdims):
+    m, box = 32, 128.0
+    rng = np.random.default_rng(1)
+    rho = jnp.asarray(1 + 0.3 * rng.normal(size=(m, m, m)), jnp.float32)
+    transform = lightcone.plane_transforms(7, 3, m, True)[2]
+    directions = np.stack(healpy.pix2vec(8, np.arange(healpy.nside2npix(8))), axis=-1)
+    out = {}
+    for p in [(1, 1), pdims]:
+        mesh = parallel.make_mesh(p)
+        field = jax.device_put(rho, parallel.field_sharding(mesh))
+        flat = lightcone.flat_plane(field - 1, mesh, box, 8, transform)
+        delta = lightcone.band_limited_overdensity(field, mesh, box, 1.0)
+        shell = lightcone.shell_healpix(delta, mesh, box, directions, 100.0, 140.0, (3.0, 5.0, 7.0), transform)
+        out[p] = np.asarray(flat), np.asarray(shell)
+    for a, b in zip(out[1, 1], out[pdims]):
+        assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
+    assert abs(out[1, 1][1].mean()) < 1e-6 * np.abs(out[1, 1][1]).max()  # sphere mean removed
+
+
+def test_flat_plane_is_the_slab_of_the_rotated_box():
+    m, box = 16, 16.0
+    delta = np.random.default_rng(2).normal(size=(m, m, m)).astype(np.float32)
+    t = lightcone.PlaneTransform(axes=(2, 0, 1), flips=(True, False, False), shift=(3, 5, 7))
+    plane = np.asarray(lightcone.flat_plane(jnp.asarray(delta), parallel.make_mesh((1, 1)), box, 4, t))
+    # observer axes (u, v, los) = box axes (z, x, y); u reversed; box cell = shift ± index
+    slab = delta[:, (5 + np.arange(4)) % m, :].sum(axis=1)  # (x, z) summed over y
+    i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    expected = slab[(3 + j) % m, (7 - i) % m]
+    np.testing.assert_allclose(plane, expected - expected.mean(), atol=1e-4)
+
+
+def test_read_points_is_trilinear_interpolation_on_any_mesh():
+    m = 16
+    rng = np.random.default_rng(0)
+    f = rng.normal(size=(m, m, m)).astype(np.float32)
+    pts = rng.uniform(0, m, size=(500, 3)).astype(np.float32)
+    i0 = np.floor(pts).astype(int)
+    fr = pts - i0
+    ref = 0
+    for c in np.ndindex(2, 2, 2):
+        w = np.prod([fr[:, d] if c[d] else 1 - fr[:, d] for d in range(3)], axis=0)
+        ref = ref + w * f[tuple((i0[:, d] + c[d]) % m for d in range(3))]
+    for pdims in [(1, 1), (2, 4), (8, 1)]:
+        mesh = parallel.make_mesh(pdims)
+        v = painting.read_points(jax.device_put(f, parallel.field_sharding(mesh)), jnp.asarray(pts), mesh)
+        assert np.abs(np.asarray(v) - ref).max() < 1e-5
+
+
+BASE = {"box": {"box_size": 256.0, "particles": 32}, "lightcone": {"z_max": 1.0}}
+
+
+@pytest.mark.parametrize("lens, field, words", [
+    ({"source_redshifts": [1.5]}, "source_redshifts", "beyond the lightcone"),
+    ({"flat_sky": {"field_of_view": 8.0}}, "field_of_view", "wider than the box allows"),
+    ({"full_sky": {"nside": 48}}, "nside", "power of two"),
+    ({"distributions": [{"kind": "table", "name": "empty", "z": [], "n": []}]}, "distributions", "empty"),
+    ({"distributions": [{"kind": "table", "name": "zero", "z": [0.1, 0.5], "n": [0, 0]}]}, "distributions", "empty"),
+    ({"distributions": [{"kind": "table", "name": "far", "z": [0.5, 1.4], "n": [1, 1]}]}, "distributions", "beyond the lightcone"),
+    ({"source_redshifts": [], "distributions": []}, "lensing", "no sources"),
+])
+def test_bad_lensing_input_is_rejected_naming_the_field(tmp_path, lens, field, words):
+    path = tmp_path / "run.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(BASE | {"lensing": lens}))
+    with pytest.raises(config.ConfigError) as err:
+        config.load_run(path)
+    message = str(err.value)
+    assert str(path) in message and field in message and words in message
+
+
+def test_lightcone_geometry_is_checked():
+    with pytest.raises(config.ConfigError, match="whole number of force-mesh cells"):
+        config.validate(config.Run, BASE | {"lightcone": {"plane_thickness": 10.0}}, "x.yaml")
+    with pytest.raises(config.ConfigError, match="before the initial"):
+        config.validate(config.Run, BASE | {"lightcone": {"z_max": 12.0}}, "x.yaml")
+    with pytest.raises(config.ConfigError, match="needs lightcone"):
+        config.validate(config.Run, {"lensing": {}}, "x.yaml")
+    run = config.validate(config.Run, BASE | {"lensing": {}}, "x.yaml")
+    planes = run.planes()
+    assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(run.cosmology_params(), 0.5))
+    assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(planes.chi_edges[-1] / 128.0)

@@ -1,0 +1,146 @@
+"""Estimators against fields of known spectrum, and the same statistics on 1 and 8 devices."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from pmpipe import painting, parallel, stats
+
+healpy = pytest.importorskip("healpy")
+
+
+def gaussian_field(n, box, power, seed):
+    """A real Gaussian field (n, n, n) with spectrum power(k) [(Mpc/h)^3]."""
+    rng = np.random.default_rng(seed)
+    k = 2 * np.pi * np.fft.fftfreq(n, d=box / n)
+    kk = np.sqrt(k[:, None, None] ** 2 + k[None, :, None] ** 2 + k[None, None, :] ** 2)
+    amp = np.sqrt(np.where(kk > 0, power(np.where(kk > 0, kk, 1)), 0) * n**3 / box**3)
+    return np.fft.ifftn(np.fft.fftn(rng.normal(size=(n, n, n))) * amp).real.astype(np.float32)
+
+
+def test_power_spectrum_of_a_gaussian_field_is_recovered_within_its_scatter():
+    n, box = 48, 200.0
+    power = lambda k: 1e3 * k**-1.5 * np.exp(-((k / 0.6) ** 2))  # noqa: E731
+    field = gaussian_field(n, box, power, 0)
+    k, pk, modes = stats.power_spectrum(jnp.asarray(field), parallel.make_mesh((1, 1)), box)
+    ratio = pk / power(k)
+    assert np.all(np.abs(ratio - 1) < 4 * np.sqrt(2 / modes))
+    chi2 = np.sum((ratio - 1) ** 2 / (2 / modes)) / k.size
+    assert 0.5 < chi2 < 1.6
+
+
+def test_poisson_catalogue_gives_flat_shot_noise_after_compensation():
+    n, box = 64, 200.0
+    rng = np.random.default_rng(1)
+    q = np.stack(np.meshgrid(*[np.arange(n) * box / n] * 3, indexing="ij"), axis=-1)
+    disp = rng.uniform(0, box, size=(n, n, n, 3)) - q
+    mesh = parallel.make_mesh((1, 1))
+    rho, _ = painting.paint(jnp.asarray(disp, jnp.float32), mesh, n, box, 4)
+    k, pk, modes = stats.power_spectrum(rho - 1.0, mesh, box, compensate_cic=True)
+    shot = box**3 / n**3
+    nyquist = np.pi * n / box
+    lower, upper = k < 0.25 * nyquist, (k >= 0.25 * nyquist) & (k < 0.5 * nyquist)
+    mean = lambda sel: np.sum(pk[sel] * modes[sel]) / np.sum(modes[sel]) / shot  # noqa: E731
+    # dividing by the CIC window leaves the aliased images of the shot noise (Jing 2005): a few
+    # per cent at half the Nyquist frequency
+    assert abs(mean(lower | upper) - 1) < 0.05
+    scatter = np.sqrt(2 / modes[lower].sum()) + np.sqrt(2 / modes[upper].sum())
+    assert abs(mean(upper) - mean(lower)) < 3 * scatter  # flat up to half the Nyquist frequency
+    _, raw, _ = stats.power_spectrum(rho - 1.0, mesh, box)
+    assert np.mean(raw[upper]) < 0.9 * shot  # without compensation the window suppresses it
+
+
+def test_cross_spectrum_of_a_field_with_itself_is_its_auto_spectrum():
+    field = jnp.asarray(gaussian_field(32, 100.0, lambda k: k**-2, 2))
+    mesh = parallel.make_mesh((1, 1))
+    _, auto, _ = stats.power_spectrum(field, mesh, 100.0, compensate_cic=True)
+    _, cross, _ = stats.power_spectrum(field, mesh, 100.0, field2=field, compensate_cic=True)
+    np.testing.assert_allclose(cross, auto, rtol=1e-6)
+    np.testing.assert_allclose(stats.correlation_coefficient(cross, auto, auto), 1.0, rtol=1e-6)
+
+
+def flat_gaussian_map(n, fov_deg, cl, seed):
+    """A flat-sky Gaussian map (n, n) with angular spectrum cl(ell)."""
+    pixel = np.radians(fov_deg) / n
+    ell = 2 * np.pi * np.fft.fftfreq(n, d=pixel)
+    ll = np.hypot(ell[:, None], ell[None, :])
+    amp = np.sqrt(np.where(ll > 0, cl(np.where(ll > 0, ll, 1)), 0) / pixel**2)
+    noise = np.random.default_rng(seed).normal(size=(n, n))
+    return np.fft.ifft2(np.fft.fft2(noise) * amp).real.astype(np.float32)
+
+
+def test_flat_sky_cl_of_a_gaussian_map_is_recovered():
+    n, fov = 128, 10.0
+    cl = lambda ell: 1e-9 * (ell / 100.0) ** -1.2  # noqa: E731
+    edges = stats.log_bin_edges(80, 2000, 8)
+    ell, measured, modes = stats.flat_sky_cl(jnp.asarray(flat_gaussian_map(n, fov, cl, 4)), fov, edges)
+    ratio = measured / cl(ell)
+    assert np.all(np.abs(ratio - 1) < 4 * np.sqrt(2 / modes))
+    sigma = 4.0
+    smoothed = stats.smooth_flat(jnp.asarray(flat_gaussian_map(n, fov, cl, 4)), fov, sigma)
+    _, after, _ = stats.flat_sky_cl(smoothed, fov, edges)
+    window = np.exp(-((ell * np.radians(sigma / 60)) ** 2))
+    resolved = window > 0.3  # where the bin-mean ℓ stands for the bin
+    assert resolved.sum() >= 4
+    np.testing.assert_allclose((after / measured)[resolved], window[resolved], rtol=0.05)
+
+
+def test_full_sky_cl_of_a_gaussian_map_is_recovered():
+    nside = 32
+    ell = np.arange(3 * nside)
+    cl = np.where(ell > 1, 1e-8 / (ell + 1.0) ** 1.5, 0)
+    kappa = healpy.synfast(cl, nside, new=True, pixwin=False)
+    edges = stats.log_bin_edges(4, 80, 6)
+    mean_ell, measured, modes = stats.full_sky_cl(kappa, edges)
+    expected, _, _ = stats._bin(np.where(ell > 0, ell, -1), cl, 2 * ell + 1.0, edges)[1], None, None
+    assert np.all(np.abs(measured / expected - 1) < 5 * np.sqrt(2 / modes))
+
+
+def test_shape_noise_has_the_requested_pixel_sigma():
+    n, fov, sigma_e, n_gal = 128, 2.0, 0.3, 20.0
+    noise = np.asarray(stats.shape_noise_flat(jax.random.key(0), n, fov, sigma_e, n_gal))
+    expected = sigma_e / np.sqrt(n_gal * (fov * 60 / n) ** 2)
+    assert abs(noise.std() / expected - 1) < 0.03
+    hp = stats.shape_noise_healpix(1, 16, sigma_e, n_gal)
+    expected_hp = sigma_e / np.sqrt(n_gal * healpy.nside2pixarea(16, degrees=True) * 3600)
+    assert abs(hp.std() / expected_hp - 1) < 0.05
+
+
+def test_peaks_and_pdf_on_maps_with_known_maxima():
+    m = np.zeros((16, 16), np.float32)
+    m[4, 4], m[10, 6], m[12, 12], m[0, 8] = 0.5, 1.5, 2.5, 9.0  # the last on the border
+    counts = stats.peak_counts_flat(jnp.asarray(m), np.array([0.0, 1.0, 2.0, 3.0, 10.0]))
+    np.testing.assert_array_equal(counts, [1, 1, 1, 0])
+    values = np.random.default_rng(0).normal(size=1000)
+    edges = np.linspace(-6, 6, 25)
+    assert abs(np.sum(stats.pdf(values, edges) * np.diff(edges)) - 1) < 1e-12
+    nside = 8
+    hp = np.zeros(healpy.nside2npix(nside))
+    hp[[10, 300, 700]] = [0.5, 1.5, 2.5]
+    np.testing.assert_array_equal(stats.peak_counts_healpix(hp, np.array([0.25, 1.0, 2.0, 3.0])), [1, 1, 1])
+
+
+@pytest.mark.parametrize("pdims", [(2, 4), (8, 1)])
+def test_statistics_on_8_devices_equal_one_device(pdims):
+    field = gaussian_field(32, 100.0, lambda k: k**-2, 5)
+    other = gaussian_field(32, 100.0, lambda k: k**-1, 6)
+    kappa = flat_gaussian_map(64, 5.0, lambda ell: 1e-9 * (ell / 100) ** -1, 7)
+    edges_ell = stats.log_bin_edges(72, 2300, 6)
+    edges_kappa = np.linspace(-3e-4, 3e-4, 13)
+    results = {}
+    for p in [(1, 1), pdims]:
+        mesh = parallel.make_mesh(p)
+        f = jax.device_put(field, parallel.field_sharding(mesh))
+        g = jax.device_put(other, parallel.field_sharding(mesh))
+        k = jax.device_put(kappa, NamedSharding(mesh, P("x", "y")))
+        smoothed = stats.smooth_flat(k, 5.0, 3.0)
+        results[p] = [stats.power_spectrum(f, mesh, 100.0, compensate_cic=True)[1],
+                      stats.power_spectrum(f, mesh, 100.0, field2=g, compensate_cic=True,
+                                           compensate_cic2=False)[1],
+                      stats.flat_sky_cl(k, 5.0, edges_ell)[1],
+                      stats.pdf(smoothed, edges_kappa),
+                      stats.peak_counts_flat(smoothed, edges_kappa)]
+    for single, sharded in zip(results[1, 1], results[pdims]):
+        np.testing.assert_allclose(sharded, single, rtol=1e-5, atol=1e-5 * np.abs(single).max())
