@@ -1,4 +1,4 @@
-"""Campaign-level results: every run's summaries stacked along a ``run`` dimension
+"""Campaign-level results: every run's summaries (each statistic) stacked along a ``run`` dimension
 (``results/<campaign>/summaries.zarr``) and the manifest (``manifest.csv``)."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
         "run_config_hashes": [g.attrs["config_hash"] for g in groups],
         **store.software(), "started": started})
     store.write_coordinate(out, "run", np.array([s.run_id for s in specs]), "1", "run id")
-    for name in ("a", "k"):
+    names = sorted(first.array_keys())
+    coordinates = [n for n in names if tuple(first[n].metadata.dimension_names) == (n,)]
+    for name in coordinates:
         source = first[name]
         store.write_coordinate(out, name, source[:], source.attrs["units"], source.attrs["long_name"])
     parameters = campaigns.parameter_names(specs)
@@ -41,7 +43,7 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
     store.write_array(out, "paired", np.array([s.paired for s in specs]), ("run",), "1",
                       "phases inverted (partner of a pair)")
     per_run = " ".join(parameters + ["seed", "paired"])  # xarray reads them as coordinates
-    for name in ("pk", "pk_linear"):
+    for name in (n for n in names if n not in coordinates):  # every statistic, stacked by run
         source = first[name]
         dims = ("run",) + tuple(source.metadata.dimension_names)
         extra = {k: v for k, v in source.attrs.items() if k not in ("units", "long_name")}

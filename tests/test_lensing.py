@@ -11,8 +11,8 @@ import pytest
 
 from pmpipe import config, cosmology, lensing, lightcone, parallel, painting
 
-pyccl = pytest.importorskip("pyccl")  # a test dependency (pyproject [test])
-healpy = pytest.importorskip("healpy")
+import pyccl  # noqa: E402  (a test dependency, pyproject [test])
+import healpy  # noqa: E402
 
 C_KM_S = 299792.458
 

@@ -8,7 +8,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from pmpipe import painting, parallel, stats
 
-healpy = pytest.importorskip("healpy")
+import healpy  # noqa: E402
 
 
 def gaussian_field(n, box, power, seed):

@@ -26,6 +26,8 @@ def stage_resources(stage):
 
 
 def report_figures():
+    figures = ("pk", "slice") + (("kappa", "cl") if "lensing" in PLAN.stages else ())
+    campaign = ("pk_ratio", "peaks") if "lensing" in PLAN.stages else ("pk_ratio",)
     return expand(str(PLAN.campaign_dir / "report/{run}/{figure}.png"),
-                  run=PLAN.run_ids, figure=("pk", "slice")) + [
-        str(PLAN.campaign_dir / "report/pk_ratio.png")]
+                  run=PLAN.run_ids, figure=figures) + [
+        str(PLAN.campaign_dir / f"report/{name}.png") for name in campaign]

@@ -40,3 +40,30 @@ rule campaign_figures:
         PLAN.campaign_dir / "logs/campaign_figures.log",
     shell:
         "python -m pmpipe.report campaign {input} {output} > {log} 2>&1"
+
+
+rule lensing_figures:
+    input:
+        summaries=f"{RUN}/summaries.zarr",
+        lensing=f"{RUN}/lensing.zarr",
+    output:
+        kappa=report(PLAN.campaign_dir / "report/{run}/kappa.png",
+                     caption="../report/kappa.rst", category="Convergence maps", subcategory="{run}"),
+        cl=report(PLAN.campaign_dir / "report/{run}/cl.png",
+                  caption="../report/cl.rst", category="Convergence C_ell", subcategory="{run}"),
+    log:
+        f"{RUN}/logs/lensing_figures.log",
+    shell:
+        "python -m pmpipe.report lensing {input.summaries} {input.lensing} {output.kappa} {output.cl} > {log} 2>&1"
+
+
+rule peak_figures:
+    input:
+        PLAN.campaign_dir / "summaries.zarr",
+    output:
+        report(PLAN.campaign_dir / "report/peaks.png",
+               caption="../report/peaks.rst", category="Campaign"),
+    log:
+        PLAN.campaign_dir / "logs/peak_figures.log",
+    shell:
+        "python -m pmpipe.report peaks {input} {output} > {log} 2>&1"
