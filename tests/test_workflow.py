@@ -21,11 +21,14 @@ base:
   box: {box_size: 64.0, particles: 16}
   parallel: {pdims: [1, 2], halo_cells: 4}
   nbody: {steps: 3}
+  lightcone: {z_max: 0.05, plane_thickness: 32.0}
+  lensing: {source_redshifts: [0.05], flat_sky: {field_of_view: 20.0, pixels: 32}}
+  summaries: {kappa_range: [-0.01, 0.01]}
 design: {kind: fiducial}
 realisations: 2
 execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_gb: 2}
 """
-STAGES = ("ic", "nbody", "summaries")
+STAGES = ("ic", "nbody", "lensing", "summaries")
 
 
 def snakemake(workdir, *args, check=True):
@@ -67,8 +70,11 @@ def test_first_run_writes_every_store_manifest_and_figures(campaign):
         assert (results / run / "benchmarks" / "nbody.tsv").exists()
         assert (results / "report" / run / "pk.png").stat().st_size > 1000
         assert (results / "report" / run / "slice.png").stat().st_size > 1000
+        assert (results / "report" / run / "kappa.png").stat().st_size > 1000
+        assert (results / "report" / run / "cl.png").stat().st_size > 1000
     assert store.is_complete(results / "summaries.zarr")
     assert (results / "report" / "pk_ratio.png").exists()
+    assert (results / "report" / "peaks.png").exists()
     rows = list(csv.DictReader((results / "manifest.csv").open()))
     assert [r["run_id"] for r in rows] == runs
     assert all(r["status"] == "complete" for r in rows)
@@ -78,6 +84,7 @@ def test_first_run_writes_every_store_manifest_and_figures(campaign):
     ds = xr.open_zarr(results / "summaries.zarr")
     assert ds.pk.dims == ("run", "a", "k") and list(ds.run.values) == runs
     assert "seed" in ds.pk.coords
+    assert ds.cl.dims == ("run", "source", "ell") and ds.peaks.dims == ("run", "source", "smoothing", "kappa")
 
 
 def test_second_run_does_nothing(campaign):
@@ -94,7 +101,8 @@ def test_deleted_nbody_store_recomputes_only_that_run(campaign):
     snakemake(campaign)
     after = stamps(runs_dir)
     changed = {key for key in before if before[key] != after[key]}
-    assert changed == {("tiny-fiducial-r0", "nbody"), ("tiny-fiducial-r0", "summaries")}
+    assert changed == {("tiny-fiducial-r0", "nbody"), ("tiny-fiducial-r0", "lensing"),
+                       ("tiny-fiducial-r0", "summaries")}
 
 
 def test_store_without_marker_is_recomputed(campaign):
@@ -116,6 +124,7 @@ def test_report(campaign):
     out = snakemake(campaign, "--report", "report.html")
     html = (campaign / "report.html").read_text()
     assert "Power spectra" in html and "Density slices" in html, out.stderr[-2000:]
+    assert "Convergence maps" in html and "Convergence C_ell" in html
 
 
 def test_bad_campaign_stops_before_any_job(tmp_path):

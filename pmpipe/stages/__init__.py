@@ -56,9 +56,13 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
 
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    # validation itself runs JAX (lightcone geometry), so the host devices are requested from
+    # the file's pdims first, while the backend has not started
+    raw = config.read_mapping(config_path)
+    pdims = raw.get("config", {}).get("parallel", {}).get("pdims", (1, 1))
+    if isinstance(pdims, list | tuple) and all(isinstance(p, int) and p > 0 for p in pdims):
+        parallel.request_host_devices(math.prod(pdims))
     run_file = config.load_run_file(config_path)
-    pdims = run_file.config.parallel.pdims
-    parallel.request_host_devices(math.prod(pdims))
     if run_file.config.nbody.dtype == "float64":
         import jax
 

@@ -9,7 +9,8 @@ from pmpipe import workflow as pmw
 
 PLAN = pmw.prepare(config, locked=pmw.snakemake_locked(Path(".snakemake")),
                    prune=workflow.is_main_process)
-validate(PLAN.campaign_data, str(Path(workflow.basedir) / "workflow/schemas/campaign.schema.json"))
+validate(PLAN.campaign_data, str(Path(workflow.basedir) / "workflow/schemas/campaign.schema.json"),
+         set_default=False)  # pmpipe fills defaults; snakemake would descend into null sections
 
 RESULTS = pmw.RESULTS
 RUN = str(PLAN.campaign_dir / "{run}")
