@@ -24,12 +24,25 @@ from pmpipe import store  # noqa: E402
 SLAB_FRACTION = 0.1  # part of the box along z averaged in the density slice
 
 
+def _ratio_panels():
+    """A figure with a log-log panel above a ratio panel sharing the x axis."""
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(6, 6),
+                                      gridspec_kw={"height_ratios": (2, 1)})
+    bottom.axhline(1.0, color="grey", lw=0.5)
+    return fig, top, bottom
+
+
+def _save(fig, out_path) -> None:
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+
+
 def plot_power(summaries_path, out_path) -> None:
     """P(k) at each snapshot with linear theory and shot noise; ratio panel below."""
     g = store.open_complete(summaries_path)
     a, k_mean, pk, lin = g["a"][:], g["k_mean"][:], g["pk"][:], g["pk_linear"][:]
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(6, 6),
-                                      gridspec_kw={"height_ratios": (2, 1)})
+    fig, top, bottom = _ratio_panels()
     colours = plt.cm.viridis(np.linspace(0, 0.9, a.size))
     for i, c in enumerate(colours):
         top.loglog(k_mean, pk[i], color=c, label=f"a = {a[i]:.3g}")
@@ -39,12 +52,9 @@ def plot_power(summaries_path, out_path) -> None:
     top.set_ylabel("P(k) [(Mpc/h)³]")
     top.legend(fontsize="small")
     top.set_title(f"{g.attrs['run_id']}: matter power spectrum (dashed: linear)")
-    bottom.axhline(1.0, color="grey", lw=0.5)
     bottom.set_xlabel("k [h/Mpc]")
     bottom.set_ylabel("P / P_lin")
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    _save(fig, out_path)
 
 
 def plot_slice(nbody_path, out_path) -> None:
@@ -63,9 +73,7 @@ def plot_slice(nbody_path, out_path) -> None:
     ax.set_xlabel("x [Mpc/h]")
     ax.set_ylabel("y [Mpc/h]")
     ax.set_title(f"{g.attrs['run_id']}, a = {g['a'][-1]:.3g}")
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    _save(fig, out_path)
 
 
 def plot_campaign(summaries_path, out_path) -> None:
@@ -81,9 +89,7 @@ def plot_campaign(summaries_path, out_path) -> None:
     ax.set_ylabel("P(k) / D² P_lin(k)")
     ax.set_title(f"{g.attrs['campaign']}: a = {g['a'][-1]:.3g}")
     ax.legend(fontsize="x-small", ncol=2)
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    _save(fig, out_path)
 
 
 def plot_kappa(lensing_path, out_path) -> None:
@@ -100,7 +106,7 @@ def plot_kappa(lensing_path, out_path) -> None:
         fig.colorbar(image, ax=ax, label="κ")
         ax.set_xlabel("θx [deg]")
         ax.set_ylabel("θy [deg]")
-        ax.set_title(f"{g.attrs['run_id']}: convergence, source {sources[-1]}")
+        ax.set_title(f"{g.attrs['run_id']}\nconvergence, source {sources[-1]}", fontsize="medium")
         fig.tight_layout()
         fig.savefig(out_path, dpi=100)
         plt.close(fig)
@@ -118,22 +124,18 @@ def plot_cl(summaries_path, out_path) -> None:
     g = store.open_complete(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
     ell, cl, lin = g["ell" + suffix][:], g["cl" + suffix][:], g["cl_linear" + suffix][:]
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(6, 6),
-                                      gridspec_kw={"height_ratios": (2, 1)})
+    fig, top, bottom = _ratio_panels()
     for i, source in enumerate(g["source"][:]):
         line = top.loglog(ell, ell * (ell + 1) * cl[i] / (2 * np.pi), label=str(source))[0]
         top.loglog(ell, ell * (ell + 1) * lin[i] / (2 * np.pi), color=line.get_color(), ls="--")
         bottom.semilogx(ell, cl[i] / lin[i], color=line.get_color())
     top.set_ylabel("ℓ(ℓ+1) C_ℓ / 2π")
     top.legend(fontsize="small")
-    top.set_title(f"{g.attrs['run_id']}: convergence C_ℓ{' (HEALPix)' if suffix else ''} "
-                  "(dashed: Limber, linear P)")
-    bottom.axhline(1.0, color="grey", lw=0.5)
+    top.set_title(f"{g.attrs['run_id']}: convergence C_ℓ{' (HEALPix)' if suffix else ''}\n"
+                  "dashed: Limber with the linear P(k)", fontsize="medium")
     bottom.set_xlabel("ℓ")
     bottom.set_ylabel("C_ℓ / C_ℓ,lin")
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    _save(fig, out_path)
 
 
 def plot_peaks(summaries_path, out_path) -> None:
@@ -158,9 +160,7 @@ def plot_peaks(summaries_path, out_path) -> None:
     left.legend(fontsize="small")
     scale = g["smoothing"][0]
     fig.suptitle(f"{g.attrs['campaign']}: source {g['source'][-1]}, smoothing {scale:g} arcmin")
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    _save(fig, out_path)
 
 
 def main(argv=None) -> int:

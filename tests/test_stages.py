@@ -149,3 +149,23 @@ def test_host_devices_requested_only_when_unset(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", parallel.HOST_DEVICES_FLAG + "=8")
     parallel.request_host_devices(2)
     assert __import__("os").environ["XLA_FLAGS"] == parallel.HOST_DEVICES_FLAG + "=8"
+
+
+def test_lensing_store_labels_and_full_sky_mean(runs):
+    run_dir = runs[1, 1]
+    nb = xr.open_zarr(run_dir / "nbody.zarr")
+    assert nb.lightcone_density.dims == ("plane", "u", "v") and nb.plane.attrs["units"] == "Mpc/h"
+    assert np.all(np.diff(nb.plane_a.values) < 0)  # farther planes are crossed earlier
+    lens = xr.open_zarr(run_dir / "lensing.zarr")
+    assert list(lens.source.values) == ["z=0.03", "z=0.05"]
+    np.testing.assert_allclose(lens.z_source.values, [0.03, 0.05])
+    assert lens.kappa.dims == ("source", "theta_x", "theta_y") and lens.theta_x.attrs["units"] == "deg"
+    hp = lens.kappa_healpix
+    assert hp.dims == ("source", "pixel") and hp.attrs["grid_name"] == "HEALPix"
+    assert hp.attrs["nside"] == 8 and hp.attrs["nest"] is False and hp.shape[1] == 768
+    for kappa in hp.values:  # every shell has zero mean, so has κ
+        assert abs(kappa.astype(np.float64).mean()) < 1e-6 * np.abs(kappa).max()
+    sm = xr.open_zarr(run_dir / "summaries.zarr")
+    assert sm.peaks.dims == ("source", "smoothing", "kappa") and sm.kappa_lo.dims == ("kappa",)
+    assert sm.cl_healpix.dims == ("source", "ell_healpix") and np.all(np.isfinite(sm.r_initial.values[:3]))
+    assert 0.9 < sm.r_initial.values[0] <= 1.0 + 1e-6  # the largest scales stay linear

@@ -160,7 +160,7 @@ def write_lensing_statistics(group, cfg: config.Run, lens, mesh: Mesh) -> None:
             noise = [stats.shape_noise_healpix([cfg.ic.seed, i], nside, summ.shape_noise.sigma_e,
                                                summ.shape_noise.n_gal) for i in range(len(sources))]
         maps.append(("_healpix", ell_edges_healpix(cfg), kappa, noise,
-                     lambda k: stats.full_sky_cl(k, ell_edges_healpix(cfg)),
+                     lambda k: stats.full_sky_cl(k, ell_edges_healpix(cfg), pixel_window=True),
                      stats.smooth_healpix, stats.peak_counts_healpix))
     power = cfg.linear_power()
     for suffix, ell_edges, kappa, noise, cl_of, smooth, peaks_of in maps:
@@ -172,7 +172,8 @@ def write_lensing_statistics(group, cfg: config.Run, lens, mesh: Mesh) -> None:
         spectra = [cl_of(k) for k in kappa]
         ell_mean = np.stack([s[0] for s in spectra])
         store.write_array(group, "cl" + suffix, np.stack([s[1] for s in spectra]), ("source", ell_dim),
-                          "sr", "angular power spectrum of kappa (no noise)")
+                          "sr", "angular power spectrum of kappa (no noise)"
+                          + (", HEALPix pixel window divided out" if suffix else ""))
         store.write_array(group, "cl_modes" + suffix, spectra[0][2], (ell_dim,), "1",
                           "number of multipole modes in the bin")
         theory = [lensing.limber_convergence_cl(cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power, table)
