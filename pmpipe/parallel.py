@@ -67,3 +67,48 @@ def request_host_devices(n: int) -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if n > 1 and not re.search(rf"{HOST_DEVICES_FLAG}=\d+", flags):
         os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()
+
+
+def launcher_processes(environ=None) -> tuple[str, int]:
+    """How this process was launched and how many processes the launch has: ('slurm', n) under
+    srun, ('mpi', n) under mpiexec (MPICH / Open MPI variables), else ('single', 1)."""
+    env = os.environ if environ is None else environ
+    if "SLURM_STEP_ID" in env and int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1"))) > 1:
+        return "slurm", int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS")))
+    for size in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        if int(env.get(size, "1")) > 1:
+            return "mpi", int(env[size])
+    return "single", 1
+
+
+def start_processes(total_devices: int) -> tuple[str, int]:
+    """Start JAX in this process for a run on ``total_devices`` devices: on CPU each process
+    asks for its share of host devices; with several processes, jax.distributed joins them
+    (SLURM detection under srun, mpi4py under mpiexec) with gloo collectives on CPU. Must run
+    before JAX's first computation. Returns (launcher, processes)."""
+    launcher, processes = launcher_processes()
+    if total_devices % processes:
+        raise ValueError(f"parallel.pdims needs {total_devices} devices, which {processes} "
+                         f"processes cannot share evenly; launch a divisor of {total_devices}")
+    request_host_devices(total_devices // processes)
+    if processes > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None)
+    return launcher, processes
+
+
+def barrier(name: str) -> None:
+    """Wait until every process reaches this point (no-op with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def to_host(x) -> np.ndarray:
+    """A (small) JAX array as numpy on every process, gathering the blocks other processes hold."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)

@@ -8,6 +8,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pmpipe import fft
+from pmpipe.parallel import to_host
 from pmpipe.painting import cic_compensation
 
 
@@ -91,7 +92,7 @@ def flat_sky_cl(kappa, fov_deg: float, ell_edges, kappa2=None):
     A the map's area (sr). Returns numpy (ell_mean, cl, modes) per bin; ℓ = 0 excluded."""
     n = kappa.shape[0]
     ell, pixel = _flat_wavenumbers(n, fov_deg)
-    power = np.asarray(_cross_power_2d(kappa, kappa if kappa2 is None else kappa2), np.float64)
+    power = to_host(_cross_power_2d(kappa, kappa if kappa2 is None else kappa2)).astype(np.float64)
     power *= pixel**4 / (n * pixel) ** 2
     ell = np.where(ell > 0, ell, -1.0)  # the mean is no multipole
     return _bin(ell, power, np.ones_like(power), ell_edges)
@@ -184,8 +185,8 @@ def _is_peak(kappa):
 def peak_counts_flat(kappa, edges) -> np.ndarray:
     """Histogram of the heights of the local maxima of a flat-sky map (n, n) (higher than all 8
     neighbours; border pixels excluded)."""
-    peaks = np.asarray(_is_peak(kappa))
-    return _histogram(np.asarray(kappa)[peaks], edges)
+    peaks = to_host(_is_peak(kappa))
+    return _histogram(to_host(kappa)[peaks], edges)
 
 
 def peak_counts_healpix(kappa_map, edges) -> np.ndarray:
@@ -203,5 +204,5 @@ def peak_counts_healpix(kappa_map, edges) -> np.ndarray:
 def pdf(values, edges) -> np.ndarray:
     """Probability density of the values in the bins (counts / (all values x bin width));
     values outside the edges count in the total only."""
-    values = np.asarray(values, np.float64).ravel()
+    values = to_host(values).astype(np.float64).ravel()
     return _histogram(values, edges) / (values.size * np.diff(edges))

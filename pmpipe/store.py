@@ -93,14 +93,22 @@ def provenance(run_file: config.RunFile, stage: str, mesh: Mesh, started: str) -
     }
 
 
+def _writer() -> bool:
+    """Whether this process writes metadata and replicated data (process 0 of the run)."""
+    return jax.process_index() == 0
+
+
 def create(path: str | Path, attrs: dict) -> zarr.Group:
-    """A new, empty store at path with root attributes attrs; an older store there is removed."""
+    """A new, empty store at path with root attributes attrs; an older store there is removed.
+    Process 0 creates it; the others open it once it exists."""
     path = Path(path)
-    if path.exists():
-        shutil.rmtree(path)
-    group = zarr.open_group(path, mode="w", zarr_format=3)
-    group.attrs.update(attrs)
-    return group
+    if _writer():
+        if path.exists():
+            shutil.rmtree(path)
+        group = zarr.open_group(path, mode="w", zarr_format=3)
+        group.attrs.update(attrs)
+    parallel.barrier(f"create {path}")
+    return group if _writer() else zarr.open_group(path, mode="r+")
 
 
 def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, dims: tuple[str, ...],
@@ -111,19 +119,27 @@ def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, di
     if len(dims) != len(shape):
         raise ValueError(f"{name}: {len(dims)} dimension names for a {len(shape)}-d array")
     dtype = str if np.dtype(dtype).kind == "U" else np.dtype(dtype)
-    return group.create_array(name, shape=tuple(shape), dtype=dtype,
-                              chunks=tuple(chunks or shape), dimension_names=dims,
-                              attributes={"units": units, "long_name": long_name, **attrs})
+    if _writer():
+        group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=tuple(chunks or shape),
+                           dimension_names=dims,
+                           attributes={"units": units, "long_name": long_name, **attrs})
+    parallel.barrier(f"create_array {name}")
+    return zarr.open_array(group.store, path=_child(group, name), mode="r+")
+
+
+def _child(group: zarr.Group, name: str) -> str:
+    """Store path of a group's child array."""
+    return f"{group.path}/{name}".lstrip("/")
 
 
 def write_blocks(array: zarr.Array, data, leading: tuple[int, ...] = ()) -> None:
     """Write data into array[leading + ...]: a sharded JAX array block by block (only the
-    blocks this process holds, one replica each), or a numpy array at once."""
-    if isinstance(data, jax.Array):
+    blocks this process holds, one replica each), or a numpy array at once by process 0."""
+    if isinstance(data, jax.Array) and not data.is_fully_replicated:
         for shard in data.addressable_shards:
             if shard.replica_id == 0:
                 array[tuple(leading) + tuple(shard.index)] = np.asarray(shard.data)
-    else:
+    elif _writer():
         array[tuple(leading) + (Ellipsis,)] = np.asarray(data)
 
 
@@ -149,12 +165,18 @@ def write_coordinate(group: zarr.Group, name: str, values, units: str, long_name
 
 
 def mark_complete(group: zarr.Group) -> None:
-    """Consolidate the metadata, record the end time, then write the marker: the last act."""
+    """Once every process has written its blocks, process 0 consolidates the metadata, records
+    the end time, then writes the marker: the last act."""
+    parallel.barrier("blocks written")
+    if not _writer():
+        parallel.barrier("marker written")
+        return
     with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
         warnings.simplefilter("ignore")
         zarr.consolidate_metadata(group.store)
     finished = now()
     zarr.open_group(group.store, mode="r+").attrs.update({"finished": finished, COMPLETE: finished})
+    parallel.barrier("marker written")
 
 
 def is_complete(path: str | Path) -> bool:

@@ -49,19 +49,20 @@ class Progress:
 def run_stage(stage: str, config_path: str | Path) -> Path:
     """Run one stage of the run described by config_path; returns the path of its store.
 
-    Validates config.json first; on CPU the run's px * py devices come from XLA_FLAGS (set
-    here when absent, before JAX starts its backend).
+    Under srun or mpiexec with several processes, joins them first (parallel.start_processes);
+    on CPU each process's share of the run's px * py devices comes from XLA_FLAGS (set here
+    when absent, before JAX starts its backend). Then validates config.json.
     """
     from pmpipe import config, parallel
 
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-    # validation itself runs JAX (lightcone geometry), so the host devices are requested from
-    # the file's pdims first, while the backend has not started
+    # validation itself runs JAX (lightcone geometry), so the processes and host devices are
+    # set up from the file's pdims first, while the backend has not started
     raw = config.read_mapping(config_path)
     pdims = raw.get("config", {}).get("parallel", {}).get("pdims", (1, 1))
-    if isinstance(pdims, list | tuple) and all(isinstance(p, int) and p > 0 for p in pdims):
-        parallel.request_host_devices(math.prod(pdims))
+    valid = isinstance(pdims, list | tuple) and all(isinstance(p, int) and p > 0 for p in pdims)
+    launcher, processes = parallel.start_processes(math.prod(pdims) if valid else 1)
     run_file = config.load_run_file(config_path)
     if run_file.config.nbody.dtype == "float64":
         import jax
@@ -69,7 +70,12 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
         jax.config.update("jax_enable_x64", True)
     module = importlib.import_module(f"pmpipe.stages.{stage}")
     progress = Progress(stage, run_file.run_id)
-    mesh = parallel.make_mesh(pdims)
+    if processes > 1:
+        import jax
+
+        progress(f"process {jax.process_index()} of {processes} ({launcher}): "
+                 f"{jax.local_device_count()} local of {jax.device_count()} devices")
+    mesh = parallel.make_mesh(run_file.config.parallel.pdims)
     path = module.run(run_file, Path(config_path).parent, mesh, progress)
     progress(f"wrote {path}")
     return path
