@@ -25,3 +25,21 @@ def rel_diff(a, b):
 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A real one-node SLURM cluster with accounting and 2 fake GPUs (tests/slurm_cluster.py),
+    installed with apt when missing and possible, stopped at the end of the session. Skips
+    with what is missing where it cannot run; under CI=true that is a failure instead."""
+    import slurm_cluster
+
+    problem = slurm_cluster.install()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm"))
+    cluster.start()
+    yield cluster
+    cluster.stop()

@@ -1,6 +1,6 @@
 """Several processes form one device mesh: the stages under `mpiexec -n 2` (MPICH from PyPI,
-gloo collectives on CPU) write the same stores as one process, each process writing only its
-own blocks."""
+gloo collectives on CPU) and under `srun -n 2` on the test SLURM cluster write the same stores
+as one process, each process writing only its own blocks."""
 
 import json
 import os
@@ -31,31 +31,34 @@ def test_launcher_is_read_from_the_environment():
     assert parallel.launcher_processes({"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}) == ("single", 1)
 
 
-def _run(stage, config_path, processes):
+def _run(stage, config_path, launcher=()):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # each process sets its share
-    launcher = [shutil.which("mpiexec"), "-n", str(processes)] if processes > 1 else []
     out = subprocess.run([*launcher, sys.executable, "-m", f"pmpipe.stages.{stage}", str(config_path)],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stderr
 
 
-def test_two_processes_write_the_stores_of_one(tmp_path):
-    assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
-    run = config.Run.model_validate(RUN)
-    paths = {}
-    for processes in (1, 2):
-        run_dir = tmp_path / f"p{processes}"
-        run_dir.mkdir()
-        paths[processes] = run_dir / "config.json"
-        paths[processes].write_text(config.RunFile.build("mp", run_dir.name, 0, {}, run).to_json())
-        for stage in stages.run_stages(run):
-            log = _run(stage, paths[processes], processes)
-            if processes == 2:
-                assert "process 1 of 2 (mpi): 2 local of 4 devices" in log
-    for stage in stages.run_stages(run):
-        one = zarr.open_group(tmp_path / "p1" / f"{stage}.zarr", mode="r")
-        two = zarr.open_group(tmp_path / "p2" / f"{stage}.zarr", mode="r")
+def _write_config(run_dir):
+    run_dir.mkdir()
+    path = run_dir / "config.json"
+    path.write_text(config.RunFile.build("mp", run_dir.name, 0, {}, config.Run.model_validate(RUN)).to_json())
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """Every stage of RUN in one process (4 host devices): the reference stores."""
+    path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
+    for stage in stages.run_stages(config.Run.model_validate(RUN)):
+        _run(stage, path)
+    return path.parent
+
+
+def _assert_same_stores(one_dir, two_dir, stage_names):
+    for stage in stage_names:
+        one = zarr.open_group(one_dir / f"{stage}.zarr", mode="r")
+        two = zarr.open_group(two_dir / f"{stage}.zarr", mode="r")
         assert "pmpipe_complete" in two.attrs and two.attrs["process_count"] == 2
         assert sorted(one.array_keys()) == sorted(two.array_keys())
         for name in one.array_keys():
@@ -66,7 +69,25 @@ def test_two_processes_write_the_stores_of_one(tmp_path):
             assert np.array_equal(np.isnan(x), np.isnan(y)), (stage, name)
             scale = max(float(np.nanmax(np.abs(x))), 1e-30)
             assert np.nanmax(np.abs(x - y)) <= 1e-5 * scale, (stage, name)
-    assert json.loads(paths[2].read_text())["config"]["parallel"]["pdims"] == [2, 2]
+
+
+def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_path):
+    assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
+    path = _write_config(tmp_path / "p2")
+    names = stages.run_stages(config.Run.model_validate(RUN))
+    for stage in names:
+        log = _run(stage, path, [shutil.which("mpiexec"), "-n", "2"])
+        assert "process 1 of 2 (mpi): 2 local of 4 devices" in log
+    _assert_same_stores(one_process, path.parent, names)
+    assert json.loads(path.read_text())["config"]["parallel"]["pdims"] == [2, 2]
+
+
+def test_two_processes_under_srun_write_the_stores_of_one(slurm, one_process, tmp_path):
+    path = _write_config(tmp_path / "p2")
+    for stage in ("ic", "nbody"):
+        log = _run(stage, path, ["srun", "-n", "2", "-p", "pmpipe", "-t", "10"])
+        assert "process 1 of 2 (slurm): 2 local of 4 devices" in log
+    _assert_same_stores(one_process, path.parent, ("ic", "nbody"))
 
 
 def test_devices_must_divide_among_processes(monkeypatch):
