@@ -154,6 +154,8 @@ SECONDS_PER_CELL_STEP = 4e-8
 IC_STEPS = 4
 GPU_SPEEDUP = 50.0
 STARTUP_SECONDS = 10.0
+MIN_RUNTIME_MINUTES = 10  # least wall time asked for: queue start, imports, compilation, file
+                          # system latency vary by site and are not in the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,8 +217,10 @@ def check_fits(camp: config.Campaign) -> None:
 
 
 def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.Execution) -> dict:
-    """Snakemake resources of a stage, by the SLURM executor plugin's names (mem_mb per node,
-    runtime in minutes with the safety factor), plus ``devices`` (px py) for the local profile.
+    """Resources of a stage: ``gpu`` per node, ``nodes``, ``tasks_per_node`` (one process per
+    GPU; on cpu execution.processes_per_node), ``cpus_per_task``, ``mem_mb`` per node,
+    ``runtime`` in minutes with the safety factor (at least MIN_RUNTIME_MINUTES), and
+    ``devices`` (px py). pmpipe.launch turns them into the SLURM plugin's.
 
     Every stage asks for the run's peak memory (that of the nbody stage; the ICs' peak is part
     of the calibration); runtimes differ per stage.
@@ -226,14 +230,20 @@ def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.E
         raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
     est = estimate(run, execution)
     gpu = execution.platform == "gpu"
-    tasks = min(est.devices, execution.devices_per_node) if gpu else 1
+    if gpu:
+        tasks = min(est.devices, execution.devices_per_node)
+        memory = est.memory_per_device_bytes * tasks
+    else:  # the fields split over the processes; each process has its own overhead
+        tasks = min(est.devices, execution.processes_per_node)
+        memory = est.memory_per_device_bytes + (tasks - 1) * PROCESS_OVERHEAD_BYTES["cpu"]
     return {
         "gpu": tasks if gpu else 0,
         "nodes": est.nodes,
         "tasks_per_node": tasks,
         "cpus_per_task": execution.cpus_per_task,
-        "mem_mb": max(1000, math.ceil(est.memory_per_device_bytes * tasks / 1e6)),
-        "runtime": max(1, math.ceil(est.runtime_s[stage] * execution.runtime_safety / 60)),
+        "mem_mb": max(1000, math.ceil(memory / 1e6)),
+        "runtime": max(MIN_RUNTIME_MINUTES,
+                       math.ceil(est.runtime_s[stage] * execution.runtime_safety / 60)),
         "devices": est.devices,
     }
 

@@ -48,6 +48,68 @@ def _collect(args) -> int:
     return 0
 
 
+def _submit(args) -> int:
+    import os
+
+    from pmpipe import aggregate, campaign, config, launch, parallel, site, stages
+
+    camp = config.load_campaign(args.campaign)
+    campaign.check_fits(camp)
+    slurm_site = site.load_site(args.site, os.environ)
+    specs = campaign.expand(camp)
+    if args.run:
+        known = {s.run_id for s in specs}
+        unknown = [r for r in args.run if r not in known]
+        if unknown:
+            raise config.ConfigError(f"--run {', '.join(unknown)}: not a run of {args.campaign} "
+                                     f"(its runs: {', '.join(sorted(known))})")
+        specs = [s for s in specs if s.run_id in args.run]
+    if args.stage and len(specs) != 1:
+        raise config.ConfigError("--stage submits one stage of one run: name the run with --run")
+    if args.max_parallel < 1:
+        raise config.ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
+    folder = (args.logs or args.results / camp.name / "logs" / "submitit").absolute()
+    if args.dry_run:
+        if args.stage:
+            print(launch.sbatch_script(launch.campaign_job(camp, specs[0], slurm_site, args.stage),
+                                       folder, python=sys.executable))
+        else:
+            job = launch.array_job(camp, specs, slurm_site)
+            print(launch.sbatch_script(job, folder, python=sys.executable, array_size=len(specs),
+                                       array_parallelism=args.max_parallel))
+        return 0
+    campaign.write_run_files(camp, args.results)
+    parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
+    if args.stage:
+        jobs = [launch.submit_stage(camp, specs[0], args.stage, args.results, folder, slurm_site)]
+    else:
+        done = [s for s in specs
+                if stages.run_status(args.results / camp.name / s.run_id) == "complete"]
+        for spec in done:
+            print(f"{spec.run_id}: complete, not submitted")
+        specs = [s for s in specs if s not in done]
+        jobs = (launch.submit_campaign(camp, specs, args.results, folder, slurm_site,
+                                       args.max_parallel) if specs else [])
+    for spec, job in zip(specs, jobs):
+        print(f"{spec.run_id}: SLURM job {job.job_id}, log {job.paths.stdout}")
+    if not args.wait:
+        return 0
+    failed = 0
+    for spec, job in zip(specs, jobs):
+        try:
+            job.results()  # one result per task (process)
+        except Exception as err:  # submitit raises its own errors for failed or lost jobs
+            failed += 1
+            print(f"error: {spec.run_id}: SLURM job {job.job_id} failed ({type(err).__name__}); "
+                  f"log: {job.paths.stdout}", file=sys.stderr)
+    if failed:
+        return 1
+    if not args.stage and not args.run:
+        out = aggregate.collect(args.campaign, args.results)
+        print(f"wrote {out / 'summaries.zarr'} and {out / 'manifest.csv'}")
+    return 0
+
+
 def _bench(args) -> int:
     from pmpipe import bench
 
@@ -87,6 +149,27 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("campaign", help="campaign file (YAML or JSON)")
     collect.add_argument("--results", type=Path, default=Path("results"), help="results folder")
     collect.set_defaults(func=_collect)
+
+    submit = sub.add_parser(
+        "submit", help="submit runs to SLURM with submitit: a campaign as a job array (every "
+                       "stage of a run in one job), or one stage of one run")
+    submit.add_argument("campaign", help="campaign file (YAML or JSON)")
+    submit.add_argument("--run", action="append", metavar="RUN_ID",
+                        help="only this run (repeatable); default every run not yet complete")
+    submit.add_argument("--stage", choices=STAGES, help="only this stage of the one --run")
+    submit.add_argument("--site", type=Path, default=Path("profiles/slurm/site.yaml"),
+                        help="site settings file (default profiles/slurm/site.yaml; "
+                             "PMPIPE_SITE and PMPIPE_SLURM_* variables win)")
+    submit.add_argument("--results", type=Path, default=Path("results"), help="results folder")
+    submit.add_argument("--logs", type=Path,
+                        help="submitit folder (default results/<campaign>/logs/submitit)")
+    submit.add_argument("--max-parallel", type=int, default=64,
+                        help="array elements running at once (default 64)")
+    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
+    submit.add_argument("--wait", action="store_true",
+                        help="wait for the jobs; exit 1 naming the log of any that failed; "
+                             "then collect the campaign store when every run was submitted")
+    submit.set_defaults(func=_submit)
 
     bench = sub.add_parser("bench", help="measure speed and memory, write JSON")
     bench.add_argument("target", choices=["nbody"], help="what to benchmark")

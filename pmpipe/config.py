@@ -530,6 +530,9 @@ class Execution(_Model):
                                 "process may use, all its XLA host devices together")
     devices_per_node: int = Field(
         1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use")
+    processes_per_node: int = Field(
+        1, ge=1, description="on cpu: processes per node (srun tasks) sharing the node's "
+                             "devices_per_node host devices equally; on gpu it is one per GPU")
     cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
     runtime_safety: float = Field(
         3.0, ge=1, description="factor applied to the runtime estimate in resource requests")
@@ -564,6 +567,11 @@ class Campaign(_Model):
                 f"base.parallel.pdims needs {devices} devices but execution.devices_per_node = "
                 f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
                 "or use fewer devices")
+        processes = min(devices, self.execution.processes_per_node)
+        if self.execution.platform == "cpu" and devices % processes:
+            raise ValueError(
+                f"base.parallel.pdims needs {devices} devices, which "
+                f"execution.processes_per_node = {processes} processes cannot share evenly")
         return self
 
 

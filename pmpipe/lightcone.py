@@ -84,14 +84,19 @@ class Planes:
         return self.chi.size
 
 
+# compiled once per shape (cosmologies are traced): validating a campaign's runs stays cheap
+_comoving_distance = jax.jit(cosmology.comoving_distance)
+_scale_factor_at_distance = jax.jit(cosmology.scale_factor_at_distance)
+
+
 def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None) -> Planes:
     """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
     table = cosmology.growth_table(cosmo) if table is None else table
-    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
+    chi_max = float(_comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
     n = max(1, math.ceil(chi_max / thickness - 1e-9))
     edges = np.arange(n + 1) * thickness
     centres = 0.5 * (edges[1:] + edges[:-1])
-    a = np.asarray(cosmology.scale_factor_at_distance(cosmo, centres, table), dtype=np.float64)
+    a = np.asarray(_scale_factor_at_distance(cosmo, centres, table), dtype=np.float64)
     return Planes(edges, centres, a)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import jax
@@ -69,6 +70,25 @@ def request_host_devices(n: int) -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()
 
 
+COMPILATION_CACHE = "JAX_COMPILATION_CACHE_DIR"
+
+
+def use_compilation_cache(folder: str | Path) -> Path:
+    """JAX's persistent compilation cache in ``folder`` for this process and every process it
+    starts, unless JAX_COMPILATION_CACHE_DIR names a folder already (that one is used).
+
+    Stage processes of runs of one size then load their XLA programs instead of compiling them
+    again: at the quick-start size this halves an nbody job. Process 0 writes entries; an
+    entry that cannot be read is compiled again (JAX warns). Returns the folder in use."""
+    path = Path(os.environ.get(COMPILATION_CACHE) or Path(folder).absolute())
+    os.environ[COMPILATION_CACHE] = str(path)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+    return path
+
+
 def launcher_processes(environ=None) -> tuple[str, int]:
     """How this process was launched and how many processes the launch has: ('slurm', n) under
     srun, ('mpi', n) under mpiexec (MPICH / Open MPI variables), else ('single', 1)."""
@@ -85,13 +105,14 @@ def start_processes(total_devices: int) -> tuple[str, int]:
     """Start JAX in this process for a run on ``total_devices`` devices: on CPU each process
     asks for its share of host devices; with several processes, jax.distributed joins them
     (SLURM detection under srun, mpi4py under mpiexec) with gloo collectives on CPU. Must run
-    before JAX's first computation. Returns (launcher, processes)."""
+    before JAX's first computation; later calls in the same process (several stages in one
+    job) find the processes joined already. Returns (launcher, processes)."""
     launcher, processes = launcher_processes()
     if total_devices % processes:
         raise ValueError(f"parallel.pdims needs {total_devices} devices, which {processes} "
                          f"processes cannot share evenly; launch a divisor of {total_devices}")
     request_host_devices(total_devices // processes)
-    if processes > 1:
+    if processes > 1 and not jax.distributed.is_initialized():
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None)
     return launcher, processes

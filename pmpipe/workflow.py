@@ -1,29 +1,32 @@
 """What the Snakefile needs from pmpipe: the validated campaign, its runs, their config.json
 files, per-rule resources, and the removal of stores left without a completion marker.
 
-The Snakemake config holds one key, ``campaign``: the campaign file (default
-config/quickstart.yaml), e.g. ``snakemake --config campaign=config/examples/grid.yaml``.
+The Snakemake config holds the key ``campaign``: the campaign file (default
+config/quickstart.yaml), e.g. ``snakemake --config campaign=config/examples/grid.yaml``; the
+slurm profiles add ``site`` (profiles/slurm/site.yaml, pmpipe.site), which turns the resources
+into the SLURM plugin's and multi-process stages into srun steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 from pathlib import Path
 
 from pmpipe import campaign as campaigns
-from pmpipe import config, stages, store
+from pmpipe import config, launch, site, stages, store
 
 DEFAULT_CAMPAIGN = Path("config/quickstart.yaml")
 RESULTS = Path("results")
-RESOURCE_KEYS = ("gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime")
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A campaign ready for Snakemake: its file and data (for schema validation), folder,
-    run ids, the stages every run goes through and resources per (run id, stage)."""
+    run ids, the stages every run goes through and resources per (run id, stage), all with the
+    same keys."""
 
     campaign_file: Path
     campaign_data: dict
@@ -35,12 +38,21 @@ class Plan:
 
 def campaign_file(snakemake_config: dict) -> Path:
     """The campaign file named by the Snakemake config (``campaign=<path>``)."""
-    extra = sorted(set(snakemake_config) - {"campaign"})
+    extra = sorted(set(snakemake_config) - {"campaign", "site"})
     if extra:
         raise config.ConfigError(
             f"unknown Snakemake config key(s) {', '.join(extra)}: pass the campaign file as "
-            "--config campaign=<file.yaml>")
+            "--config campaign=<file.yaml> (and site settings under 'site')")
     return Path(snakemake_config.get("campaign", DEFAULT_CAMPAIGN))
+
+
+def site_settings(snakemake_config: dict, environ) -> site.Site | None:
+    """The SLURM site settings: the config's ``site`` section (the slurm profile's
+    site.yaml) with the PMPIPE_SLURM_* variables applied; None without a site section."""
+    if "site" not in snakemake_config:
+        return None
+    section = snakemake_config["site"] or {}
+    return site.from_mapping(section, environ, "site section of the Snakemake config")
 
 
 def snakemake_locked(snakemake_dir: Path) -> bool:
@@ -60,7 +72,7 @@ def prune_incomplete(run_dir: Path) -> list[Path]:
 
 
 def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
-            results: Path = RESULTS) -> Plan:
+            results: Path = RESULTS, environ=None) -> Plan:
     """Validate the campaign (ConfigError naming file and field), check that every run fits
     its devices, write the runs' config.json files (only those that changed) and, unless
     another Snakemake holds the directory, remove incomplete stores so they are recomputed."""
@@ -76,7 +88,9 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
                 print(f"pmpipe: removed {removed}: it has no completion marker, so it is "
                       "recomputed", file=sys.stderr)
     run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
-    resources = {(spec.run_id, stage): campaigns.resources(spec.run, stage, camp.execution)
+    slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
+    resources = {(spec.run_id, stage): launch.stage_resources(spec.run, stage, camp.execution,
+                                                              slurm_site)
                  for spec in specs for stage in run_stages}
     return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
                 run_stages, resources)

@@ -5,10 +5,41 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
 PDIMS_8 = [(2, 4), (4, 2), (1, 8), (8, 1)]
+REPO = Path(__file__).resolve().parent.parent
+# A tiny campaign (2 runs of 16^3 on 2 devices) that the workflow and SLURM tests share.
+TINY = """\
+name: tiny
+seed: 3
+base:
+  box: {box_size: 64.0, particles: 16}
+  parallel: {pdims: [1, 2], halo_cells: 4}
+  nbody: {steps: 3}
+  lightcone: {z_max: 0.05, plane_thickness: 32.0}
+  lensing: {source_redshifts: [0.05], flat_sky: {field_of_view: 20.0, pixels: 32}}
+  summaries: {kappa_range: [-0.01, 0.01]}
+design: {kind: fiducial}
+realisations: 2
+execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_gb: 2}
+"""
+
+
+def run_snakemake(workdir, *args, check=True, env=None, timeout=900):
+    """snakemake on the repository's Snakefile in ``workdir`` (XLA_FLAGS dropped: each stage
+    asks for its own devices); AssertionError with the output tails when it fails."""
+    env = {k: v for k, v in (env or os.environ).items() if k != "XLA_FLAGS"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
+    if check and out.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
+    return out
 
 
 def pytest_configure(config):
@@ -43,3 +74,13 @@ def slurm(tmp_path_factory):
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_local(tmp_path_factory):
+    """TINY run to completion by the local profile: the reference results."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    (workdir / "tiny.yaml").write_text(TINY)
+    run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
+                  "--config", "campaign=tiny.yaml")
+    return workdir

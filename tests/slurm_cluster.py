@@ -38,6 +38,7 @@ CLUSTER = "pmpipe"
 PARTITION = "pmpipe"
 ACCOUNT = "pmpipe"
 GPUS = 2
+CPUS = 8  # declared CPUs: four 2-process jobs at once, hiding start-up and polling waits
 DEFAULT_STATE = Path(tempfile.gettempdir()) / "pmpipe-slurm"
 
 
@@ -96,6 +97,7 @@ def slurm_conf(state: Path, ports: dict, cpus: int, memory_mb: int) -> str:
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "MpiDefault=none",
+        "SlurmdParameters=config_overrides",  # CPUs below: more than the cores, see CPUS
         "ReturnToService=2",
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
@@ -206,7 +208,7 @@ class Cluster:
             self._start_mariadb(ports["mariadb"])
             CONF_DIR.mkdir(parents=True, exist_ok=True)
             (CONF_DIR / "slurm.conf").write_text(
-                slurm_conf(self.state, ports, os.cpu_count() or 1, _memory_mb()))
+                slurm_conf(self.state, ports, max(CPUS, os.cpu_count() or 1), _memory_mb()))
             (CONF_DIR / "gres.conf").write_text(gres_conf(self.state))
             dbd = CONF_DIR / "slurmdbd.conf"
             dbd.write_text(slurmdbd_conf(self.state, ports))

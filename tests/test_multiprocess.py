@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import config, parallel, stages
+from pmpipe import config, parallel, stages  # noqa: F401
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"pdims": [2, 2], "halo_cells": 4},
@@ -48,9 +48,9 @@ def _write_config(run_dir):
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    """Every stage of RUN in one process (4 host devices): the reference stores."""
+    """ic and nbody of RUN in one process (4 host devices): the reference stores."""
     path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
-    for stage in stages.run_stages(config.Run.model_validate(RUN)):
+    for stage in ("ic", "nbody"):
         _run(stage, path)
     return path.parent
 
@@ -72,9 +72,10 @@ def _assert_same_stores(one_dir, two_dir, stage_names):
 
 
 def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_path):
+    """ic and nbody; lensing and summaries on 2 processes: tests/test_slurm.py (submit)."""
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
     path = _write_config(tmp_path / "p2")
-    names = stages.run_stages(config.Run.model_validate(RUN))
+    names = ("ic", "nbody")
     for stage in names:
         log = _run(stage, path, [shutil.which("mpiexec"), "-n", "2"])
         assert "process 1 of 2 (mpi): 2 local of 4 devices" in log

@@ -2,44 +2,21 @@
 report; a second run does nothing; a deleted or incomplete store is recomputed, alone."""
 
 import csv
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import zarr
 
 from pmpipe import store
 
-REPO = Path(__file__).resolve().parent.parent
-TINY = """\
-name: tiny
-seed: 3
-base:
-  box: {box_size: 64.0, particles: 16}
-  parallel: {pdims: [1, 2], halo_cells: 4}
-  nbody: {steps: 3}
-  lightcone: {z_max: 0.05, plane_thickness: 32.0}
-  lensing: {source_redshifts: [0.05], flat_sky: {field_of_view: 20.0, pixels: 32}}
-  summaries: {kappa_range: [-0.01, 0.01]}
-design: {kind: fiducial}
-realisations: 2
-execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_gb: 2}
-"""
+from conftest import REPO, TINY, run_snakemake
+
 STAGES = ("ic", "nbody", "lensing", "summaries")
 
 
 def snakemake(workdir, *args, check=True):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--profile", str(REPO / "profiles/local"), "--cores", "2",
-           "--config", "campaign=tiny.yaml", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    if check and out.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
-    return out
+    return run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
+                         "--config", "campaign=tiny.yaml", *args, check=check)
 
 
 def finished(path):
@@ -54,11 +31,8 @@ def stamps(runs_dir):
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("workflow")
-    (workdir / "tiny.yaml").write_text(TINY)
-    snakemake(workdir)
-    return workdir
+def campaign(tiny_local):
+    return tiny_local
 
 
 def test_first_run_writes_every_store_manifest_and_figures(campaign):

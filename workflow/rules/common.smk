@@ -5,8 +5,11 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from pmpipe import parallel
 from pmpipe import workflow as pmw
 
+# compiled XLA programs shared by every stage process of every campaign (docs/workflow.md)
+parallel.use_compilation_cache(pmw.RESULTS / ".jax_cache")
 PLAN = pmw.prepare(config, locked=pmw.snakemake_locked(Path(".snakemake")),
                    prune=workflow.is_main_process)
 validate(PLAN.campaign_data, str(Path(workflow.basedir) / "workflow/schemas/campaign.schema.json"),
@@ -23,7 +26,7 @@ wildcard_constraints:
 def stage_resources(stage):
     """Resources of a stage computed by pmpipe from the run's size (SLURM plugin names)."""
     return {key: (lambda wc, key=key: PLAN.resources[wc.run, stage][key])
-            for key in pmw.RESOURCE_KEYS}
+            for key in PLAN.resources[PLAN.run_ids[0], stage]}
 
 
 def report_figures():

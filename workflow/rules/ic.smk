@@ -11,4 +11,4 @@ rule ic:
     resources:
         **stage_resources("ic"),
     shell:
-        "python -m pmpipe.stages.ic {input.config} > {log} 2>&1"
+        "{resources.mpi} python -m pmpipe.stages.ic {input.config} > {log} 2>&1"

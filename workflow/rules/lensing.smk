@@ -12,4 +12,4 @@ rule lensing:
     resources:
         **stage_resources("lensing"),
     shell:
-        "python -m pmpipe.stages.lensing {input.config} > {log} 2>&1"
+        "{resources.mpi} python -m pmpipe.stages.lensing {input.config} > {log} 2>&1"

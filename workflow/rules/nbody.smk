@@ -12,4 +12,4 @@ rule nbody:
     resources:
         **stage_resources("nbody"),
     shell:
-        "python -m pmpipe.stages.nbody {input.config} > {log} 2>&1"
+        "{resources.mpi} python -m pmpipe.stages.nbody {input.config} > {log} 2>&1"

@@ -1,3 +1,13 @@
+# Campaign-level results and figures: light work (small stores, matplotlib), so on a cluster
+# they run in the Snakemake process itself rather than as SLURM jobs.
+localrules:
+    collect,
+    run_figures,
+    campaign_figures,
+    lensing_figures,
+    peak_figures,
+
+
 rule collect:
     input:
         configs=expand(f"{RUN}/config.json", run=PLAN.run_ids),

@@ -14,4 +14,4 @@ rule summaries:
     resources:
         **stage_resources("summaries"),
     shell:
-        "python -m pmpipe.stages.summaries {input.config} > {log} 2>&1"
+        "{resources.mpi} python -m pmpipe.stages.summaries {input.config} > {log} 2>&1"

@@ -1,0 +1,210 @@
+"""SLURM jobs of pmpipe stages.
+
+Pure builders: the geometry of a stage's job from pmpipe's resources and the site
+(:func:`slurm_job`), the srun line of a multi-process stage (:func:`srun_command`), the
+Snakemake SLURM plugin's resources (:func:`snakemake_resources`), and the sbatch script that
+submitit submits (:func:`submitit_parameters`, :func:`sbatch_script`).
+
+Submission with submitit: one stage of one run (:func:`submit_stage`, nodes x tasks_per_node
+processes), or a campaign as a job array, each element running every stage of one run
+(:func:`submit_campaign`). A job that is started again skips the stages already complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+
+from pmpipe import campaign as campaigns
+from pmpipe import config, stages, store
+from pmpipe.site import Site
+
+SRUN_OPTIONS = ("--kill-on-bad-exit=1",)  # one failed process ends the step, no hang
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmJob:
+    """One SLURM job: ``nodes`` x ``tasks_per_node`` processes (one per GPU on gpu), memory
+    ``mem_mb`` per node, wall time ``time_min`` minutes, and where it goes."""
+
+    name: str
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    gpus_per_node: int
+    mem_mb: int
+    time_min: int
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    extra: tuple[str, ...] = ()
+
+    @property
+    def tasks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+def site_execution(execution: config.Execution, site: Site | None) -> config.Execution:
+    """The campaign's execution section with the site's GPUs per node (gpu platform only)."""
+    if site is not None and site.gpus_per_node and execution.platform == "gpu":
+        return execution.model_copy(update={"devices_per_node": site.gpus_per_node})
+    return execution
+
+
+def slurm_job(name: str, resources: dict, site: Site | None) -> SlurmJob:
+    """The job of a stage from pmpipe's resources (campaign.resources) and the site."""
+    site = site or Site()
+    return SlurmJob(name=name, nodes=resources["nodes"], tasks_per_node=resources["tasks_per_node"],
+                    cpus_per_task=resources["cpus_per_task"], gpus_per_node=resources["gpu"],
+                    mem_mb=resources["mem_mb"], time_min=resources["runtime"],
+                    partition=site.partition, account=site.account, qos=site.qos,
+                    constraint=site.constraint, extra=tuple(site.extra))
+
+
+def srun_command(job: SlurmJob, launcher: str = "srun") -> list[str]:
+    """The launcher with the job's full geometry: inside a Snakemake job step no SLURM_*
+    variable is left to inherit it from."""
+    gpus = [f"--gres=gpu:{job.gpus_per_node}"] if job.gpus_per_node else []
+    return [*shlex.split(launcher), f"--nodes={job.nodes}", f"--ntasks-per-node={job.tasks_per_node}",
+            f"--cpus-per-task={job.cpus_per_task}", *gpus, *SRUN_OPTIONS]
+
+
+def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:
+    """Resources by the Snakemake SLURM plugin's names. GPUs go as ``gres`` (per node: the
+    plugin's ``gpu`` becomes ``--gpus``, a total per job); ``mpi`` is the srun line a rule puts
+    in front of its command, empty for one process (run directly in the batch step)."""
+    res = {"nodes": job.nodes, "tasks_per_node": job.tasks_per_node,
+           "cpus_per_task": job.cpus_per_task, "mem_mb": job.mem_mb, "runtime": job.time_min,
+           "gres": f"gpu:{job.gpus_per_node}" if job.gpus_per_node else "",
+           "mpi": shlex.join(srun_command(job, launcher)) if job.tasks > 1 else ""}
+    for key, value in (("slurm_partition", job.partition), ("slurm_account", job.account),
+                       ("qos", job.qos), ("constraint", job.constraint)):
+        if value:
+            res[key] = value
+    if job.extra:
+        res["slurm_extra"] = shlex.join(job.extra)
+    return res
+
+
+def stage_resources(run: config.Run, stage: str, execution: config.Execution,
+                    site: Site | None) -> dict:
+    """Snakemake resources of a stage: pmpipe's (campaign.resources) for local execution, where
+    a stage is one process with all its devices and ``mpi`` is empty; the SLURM plugin's
+    (:func:`snakemake_resources`) when a site is given."""
+    execution = site_execution(execution, site)
+    res = campaigns.resources(run, stage, execution)
+    if site is None:
+        return {**{k: v for k, v in res.items() if k != "devices"}, "mpi": ""}
+    return snakemake_resources(slurm_job(stage, res, site), site.launcher)
+
+
+def _sbatch_extra(extra: tuple[str, ...]) -> dict:
+    """``--key=value`` / ``--flag`` options as submitit's additional_parameters."""
+    out = {}
+    for option in extra:
+        key, sep, value = option.removeprefix("--").partition("=")
+        if not option.startswith("--") or not key:
+            raise config.ConfigError(f"site extra option {option!r}: write sbatch options as "
+                                     "--key=value or --flag")
+        out[key.replace("-", "_")] = value if sep else True
+    return out
+
+
+def submitit_parameters(job: SlurmJob) -> dict:
+    """submitit SlurmExecutor parameters of a job (names of submitit's update_parameters)."""
+    params = {"job_name": job.name, "nodes": job.nodes, "ntasks_per_node": job.tasks_per_node,
+              "cpus_per_task": job.cpus_per_task, "mem": f"{job.mem_mb}M", "time": job.time_min,
+              "stderr_to_stdout": True, "srun_args": list(SRUN_OPTIONS)}
+    if job.gpus_per_node:
+        params["gpus_per_node"] = job.gpus_per_node
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(job, key):
+            params[key] = getattr(job, key)
+    if job.extra:
+        params["additional_parameters"] = _sbatch_extra(job.extra)
+    return params
+
+
+def sbatch_script(job: SlurmJob, folder: str | Path, python: str = "python",
+                  array_size: int | None = None, array_parallelism: int | None = None) -> str:
+    """The sbatch script submitit writes for this job (its own builder, with the same
+    parameters), logs in ``folder``; ``array_size`` elements for a job array."""
+    from submitit.slurm import slurm
+
+    params = submitit_parameters(job)
+    if array_size is not None:
+        params["map_count"] = array_size
+        params["array_parallelism"] = array_parallelism or array_size
+    command = f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return slurm._make_sbatch_string(command=command, folder=folder, **params)
+
+
+def run_stages_in_job(config_path: str, stage_names: tuple[str, ...]) -> list[str]:
+    """Run stages of one run in order in this (SLURM task) process, skipping those whose store
+    is complete; raises RuntimeError naming the stage that failed. Returns the stages run."""
+    done = []
+    for stage in stage_names:
+        if store.is_complete(stages.store_path(Path(config_path).parent, stage)):
+            continue
+        code = stages.run_checked(stage, config_path)
+        if code:
+            raise RuntimeError(f"stage {stage} of {config_path} failed with exit status {code}")
+        done.append(stage)
+    return done
+
+
+def _executor(folder: Path, job: SlurmJob, array_parallelism: int | None = None):
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=folder)
+    params = submitit_parameters(job)
+    if array_parallelism is not None:
+        params["array_parallelism"] = array_parallelism
+    executor.update_parameters(**params)
+    return executor
+
+
+def campaign_job(camp: config.Campaign, spec: campaigns.RunSpec, site: Site | None,
+                 stage: str | None = None) -> SlurmJob:
+    """The job of one stage of a run, or (stage None) of all its stages in a row: the largest
+    memory and the summed runtime of the stages."""
+    execution = site_execution(camp.execution, site)
+    names = (stage,) if stage else stages.run_stages(spec.run)
+    per_stage = [campaigns.resources(spec.run, s, execution) for s in names]
+    res = {**per_stage[0], "mem_mb": max(r["mem_mb"] for r in per_stage),
+           "runtime": sum(r["runtime"] for r in per_stage)}
+    return slurm_job(f"pmpipe-{stage or 'run'}-{spec.run_id}", res, site)
+
+
+def array_job(camp: config.Campaign, specs: list[campaigns.RunSpec], site: Site | None) -> SlurmJob:
+    """The job of each element of a campaign's array (the design varies cosmology only, so
+    every run has the size of the first)."""
+    return dataclasses.replace(campaign_job(camp, specs[0], site), name=f"pmpipe-{camp.name}")
+
+
+def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, results: Path,
+                 folder: Path, site: Site | None):
+    """Submit one stage of one run (its inputs must be complete); returns the submitit job."""
+    run_dir = results / camp.name / spec.run_id
+    names = stages.run_stages(spec.run)
+    if stage not in names:
+        raise config.ConfigError(f"stage {stage!r} is not one of this run's stages: {', '.join(names)}")
+    for earlier in names[:names.index(stage)]:
+        if not store.is_complete(stages.store_path(run_dir, earlier)):
+            raise store.IncompleteStoreError(
+                f"{stages.store_path(run_dir, earlier)} is missing or incomplete: run the "
+                f"{earlier} stage before {stage}")
+    executor = _executor(folder, campaign_job(camp, spec, site, stage))
+    return executor.submit(run_stages_in_job, str(run_dir / "config.json"), (stage,))
+
+
+def submit_campaign(camp: config.Campaign, specs: list[campaigns.RunSpec], results: Path,
+                    folder: Path, site: Site | None, max_parallel: int):
+    """Submit the runs as one job array (at most ``max_parallel`` at a time); each element runs
+    every stage of one run. Returns the submitit jobs, in the order of ``specs``."""
+    executor = _executor(folder, array_job(camp, specs, site), array_parallelism=max_parallel)
+    paths = [str(results / camp.name / spec.run_id / "config.json") for spec in specs]
+    names = [stages.run_stages(spec.run) for spec in specs]
+    return executor.map_array(run_stages_in_job, paths, names)

@@ -1,0 +1,81 @@
+"""Site settings of a SLURM cluster: partition, account, QoS, constraint, GPUs per node, extra
+sbatch options and the launcher of multi-process stages.
+
+They come from a small YAML file (``profiles/slurm/site.yaml`` is the documented template)
+and from environment variables, which win. This module is the only place that reads them:
+
+    PMPIPE_SITE                 the site file (default: the file given to load_site)
+    PMPIPE_SLURM_PARTITION      partition
+    PMPIPE_SLURM_ACCOUNT        account
+    PMPIPE_SLURM_QOS            quality of service
+    PMPIPE_SLURM_CONSTRAINT     node features (sbatch --constraint)
+    PMPIPE_SLURM_GPUS_PER_NODE  GPUs per node (overrides execution.devices_per_node on gpu)
+    PMPIPE_SLURM_EXTRA          further sbatch options, e.g. "--exclusive --reservation=x"
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pmpipe import config
+
+ENVIRONMENT = {
+    "PMPIPE_SLURM_PARTITION": "partition",
+    "PMPIPE_SLURM_ACCOUNT": "account",
+    "PMPIPE_SLURM_QOS": "qos",
+    "PMPIPE_SLURM_CONSTRAINT": "constraint",
+    "PMPIPE_SLURM_GPUS_PER_NODE": "gpus_per_node",
+    "PMPIPE_SLURM_EXTRA": "extra",
+}
+
+
+class Site(BaseModel):
+    """Where SLURM jobs go; every field optional (SLURM's defaults apply)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: str | None = Field(None, description="sbatch --partition")
+    account: str | None = Field(None, description="sbatch --account")
+    qos: str | None = Field(None, description="sbatch --qos")
+    constraint: str | None = Field(None, description="sbatch --constraint (node features)")
+    gpus_per_node: int | None = Field(
+        None, ge=1, description="GPUs per node; replaces the campaign's execution.devices_per_node "
+                                "on gpu")
+    extra: list[str] = Field(default_factory=list, description="further sbatch options")
+    launcher: str = Field("srun", description="command that starts a multi-process stage "
+                                               "(its geometry options are added by pmpipe)")
+
+
+def from_mapping(data: Mapping, environ: Mapping[str, str], source: str) -> Site:
+    """Site settings from a mapping (named ``source`` in errors) with the PMPIPE_SLURM_*
+    variables applied over it. Raises config.ConfigError naming the field or variable."""
+    data = dict(data)
+    for variable, key in ENVIRONMENT.items():
+        value = environ.get(variable)
+        if value:
+            data[key] = shlex.split(value) if key == "extra" else value
+            source = f"{source} and {variable}"
+    try:
+        return Site.model_validate(data)
+    except ValidationError as err:
+        raise config.ConfigError(config.format_errors(source, err)) from None
+
+
+def load_site(path: str | Path | None, environ: Mapping[str, str]) -> Site:
+    """Site settings from the file ``environ['PMPIPE_SITE']`` or else ``path`` (its ``site``
+    section; a missing default file means none), then the PMPIPE_SLURM_* variables."""
+    path = environ.get("PMPIPE_SITE") or path
+    data: Mapping = {}
+    if path is not None and (Path(path).exists() or environ.get("PMPIPE_SITE")):
+        if not Path(path).exists():
+            raise config.ConfigError(f"PMPIPE_SITE={path}: no such site file")
+        whole = config.read_mapping(path) or {}
+        if set(whole) != {"site"}:
+            raise config.ConfigError(f"{path}: a site file has one top-level key, 'site' "
+                                     f"(found {', '.join(map(str, whole)) or 'none'})")
+        data = whole["site"] or {}
+    return from_mapping(data, environ, str(path) if path is not None else "site settings")

@@ -1,0 +1,119 @@
+"""SLURM job builders (pure functions) against golden files; site settings from file and
+environment; `pmpipe submit --dry-run`."""
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pmpipe import campaign, config, launch, site
+
+GOLDEN = Path(__file__).parent / "golden"
+LOGS = "/scratch/pmpipe/logs"
+
+
+def _golden(name, text):
+    path = GOLDEN / name
+    if os.environ.get("PMPIPE_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{path} differs; PMPIPE_UPDATE_GOLDEN=1 rewrites it"
+
+
+def _nbody_job():
+    camp = config.load_campaign(GOLDEN / "campaign_2x4.yaml")
+    spec = campaign.expand(camp)[0]
+    return camp, spec, launch.campaign_job(camp, spec, site.load_site(GOLDEN / "site.yaml", {}), "nbody")
+
+
+def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
+    camp, spec, job = _nbody_job()
+    res = campaign.resources(spec.run, "nbody", camp.execution)
+    script = launch.sbatch_script(job, LOGS)
+    _golden("sbatch_nbody_2x4.sh", script)
+    lines = script.splitlines()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --cpus-per-task=8", f"#SBATCH --mem={res['mem_mb']}M",
+                 f"#SBATCH --time={res['runtime']}", "#SBATCH --partition=gpu",
+                 "#SBATCH --account=cosmo", "#SBATCH --qos=normal", "#SBATCH --constraint=a100",
+                 "#SBATCH --exclusive", f"#SBATCH --output={LOGS}/%j_0_log.out"):
+        assert line in lines, line
+    assert res["mem_mb"] > 4 * 1000 and res["runtime"] >= campaign.MIN_RUNTIME_MINUTES
+    srun = [line for line in lines if line.startswith("srun ")]
+    assert srun == [f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 "
+                    f"python -u -m submitit.core._submit {LOGS}"]
+
+
+def test_array_script_runs_every_stage_of_each_run_with_bounded_parallelism():
+    camp = config.load_campaign(GOLDEN / "campaign_2x4.yaml").model_copy(
+        update={"realisations": 3})
+    specs = campaign.expand(camp)
+    job = launch.array_job(camp, specs, None)
+    per_stage = [campaign.resources(specs[0].run, s, camp.execution)
+                 for s in ("ic", "nbody", "summaries")]
+    assert job.time_min == sum(r["runtime"] for r in per_stage)
+    assert job.mem_mb == max(r["mem_mb"] for r in per_stage)
+    script = launch.sbatch_script(job, LOGS, array_size=3, array_parallelism=2)
+    assert "#SBATCH --array=0-2%2" in script.splitlines()
+    assert "#SBATCH --partition" not in script  # no site: SLURM's defaults
+
+
+def test_snakemake_resources_and_srun_line_of_a_multi_node_stage():
+    camp, spec, job = _nbody_job()
+    res = launch.snakemake_resources(job)
+    assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["cpus_per_task"] == 8
+    assert res["gres"] == "gpu:4" and "gpu" not in res  # gpu would become --gpus, a job total
+    assert shlex.split(res["mpi"]) == ["srun", "--nodes=2", "--ntasks-per-node=4",
+                                       "--cpus-per-task=8", "--gres=gpu:4", "--kill-on-bad-exit=1"]
+    assert res["slurm_partition"] == "gpu" and res["slurm_account"] == "cosmo"
+    assert res["qos"] == "normal" and res["constraint"] == "a100"
+    assert res["slurm_extra"] == "--exclusive"
+    one = launch.stage_resources(spec.run.model_copy(update={"parallel": config.Parallel()}),
+                                 "nbody", camp.execution, site.Site())
+    assert one["mpi"] == "" and one["tasks_per_node"] == 1 and "slurm_partition" not in one
+    local = launch.stage_resources(spec.run, "nbody", camp.execution, None)
+    assert local["mpi"] == "" and local["gpu"] == 4
+
+
+def test_site_gpus_per_node_replaces_the_campaign_s():
+    camp, spec, _ = _nbody_job()
+    eight = site.Site(gpus_per_node=8)
+    job = launch.campaign_job(camp, spec, eight, "nbody")
+    assert (job.nodes, job.tasks_per_node, job.gpus_per_node) == (1, 8, 8)
+
+
+def test_site_settings_from_file_and_environment(tmp_path):
+    s = site.load_site(GOLDEN / "site.yaml", {"PMPIPE_SLURM_PARTITION": "debug",
+                                              "PMPIPE_SLURM_EXTRA": "--exclusive --reservation=x"})
+    assert s.partition == "debug" and s.account == "cosmo" and s.extra == ["--exclusive", "--reservation=x"]
+    assert site.load_site(tmp_path / "absent.yaml", {}) == site.Site()
+    with pytest.raises(config.ConfigError, match="PMPIPE_SITE=.*no such site file"):
+        site.load_site(None, {"PMPIPE_SITE": str(tmp_path / "absent.yaml")})
+    with pytest.raises(config.ConfigError, match=r"PMPIPE_SLURM_GPUS_PER_NODE[\s\S]*gpus_per_node"):
+        site.load_site(None, {"PMPIPE_SLURM_GPUS_PER_NODE": "zero"})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("site: {partition: gpu, nodes: 3}\n")
+    with pytest.raises(config.ConfigError, match=r"bad.yaml.*site.nodes|bad.yaml[\s\S]*nodes"):
+        site.load_site(bad, {})
+    bad.write_text("partition: gpu\n")
+    with pytest.raises(config.ConfigError, match="one top-level key, 'site'"):
+        site.load_site(bad, {})
+    with pytest.raises(config.ConfigError, match="--key=value"):
+        launch.submitit_parameters(launch.SlurmJob("x", 1, 1, 1, 0, 1000, 10, extra=("exclusive",)))
+
+
+def test_submit_dry_run_prints_the_script_of_the_builder(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMPIPE_")}
+    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", str(GOLDEN / "campaign_2x4.yaml"),
+                          "--site", str(GOLDEN / "site.yaml"), "--stage", "nbody", "--logs", LOGS,
+                          "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    _, _, job = _nbody_job()
+    assert out.stdout.strip() == launch.sbatch_script(job, LOGS, python=sys.executable).strip()
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+    bad = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", str(GOLDEN / "campaign_2x4.yaml"),
+                          "--run", "nope", "--dry-run"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path)
+    assert bad.returncode == 2 and "--run nope: not a run of" in bad.stderr

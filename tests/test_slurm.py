@@ -1,0 +1,154 @@
+"""pmpipe on a real SLURM (tests/slurm_cluster.py): the quick-start campaign through
+`snakemake --profile profiles/slurm` with multi-process srun steps, `pmpipe submit` through
+submitit (one stage; a campaign as a job array) equal to local results, and a failing job that
+fails the workflow naming its log."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+import zarr
+
+from pmpipe import stages, store
+
+from conftest import REPO, TINY, run_snakemake
+
+STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
+                 "--seconds-between-status-checks", "2")
+
+
+def slurm_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMPIPE_", "SLURM_"))}
+    return {**env, "PMPIPE_SLURM_PARTITION": "pmpipe", **extra}
+
+
+def snakemake_slurm(workdir, campaign_file, check=True, timeout=1200):
+    return run_snakemake(workdir, "--profile", str(REPO / "profiles/slurm"),
+                         "--configfile", str(REPO / "profiles/slurm/site.yaml"),
+                         "--config", f"campaign={campaign_file}", *STATUS_CHECKS,
+                         check=check, env=slurm_env(), timeout=timeout)
+
+
+def job_count():
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-S", "2000-01-01", "-o", "JobID"],
+                         capture_output=True, text=True, check=True)
+    return len(out.stdout.split())
+
+
+def two_processes_per_run(text: str) -> str:
+    """A campaign file with each run on 2 devices in 2 processes of one node (cpu)."""
+    data = yaml.safe_load(text)
+    data["base"].setdefault("parallel", {})["pdims"] = [1, 2]
+    data["execution"].update(devices_per_node=2, processes_per_node=2, cpus_per_task=1)
+    return yaml.safe_dump(data)
+
+
+@pytest.fixture(scope="module")
+def quickstart(slurm, tmp_path_factory):
+    """The quick-start campaign on the test cluster, 2 processes per stage (first invocation)."""
+    workdir = tmp_path_factory.mktemp("slurm-quickstart")
+    (workdir / "quickstart.yaml").write_text(
+        two_processes_per_run((REPO / "config/quickstart.yaml").read_text()))
+    out = snakemake_slurm(workdir, "quickstart.yaml")
+    return workdir, out
+
+
+def test_slurm_profile_runs_the_quickstart_campaign_with_srun_steps(quickstart):
+    workdir, out = quickstart
+    results = workdir / "results" / "quickstart"
+    runs = sorted(p.parent.name for p in results.glob("*/config.json"))
+    assert len(runs) == 6
+    for run in runs:
+        for stage in stages.STAGES:
+            path = results / run / f"{stage}.zarr"
+            assert store.is_complete(path), path
+        nbody = zarr.open_group(results / run / "nbody.zarr", mode="r")
+        assert nbody.attrs["process_count"] == 2  # an srun step of 2 processes wrote it
+        log = (results / run / "logs" / "nbody.log").read_text()
+        assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
+    assert "srun --nodes=1 --ntasks-per-node=2" in out.stdout + out.stderr
+    assert (results / "summaries.zarr").exists() and (results / "report" / "peaks.png").exists()
+    assert any((workdir / "results" / ".jax_cache").iterdir())  # compiled programs shared
+
+
+def test_second_invocation_does_nothing(quickstart):
+    workdir, _ = quickstart
+    before = job_count()
+    out = snakemake_slurm(workdir, "quickstart.yaml")
+    assert "Nothing to be done" in out.stdout + out.stderr
+    assert job_count() == before
+
+
+def _same_store(a, b):
+    one, two = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
+    assert sorted(one.array_keys()) == sorted(two.array_keys()), (a, b)
+    for name in one.array_keys():
+        x, y = one[name][:], two[name][:]
+        if x.dtype.kind not in "fc":
+            assert np.array_equal(x, y), (a, name)
+            continue
+        scale = max(float(np.nanmax(np.abs(x))), 1e-30)
+        assert np.nanmax(np.abs(x - y)) <= 1e-5 * scale, (a, name)
+
+
+def _submit(workdir, *args):
+    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", "tiny.yaml", "--wait",
+                          "--site", str(REPO / "profiles/slurm/site.yaml"), *args],
+                         capture_output=True, text=True, cwd=workdir, timeout=900,
+                         env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tmp_path):
+    """On the cluster's 2 (fake) GPUs: gpu platform, one process per GPU."""
+    data = yaml.safe_load(TINY)
+    data["execution"] = {"platform": "gpu", "devices_per_node": 2, "cpus_per_task": 1}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
+    first = "tiny-fiducial-r0"
+    out = _submit(tmp_path, "--run", first, "--stage", "ic")
+    assert f"{first}: SLURM job" in out
+    results, local = tmp_path / "results" / "tiny", tiny_local / "results" / "tiny"
+    _same_store(local / first / "ic.zarr", results / first / "ic.zarr")
+    assert zarr.open_group(results / first / "ic.zarr", mode="r").attrs["process_count"] == 2
+    assert not (results / first / "nbody.zarr").exists()
+
+    out = _submit(tmp_path, "--max-parallel", "2")
+    array_ids = {line.split("SLURM job ")[1].split(",")[0].split("_")[0]
+                 for line in out.splitlines() if "SLURM job" in line}
+    assert len(array_ids) == 1, out  # both runs in one array
+    for run in ("tiny-fiducial-r0", "tiny-fiducial-r1"):
+        for stage in stages.STAGES:
+            _same_store(local / run / f"{stage}.zarr", results / run / f"{stage}.zarr")
+    _same_store(local / "summaries.zarr", results / "summaries.zarr")
+
+
+def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
+    (tmp_path / "tiny.yaml").write_text(two_processes_per_run(TINY.replace("realisations: 2",
+                                                                           "realisations: 1")))
+    run_dir = tmp_path / "results" / "tiny" / "tiny-fiducial-r0"
+    out = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"),
+                        "--configfile", str(REPO / "profiles/slurm/site.yaml"),
+                        "--config", "campaign=tiny.yaml", *STATUS_CHECKS,
+                        str((run_dir / "ic.zarr").relative_to(tmp_path)), env=slurm_env(),
+                        timeout=600)
+    assert store.is_complete(run_dir / "ic.zarr"), out.stderr[-2000:]
+    # damage the input of the nbody job: its displacement chunks no longer decode
+    chunks = [p for p in (run_dir / "ic.zarr" / "displacement").rglob("*")
+              if p.is_file() and p.name != "zarr.json"]
+    assert chunks
+    for chunk in chunks:
+        chunk.write_bytes(b"not a compressed chunk")
+    out = snakemake_slurm(tmp_path, "tiny.yaml", check=False, timeout=600)  # never hangs
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    block = text[text.index("Error in rule nbody:"):][:3000]
+    block = block[:block.index("Logfile")] if "Logfile" in block else block
+    assert "SLURM-job" in block and "'FAILED'" in block, block
+    log = run_dir / "logs" / "nbody.log"
+    assert f"log: {log.relative_to(tmp_path)}" in block, block
+    assert ".snakemake/slurm_logs/rule_nbody/tiny-fiducial-r0/" in block, block
+    assert "Error" in log.read_text()
