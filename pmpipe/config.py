@@ -531,8 +531,9 @@ class Execution(_Model):
     devices_per_node: int = Field(
         1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use")
     processes_per_node: int = Field(
-        1, ge=1, description="on cpu: processes per node (srun tasks) sharing the node's "
-                             "devices_per_node host devices equally; on gpu it is one per GPU")
+        1, ge=1, description="on cpu: processes per node (srun tasks), 1 (one process holds "
+                             "every host device) or the run's device count (one device each); "
+                             "on gpu it is one per GPU")
     cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
     runtime_safety: float = Field(
         3.0, ge=1, description="factor applied to the runtime estimate in resource requests")
@@ -568,10 +569,11 @@ class Campaign(_Model):
                 f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
                 "or use fewer devices")
         processes = min(devices, self.execution.processes_per_node)
-        if self.execution.platform == "cpu" and devices % processes:
+        if self.execution.platform == "cpu" and processes not in (1, devices):
             raise ValueError(
-                f"base.parallel.pdims needs {devices} devices, which "
-                f"execution.processes_per_node = {processes} processes cannot share evenly")
+                f"execution.processes_per_node = {processes} with base.parallel.pdims on "
+                f"{devices} devices: on cpu either one process holds every device (1) or each "
+                f"process holds one ({devices})")
         return self
 
 

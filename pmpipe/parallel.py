@@ -102,18 +102,24 @@ def launcher_processes(environ=None) -> tuple[str, int]:
 
 
 def start_processes(total_devices: int) -> tuple[str, int]:
-    """Start JAX in this process for a run on ``total_devices`` devices: on CPU each process
-    asks for its share of host devices; with several processes, jax.distributed joins them
-    (SLURM detection under srun, mpi4py under mpiexec) with gloo collectives on CPU. Must run
-    before JAX's first computation; later calls in the same process (several stages in one
-    job) find the processes joined already. Returns (launcher, processes)."""
+    """Start JAX in this process for a run on ``total_devices`` devices: on CPU a single process
+    asks for all of them as host devices; several processes (SLURM detection under srun, mpi4py
+    under mpiexec, gloo collectives on CPU) hold one device each, as one process per GPU does.
+    Must run before JAX's first computation; later calls in the same process (several stages
+    in one job) find the processes joined already. Returns (launcher, processes)."""
     launcher, processes = launcher_processes()
-    if total_devices % processes:
-        raise ValueError(f"parallel.pdims needs {total_devices} devices, which {processes} "
-                         f"processes cannot share evenly; launch a divisor of {total_devices}")
-    request_host_devices(total_devices // processes)
+    if processes > 1 and total_devices != processes:
+        raise ValueError(f"parallel.pdims needs {total_devices} devices but {processes} processes "
+                         f"were launched; several processes hold one device each: launch "
+                         f"{total_devices} processes (on cpu: execution.processes_per_node = "
+                         f"{total_devices}) or one")
+    request_host_devices(total_devices if processes == 1 else 1)
     if processes > 1 and not jax.distributed.is_initialized():
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        # CPU programs run to completion in the order they are dispatched, the same order on
+        # every process: concurrent programs could enter their collectives in a different
+        # order on each process and wait for each other forever (seen with async dispatch)
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
         jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None)
     return launcher, processes
 

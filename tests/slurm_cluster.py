@@ -38,7 +38,7 @@ CLUSTER = "pmpipe"
 PARTITION = "pmpipe"
 ACCOUNT = "pmpipe"
 GPUS = 2
-CPUS = 8  # declared CPUs: four 2-process jobs at once, hiding start-up and polling waits
+CPUS = 8  # declared CPUs, more than the cores: four 2-process jobs at once (docs/slurm.md)
 DEFAULT_STATE = Path(tempfile.gettempdir()) / "pmpipe-slurm"
 
 

@@ -238,6 +238,10 @@ BAD = [
     (_with("base.ic", {"paired": True}), "base.ic.paired must not be set"),
     (_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
      "base.parallel.pdims needs 4 devices but execution.devices_per_node = 1 on cpu"),
+    ({**_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
+      "execution": {"devices_per_node": 4, "processes_per_node": 2}},
+     "execution.processes_per_node = 2 with base.parallel.pdims on 4 devices: on cpu either one "
+     "process holds every device (1) or each process holds one (4)"),
 ]
 
 

@@ -15,7 +15,7 @@ import zarr
 from pmpipe import config, parallel, stages  # noqa: F401
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
-       "parallel": {"pdims": [2, 2], "halo_cells": 4},
+       "parallel": {"pdims": [1, 2], "halo_cells": 4},
        "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
        "lensing": {"source_redshifts": [0.05], "flat_sky": {"field_of_view": 20.0, "pixels": 32},
                    "full_sky": {"nside": 8}},
@@ -48,7 +48,7 @@ def _write_config(run_dir):
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    """ic and nbody of RUN in one process (4 host devices): the reference stores."""
+    """ic and nbody of RUN in one process (2 host devices): the reference stores."""
     path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
     for stage in ("ic", "nbody"):
         _run(stage, path)
@@ -78,20 +78,22 @@ def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_pa
     names = ("ic", "nbody")
     for stage in names:
         log = _run(stage, path, [shutil.which("mpiexec"), "-n", "2"])
-        assert "process 1 of 2 (mpi): 2 local of 4 devices" in log
+        assert "process 1 of 2 (mpi): 1 local of 2 devices" in log
     _assert_same_stores(one_process, path.parent, names)
-    assert json.loads(path.read_text())["config"]["parallel"]["pdims"] == [2, 2]
+    assert json.loads(path.read_text())["config"]["parallel"]["pdims"] == [1, 2]
 
 
 def test_two_processes_under_srun_write_the_stores_of_one(slurm, one_process, tmp_path):
     path = _write_config(tmp_path / "p2")
     for stage in ("ic", "nbody"):
         log = _run(stage, path, ["srun", "-n", "2", "-p", "pmpipe", "-t", "10"])
-        assert "process 1 of 2 (slurm): 2 local of 4 devices" in log
+        assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
     _assert_same_stores(one_process, path.parent, ("ic", "nbody"))
 
 
-def test_devices_must_divide_among_processes(monkeypatch):
-    monkeypatch.setenv("PMI_SIZE", "3")
-    with pytest.raises(ValueError, match="3 processes cannot share evenly"):
+@pytest.mark.parametrize("processes", [2, 3])
+def test_several_processes_hold_one_device_each(monkeypatch, processes):
+    monkeypatch.setenv("PMI_SIZE", str(processes))
+    with pytest.raises(ValueError, match=f"needs 4 devices but {processes} processes were "
+                                         "launched; several processes hold one device each"):
         parallel.start_processes(4)
