@@ -79,6 +79,7 @@ def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_pa
     for stage in names:
         log = _run(stage, path, [shutil.which("mpiexec"), "-n", "2"])
         assert "process 1 of 2 (mpi): 1 local of 2 devices" in log
+        assert log.count(" wrote ") == 1  # progress from process 0 only
     _assert_same_stores(one_process, path.parent, names)
     assert json.loads(path.read_text())["config"]["parallel"]["pdims"] == [1, 2]
 

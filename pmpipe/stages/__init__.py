@@ -32,15 +32,18 @@ def store_path(run_dir: str | Path, stage: str) -> Path:
 
 
 class Progress:
-    """Progress lines on stderr: '[pmpipe <stage> <run_id>] <message> (<elapsed> s)'."""
+    """Progress lines on stderr: '[pmpipe <stage> <run_id>] <message> (<elapsed> s)', from
+    process 0 only unless a line is meant for every process."""
 
-    def __init__(self, stage: str, run_id: str):
+    def __init__(self, stage: str, run_id: str, process: int = 0):
         self.prefix = f"[pmpipe {stage} {run_id}]"
         self.start = time.perf_counter()
+        self.shown = process == 0
 
-    def __call__(self, message: str) -> None:
-        elapsed = time.perf_counter() - self.start
-        print(f"{self.prefix} {message} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+    def __call__(self, message: str, every_process: bool = False) -> None:
+        if self.shown or every_process:
+            elapsed = time.perf_counter() - self.start
+            print(f"{self.prefix} {message} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
 
     def step(self, i: int, total: int, a: float, elapsed: float) -> None:
         self(f"step {i}/{total} a = {a:.4f}")
@@ -53,6 +56,8 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
     on CPU each process's share of the run's px * py devices comes from XLA_FLAGS (set here
     when absent, before JAX starts its backend). Then validates config.json.
     """
+    import jax
+
     from pmpipe import config, parallel
 
     if stage not in STAGES:
@@ -65,16 +70,13 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
     launcher, processes = parallel.start_processes(math.prod(pdims) if valid else 1)
     run_file = config.load_run_file(config_path)
     if run_file.config.nbody.dtype == "float64":
-        import jax
-
         jax.config.update("jax_enable_x64", True)
     module = importlib.import_module(f"pmpipe.stages.{stage}")
-    progress = Progress(stage, run_file.run_id)
+    progress = Progress(stage, run_file.run_id, jax.process_index())
     if processes > 1:
-        import jax
-
         progress(f"process {jax.process_index()} of {processes} ({launcher}): "
-                 f"{jax.local_device_count()} local of {jax.device_count()} devices")
+                 f"{jax.local_device_count()} local of {jax.device_count()} devices",
+                 every_process=True)
     mesh = parallel.make_mesh(run_file.config.parallel.pdims)
     path = module.run(run_file, Path(config_path).parent, mesh, progress)
     progress(f"wrote {path}")
