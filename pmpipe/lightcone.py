@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +33,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from pmpipe import cosmology, fft, painting
-from pmpipe.parallel import FIELD_SPEC
+from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,39 +143,59 @@ def shell_k_max(particles: int, mesh_n: int, box_size: float) -> float:
     return math.pi / box_size * min(particles, mesh_n / 2)
 
 
-def ray_samples(directions: np.ndarray, chi_lo: float, chi_hi: float, cell: float) -> tuple[np.ndarray, float]:
-    """Points (R, npix, 3) in Mpc/h relative to the observer along each unit direction
-    (npix, 3), every cell (or finer) through [chi_lo, chi_hi), and the step dχ."""
-    n_r = max(1, math.ceil((chi_hi - chi_lo) / cell))
-    dr = (chi_hi - chi_lo) / n_r
-    radii = chi_lo + (np.arange(n_r) + 0.5) * dr
-    return radii[:, None, None] * directions[None, :, :], dr
-
-
-def to_box_cells(points: np.ndarray, observer, transform: PlaneTransform, box_size: float,
-                 mesh_n: int) -> np.ndarray:
-    """Observer-frame points (..., 3) in Mpc/h as positions in cells of the transformed periodic
-    box, in [0, mesh_n)."""
+def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int):
+    """How an observer-frame point x (Mpc/h) lands in the transformed periodic box: box axis b
+    has cell coordinate x[source[b]] * scale[b] + offset[b], modulo mesh_n. Returns
+    (source (3,) int32, scale (3,), offset (3,)), arrays so that every plane's transform
+    runs through one compiled program."""
     cell = box_size / mesh_n
-    out = np.empty_like(points)
-    for j in range(3):
-        box_axis = transform.axes[j]
-        coord = -points[..., j] if transform.flips[j] else points[..., j]
-        out[..., box_axis] = (coord + observer[box_axis]) / cell + transform.shift[box_axis]
-    return np.mod(out, mesh_n)
+    source, scale, offset = np.zeros(3, np.int32), np.zeros(3), np.zeros(3)
+    for j, b in enumerate(transform.axes):
+        source[b] = j
+        scale[b] = (-1.0 if transform.flips[j] else 1.0) / cell
+        offset[b] = observer[b] / cell + transform.shift[b]
+    return source, scale, offset
 
 
-def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, directions: np.ndarray,
+def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, directions,
                   chi_lo: float, chi_hi: float, observer, transform: PlaneTransform):
     """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) on HEALPix pixel centres
-    ``directions`` (npix, 3): sum of δ along each ray times dχ, mean over the sphere removed.
+    ``directions`` (npix, 3, unit vectors): δ summed along each ray, sampled every cell (or
+    finer) at the middles of n equal steps dχ, times dχ, mean over the sphere removed.
     Returns a replicated (npix,) array."""
     mesh_n = delta_compensated.shape[0]
-    points, dr = ray_samples(directions, chi_lo, chi_hi, box_size / mesh_n)
-    cells = to_box_cells(points, observer, transform, box_size, mesh_n).reshape(-1, 3)
-    values = painting.read_points(delta_compensated, jnp.asarray(cells, delta_compensated.dtype), mesh)
-    shell = jnp.sum(values.reshape(points.shape[:2]), axis=0) * dr
+    n_r = max(1, math.ceil((chi_hi - chi_lo) / (box_size / mesh_n)))
+    dr = (chi_hi - chi_lo) / n_r
+    dtype = delta_compensated.dtype
+    frame = [jnp.asarray(a, jnp.int32 if a.dtype.kind == "i" else dtype)
+             for a in box_frame(observer, transform, box_size, mesh_n)]
+    shell = _ray_sums(delta_compensated, jnp.asarray(directions, dtype), jnp.asarray(chi_lo, dtype),
+                      jnp.asarray(dr, dtype), *frame, n_r=n_r, mesh=mesh) * dr
     return shell - jnp.mean(shell)
+
+
+@partial(jax.jit, static_argnames=("n_r", "mesh"))
+def _ray_sums(delta, directions, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh):
+    """Σ_k δ(x_k) along every direction (npix, 3) at distances chi_lo + (k + 1/2) dr,
+    k < n_r. Every device generates the samples one distance at a time, reads those in its
+    block and sums them per ray; the (npix,) sums are added over the devices."""
+    mesh_n = delta.shape[0]
+    pdims = pdims_of(mesh)
+
+    def local(block, directions):
+        padded = painting.pad_for_reading(block, pdims)
+        along = directions[:, source] * scale
+
+        def add_distance(total, k):
+            cells = jnp.mod((chi_lo + (k + 0.5) * dr) * along + offset, mesh_n)
+            return total + painting.read_owned(padded, cells, mesh_n, pdims), None
+
+        zero = jax.lax.pcast(jnp.zeros(directions.shape[0], block.dtype), AXES, to="varying")
+        total, _ = jax.lax.scan(add_distance, zero, jnp.arange(n_r, dtype=block.dtype))
+        return jax.lax.psum(total, AXES)
+
+    run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, jax.P()), out_specs=jax.P())
+    return run(delta, directions)
 
 
 def band_limited_overdensity(rho, mesh: Mesh, box_size: float, k_max: float):

@@ -268,37 +268,36 @@ def cic_compensation(field_k, mesh: Mesh, box_size: float):
     return field_k / cic_window(field_k, mesh, box_size)
 
 
-@partial(jax.jit, static_argnames=("mesh",))
-def read_points(field, points, mesh: Mesh):
-    """CIC-interpolate a sharded periodic (M, M, M) field at arbitrary points (S, 3), given in
-    cells in [0, M). Every device receives all points and interpolates those whose lower corner
-    lies in its block (the block padded by one neighbour cell); the answers are summed over the
-    devices, so no device ever holds more than its block. Returns (S,), replicated.
-    """
-    mesh_n = field.shape[0]
-    splits, pdims = _splits(mesh, mesh_n, 1)
+def pad_for_reading(block, pdims: tuple[int, int]):
+    """Inside ``shard_map``: the local block (x, y, z) padded with one neighbour cell on both
+    sides along the split axes, for :func:`read_owned`."""
+    for d, p in enumerate(pdims):
+        if p > 1:
+            block = _fill_halo(block, d, 1, p)
+    return block
 
-    def local(f, p):
-        lower = jnp.floor(p)
-        fracs = (p - lower).T
-        lower = lower.astype(jnp.int32) % mesh_n
-        mine = jnp.ones(p.shape[0], bool)
-        corners, sizes = [], []
-        for d in range(3):
-            if splits[d]:
-                f = _fill_halo(f, d, 1, pdims[d])
-                n_local = f.shape[d] - 2
-                i = lower[:, d] - lax.axis_index(AXES[d]) * n_local
-                mine = mine & (i >= 0) & (i < n_local)
-                i = jnp.clip(i, 0, n_local - 1) + 1  # index in the padded block
-                corners.append(jnp.stack([i, i + 1]))
-            else:
-                corners.append(jnp.stack([lower[:, d], (lower[:, d] + 1) % mesh_n]))
-            sizes.append(f.shape[d])
-        ix, iy, iz = corners
-        flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
-        values = _interpolate(f.reshape(-1), flat.reshape(8, -1), fracs.astype(f.dtype))
-        return lax.psum(jnp.where(mine, values, 0), AXES)
 
-    run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, jax.P()), out_specs=jax.P())
-    return run(field, points)
+def read_owned(padded, cells, mesh_n: int, pdims: tuple[int, int]):
+    """Inside ``shard_map``: trilinear interpolation of the padded block (from
+    :func:`pad_for_reading`) at points cells (n, 3), in cells of the global periodic
+    (M, M, M) mesh in [0, M), for the points whose lower corner lies in this device's block;
+    0 for the others, so that a sum over the devices reads every point once. Returns (n,)."""
+    lower = jnp.floor(cells)
+    fracs = (cells - lower).T
+    lower = lower.astype(jnp.int32) % mesh_n
+    mine = jnp.ones(cells.shape[0], bool)
+    corners = []
+    for d, p in enumerate(tuple(pdims) + (1,)):
+        if p > 1:
+            n_local = padded.shape[d] - 2
+            i = lower[:, d] - lax.axis_index(AXES[d]) * n_local
+            mine = mine & (i >= 0) & (i < n_local)
+            i = jnp.clip(i, 0, n_local - 1) + 1  # index in the padded block
+            corners.append(jnp.stack([i, i + 1]))
+        else:
+            corners.append(jnp.stack([lower[:, d], (lower[:, d] + 1) % mesh_n]))
+    ix, iy, iz = corners
+    sizes = padded.shape
+    flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
+    values = _interpolate(padded.reshape(-1), flat.reshape(8, -1), fracs.astype(padded.dtype))
+    return jnp.where(mine, values, 0)

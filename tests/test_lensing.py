@@ -124,21 +124,55 @@ def test_flat_plane_is_the_slab_of_the_rotated_box():
     np.testing.assert_allclose(plane, expected - expected.mean(), atol=1e-4)
 
 
-def test_read_points_is_trilinear_interpolation_on_any_mesh():
+def _trilinear(f, pts):
+    """Reference: periodic trilinear interpolation of f (m, m, m) at pts (n, 3) in cells."""
+    m = f.shape[0]
+    i0 = np.floor(pts).astype(int)
+    fr = pts - i0
+    out = 0
+    for c in np.ndindex(2, 2, 2):
+        w = np.prod([fr[:, d] if c[d] else 1 - fr[:, d] for d in range(3)], axis=0)
+        out = out + w * f[tuple((i0[:, d] + c[d]) % m for d in range(3))]
+    return out
+
+
+def test_reading_owned_points_on_every_device_reads_each_point_once():
     m = 16
     rng = np.random.default_rng(0)
     f = rng.normal(size=(m, m, m)).astype(np.float32)
     pts = rng.uniform(0, m, size=(500, 3)).astype(np.float32)
-    i0 = np.floor(pts).astype(int)
-    fr = pts - i0
-    ref = 0
-    for c in np.ndindex(2, 2, 2):
-        w = np.prod([fr[:, d] if c[d] else 1 - fr[:, d] for d in range(3)], axis=0)
-        ref = ref + w * f[tuple((i0[:, d] + c[d]) % m for d in range(3))]
+    pts[:50, :2] = np.floor(pts[:50, :2])  # on block edges of every mesh below
     for pdims in [(1, 1), (2, 4), (8, 1)]:
         mesh = parallel.make_mesh(pdims)
-        v = painting.read_points(jax.device_put(f, parallel.field_sharding(mesh)), jnp.asarray(pts), mesh)
-        assert np.abs(np.asarray(v) - ref).max() < 1e-5
+
+        def local(block, p, pdims=pdims):
+            values = painting.read_owned(painting.pad_for_reading(block, pdims), p, m, pdims)
+            return jax.lax.psum(values, parallel.AXES)
+
+        read = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(parallel.FIELD_SPEC, jax.P()),
+                                     out_specs=jax.P()))
+        v = read(jax.device_put(f, parallel.field_sharding(mesh)), jnp.asarray(pts))
+        assert np.abs(np.asarray(v) - _trilinear(f, pts)).max() < 1e-5
+
+
+def test_shell_is_the_field_summed_along_rays_through_the_rotated_box():
+    m, box = 16, 64.0
+    cell = box / m
+    delta = np.random.default_rng(4).normal(size=(m, m, m)).astype(np.float32)
+    directions = np.stack(healpy.pix2vec(4, np.arange(healpy.nside2npix(4))), axis=-1)
+    t = lightcone.PlaneTransform(axes=(2, 0, 1), flips=(True, False, True), shift=(3, 5, 7))
+    observer = (10.0, 20.0, 30.0)
+    shell = lightcone.shell_healpix(jnp.asarray(delta), parallel.make_mesh((1, 1)), box, directions,
+                                    50.0, 70.0, observer, t)
+    # 5 samples of 4 Mpc/h per ray; observer axis j is box axis t.axes[j], reversed if flipped
+    ref = 0
+    for r in 52.0 + 4.0 * np.arange(5):
+        x = r * directions
+        cells = np.empty_like(x)
+        for j, b in enumerate(t.axes):
+            cells[:, b] = ((-x[:, j] if t.flips[j] else x[:, j]) + observer[b]) / cell + t.shift[b]
+        ref = ref + _trilinear(delta, np.mod(cells, m)) * 4.0
+    np.testing.assert_allclose(shell, ref - ref.mean(), atol=1e-4 * np.abs(ref).max())
 
 
 BASE = {"box": {"box_size": 256.0, "particles": 32}, "lightcone": {"z_max": 1.0}}
