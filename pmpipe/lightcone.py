@@ -167,10 +167,10 @@ def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, directions,
     n_r = max(1, math.ceil((chi_hi - chi_lo) / (box_size / mesh_n)))
     dr = (chi_hi - chi_lo) / n_r
     dtype = delta_compensated.dtype
-    frame = [jnp.asarray(a, jnp.int32 if a.dtype.kind == "i" else dtype)
-             for a in box_frame(observer, transform, box_size, mesh_n)]
+    source, scale, offset = box_frame(observer, transform, box_size, mesh_n)
     shell = _ray_sums(delta_compensated, jnp.asarray(directions, dtype), jnp.asarray(chi_lo, dtype),
-                      jnp.asarray(dr, dtype), *frame, n_r=n_r, mesh=mesh) * dr
+                      jnp.asarray(dr, dtype), source, jnp.asarray(scale, dtype),
+                      jnp.asarray(offset, dtype), n_r=n_r, mesh=mesh) * dr
     return shell - jnp.mean(shell)
 
 

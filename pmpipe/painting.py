@@ -66,6 +66,14 @@ def _lower_corners(pos, local_shape, global_n, splits, halo):
     return sizes, per_axis
 
 
+def _corner_indices(corners, sizes):
+    """Flat indices (8, n) into a block of shape ``sizes`` from the (lower, upper) index pairs
+    (2, n) of the three axes."""
+    ix, iy, iz = corners
+    flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
+    return flat.reshape(8, -1)
+
+
 def _local_cic(pos, local_shape, global_n, splits, halo):
     """Flat indices (8, n) of the CIC corners of local positions pos (n, 3) in the padded local
     block, the fractions (3, n) and the halo needed."""
@@ -74,11 +82,9 @@ def _local_cic(pos, local_shape, global_n, splits, halo):
     for d, (base, _, _) in enumerate(per_axis):
         upper = base + 1 if splits[d] else (base + 1) % global_n
         corners.append(jnp.stack([base, upper]))
-    ix, iy, iz = corners
-    flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
     fracs = jnp.stack([frac for _, frac, _ in per_axis])
     needed = jnp.maximum(per_axis[0][2], per_axis[1][2])
-    return flat.reshape(8, -1), fracs, needed
+    return _corner_indices(corners, sizes), fracs, needed
 
 
 def _interpolate(table, flat, fracs):
@@ -180,6 +186,15 @@ def _fill_halo(block, axis: int, halo: int, size: int):
     return jnp.concatenate([lo, block, hi], axis=axis)
 
 
+def pad_for_reading(block, pdims: tuple[int, int], halo: int = 1):
+    """Inside ``shard_map``: the local block (x, y, z, ...) padded with ``halo`` neighbour cells
+    on both sides along the split axes (one for :func:`read_owned`)."""
+    for d, p in enumerate(pdims):
+        if p > 1:
+            block = _fill_halo(block, d, halo, p)
+    return block
+
+
 def check_halo_fits(mesh_n: int, pdims: tuple[int, int], halo: int) -> None:
     """Reject a halo outside 1 .. block width along a split axis (before any work starts)."""
     for p, name in zip(pdims, ("x", "y")):
@@ -240,9 +255,7 @@ def read(field, disp, mesh: Mesh, box_size: float, halo: int):
 
     def local(f, d):
         block = f.shape[:3]
-        for axis in (0, 1):
-            if splits[axis]:
-                f = _fill_halo(f, axis, halo, pdims[axis])
+        f = pad_for_reading(f, pdims, halo)
         pos = _local_positions(d, d.shape[:3], cell, resolution)
         flat, fracs, needed = _local_cic(pos, block, mesh_n, splits, halo)
         out = _interpolate(f.reshape((-1,) + f.shape[3:]), flat, fracs.astype(f.dtype))
@@ -268,15 +281,6 @@ def cic_compensation(field_k, mesh: Mesh, box_size: float):
     return field_k / cic_window(field_k, mesh, box_size)
 
 
-def pad_for_reading(block, pdims: tuple[int, int]):
-    """Inside ``shard_map``: the local block (x, y, z) padded with one neighbour cell on both
-    sides along the split axes, for :func:`read_owned`."""
-    for d, p in enumerate(pdims):
-        if p > 1:
-            block = _fill_halo(block, d, 1, p)
-    return block
-
-
 def read_owned(padded, cells, mesh_n: int, pdims: tuple[int, int]):
     """Inside ``shard_map``: trilinear interpolation of the padded block (from
     :func:`pad_for_reading`) at points cells (n, 3), in cells of the global periodic
@@ -296,8 +300,5 @@ def read_owned(padded, cells, mesh_n: int, pdims: tuple[int, int]):
             corners.append(jnp.stack([i, i + 1]))
         else:
             corners.append(jnp.stack([lower[:, d], (lower[:, d] + 1) % mesh_n]))
-    ix, iy, iz = corners
-    sizes = padded.shape
-    flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
-    values = _interpolate(padded.reshape(-1), flat.reshape(8, -1), fracs.astype(padded.dtype))
-    return jnp.where(mine, values, 0)
+    flat = _corner_indices(corners, padded.shape)
+    return jnp.where(mine, _interpolate(padded.reshape(-1), flat, fracs.astype(padded.dtype)), 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
@@ -47,7 +48,9 @@ class LightconeCapture:
             import healpy
 
             fine = self.nside * RAYS_PER_PIXEL_SIDE  # rays through sub-pixels, averaged per pixel
-            self.directions = np.stack(healpy.pix2vec(fine, np.arange(healpy.nside2npix(fine))), axis=-1)
+            self.directions = jnp.asarray(  # on the devices once, for every plane
+                np.stack(healpy.pix2vec(fine, np.arange(healpy.nside2npix(fine))), axis=-1),
+                cfg.nbody.dtype)
         self.k_max = lightcone.shell_k_max(grid.particles, grid.mesh, cfg.box.box_size)
         self.flat, self.shells, self.needed = {}, {}, 0
 
