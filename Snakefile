@@ -1,6 +1,7 @@
 # pmpipe workflow: for every run of a campaign, ic -> nbody -> lensing (when the campaign has a
-# lensing section) -> summaries, then the campaign's
-# summaries.zarr, manifest.csv and report figures.
+# lensing section) -> summaries, runs packed into jobs (execution.runs_per_job) that run every
+# stage of their runs in one process; then the campaign's summaries.zarr, manifest.csv and
+# report figures.
 #
 #   snakemake --profile profiles/local                                  # config/quickstart.yaml
 #   snakemake --profile profiles/local --config campaign=config/examples/grid.yaml
@@ -16,10 +17,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/ic.smk"
-include: "workflow/rules/nbody.smk"
-include: "workflow/rules/lensing.smk"
-include: "workflow/rules/summaries.smk"
+include: "workflow/rules/runs.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -248,6 +248,30 @@ def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.E
     }
 
 
+def job_resources(runs: list[config.Run], execution: config.Execution) -> dict:
+    """Resources of a job that runs every stage of ``runs`` in one process: the largest
+    memory of its stages, and one start-up plus every run's stage runtimes (same keys as
+    :func:`resources`)."""
+    per_stage = [(run, stage, resources(run, stage, execution))
+                 for run in runs for stage in STAGES if stage != "lensing" or run.lensing]
+    work = sum(estimate(run, execution).runtime_s[stage] - STARTUP_SECONDS
+               for run, stage, _ in per_stage)
+    first = per_stage[0][2]
+    return {**first, "mem_mb": max(r["mem_mb"] for _, _, r in per_stage),
+            "runtime": max(MIN_RUNTIME_MINUTES,
+                           math.ceil((STARTUP_SECONDS + work) * execution.runtime_safety / 60))}
+
+
+def job_groups(specs: list[RunSpec], size: int) -> dict[str, list[RunSpec]]:
+    """Runs packed into jobs of ``size`` by their position in the design: ``job0000`` holds
+    runs 0 .. size - 1, and so on. Runs added at the end of a design join the last group or
+    new ones; no earlier run changes group."""
+    groups: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        groups.setdefault(f"job{spec.index // size:04d}", []).append(spec)
+    return groups
+
+
 def parameter_names(specs: list[RunSpec]) -> list[str]:
     """Design parameter names in order of first appearance."""
     return list(dict.fromkeys(name for spec in specs for name in spec.parameters))

@@ -12,9 +12,17 @@ SCHEMA_PATH = Path("workflow/schemas/campaign.schema.json")
 
 
 def _run(args) -> int:
-    from pmpipe import stages
+    from pmpipe import config, stages
 
-    return stages.run_checked(args.stage, args.config)
+    if args.stage == "all":
+        from pmpipe.stages import pipeline
+
+        return pipeline.main(args.config)
+    if len(args.config) != 1:
+        raise config.ConfigError(f"pmpipe run {args.stage} takes one config.json (got {len(args.config)}); "
+                           "'pmpipe run all' takes several")
+    return stages.run_checked(args.stage, args.config[0])
+
 
 
 def _plan(args) -> int:
@@ -69,38 +77,48 @@ def _submit(args) -> int:
     if args.max_parallel < 1:
         raise config.ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
     folder = (args.logs or args.results / camp.name / "logs" / "submitit").absolute()
-    if args.dry_run:
-        if args.stage:
+    if args.stage:
+        if args.dry_run:
             print(launch.sbatch_script(launch.campaign_job(camp, specs[0], slurm_site, args.stage),
                                        folder, python=sys.executable))
-        else:
-            job = launch.array_job(camp, specs, slurm_site)
-            print(launch.sbatch_script(job, folder, python=sys.executable, array_size=len(specs),
-                                       array_parallelism=args.max_parallel))
-        return 0
-    campaign.write_run_files(camp, args.results)
-    parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
-    if args.stage:
+            return 0
+        campaign.write_run_files(camp, args.results)
+        parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
         jobs = [launch.submit_stage(camp, specs[0], args.stage, args.results, folder, slurm_site)]
+        labels = [specs[0].run_id]
     else:
-        done = [s for s in specs
-                if stages.run_status(args.results / camp.name / s.run_id) == "complete"]
-        for spec in done:
-            print(f"{spec.run_id}: complete, not submitted")
-        specs = [s for s in specs if s not in done]
-        jobs = (launch.submit_campaign(camp, specs, args.results, folder, slurm_site,
-                                       args.max_parallel) if specs else [])
-    for spec, job in zip(specs, jobs):
-        print(f"{spec.run_id}: SLURM job {job.job_id}, log {job.paths.stdout}")
+        campaign_dir = args.results / camp.name
+        chosen = {s.run_id for s in specs}
+        groups = [[s for s in group if s.run_id in chosen and
+                   stages.run_status(campaign_dir / s.run_id) != "complete"]
+                  for group in campaign.job_groups(campaign.expand(camp),
+                                                   camp.execution.job_size()).values()]
+        groups = [g for g in groups if g]
+        for spec in specs:
+            if not any(spec in g for g in groups):
+                print(f"{spec.run_id}: complete, not submitted")
+        if args.dry_run:
+            if groups:
+                print(launch.sbatch_script(launch.array_job(camp, groups, slurm_site), folder,
+                                           python=sys.executable, array_size=len(groups),
+                                           array_parallelism=args.max_parallel))
+            return 0
+        campaign.write_run_files(camp, args.results)
+        parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
+        jobs = (launch.submit_campaign(camp, groups, args.results, folder, slurm_site,
+                                       args.max_parallel) if groups else [])
+        labels = [", ".join(s.run_id for s in g) for g in groups]
+    for label, job in zip(labels, jobs):
+        print(f"{label}: SLURM job {job.job_id}, log {job.paths.stdout}")
     if not args.wait:
         return 0
     failed = 0
-    for spec, job in zip(specs, jobs):
+    for label, job in zip(labels, jobs):
         try:
             job.results()  # one result per task (process)
         except Exception as err:  # submitit raises its own errors for failed or lost jobs
             failed += 1
-            print(f"error: {spec.run_id}: SLURM job {job.job_id} failed ({type(err).__name__}); "
+            print(f"error: {label}: SLURM job {job.job_id} failed ({type(err).__name__}); "
                   f"log: {job.paths.stdout}", file=sys.stderr)
     if failed:
         return 1
@@ -128,9 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pmpipe", description="Cosmological PM simulation suites")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run one stage of one simulation")
-    run.add_argument("stage", choices=STAGES)
-    run.add_argument("config", help="the run's config.json (results/<campaign>/<run_id>/config.json)")
+    run = sub.add_parser("run", help="run one stage of one simulation, or (all) every stage of "
+                                     "one or more simulations in one process")
+    run.add_argument("stage", choices=(*STAGES, "all"))
+    run.add_argument("config", nargs="+",
+                     help="the run's config.json (results/<campaign>/<run_id>/config.json); "
+                          "several with 'all'")
     run.set_defaults(func=_run)
 
     plan = sub.add_parser("plan", help="table of a campaign's runs: devices, memory, nodes, runtime")

@@ -6,8 +6,9 @@ Snakemake SLURM plugin's resources (:func:`snakemake_resources`), and the sbatch
 submitit submits (:func:`submitit_parameters`, :func:`sbatch_script`).
 
 Submission with submitit: one stage of one run (:func:`submit_stage`, nodes x tasks_per_node
-processes), or a campaign as a job array, each element running every stage of one run
-(:func:`submit_campaign`). A job that is started again skips the stages already complete.
+processes), or a campaign as a job array, each element running every stage of a group of runs
+in one process (:func:`submit_campaign`). An element that is started again skips the runs
+and stages already complete.
 """
 
 from __future__ import annotations
@@ -88,16 +89,19 @@ def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:
     return res
 
 
-def stage_resources(run: config.Run, stage: str, execution: config.Execution,
-                    site: Site | None) -> dict:
-    """Snakemake resources of a stage: pmpipe's (campaign.resources) for local execution, where
-    a stage is one process with all its devices and ``mpi`` is empty; the SLURM plugin's
-    (:func:`snakemake_resources`) when a site is given."""
-    execution = site_execution(execution, site)
-    res = campaigns.resources(run, stage, execution)
+def workflow_resources(res: dict, name: str, site: Site | None) -> dict:
+    """Snakemake resources from pmpipe's (campaign.resources or campaign.job_resources): those
+    for local execution, where a job is one process with all its devices and ``mpi`` is empty;
+    the SLURM plugin's (:func:`snakemake_resources`) when a site is given."""
     if site is None:
         return {**{k: v for k, v in res.items() if k != "devices"}, "mpi": ""}
-    return snakemake_resources(slurm_job(stage, res, site), site.launcher)
+    return snakemake_resources(slurm_job(name, res, site), site.launcher)
+
+
+def job_resources(runs: list[config.Run], execution: config.Execution, site: Site | None) -> dict:
+    """Snakemake resources of a job that runs every stage of ``runs`` in one process."""
+    return workflow_resources(campaigns.job_resources(runs, site_execution(execution, site)),
+                              "runs", site)
 
 
 def _sbatch_extra(extra: tuple[str, ...]) -> dict:
@@ -141,20 +145,6 @@ def sbatch_script(job: SlurmJob, folder: str | Path, python: str = "python",
     return slurm._make_sbatch_string(command=command, folder=folder, **params)
 
 
-def run_stages_in_job(config_path: str, stage_names: tuple[str, ...]) -> list[str]:
-    """Run stages of one run in order in this (SLURM task) process, skipping those whose store
-    is complete; raises RuntimeError naming the stage that failed. Returns the stages run."""
-    done = []
-    for stage in stage_names:
-        if store.is_complete(stages.store_path(Path(config_path).parent, stage)):
-            continue
-        code = stages.run_checked(stage, config_path)
-        if code:
-            raise RuntimeError(f"stage {stage} of {config_path} failed with exit status {code}")
-        done.append(stage)
-    return done
-
-
 def _executor(folder: Path, job: SlurmJob, array_parallelism: int | None = None):
     import submitit
 
@@ -167,21 +157,19 @@ def _executor(folder: Path, job: SlurmJob, array_parallelism: int | None = None)
 
 
 def campaign_job(camp: config.Campaign, spec: campaigns.RunSpec, site: Site | None,
-                 stage: str | None = None) -> SlurmJob:
-    """The job of one stage of a run, or (stage None) of all its stages in a row: the largest
-    memory and the summed runtime of the stages."""
-    execution = site_execution(camp.execution, site)
-    names = (stage,) if stage else stages.run_stages(spec.run)
-    per_stage = [campaigns.resources(spec.run, s, execution) for s in names]
-    res = {**per_stage[0], "mem_mb": max(r["mem_mb"] for r in per_stage),
-           "runtime": sum(r["runtime"] for r in per_stage)}
-    return slurm_job(f"pmpipe-{stage or 'run'}-{spec.run_id}", res, site)
+                 stage: str) -> SlurmJob:
+    """The job of one stage of a run."""
+    res = campaigns.resources(spec.run, stage, site_execution(camp.execution, site))
+    return slurm_job(f"pmpipe-{stage}-{spec.run_id}", res, site)
 
 
-def array_job(camp: config.Campaign, specs: list[campaigns.RunSpec], site: Site | None) -> SlurmJob:
-    """The job of each element of a campaign's array (the design varies cosmology only, so
-    every run has the size of the first)."""
-    return dataclasses.replace(campaign_job(camp, specs[0], site), name=f"pmpipe-{camp.name}")
+def array_job(camp: config.Campaign, groups: list[list[campaigns.RunSpec]],
+              site: Site | None) -> SlurmJob:
+    """The job of each element of a campaign's array, one element per group of runs that
+    run in one process (sized for the largest group; the design varies cosmology only)."""
+    largest = max(groups, key=len)
+    res = campaigns.job_resources([s.run for s in largest], site_execution(camp.execution, site))
+    return slurm_job(f"pmpipe-{camp.name}", res, site)
 
 
 def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, results: Path,
@@ -197,14 +185,17 @@ def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, res
                 f"{stages.store_path(run_dir, earlier)} is missing or incomplete: run the "
                 f"{earlier} stage before {stage}")
     executor = _executor(folder, campaign_job(camp, spec, site, stage))
-    return executor.submit(run_stages_in_job, str(run_dir / "config.json"), (stage,))
+    return executor.submit(stages.run_stage, stage, str(run_dir / "config.json"))
 
 
-def submit_campaign(camp: config.Campaign, specs: list[campaigns.RunSpec], results: Path,
+def submit_campaign(camp: config.Campaign, groups: list[list[campaigns.RunSpec]], results: Path,
                     folder: Path, site: Site | None, max_parallel: int):
-    """Submit the runs as one job array (at most ``max_parallel`` at a time); each element runs
-    every stage of one run. Returns the submitit jobs, in the order of ``specs``."""
-    executor = _executor(folder, array_job(camp, specs, site), array_parallelism=max_parallel)
-    paths = [str(results / camp.name / spec.run_id / "config.json") for spec in specs]
-    names = [stages.run_stages(spec.run) for spec in specs]
-    return executor.map_array(run_stages_in_job, paths, names)
+    """Submit the groups of runs as one job array (at most ``max_parallel`` elements at a
+    time); each element runs every stage of its runs in one process. Returns the submitit
+    jobs, in the order of ``groups``."""
+    from pmpipe.stages import pipeline
+
+    executor = _executor(folder, array_job(camp, groups, site), array_parallelism=max_parallel)
+    paths = [[str(results / camp.name / spec.run_id / "config.json") for spec in group]
+             for group in groups]
+    return executor.map_array(pipeline.run_job, paths)

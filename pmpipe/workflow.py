@@ -23,17 +23,28 @@ RESULTS = Path("results")
 
 
 @dataclasses.dataclass(frozen=True)
+class Job:
+    """One Snakemake job: the runs of a group (campaign.job_groups) whose stores are not all
+    complete, run in one process; the stores it makes, (run id, stage) from each run's first
+    incomplete stage on; and its resources (SLURM plugin names with a site)."""
+
+    name: str
+    run_ids: tuple[str, ...]
+    stores: tuple[tuple[str, str], ...]
+    resources: dict
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """A campaign ready for Snakemake: its file and data (for schema validation), folder,
-    run ids, the stages every run goes through and resources per (run id, stage), all with the
-    same keys."""
+    run ids, the stages every run goes through, and the jobs that make the missing stores."""
 
     campaign_file: Path
     campaign_data: dict
     campaign_dir: Path
     run_ids: tuple[str, ...]
     stages: tuple[str, ...]
-    resources: dict
+    jobs: tuple[Job, ...]
 
 
 def campaign_file(snakemake_config: dict) -> Path:
@@ -75,7 +86,10 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
             results: Path = RESULTS, environ=None) -> Plan:
     """Validate the campaign (ConfigError naming file and field), check that every run fits
     its devices, write the runs' config.json files (only those that changed) and, unless
-    another Snakemake holds the directory, remove incomplete stores so they are recomputed."""
+    another Snakemake holds the directory, remove incomplete stores so they are recomputed.
+
+    Runs are packed into jobs of execution.runs_per_job by their position in the design; a job
+    holds the runs of its group that are not complete, so a finished run is never redone."""
     path = campaign_file(snakemake_config)
     camp = config.load_campaign(path)
     campaigns.check_fits(camp)
@@ -89,8 +103,15 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
                       "recomputed", file=sys.stderr)
     run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
     slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
-    resources = {(spec.run_id, stage): launch.stage_resources(spec.run, stage, camp.execution,
-                                                              slurm_site)
-                 for spec in specs for stage in run_stages}
+    jobs = []
+    for name, group in campaigns.job_groups(specs, camp.execution.job_size()).items():
+        todo = {s.run_id: stages.pending_stages(s.run, config.config_hash(s.run),
+                                                campaign_dir / s.run_id) for s in group}
+        pending = [s for s in group if todo[s.run_id]]
+        if pending:
+            jobs.append(Job(name, tuple(s.run_id for s in pending),
+                            tuple((s.run_id, stage) for s in pending for stage in todo[s.run_id]),
+                            launch.job_resources([s.run for s in pending], camp.execution,
+                                                 slurm_site)))
     return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
-                run_stages, resources)
+                run_stages, tuple(jobs))

@@ -1,6 +1,7 @@
 """SLURM job builders (pure functions) against golden files; site settings from file and
 environment; `pmpipe submit --dry-run`."""
 
+import math
 import os
 import shlex
 import subprocess
@@ -46,14 +47,19 @@ def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
                     f"python -u -m submitit.core._submit {LOGS}"]
 
 
-def test_array_script_runs_every_stage_of_each_run_with_bounded_parallelism():
+def test_array_script_runs_groups_of_runs_with_bounded_parallelism():
     camp = config.load_campaign(GOLDEN / "campaign_2x4.yaml").model_copy(
-        update={"realisations": 3})
+        update={"realisations": 5})
     specs = campaign.expand(camp)
-    job = launch.array_job(camp, specs, None)
+    groups = list(campaign.job_groups(specs, 2).values())
+    assert [[s.index for s in g] for g in groups] == [[0, 1], [2, 3], [4]]
+    job = launch.array_job(camp, groups, None)
+    est = campaign.estimate(specs[0].run, camp.execution)
+    work = sum(t - campaign.STARTUP_SECONDS for s, t in est.runtime_s.items() if s != "lensing")
+    expected = (campaign.STARTUP_SECONDS + 2 * work) * camp.execution.runtime_safety / 60
+    assert job.time_min == max(campaign.MIN_RUNTIME_MINUTES, math.ceil(expected))
     per_stage = [campaign.resources(specs[0].run, s, camp.execution)
                  for s in ("ic", "nbody", "summaries")]
-    assert job.time_min == sum(r["runtime"] for r in per_stage)
     assert job.mem_mb == max(r["mem_mb"] for r in per_stage)
     script = launch.sbatch_script(job, LOGS, array_size=3, array_parallelism=2)
     assert "#SBATCH --array=0-2%2" in script.splitlines()
@@ -70,10 +76,10 @@ def test_snakemake_resources_and_srun_line_of_a_multi_node_stage():
     assert res["slurm_partition"] == "gpu" and res["slurm_account"] == "cosmo"
     assert res["qos"] == "normal" and res["constraint"] == "a100"
     assert res["slurm_extra"] == "--exclusive"
-    one = launch.stage_resources(spec.run.model_copy(update={"parallel": config.Parallel()}),
-                                 "nbody", camp.execution, site.Site())
+    one = launch.job_resources([spec.run.model_copy(update={"parallel": config.Parallel()})],
+                               camp.execution, site.Site())
     assert one["mpi"] == "" and one["tasks_per_node"] == 1 and "slurm_partition" not in one
-    local = launch.stage_resources(spec.run, "nbody", camp.execution, None)
+    local = launch.job_resources([spec.run], camp.execution, None)
     assert local["mpi"] == "" and local["gpu"] == 4
 
 

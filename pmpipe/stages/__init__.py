@@ -49,38 +49,105 @@ class Progress:
         self(f"step {i}/{total} a = {a:.4f}")
 
 
-def run_stage(stage: str, config_path: str | Path) -> Path:
-    """Run one stage of the run described by config_path; returns the path of its store.
+class Inputs:
+    """The arrays a stage reads from the run's earlier stages.
+
+    A field that an earlier stage ran in this process and kept (``keep``) is handed over on
+    the devices, once: the next stage takes it without a round trip through the store. Every
+    other field, and every attribute or small array, comes from the stage's complete store,
+    made from this run's config (``config_hash``)."""
+
+    def __init__(self, run_dir: str | Path, config_hash: str, mesh, keep: bool = False):
+        self.run_dir, self.config_hash, self.mesh = Path(run_dir), config_hash, mesh
+        self.keeping = keep
+        self._kept: dict[tuple, object] = {}
+        self._groups: dict[str, object] = {}
+
+    def keep(self, stage: str, name: str, data, leading: tuple[int, ...] = ()) -> None:
+        """Hold ``data`` (written to ``stage``'s array ``name`` at ``leading``) for a later stage."""
+        if self.keeping:
+            self._kept[stage, name, tuple(leading)] = data
+
+    def store(self, stage: str):
+        """The complete store of ``stage`` (zarr group); IncompleteStoreError otherwise."""
+        from pmpipe import store
+
+        if stage not in self._groups:
+            self._groups[stage] = store.open_complete(store_path(self.run_dir, stage), self.config_hash)
+        return self._groups[stage]
+
+    def field(self, stage: str, name: str, leading: tuple[int, ...] = ()):
+        """``stage``'s array ``name`` at ``leading`` as a JAX array sharded over the mesh."""
+        from pmpipe import store
+
+        kept = self._kept.pop((stage, name, tuple(leading)), None)
+        if kept is not None:
+            return kept
+        return store.read_sharded(self.store(stage)[name], self.mesh, leading)
+
+    def forget(self, stage: str | None = None) -> None:
+        """Drop the kept fields of ``stage`` (of every stage when None) and its open store."""
+        self._kept = {k: v for k, v in self._kept.items() if stage is not None and k[0] != stage}
+        self._groups = {k: v for k, v in self._groups.items() if stage is not None and k != stage}
+
+
+def start(config_paths) -> tuple[str, int]:
+    """Start JAX in this process for the runs of ``config_paths`` (one launch serves them all).
 
     Under srun or mpiexec with several processes, joins them first (parallel.start_processes);
     on CPU each process's share of the run's px * py devices comes from XLA_FLAGS (set here
-    when absent, before JAX starts its backend). Then validates config.json.
+    when absent, before JAX starts its backend). The device count comes from the first file's
+    pdims, read before validation (validation itself runs JAX). Returns (launcher, processes).
     """
-    import jax
-
     from pmpipe import config, parallel
 
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-    # validation itself runs JAX (lightcone geometry), so the processes and host devices are
-    # set up from the file's pdims first, while the backend has not started
-    raw = config.read_mapping(config_path)
+    raw = config.read_mapping(config_paths[0])
     pdims = raw.get("config", {}).get("parallel", {}).get("pdims", (1, 1))
     valid = isinstance(pdims, list | tuple) and all(isinstance(p, int) and p > 0 for p in pdims)
-    launcher, processes = parallel.start_processes(math.prod(pdims) if valid else 1)
+    return parallel.start_processes(math.prod(pdims) if valid else 1)
+
+
+def load(config_path: str | Path):
+    """The validated run file (config.RunFile); float64 runs switch JAX to 64-bit."""
+    import jax
+
+    from pmpipe import config
+
     run_file = config.load_run_file(config_path)
     if run_file.config.nbody.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
+    return run_file
+
+
+def execute(stage: str, run_file, inputs: Inputs, progress: Progress) -> Path:
+    """Run one stage of a loaded run with its inputs; returns the path of its store."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
     module = importlib.import_module(f"pmpipe.stages.{stage}")
+    path = module.run(run_file, inputs.run_dir, inputs, progress)
+    progress(f"wrote {path}")
+    return path
+
+
+def run_stage(stage: str, config_path: str | Path) -> Path:
+    """Run one stage of the run described by config_path, reading the earlier stages' stores;
+    returns the path of its store."""
+    import jax
+
+    from pmpipe import parallel
+
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    launcher, processes = start([config_path])
+    run_file = load(config_path)
     progress = Progress(stage, run_file.run_id, jax.process_index())
     if processes > 1:
         progress(f"process {jax.process_index()} of {processes} ({launcher}): "
                  f"{jax.local_device_count()} local of {jax.device_count()} devices",
                  every_process=True)
     mesh = parallel.make_mesh(run_file.config.parallel.pdims)
-    path = module.run(run_file, Path(config_path).parent, mesh, progress)
-    progress(f"wrote {path}")
-    return path
+    inputs = Inputs(Path(config_path).parent, run_file.config_hash, mesh)
+    return execute(stage, run_file, inputs, progress)
 
 
 def run_checked(stage: str, config_path: str | Path) -> int:
@@ -102,6 +169,27 @@ def main(stage: str, argv=None) -> int:
                                      description=f"run the {stage} stage of one simulation")
     parser.add_argument("config", help="the run's config.json (results/<campaign>/<run_id>/config.json)")
     return run_checked(stage, parser.parse_args(argv).config)
+
+
+def is_current(path: str | Path, config_hash: str) -> bool:
+    """Whether the store at path is complete and was made from the config ``config_hash``."""
+    from pmpipe import store
+
+    try:
+        store.open_complete(path, config_hash)
+    except store.IncompleteStoreError:
+        return False
+    return True
+
+
+def pending_stages(run, config_hash: str, run_dir: str | Path) -> tuple[str, ...]:
+    """The stages of ``run`` (config.Run) from the first whose store is not complete or was made
+    from another config to the last: those a job must compute. Empty when the run is complete."""
+    names = run_stages(run)
+    for i, stage in enumerate(names):
+        if not is_current(store_path(run_dir, stage), config_hash):
+            return names[i:]
+    return ()
 
 
 def run_status(run_dir: str | Path) -> str:

@@ -10,16 +10,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from jax.sharding import Mesh
 
 from pmpipe import config, cosmology, ics, simulation, store
-from pmpipe.stages import Progress, main, store_path
+from pmpipe.stages import Inputs, Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 
 
-def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress) -> Path:
-    """Compute and write the run's ICs; returns the store's path."""
-    cfg = run_file.config
+def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
+    """Compute and write the run's ICs (kept for the next stages); returns the store's path."""
+    cfg, mesh = run_file.config, inputs.mesh
     started = store.now()
     cosmo = cfg.cosmology_params()
     n, box_size, a_init = cfg.box.particles, cfg.box.box_size, cfg.ic.a_init
@@ -41,6 +40,9 @@ def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress)
                       "linear density contrast at a = 1")
     write_particles(group, init.disp, init.mom, a_init)
     store.mark_complete(group)
+    inputs.keep("ic", "linear_density", init.delta_linear)
+    inputs.keep("ic", "displacement", init.disp)
+    inputs.keep("ic", "momentum", init.mom)
     return path
 
 

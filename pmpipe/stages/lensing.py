@@ -12,10 +12,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from jax.sharding import Mesh
-
 from pmpipe import config, cosmology, lensing, store
-from pmpipe.stages import Progress, main, store_path
+from pmpipe.stages import Inputs, Progress, main, store_path
 
 REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
 
@@ -37,14 +35,14 @@ def sources(cfg: config.Run, cosmo, table):
     return out
 
 
-def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress) -> Path:
-    """Compute and write the run's lensing maps; returns the store's path."""
-    cfg = run_file.config
+def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
+    """Compute and write the run's lensing maps (kept for the summaries); returns the path."""
+    cfg, mesh = run_file.config, inputs.mesh
     if cfg.lensing is None:
         raise ValueError(f"run {run_file.run_id} has no lensing section, so it has no lensing stage "
                          "(add lightcone and lensing sections to its campaign's base)")
     started = store.now()
-    nb = store.open_complete(store_path(run_dir, "nbody"), run_file.config_hash)
+    nb = inputs.store("nbody")
     cosmo = cfg.cosmology_params()
     table = cosmology.growth_table(cosmo)
     chi = np.asarray(nb["plane"][:], np.float64)
@@ -65,7 +63,7 @@ def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress)
         theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
         offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
         density = nb["lightcone_density"]
-        planes = [lambda j=j: store.read_sharded(density, mesh, (j,)) for j in range(chi.size)]
+        planes = [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)]
         kappa = lensing.flat_sky_convergence(planes, weights, cfg.box.box_size, chi, theta,
                                              offsets, mesh, density.dtype)
         gamma1, gamma2 = lensing.shear_from_convergence(kappa)

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pmpipe import config, cosmology, lightcone, nbody, painting, store
-from pmpipe.stages import Progress, main, store_path
+from pmpipe.stages import Inputs, Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 
 
@@ -114,13 +114,14 @@ class LightconeCapture:
                  "offsets": list(lightcone.plane_offsets(observer, t))} for t in self.transforms]})
 
 
-def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress) -> Path:
-    """Evolve the run's ICs and write the snapshots and final particles; returns the path."""
-    cfg = run_file.config
+def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
+    """Evolve the run's ICs and write the snapshots, final particles and lightcone planes
+    (kept for the next stages); returns the path."""
+    cfg, mesh = run_file.config, inputs.mesh
     started = store.now()
-    ic = store.open_complete(store_path(run_dir, "ic"), run_file.config_hash)
-    disp = store.read_sharded(ic["displacement"], mesh)
-    mom = store.read_sharded(ic["momentum"], mesh)
+    ic = inputs.store("ic")
+    disp = inputs.field("ic", "displacement")
+    mom = inputs.field("ic", "momentum")
     a_init, a_final = float(ic.attrs["a_init"]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
     bounds = nbody.step_boundaries(a_init, a_final, cfg.nbody.steps, snapshots)
@@ -148,9 +149,13 @@ def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress)
         (1,) + store.block_chunks(first))
     for i, a in enumerate(snapshots):
         store.write_blocks(density, result.snapshots[a], (i,))
+        inputs.keep("nbody", "density", result.snapshots[a], (i,))
     write_particles(group, result.disp, result.mom, a_final)
+    inputs.keep("nbody", "displacement", result.disp)
     if capture is not None:
         capture.write(group)
+        for j, plane in capture.flat.items():
+            inputs.keep("nbody", "lightcone_density", plane, (j,))
     store.mark_complete(group)
     return path
 

@@ -21,21 +21,21 @@ from jax.sharding import NamedSharding
 
 from pmpipe import config, cosmology, lensing, painting, stats, store
 from pmpipe.parallel import FIELD_SPEC
-from pmpipe.stages import Progress, main, store_path
+from pmpipe.stages import Inputs, Progress, main, store_path
 
 
-def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress) -> Path:
+def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
     """Measure and write the summaries of the run's snapshots; returns the store's path."""
-    cfg = run_file.config
+    cfg, mesh = run_file.config, inputs.mesh
     started = store.now()
-    nb = store.open_complete(store_path(run_dir, "nbody"), run_file.config_hash)
+    nb = inputs.store("nbody")
     a = np.asarray(nb["a"][:], dtype=np.float64)
     density = nb["density"]
     box_size, n_mesh = cfg.box.box_size, int(density.shape[1])
     n_bins = cfg.summaries.pk_bins or n_mesh // 2
     spectra = []
     for i in range(a.size):
-        field = store.read_sharded(density, mesh, (i,))
+        field = inputs.field("nbody", "density", (i,))
         k_mean, pk, modes = stats.power_spectrum(field, mesh, box_size, n_bins,
                                                  compensate_cic=cfg.summaries.compensate_cic)
         spectra.append(pk)
@@ -61,25 +61,24 @@ def run(run_file: config.RunFile, run_dir: Path, mesh: Mesh, progress: Progress)
     store.write_array(group, "pk_linear", linear, ("a", "k"), "(Mpc/h)^3",
                       "linear theory D1(a)^2 P_lin(k) at k_mean")
     group.attrs["shot_noise"] = shot_noise
-    write_initial_correlation(group, cfg, run_dir, run_file.config_hash, nb, mesh, n_bins,
+    write_initial_correlation(group, cfg, inputs, n_bins,
                               float(growth[-1] / cosmology.growth_factor(cosmo, 1.0, cosmology.growth_table(cosmo))))
     progress("cross-correlation with the initial field")
     if cfg.lensing is not None:
-        lens = store.open_complete(store_path(run_dir, "lensing"), run_file.config_hash)
-        write_lensing_statistics(group, cfg, lens, mesh)
+        write_lensing_statistics(group, cfg, inputs.store("lensing"), mesh)
         progress("lensing statistics")
     store.mark_complete(group)
     return path
 
 
-def write_initial_correlation(group, cfg: config.Run, run_dir: Path, config_hash: str, nb, mesh: Mesh,
-                              n_bins: int, growth_final: float) -> None:
+def write_initial_correlation(group, cfg: config.Run, inputs: Inputs, n_bins: int,
+                              growth_final: float) -> None:
     """At a_final: the final particles painted on the particle grid (CIC compensated) against
     the initial linear density: P_cross, P_initial, P_final, propagator P_cross / (D P_initial)
     and r = P_cross / sqrt(P_final P_initial)."""
-    ic = store.open_complete(store_path(run_dir, "ic"), config_hash)
-    linear = store.read_sharded(ic["linear_density"], mesh)
-    disp = store.read_sharded(nb["displacement"], mesh)
+    mesh = inputs.mesh
+    linear = inputs.field("ic", "linear_density")
+    disp = inputs.field("nbody", "displacement")
     n, box_size = cfg.box.particles, cfg.box.box_size
     halo = max(1, cfg.parallel.halo_cells // cfg.box.oversample)
     rho, needed = painting.paint(disp, mesh, n, box_size, halo)

@@ -23,12 +23,6 @@ wildcard_constraints:
     run="|".join(PLAN.run_ids),
 
 
-def stage_resources(stage):
-    """Resources of a stage computed by pmpipe from the run's size (SLURM plugin names)."""
-    return {key: (lambda wc, key=key: PLAN.resources[wc.run, stage][key])
-            for key in PLAN.resources[PLAN.run_ids[0], stage]}
-
-
 def report_figures():
     figures = ("pk", "slice") + (("kappa", "cl") if "lensing" in PLAN.stages else ())
     campaign = ("pk_ratio", "peaks") if "lensing" in PLAN.stages else ("pk_ratio",)
