@@ -1,0 +1,130 @@
+"""Packed jobs: every stage of several runs in one process (pmpipe.stages.pipeline), equal to
+the stages run one by one; complete runs skipped; a failing run reported without stopping the
+others; Snakemake then reruns only that run."""
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+import zarr
+
+from pmpipe import stages, store
+
+from conftest import REPO, TINY, run_snakemake
+
+RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
+
+
+def four_runs_in_one_job() -> str:
+    data = yaml.safe_load(TINY)
+    data["realisations"] = 4
+    data["execution"]["runs_per_job"] = 4
+    return yaml.safe_dump(data)
+
+
+def snakemake(workdir, *args, check=True):
+    return run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
+                         "--config", "campaign=tiny.yaml", *args, check=check)
+
+
+def finished(path):
+    return zarr.open_group(path, mode="r").attrs["finished"]
+
+
+def stamps(results):
+    return {(run, s): finished(results / run / f"{s}.zarr")
+            for run in RUNS for s in stages.STAGES if store.is_complete(results / run / f"{s}.zarr")}
+
+
+def corrupt(array_dir):
+    """Overwrite every chunk of a stored array with bytes that do not decode."""
+    chunks = [p for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json"]
+    assert chunks
+    for chunk in chunks:
+        chunk.write_bytes(b"not a chunk")
+
+
+def same_store(a, b, tolerance=1e-6):
+    one, two = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
+    assert sorted(one.array_keys()) == sorted(two.array_keys()), (a, b)
+    for name in one.array_keys():
+        x, y = one[name][:], two[name][:]
+        if x.dtype.kind not in "fc":
+            assert np.array_equal(x, y), (a, name)
+            continue
+        scale = max(float(np.nanmax(np.abs(x))), 1e-30)
+        assert np.nanmax(np.abs(x - y)) <= tolerance * scale, (a, name)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """The 4-run campaign through Snakemake, with run r2's ICs made beforehand and damaged:
+    (workdir, output of the failing invocation)."""
+    workdir = tmp_path_factory.mktemp("packed")
+    (workdir / "tiny.yaml").write_text(four_runs_in_one_job())
+    snakemake(workdir, "-n")  # writes the runs' config.json files
+    results = workdir / "results" / "tiny"
+    stages.run_stage("ic", results / RUNS[2] / "config.json")
+    corrupt(results / RUNS[2] / "ic.zarr" / "displacement")
+    out = snakemake(workdir, check=False)
+    return workdir, out
+
+
+def test_a_failing_run_does_not_stop_the_others(packed):
+    workdir, out = packed
+    results = workdir / "results" / "tiny"
+    assert out.returncode != 0
+    log = (results / "logs" / "job0000.log").read_text()
+    assert f"[pmpipe run {RUNS[2]}] FAILED in stage nbody" in log, log[-3000:]
+    assert f"1 of 4 runs failed: {RUNS[2]}" in log
+    for run in (RUNS[0], RUNS[1], RUNS[3]):
+        for stage in stages.STAGES:
+            assert store.is_complete(results / run / f"{stage}.zarr"), (run, stage)
+    assert not store.is_complete(results / RUNS[2] / "nbody.zarr")
+    assert not (results / RUNS[2] / "summaries.zarr").exists()
+
+
+def test_snakemake_then_reruns_only_the_failed_run(packed):
+    workdir, _ = packed
+    results = workdir / "results" / "tiny"
+    before = stamps(results)
+    shutil.rmtree(results / RUNS[2] / "ic.zarr")  # the damaged input is removed
+    out = snakemake(workdir)
+    assert "runs_job0000" in out.stdout + out.stderr
+    after = stamps(results)
+    changed = {key for key in after if before.get(key) != after[key]}
+    assert changed == {(RUNS[2], s) for s in stages.STAGES}
+    log = (results / "logs" / "job0000.log").read_text()
+    assert f"[pmpipe run {RUNS[2]}] ic, nbody, lensing, summaries done" in log
+    assert RUNS[0] not in log  # the finished runs were not part of the job
+
+
+def test_packed_stores_equal_the_stages_run_one_by_one(packed, tmp_path):
+    workdir, _ = packed
+    results = workdir / "results" / "tiny"
+    for run in RUNS:
+        run_dir = tmp_path / run
+        run_dir.mkdir()
+        shutil.copy(results / run / "config.json", run_dir / "config.json")
+        for stage in stages.STAGES:
+            stages.run_stage(stage, run_dir / "config.json")
+        for stage in stages.STAGES:
+            same_store(results / run / f"{stage}.zarr", run_dir / f"{stage}.zarr")
+
+
+def test_a_job_skips_complete_runs_and_stages(packed):
+    workdir, _ = packed
+    results = workdir / "results" / "tiny"
+    before = stamps(results)
+    shutil.rmtree(results / RUNS[1] / "summaries.zarr")
+    out = subprocess.run([sys.executable, "-m", "pmpipe.stages.pipeline",
+                          *(str(results / run / "config.json") for run in RUNS)],
+                         capture_output=True, text=True, cwd=workdir, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"[pmpipe run {RUNS[0]}] complete already" in out.stderr
+    assert f"[pmpipe run {RUNS[1]}] summaries done" in out.stderr
+    after = stamps(results)
+    assert {key for key in after if before.get(key) != after[key]} == {(RUNS[1], "summaries")}
