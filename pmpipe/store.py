@@ -2,21 +2,42 @@
 
 Every array carries ``dimension_names`` plus ``units`` and ``long_name`` attributes, and every
 dimension that has coordinates has a 1-D array of the same name, so ``xarray.open_zarr(path)``
-reads a store as a labelled Dataset. Sharded JAX arrays are written block by block, each
-device's block into its own chunk (one writer per chunk), and read back the same way.
+reads a store as a labelled Dataset.
 
-A store is complete only once :func:`mark_complete` has run; it is the last write. Every reader
+Chunks and codecs (docs/outputs.md, "Chunks and codecs"): a sharded JAX array is chunked so
+that the chunks tile every device block (:func:`block_chunks`), at most
+:data:`MAX_CHUNK_BYTES` each; each process writes only the chunks inside its own blocks (one
+writer per chunk). Large floating-point arrays are stored uncompressed (zstd gains ~8 % on
+particle data and costs most of the write speed), or bit-rounded to ``keepbits`` mantissa bits
+and then zstd-compressed when the store was created with ``keepbits``; every other array is
+zstd-compressed (:func:`codecs`).
+
+Writes are asynchronous: :func:`write_blocks` and :func:`write_array` copy each block to the
+host and hand its zarr write to a small pool of threads (:data:`WRITE_THREADS`), at most
+:data:`MAX_PENDING_BYTES` of copied blocks waiting at a time, and return. :func:`flush` waits
+for a store's writes and raises the first failure.
+
+A store is complete only once :func:`mark_complete` has run; it waits for the store's pending
+writes (and writes no marker when one failed), and the marker is its last write. Every reader
 goes through :func:`open_complete`, which refuses a store without the marker, so nothing
 half-written is ever consumed. Layout and names: docs/outputs.md.
 """
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
+import dataclasses
 import datetime
 import importlib.metadata
+import itertools
+import math
 import os
 import shutil
 import subprocess
+import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -29,11 +50,19 @@ from pmpipe import config, parallel
 
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
 FORMAT = "pmpipe-store-1"     # root attribute 'format': layout version of docs/outputs.md
-STAGE_STORES = {"ic": "ic.zarr", "nbody": "nbody.zarr", "summaries": "summaries.zarr"}
+MAX_CHUNK_BYTES = 64 * 2**20     # largest chunk: ~64 MB chunks write several times faster than one
+COMPRESS_BELOW_BYTES = 2**20     # floating-point arrays up to this size are zstd-compressed
+MAX_PENDING_BYTES = 2**30        # host copies of blocks waiting for their write, at most (but one)
+WRITE_THREADS = min(4, os.cpu_count() or 1)  # threads writing chunks in the background
+MANTISSA_BITS = {"float16": 10, "float32": 23, "float64": 52}
 
 
 class IncompleteStoreError(RuntimeError):
     """A store that is missing, lacks its completion marker, or belongs to another config."""
+
+
+class StoreWriteError(RuntimeError):
+    """A background write into a store failed; the store gets no completion marker."""
 
 
 def now() -> str:
@@ -98,10 +127,21 @@ def _writer() -> bool:
     return jax.process_index() == 0
 
 
-def create(path: str | Path, attrs: dict) -> zarr.Group:
-    """A new, empty store at path with root attributes attrs; an older store there is removed.
-    Process 0 creates it; the others open it once it exists."""
+def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.Group:
+    """A new, empty store at path with root attributes attrs; an older store there is removed
+    (after its pending writes, if any, are done). Process 0 creates it; the others open it
+    once it exists.
+
+    keepbits: None stores floating-point data exactly. An integer k keeps k mantissa bits of
+    every large floating-point array of the store (bit rounding, relative error at most
+    2**-(k+1); float32 has 23, float64 52), which zstd then compresses: lossy, smaller on disk.
+    Small arrays (coordinates, summaries) stay exact. The codecs are in each array's metadata
+    (``array.metadata.codecs``)."""
     path = Path(path)
+    if keepbits is not None and not (isinstance(keepbits, int) and 0 <= keepbits <= 52):
+        raise ValueError(f"keepbits must be an integer from 0 to 52 or None, not {keepbits!r}")
+    _wait(_key_of_path(path))  # an older store's writes are done; their errors don't matter
+    _state(_key_of_path(path)).keepbits = keepbits
     if _writer():
         if path.exists():
             shutil.rmtree(path)
@@ -111,20 +151,60 @@ def create(path: str | Path, attrs: dict) -> zarr.Group:
     return group if _writer() else zarr.open_group(path, mode="r+")
 
 
+def codecs(dtype, nbytes: int, keepbits: int | None = None) -> dict:
+    """The ``filters`` and ``compressors`` of zarr's create_array for an array of dtype and
+    size nbytes: floating-point data above COMPRESS_BELOW_BYTES is stored as raw bytes (zstd
+    gains little on it and writes slowly), or bit-rounded to keepbits mantissa bits and then
+    zstd-compressed; everything else (small arrays, integers, booleans, text) zstd."""
+    kind = "U" if dtype is str else np.dtype(dtype).kind
+    if kind not in "fc" or nbytes <= COMPRESS_BELOW_BYTES:
+        return {"filters": None, "compressors": zarr.codecs.ZstdCodec()}
+    bits = MANTISSA_BITS.get(np.dtype(dtype).name)
+    if keepbits is None or bits is None or keepbits >= bits:
+        return {"filters": None, "compressors": None}
+    return {"filters": [_bitround(keepbits)], "compressors": zarr.codecs.ZstdCodec()}
+
+
+def _bitround(keepbits: int):
+    """numcodecs' BitRound as a zarr 3 array-to-array codec (zarr >= 3.1 ships it)."""
+    try:
+        from zarr.codecs import BitRound
+    except ImportError:  # older zarr 3: numcodecs' own zarr 3 wrappers
+        from numcodecs.zarr3 import BitRound
+    with warnings.catch_warnings():  # "numcodecs codecs are not in the zarr v3 specification"
+        warnings.simplefilter("ignore")
+        return BitRound(keepbits=keepbits)
+
+
 def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, dims: tuple[str, ...],
                  units: str, long_name: str, chunks: tuple[int, ...] | None = None,
                  **attrs) -> zarr.Array:
-    """An empty labelled array: dimension names, units and long name (chunks default: whole).
-    Text (numpy 'U' dtypes) is stored as variable-length UTF-8 strings."""
+    """An empty labelled array: dimension names, units and long name. chunks default: at most
+    MAX_CHUNK_BYTES along the leading axes (:func:`leading_chunks`); pass
+    :func:`block_chunks` of a sharded array (with 1 for stacked leading axes) for arrays written
+    block by block. Codecs: :func:`codecs` with the store's keepbits. Text (numpy 'U' dtypes)
+    is stored as variable-length UTF-8 strings."""
     if len(dims) != len(shape):
         raise ValueError(f"{name}: {len(dims)} dimension names for a {len(shape)}-d array")
     dtype = str if np.dtype(dtype).kind == "U" else np.dtype(dtype)
+    itemsize = np.dtype(object).itemsize if dtype is str else dtype.itemsize
+    if chunks is None:
+        chunks = leading_chunks(shape, itemsize)
+    chunks = tuple(max(1, int(c)) for c in chunks)
     if _writer():
-        group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=tuple(chunks or shape),
-                           dimension_names=dims,
-                           attributes={"units": units, "long_name": long_name, **attrs})
+        with warnings.catch_warnings():  # BitRound: "not in the zarr v3 specification"
+            warnings.simplefilter("ignore")
+            group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=chunks,
+                               dimension_names=dims,
+                               attributes={"units": units, "long_name": long_name, **attrs},
+                               **codecs(dtype, math.prod(shape) * itemsize,
+                                        _state(_key(group)).keepbits))
     parallel.barrier(f"create_array {name}")
-    return zarr.open_array(group.store, path=_child(group, name), mode="r+")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # chunks are written whole: no need to scan each one for fill values first
+        return zarr.open_array(group.store, path=_child(group, name), mode="r+",
+                               config={"write_empty_chunks": True})
 
 
 def _child(group: zarr.Group, name: str) -> str:
@@ -134,25 +214,71 @@ def _child(group: zarr.Group, name: str) -> str:
 
 def write_blocks(array: zarr.Array, data, leading: tuple[int, ...] = ()) -> None:
     """Write data into array[leading + ...]: a sharded JAX array block by block (only the
-    blocks this process holds, one replica each), or a numpy array at once by process 0."""
+    blocks this process holds, one replica each), or a numpy array at once by process 0.
+
+    Returns once the blocks are copied to the host: their chunks are written by the writer
+    threads (:func:`flush` and :func:`mark_complete` wait for them). A block that is not made
+    of whole chunks of array is written at once instead, after the store's pending writes
+    (two threads writing parts of one chunk would lose data)."""
+    leading = tuple(leading)
     if isinstance(data, jax.Array) and not data.is_fully_replicated:
-        for shard in data.addressable_shards:
-            if shard.replica_id == 0:
-                array[tuple(leading) + tuple(shard.index)] = np.asarray(shard.data)
+        shards = [s for s in data.addressable_shards if s.replica_id == 0]
+        for shard in shards:  # start every device-to-host copy before waiting for the first
+            shard.data.copy_to_host_async()
+        for shard in shards:
+            nbytes = math.prod(shard.data.shape) * np.dtype(shard.data.dtype).itemsize
+            _reserve(nbytes)
+            start = [sl.indices(n)[0] for sl, n in zip(shard.index, data.shape)]
+            _put(array, leading + tuple(start), np.asarray(shard.data), nbytes)
     elif _writer():
-        array[tuple(leading) + (Ellipsis,)] = np.asarray(data)
+        if isinstance(data, jax.Array):
+            host = np.asarray(data)  # immutable: no copy needed
+        else:
+            host = np.array(data, copy=True)  # the caller may change its array after we return
+        _reserve(host.nbytes)
+        _put(array, leading + (0,) * host.ndim, host, host.nbytes)
 
 
-def block_chunks(data) -> tuple[int, ...]:
-    """Chunk shape of one device block of a sharded array (the whole array for numpy)."""
-    if isinstance(data, jax.Array):
-        return tuple(data.sharding.shard_shape(data.shape))
-    return tuple(data.shape)
+def block_chunks(data, max_bytes: int | None = None) -> tuple[int, ...]:
+    """Chunk shape for data: for a JAX array, its device block cut into chunks of at most
+    max_bytes (default MAX_CHUNK_BYTES) that tile the block exactly, so that every chunk lies
+    in one block (one writer per chunk); for numpy data, :func:`leading_chunks`.
+
+    The block is cut along its leading axis first (into the fewest equal pieces that fit),
+    then the next axis if one index of the leading axis is still too large, and so on: every
+    chunk is then one contiguous piece of the block's memory, written without a copy."""
+    max_bytes = MAX_CHUNK_BYTES if max_bytes is None else max_bytes
+    itemsize = np.dtype(data.dtype).itemsize
+    if not isinstance(data, jax.Array):
+        return leading_chunks(data.shape, itemsize, max_bytes)
+    chunk = [max(1, n) for n in data.sharding.shard_shape(data.shape)]
+    for i in range(len(chunk)):
+        if math.prod(chunk) * itemsize <= max_bytes:
+            break
+        rest = math.prod(chunk[i + 1:]) * itemsize
+        chunk[i] = max((d for d in range(1, chunk[i] + 1)
+                        if chunk[i] % d == 0 and d * rest <= max_bytes), default=1)
+    return tuple(chunk)
+
+
+def leading_chunks(shape: tuple[int, ...], itemsize: int,
+                   max_bytes: int | None = None) -> tuple[int, ...]:
+    """Chunks of at most max_bytes (default MAX_CHUNK_BYTES) of an array written at once:
+    whole trailing axes, the leading axis cut (and the next ones, when one index of the
+    leading axis is larger than max_bytes)."""
+    max_bytes = MAX_CHUNK_BYTES if max_bytes is None else max_bytes
+    chunk = [max(1, n) for n in shape]
+    for i in range(len(chunk)):
+        if math.prod(chunk) * itemsize <= max_bytes:
+            break
+        chunk[i] = max(1, max_bytes // (math.prod(chunk[i + 1:]) * itemsize))
+    return tuple(chunk)
 
 
 def write_array(group: zarr.Group, name: str, data, dims: tuple[str, ...], units: str,
                 long_name: str, **attrs) -> zarr.Array:
-    """Write a numpy array, or a sharded JAX array with one chunk per device block."""
+    """Write a numpy array, or a sharded JAX array in chunks that tile its device blocks
+    (:func:`block_chunks`); the chunks are written in the background (:func:`write_blocks`)."""
     array = create_array(group, name, data.shape, data.dtype, dims, units, long_name,
                          block_chunks(data), **attrs)
     write_blocks(array, data)
@@ -164,9 +290,209 @@ def write_coordinate(group: zarr.Group, name: str, values, units: str, long_name
     return write_array(group, name, np.asarray(values), (name,), units, long_name)
 
 
+# Background writes ---------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _StoreState:
+    """A store's keepbits, its pending writes (array name, future), and the bytes of array
+    data handed to the writers with the time the first was handed over."""
+    keepbits: int | None = None
+    pending: list = dataclasses.field(default_factory=list)
+    nbytes: int = 0
+    started: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteTotals:
+    """Array bytes this process wrote into completed stores, and the seconds from each
+    store's first write to its writes being done, summed over stores."""
+
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def __sub__(self, before: WriteTotals) -> WriteTotals:
+        return WriteTotals(self.bytes - before.bytes, self.seconds - before.seconds)
+
+
+_lock = threading.Lock()
+_budget = threading.Condition(_lock)
+_pending_bytes = 0
+_states: dict[str, _StoreState] = {}
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_totals = WriteTotals()
+
+
+def write_totals() -> WriteTotals:
+    """What this process has written into stores that :func:`mark_complete` completed."""
+    return _totals
+
+
+def _key_of_path(path) -> str:
+    return str(Path(path).resolve())
+
+
+def _key(node) -> str:
+    """Which store a zarr group or array belongs to (its folder, for local stores)."""
+    root = getattr(node.store, "root", None)
+    return _key_of_path(root) if root is not None else f"store-{id(node.store)}"
+
+
+def _state(key: str) -> _StoreState:
+    with _lock:
+        return _states.setdefault(key, _StoreState())
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The writer threads, started on first use with :func:`_finish_at_exit` registered."""
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(WRITE_THREADS, "pmpipe-store")
+            # threading's exit hooks run last-registered first, so this one runs before
+            # concurrent.futures' own, after which zarr (asyncio.to_thread) could not write
+            register = getattr(threading, "_register_atexit", atexit.register)
+            register(_finish_at_exit)
+        return _executor
+
+
+def _finish_at_exit() -> None:
+    """At interpreter exit, every pending write is done; failures go to stderr (the stores
+    they belong to have no completion marker)."""
+    for key in list(_states):
+        for name, error in _wait(key):
+            print(f"pmpipe.store: writing array {name!r} of {key} failed: "
+                  f"{type(error).__name__}: {error}", file=sys.stderr)
+
+
+def _reserve(nbytes: int) -> None:
+    """Wait until nbytes more host copies fit in MAX_PENDING_BYTES (a block larger than it
+    waits for every other write), then count them."""
+    global _pending_bytes
+    with _budget:
+        while _pending_bytes and _pending_bytes + nbytes > MAX_PENDING_BYTES:
+            _budget.wait()
+        _pending_bytes += nbytes
+
+
+def _release(nbytes: int) -> None:
+    global _pending_bytes
+    with _budget:
+        _pending_bytes -= nbytes
+        _budget.notify_all()
+
+
+def _whole_chunks(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]):
+    """The (array selection, block selection) of every chunk of a block of array at start,
+    or None when the block is not made of whole chunks."""
+    axes = []
+    for s, n, c, size in zip(start, shape, array.chunks, array.shape):
+        if s % c or (n % c and s + n != size):
+            return None
+        axes.append([(s + o, o, min(c, n - o)) for o in range(0, n, c)])
+    return [(tuple(slice(a, a + m) for a, _, m in pieces), tuple(slice(o, o + m) for _, o, m in pieces))
+            for pieces in itertools.product(*axes)]
+
+
+def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
+    array[selection] = block
+
+
+def _put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: int) -> None:
+    """Write host (nbytes reserved) into array at start (one index per axis of array; host
+    lacks the leading ones): one background write per chunk when host is made of whole chunks,
+    else at once here after the store's pending writes."""
+    block = host.reshape((1,) * (array.ndim - host.ndim) + host.shape)
+    pieces = _whole_chunks(array, start, block.shape)
+    state = _state(_key(array))
+    with _lock:
+        state.nbytes += block.nbytes
+        if state.started is None:
+            state.started = time.perf_counter()
+    if pieces is None:
+        try:
+            for _, future in state.pending:
+                concurrent.futures.wait([future])
+            whole = tuple(slice(s, s + n) for s, n in zip(start, block.shape))
+            _write(array, whole, block)
+        finally:
+            _release(nbytes)
+        return
+    if not pieces:  # an empty array
+        _release(nbytes)
+        return
+    left = [len(pieces)]
+
+    def done(_, lock=threading.Lock()):
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            _release(nbytes)
+
+    pool = _pool()
+    for i, (selection, inside) in enumerate(pieces):
+        try:
+            future = pool.submit(_write, array, selection, block[inside])
+        except BaseException:  # the pool is shut down: count the pieces that never run as done
+            for _ in range(len(pieces) - i):
+                done(None)
+            raise
+        future.add_done_callback(done)
+        state.pending.append((array.path, future))
+
+
+def _wait(key: str) -> list[tuple[str, BaseException]]:
+    """Wait for every pending write of a store; the (array, error) of those that failed."""
+    state = _state(key)
+    errors = []
+    while state.pending:
+        name, future = state.pending.pop(0)
+        error = future.exception()
+        if error is not None:
+            errors.append((name, error))
+    return errors
+
+
+def _raise(key: str, errors) -> None:
+    if errors:
+        name, error = errors[0]
+        more = f" ({len(errors) - 1} more chunk writes failed)" if len(errors) > 1 else ""
+        raise StoreWriteError(f"writing array {name!r} of {key} failed: "
+                              f"{type(error).__name__}: {error}{more}") from error
+
+
+def flush(group: zarr.Group | None = None) -> None:
+    """Wait until every write of group's store (of every store when None) handed to the
+    writer threads is done; StoreWriteError naming the array when one failed."""
+    keys = [_key(group)] if group is not None else list(_states)
+    for key in keys:
+        _raise(key, _wait(key))
+
+
 def mark_complete(group: zarr.Group) -> None:
     """Once every process has written its blocks, process 0 consolidates the metadata, records
-    the end time, then writes the marker: the last act."""
+    the end time, then writes the marker: the last act.
+
+    Waits for this process's pending writes first. When one of them failed (on any process),
+    no marker is written and StoreWriteError is raised (naming the array on the process where
+    it failed)."""
+    global _totals
+    key = _key(group)
+    errors = _wait(key)
+    failed = bool(errors)
+    state = _state(key)
+    if not errors and state.started is not None:
+        with _lock:
+            _totals = WriteTotals(_totals.bytes + state.nbytes,
+                                  _totals.seconds + time.perf_counter() - state.started)
+            state.nbytes, state.started = 0, None
+    if jax.process_count() > 1:  # every process learns whether any failed, and waits for all
+        from jax.experimental import multihost_utils
+
+        failed = bool(np.any(multihost_utils.process_allgather(np.int32(failed))))
+    _raise(key, errors)
+    if failed:
+        raise StoreWriteError(f"another process failed to write its blocks of {key}")
     parallel.barrier("blocks written")
     if not _writer():
         parallel.barrier("marker written")

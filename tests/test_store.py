@@ -1,0 +1,238 @@
+"""Store writes: chunks that tile the device blocks, codecs per array, lossy bit rounding,
+background writes (bounded, waited for by mark_complete, failures reported, done at exit)."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from pmpipe import parallel, store
+
+DIMS = ("qx", "qy", "qz", "component")
+
+
+def _sharded(values: np.ndarray, pdims):
+    return jax.device_put(values, parallel.field_sharding(parallel.make_mesh(pdims)))
+
+
+def _particles(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, n, n, 3)).astype(np.float32)
+
+
+def _codec_names(array: zarr.Array) -> list[str]:
+    return [c.to_dict()["name"] for c in array.metadata.codecs]
+
+
+def _disk_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("pdims", [(1, 1), (2, 4), (8, 1)])
+def test_chunks_tile_device_blocks_and_read_back_exactly(tmp_path, monkeypatch, pdims):
+    monkeypatch.setattr(store, "MAX_CHUNK_BYTES", 16 * 2**10)
+    values = _particles(32)
+    data = _sharded(values, pdims)
+    block = data.sharding.shard_shape(data.shape)
+    chunks = store.block_chunks(data)
+    assert all(b % c == 0 for b, c in zip(block, chunks)), (block, chunks)
+    assert np.prod(chunks) * 4 <= 16 * 2**10 < np.prod(block) * 4  # the block was cut
+    # every chunk is one contiguous piece of its block: leading axes cut first
+    cut = [i for i, (b, c) in enumerate(zip(block, chunks)) if b != c]
+    assert all(chunks[i] == 1 for i in cut[:-1]) and cut == list(range(cut[0], cut[-1] + 1))
+
+    path = tmp_path / "s.zarr"
+    group = store.create(path, {"stage": "test"})
+    store.write_array(group, "displacement", data, DIMS, "Mpc/h", "displacement")
+    snaps = [_particles(32, seed)[..., 0] for seed in (1, 2)]  # a stacked (a, x, y, z) array
+    first = _sharded(snaps[0], pdims)
+    density = store.create_array(group, "density", (2, 32, 32, 32), np.float32,
+                                 ("a", "x", "y", "z"), "1", "density",
+                                 (1,) + store.block_chunks(first))
+    for i, snap in enumerate(snaps):
+        store.write_blocks(density, _sharded(snap, pdims), (i,))
+    store.mark_complete(group)
+
+    g = store.open_complete(path)
+    assert g["displacement"].chunks == chunks
+    assert g["density"].chunks[0] == 1
+    assert np.array_equal(g["displacement"][:], values)
+    assert np.array_equal(g["density"][:], np.stack(snaps))
+    mesh = parallel.make_mesh(pdims)
+    back = store.read_sharded(g["displacement"], mesh)
+    assert back.sharding.is_equivalent_to(data.sharding, 4)
+    assert np.array_equal(np.asarray(back), values)
+    assert np.array_equal(np.asarray(store.read_sharded(g["density"], mesh, (1,))), snaps[1])
+    ds = xr.open_zarr(path)
+    # dask (open_zarr's default chunks={}) takes the preferred chunks: the zarr chunks
+    assert ds.displacement.encoding["chunks"] == chunks
+    assert ds.displacement.encoding["preferred_chunks"] == dict(zip(DIMS, chunks))
+    assert np.array_equal(ds.displacement.values, values)
+    assert np.array_equal(ds.density.isel(a=0).values, snaps[0])
+
+
+def test_numpy_arrays_chunked_along_leading_axis(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "MAX_CHUNK_BYTES", 8000)
+    assert store.block_chunks(np.zeros((100, 50, 7))) == (2, 50, 7)  # 2 * 50 * 7 * 8 <= 8000
+    assert store.block_chunks(np.zeros((4, 300, 7))) == (1, 142, 7)  # one row is too large
+    assert store.block_chunks(np.zeros((10,))) == (10,)
+    values = np.random.default_rng(3).standard_normal((101, 50, 7))
+    group = store.create(tmp_path / "s.zarr", {})
+    array = store.write_array(group, "pk", values, ("a", "k", "b"), "1", "x")
+    values[...] = 0  # the caller may reuse its array once write_array returned
+    store.mark_complete(group)
+    assert array.chunks == (2, 50, 7)
+    back = zarr.open_group(tmp_path / "s.zarr", mode="r")["pk"][:]
+    assert np.array_equal(back, np.random.default_rng(3).standard_normal((101, 50, 7)))
+
+
+def test_codecs_per_array(tmp_path):
+    group = store.create(tmp_path / "s.zarr", {})
+    store.write_array(group, "displacement", _sharded(_particles(64), (2, 4)), DIMS, "Mpc/h", "big")
+    store.write_array(group, "big_f64", np.ones((400, 400)), ("a", "b"), "1", "big numpy float")
+    store.write_array(group, "seed", np.arange(400 * 400, dtype=np.int64), ("run",), "1", "int")
+    store.write_array(group, "flag", np.ones(10, bool), ("run",), "1", "bool")
+    store.write_coordinate(group, "k", np.arange(50) * 0.1, "h/Mpc", "small float")
+    store.write_coordinate(group, "component", np.array(["x", "y", "z"]), "1", "text")
+    store.mark_complete(group)
+    g = store.open_complete(tmp_path / "s.zarr")
+    for name in ("displacement", "big_f64"):  # 3 MB and 1.3 MB of floats: raw bytes
+        assert _codec_names(g[name]) == ["bytes"], name
+    for name in ("seed", "flag", "k", "component"):
+        assert "zstd" in _codec_names(g[name]), name
+    assert np.array_equal(g["seed"][:], np.arange(400 * 400))
+    assert list(g["component"][:]) == ["x", "y", "z"]
+
+
+@pytest.mark.filterwarnings("ignore:Numcodecs codecs are not in the Zarr version 3")
+def test_keepbits_rounds_large_floats_only(tmp_path):
+    values = _particles(64, 5) * 10.0
+    paths = {}
+    for keepbits in (None, 7):
+        paths[keepbits] = path = tmp_path / f"keep{keepbits}.zarr"
+        group = store.create(path, {}, keepbits=keepbits)
+        store.write_array(group, "displacement", _sharded(values, (2, 4)), DIMS, "Mpc/h", "x")
+        store.write_coordinate(group, "k", np.arange(50) / 3.0, "h/Mpc", "small: stays exact")
+        store.mark_complete(group)
+    exact = zarr.open_group(paths[None], mode="r")
+    lossy = zarr.open_group(paths[7], mode="r")
+    assert _codec_names(lossy["displacement"]) == ["numcodecs.bitround", "bytes", "zstd"]
+    rounded = lossy["displacement"][:]
+    assert np.array_equal(exact["displacement"][:], values)
+    rel = np.abs(rounded - values) / np.abs(values)
+    assert 0 < rel.max() <= 2.0**-7
+    assert np.array_equal(lossy["k"][:], np.arange(50) / 3.0)
+    size = {k: _disk_bytes(p / "displacement") for k, p in paths.items()}
+    assert size[7] < 0.6 * size[None], size
+    with pytest.raises(ValueError, match="keepbits"):
+        store.create(tmp_path / "bad.zarr", {}, keepbits=60)
+
+
+def test_failed_background_write_leaves_no_marker(tmp_path, monkeypatch):
+    real = zarr.Array.__setitem__
+
+    def failing(self, selection, value):
+        if self.path == "momentum":
+            raise OSError("disk full (test)")
+        return real(self, selection, value)
+
+    monkeypatch.setattr(zarr.Array, "__setitem__", failing)
+    path = tmp_path / "s.zarr"
+    group = store.create(path, {})
+    data = _sharded(_particles(16), (2, 4))
+    store.write_array(group, "displacement", data, DIMS, "Mpc/h", "x")
+    store.write_array(group, "momentum", data, DIMS, "Mpc/h", "x")  # fails in the background only
+    with pytest.raises(store.StoreWriteError, match="'momentum'.*disk full") as err:
+        store.mark_complete(group)
+    assert isinstance(err.value.__cause__, OSError)
+    assert not store.is_complete(path)
+    assert "INCOMPLETE" in store.describe(path)
+    with pytest.raises(store.IncompleteStoreError):
+        store.open_complete(path)
+    assert np.array_equal(zarr.open_group(path, mode="r")["displacement"][:], np.asarray(data))
+    monkeypatch.setattr(zarr.Array, "__setitem__", real)
+    group = store.create(path, {})  # the store made again: the old failure is forgotten
+    store.write_array(group, "momentum", data, DIMS, "Mpc/h", "x")
+    store.mark_complete(group)
+    assert store.is_complete(path)
+
+
+def test_writes_run_in_background(tmp_path, monkeypatch):
+    gate = threading.Event()
+    real = store._write
+
+    def gated(array, selection, block):
+        assert gate.wait(30)
+        real(array, selection, block)
+
+    monkeypatch.setattr(store, "_write", gated)
+    values = _particles(16)
+    group = store.create(tmp_path / "s.zarr", {})
+    store.write_array(group, "displacement", _sharded(values, (2, 4)), DIMS, "Mpc/h", "x")
+    pending = store._state(store._key(group)).pending
+    assert len(pending) == 8 and not any(f.done() for _, f in pending)  # returned before writing
+    assert not (tmp_path / "s.zarr" / "displacement" / "c").exists()
+    gate.set()
+    store.mark_complete(group)
+    assert np.array_equal(zarr.open_group(tmp_path / "s.zarr")["displacement"][:], values)
+
+
+def test_pending_host_copies_are_bounded(tmp_path, monkeypatch):
+    block = 16 * 8 * 32 * 3 * 4  # one (2, 4)-mesh block of a 32^3 x 3 float32 array
+    monkeypatch.setattr(store, "MAX_PENDING_BYTES", 2 * block)
+    monkeypatch.setattr(store, "MAX_CHUNK_BYTES", block // 4)
+    seen = []
+    real = store._write
+
+    def slow(array, selection, values):
+        seen.append(store._pending_bytes)
+        time.sleep(0.01)
+        real(array, selection, values)
+
+    monkeypatch.setattr(store, "_write", slow)
+    values = _particles(32)
+    group = store.create(tmp_path / "s.zarr", {})
+    store.write_array(group, "displacement", _sharded(values, (2, 4)), DIMS, "Mpc/h", "x")
+    store.mark_complete(group)
+    assert len(seen) == 32 and 0 < max(seen) <= 2 * block  # 8 blocks of 4 chunks, 2 blocks at most
+    assert store._pending_bytes == 0
+    assert np.array_equal(zarr.open_group(tmp_path / "s.zarr")["displacement"][:], values)
+
+
+def test_unaligned_writes_are_not_lost(tmp_path):
+    """Blocks that share chunks are written one after the other, not by two threads at once."""
+    group = store.create(tmp_path / "s.zarr", {})
+    array = store.create_array(group, "pk", (6, 10), np.float64, ("a", "k"), "1", "x", (4, 10))
+    for i in range(6):
+        store.write_blocks(array, np.full(10, float(i)), (i,))
+    store.mark_complete(group)
+    back = zarr.open_group(tmp_path / "s.zarr")["pk"][:]
+    assert np.array_equal(back, np.repeat(np.arange(6.0)[:, None], 10, axis=1))
+
+
+def test_pending_writes_finish_at_interpreter_exit(tmp_path):
+    code = """
+import sys, time
+import numpy as np
+from pmpipe import store
+real = store._write
+def slow(*args):
+    time.sleep(0.3)
+    real(*args)
+store._write = slow
+group = store.create(sys.argv[1], {})
+store.write_array(group, "x", np.arange(4 * 10**5, dtype=np.int32).reshape(4, -1), ("a", "b"), "1", "x")
+assert store._state(store._key(group)).pending  # exits with the write still pending
+"""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.zarr")], check=True, env=env,
+                   timeout=120)
+    back = zarr.open_group(tmp_path / "s.zarr", mode="r")["x"][:]
+    assert np.array_equal(back, np.arange(4 * 10**5, dtype=np.int32).reshape(4, -1))
