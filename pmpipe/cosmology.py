@@ -186,36 +186,46 @@ def _lookup(cosmo: Cosmology, a, table, name):
     return _hermite(lna, t["lna"], t[name], t["d" + name])
 
 
+# The lookups are compiled (cosmologies and times traced): eager callers run one program each.
+
+
+@jax.jit
 def growth_factor(cosmo: Cosmology, a, table=None):
     """Linear growth D1(a), normalised to D1(1) = 1."""
     return _lookup(cosmo, a, table, "D1")
 
 
+@jax.jit
 def growth_factor_derivative(cosmo: Cosmology, a, table=None):
     """dD1 / d ln a."""
     return _lookup(cosmo, a, table, "dD1")
 
 
+@jax.jit
 def growth_factor_2(cosmo: Cosmology, a, table=None):
     """Second-order growth D2(a) (negative, ≈ -3/7 D1^2), in units of D1(1)^2."""
     return _lookup(cosmo, a, table, "D2")
 
 
+@jax.jit
 def growth_rate(cosmo: Cosmology, a, table=None):
     """f1 = d ln D1 / d ln a."""
-    return _lookup(cosmo, a, table, "dD1") / growth_factor(cosmo, a, table)
+    return _lookup(cosmo, a, table, "dD1") / _lookup(cosmo, a, table, "D1")
 
 
+@jax.jit
 def growth_rate_2(cosmo: Cosmology, a, table=None):
     """f2 = d ln D2 / d ln a."""
-    return _lookup(cosmo, a, table, "dD2") / growth_factor_2(cosmo, a, table)
+    return _lookup(cosmo, a, table, "dD2") / _lookup(cosmo, a, table, "D2")
 
 
+@jax.jit
 def comoving_distance(cosmo: Cosmology, a, table=None):
     """Line-of-sight comoving distance χ(a) from a = 1, in Mpc/h."""
     return _lookup(cosmo, a, table, "chi")
 
 
+@jax.jit
 def scale_factor_at_distance(cosmo: Cosmology, chi, table=None):
     """Inverse of :func:`comoving_distance`: a(χ) for χ in Mpc/h (two Newton refinements)."""
     t = growth_table(cosmo) if table is None else table
@@ -370,8 +380,30 @@ def load_power_table(path, k_min: float, k_max: float):
     return k, pk
 
 
+@jax.jit
 def interp_power(k, k_table, p_table):
     """Log-log interpolation of a tabulated P(k); k = 0 gives 0."""
     lnk = jnp.log(jnp.maximum(k, k_table[0]))
     lnp = jnp.interp(lnk, jnp.log(k_table), jnp.log(p_table))
     return jnp.where(k > 0, jnp.exp(lnp), 0.0)
+
+
+POWER_KINDS = ("eisenstein_hu", "eisenstein_hu_nowiggle", "table")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinearPower:
+    """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc] and a pytree: the kind
+    (one of POWER_KINDS) is static, the cosmology and the table (k_table, p_table: (T,) arrays,
+    kind 'table' only) are leaves, so compiled programs take them as arguments."""
+
+    kind: str = dataclasses.field(metadata=dict(static=True))
+    cosmo: Cosmology
+    k_table: jax.Array | None = None
+    p_table: jax.Array | None = None
+
+    def __call__(self, k):
+        if self.kind == "table":
+            return interp_power(k, self.k_table, self.p_table)
+        return linear_power_eisenstein_hu(self.cosmo, k, self.kind == "eisenstein_hu")

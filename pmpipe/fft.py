@@ -1,4 +1,4 @@
-"""Real-to-complex 3D FFTs of sharded fields and their wave vectors.
+"""Real-to-complex 3D FFTs of sharded fields and their wave vectors; 2D FFTs of maps.
 
 On one device this is ``jnp.fft.rfftn`` (half-complex last axis). On several devices it is
 jaxdecomp's distributed complex FFT, whose output is transposed to (ky, kz, kx) order. No other
@@ -8,9 +8,10 @@ and mode weights returned here, elementwise.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import jaxdecomp
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
 def _distributed(mesh: Mesh) -> bool:
@@ -99,3 +100,33 @@ def gradient(pot_k, mesh: Mesh, box_size: float, kernels=None):
     by default, or with the given derivative kernels."""
     kernels = gradient_kernels(pot_k, mesh, box_size) if kernels is None else kernels
     return jnp.stack([c2r(d * pot_k, mesh) for d in kernels], axis=-1)
+
+
+def map_sharding(x) -> NamedSharding | None:
+    """The NamedSharding of a map (a static argument of the programs that take the map), None
+    for numpy and single-device arrays."""
+    sharding = getattr(x, "sharding", None)
+    return sharding if isinstance(sharding, NamedSharding) else None
+
+
+def _replicated(sharding: NamedSharding | None) -> NamedSharding | None:
+    return None if sharding is None else NamedSharding(sharding.mesh, PartitionSpec())
+
+
+def fft2(x, sharding: NamedSharding | None = None):
+    """2D FFT over the last two axes of a map (..., n1, n2) laid out by ``sharding``, computed
+    and returned replicated over the sharding's mesh: XLA's CPU FFT fails (RET_CHECK in
+    fft_thunk) on sharded maps whose transforms are fused with other operations, and maps are
+    small next to fields."""
+    return laid_out(jnp.fft.fft2(laid_out(x, _replicated(sharding))), _replicated(sharding))
+
+
+def filter_2d(x, kernel, sharding: NamedSharding | None = None):
+    """ifft2(fft2(x) * kernel) over the last two axes of a map (..., n1, n2), complex, computed
+    and returned replicated as in :func:`fft2`."""
+    return laid_out(jnp.fft.ifft2(fft2(x, sharding) * kernel), _replicated(sharding))
+
+
+def laid_out(x, sharding: NamedSharding | None):
+    """x constrained to ``sharding`` (unchanged for None)."""
+    return x if sharding is None else jax.lax.with_sharding_constraint(x, sharding)

@@ -11,6 +11,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from pmpipe import fft
@@ -28,14 +29,35 @@ if not jax.config.jax_threefry_partitionable:  # pragma: no cover - depends on u
 def white_noise(seed: int | jax.Array, n: int, mesh: Mesh, dtype=jnp.float32):
     """Unit-variance Gaussian white noise on an (n, n, n) grid, sharded over ``mesh``.
 
-    seed: an integer or a JAX PRNG key.
+    seed: an integer (the key of ``jax.random.key(seed)`` with 64-bit integers, for seeds
+    below 2^64) or a JAX PRNG key. The seed is an argument of the compiled program: every
+    seed runs the same program.
     """
-    key = jax.random.key(seed) if isinstance(seed, int) else seed
-    draw = jax.jit(
-        partial(jax.random.normal, shape=(n, n, n), dtype=dtype),
-        out_shardings=field_sharding(mesh),
-    )
-    return draw(key)
+    return _draw(key_data(seed), n=n, mesh=mesh, dtype=np.dtype(dtype))
+
+
+def key_data(seed: int | jax.Array):
+    """A PRNG key as an argument of compiled programs: an integer seed as the uint32 data
+    (2,) of ``jax.random.key(seed)`` (with 64-bit integers), made on the host; a key as it is.
+    Inside the program, :func:`as_key` makes it a key again."""
+    if isinstance(seed, int | np.integer):
+        seed = int(seed)
+        return np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], np.uint32)
+    return seed
+
+
+def as_key(data):
+    """The PRNG key of :func:`key_data`'s output (inside jit)."""
+    if jax.dtypes.issubdtype(data.dtype, jax.dtypes.prng_key):
+        return data
+    return jax.random.wrap_key_data(data)
+
+
+@partial(jax.jit, static_argnames=("n", "mesh", "dtype"))
+def _draw(key, n: int, mesh: Mesh, dtype):
+    """Normal deviates (n, n, n) from :func:`key_data`, each device drawing only its block."""
+    noise = jax.random.normal(as_key(key), (n, n, n), dtype)
+    return jax.lax.with_sharding_constraint(noise, field_sharding(mesh))
 
 
 def linear_modes(noise, power, box_size: float, mesh: Mesh, fixed_amplitude=False, paired=False):

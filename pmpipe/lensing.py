@@ -14,16 +14,18 @@ shells, κ as the same weighted sum; shear from κ through spin-2 harmonic trans
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import cosmology
+from pmpipe import cosmology, fft
 from pmpipe.parallel import FIELD_SPEC
 
 LENSING_PREFACTOR = 1.5 / cosmology.HUBBLE_DISTANCE**2  # 3/2 (H0/c)^2 in (h/Mpc)^2, times Ω_m
+_MAPS_SPEC = jax.P(None, *FIELD_SPEC)  # flat-sky maps (source, theta_x, theta_y)
 
 
 def smail(z, z0: float, alpha: float, beta: float):
@@ -72,10 +74,11 @@ def pixel_centres(fov_deg: float, pixels: int) -> np.ndarray:
     return (np.arange(pixels) + 0.5 - 0.5 * pixels) * step
 
 
-def _fourier_matrix(positions, mesh_n: int, box_size: float):
-    """exp(i k x) for positions (n,) in Mpc/h and the grid's wavenumbers (M,)."""
+def _fourier_matrix(positions, mesh_n: int, box_size: float, dtype):
+    """exp(i k x) for positions (n,) in Mpc/h and the grid's wavenumbers (M,), numpy of the
+    complex dtype that goes with the real ``dtype``."""
     k = 2 * np.pi * np.fft.fftfreq(mesh_n, d=box_size / mesh_n)
-    return np.exp(1j * positions[:, None] * k[None, :])
+    return np.exp(1j * positions[:, None] * k[None, :]).astype(np.result_type(dtype, np.complex64))
 
 
 def _cic_window_2d(mesh_n: int, box_size: float):
@@ -85,58 +88,78 @@ def _cic_window_2d(mesh_n: int, box_size: float):
     return w[:, None] * w[None, :]
 
 
-def plane_on_pixels(plane, box_size: float, chi: float, theta, offsets, compensate: bool = True):
-    """Values (n, n) of a periodic plane (M, M) at transverse positions chi θ + offset (Mpc/h),
-    by exact band-limited (Fourier) interpolation; the plane's CIC window divided out when
-    ``compensate``."""
-    mesh_n = plane.shape[0]
-    modes = jnp.fft.fft2(plane)
-    if compensate:
-        modes = modes / _cic_window_2d(mesh_n, box_size)
-    ex = jnp.asarray(_fourier_matrix(chi * theta + offsets[0], mesh_n, box_size), modes.dtype)
-    ey = jnp.asarray(_fourier_matrix(chi * theta + offsets[1], mesh_n, box_size), modes.dtype)
-    return (ex @ modes @ ey.T).real / mesh_n**2
+def plane_on_pixels(plane, ex, ey, window, sharding=None):
+    """Values (n, n) of a periodic plane (M, M) at the transverse positions of the Fourier
+    matrices ex, ey (n, M) from :func:`_fourier_matrix`, by exact band-limited (Fourier)
+    interpolation, the plane's modes divided by ``window`` (M, M) (ones: none); ``sharding``:
+    the plane's layout (see :func:`pmpipe.fft.fft2`)."""
+    modes = fft.fft2(plane, sharding) / window
+    return (ex @ modes @ ey.T).real / plane.shape[0] ** 2
+
+
+@partial(jax.jit, static_argnames="mesh")
+def _add_plane(maps, plane, weights, ex, ey, window, mesh: Mesh):
+    """maps (S, n, n) plus weights (S,) times the plane's values on the pixels."""
+    values = plane_on_pixels(plane, ex, ey, window, NamedSharding(mesh, FIELD_SPEC))
+    maps = maps + weights[:, None, None] * values[None].astype(maps.dtype)
+    return jax.lax.with_sharding_constraint(maps, NamedSharding(mesh, _MAPS_SPEC))
 
 
 def flat_sky_convergence(planes, weights, box_size: float, chi, theta, offsets, mesh: Mesh,
                          dtype=jnp.float32):
     """κ (S, n, n) for S sources: planes P callables returning plane i's projected overdensity
     (M, M), weights (S, P), chi (P,) plane distances, offsets (P, 2). The maps are sharded
-    like a field's first two axes."""
+    like a field's first two axes. Every plane goes through one compiled program (distances,
+    offsets and weights are its arguments), its CIC window divided out."""
     theta = np.asarray(theta)
-    maps = jnp.zeros((weights.shape[0], theta.size, theta.size), dtype)
+    weights = np.asarray(weights)
+    maps = jax.device_put(np.zeros((weights.shape[0], theta.size, theta.size), dtype),
+                          NamedSharding(mesh, _MAPS_SPEC))
     for i, plane in enumerate(planes):
         if not np.any(weights[:, i]):
             continue  # beyond every source
-        values = plane_on_pixels(plane(), box_size, float(chi[i]), theta, offsets[i])
-        maps = maps + jnp.asarray(weights[:, i], dtype)[:, None, None] * values[None]
-    spec = jax.P(None, *FIELD_SPEC)
-    return jax.lax.with_sharding_constraint(maps, NamedSharding(mesh, spec))
+        plane = plane()
+        mesh_n = plane.shape[0]
+        ex, ey = (_fourier_matrix(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
+                  for j in range(2))
+        maps = _add_plane(maps, plane, weights[:, i].astype(dtype), ex, ey,
+                          _cic_window_2d(mesh_n, box_size).astype(dtype), mesh=mesh)
+    return maps
 
 
 def _kaiser_squires_kernel(shape):
     """(ℓ1² - ℓ2² + 2i ℓ1 ℓ2) / ℓ² on an (n1, n2) grid (0 at ℓ = 0)."""
-    l1 = np.fft.fftfreq(shape[0])[:, None]
-    l2 = np.fft.fftfreq(shape[1])[None, :]
+    l1 = jnp.fft.fftfreq(shape[0])[:, None]
+    l2 = jnp.fft.fftfreq(shape[1])[None, :]
     l_sq = l1**2 + l2**2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(l_sq > 0, (l1**2 - l2**2 + 2j * l1 * l2) / l_sq, 0.0)
+    return jnp.where(l_sq > 0, (l1**2 - l2**2 + 2j * l1 * l2) / jnp.where(l_sq > 0, l_sq, 1.0), 0.0)
 
 
 def shear_from_convergence(kappa):
-    """Kaiser & Squires (1993): (γ1, γ2) of a flat-sky κ (..., n1, n2), axes (θx, θy), by FFT.
+    """Kaiser & Squires (1993): (γ1, γ2) of a flat-sky κ (..., n1, n2), axes (θx, θy), by FFT,
+    laid out like κ.
 
     The map is taken as periodic: pixels within a few correlation lengths of the edges carry
     the wrap-around of a field that is not.
     """
-    gamma = jnp.fft.ifft2(jnp.fft.fft2(kappa) * _kaiser_squires_kernel(kappa.shape[-2:]))
-    return gamma.real, gamma.imag
+    return _shear(kappa, sharding=fft.map_sharding(kappa))
+
+
+@partial(jax.jit, static_argnames="sharding")
+def _shear(kappa, sharding):
+    gamma = fft.filter_2d(kappa, _kaiser_squires_kernel(kappa.shape[-2:]), sharding)
+    return fft.laid_out(gamma.real, sharding), fft.laid_out(gamma.imag, sharding)
 
 
 def convergence_from_shear(gamma1, gamma2):
     """Inverse Kaiser-Squires: the E-mode κ (..., n1, n2) of a flat-sky shear field (zero mean)."""
-    modes = jnp.fft.fft2(gamma1 + 1j * gamma2)
-    return jnp.fft.ifft2(modes * np.conj(_kaiser_squires_kernel(gamma1.shape[-2:]))).real
+    return _convergence(gamma1, gamma2, sharding=fft.map_sharding(gamma1))
+
+
+@partial(jax.jit, static_argnames="sharding")
+def _convergence(gamma1, gamma2, sharding):
+    kernel = jnp.conj(_kaiser_squires_kernel(gamma1.shape[-2:]))
+    return fft.laid_out(fft.filter_2d(gamma1 + 1j * gamma2, kernel, sharding).real, sharding)
 
 
 def _spin2_factor(lmax: int) -> np.ndarray:

@@ -85,47 +85,47 @@ class Planes:
         return self.chi.size
 
 
-# compiled once per shape (cosmologies are traced): validating a campaign's runs stays cheap
-_comoving_distance = jax.jit(cosmology.comoving_distance)
-_scale_factor_at_distance = jax.jit(cosmology.scale_factor_at_distance)
-
-
 def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None) -> Planes:
     """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
     table = cosmology.growth_table(cosmo) if table is None else table
-    chi_max = float(_comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
+    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
     n = max(1, math.ceil(chi_max / thickness - 1e-9))
     edges = np.arange(n + 1) * thickness
     centres = 0.5 * (edges[1:] + edges[:-1])
-    a = np.asarray(_scale_factor_at_distance(cosmo, centres, table), dtype=np.float64)
+    a = np.asarray(cosmology.scale_factor_at_distance(cosmo, centres, table), dtype=np.float64)
     return Planes(edges, centres, a)
-
-
-def _slab_mask(mesh_n: int, start: int, n_cells: int, axis: int):
-    """1 on the cells start .. start + n_cells - 1 (periodic) along ``axis``, broadcastable."""
-    cells = (start + np.arange(n_cells)) % mesh_n
-    mask = np.zeros(mesh_n, np.float32)
-    mask[cells] = 1.0
-    shape = [1, 1, 1]
-    shape[axis] = mesh_n
-    return mask.reshape(shape)
 
 
 def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: PlaneTransform):
     """Projected overdensity Σ (Mpc/h) of a slab of ``n_cells`` cells of δ (M, M, M) along the
-    transform's line of sight, on the transverse (M, M) grid in observer axes, mean removed."""
+    transform's line of sight, on the transverse (M, M) grid in observer axes, mean removed
+    (so ρ/ρ̄ in place of δ gives the same plane). The transform is an argument of the compiled
+    program: every plane and seed runs the same one."""
+    return _flat_plane(delta, np.asarray(transform.axes, np.int32), np.asarray(transform.flips),
+                       np.asarray(transform.shift, np.int32), mesh=mesh, box_size=box_size,
+                       n_cells=n_cells)
+
+
+@partial(jax.jit, static_argnames=("mesh", "box_size", "n_cells"))
+def _flat_plane(delta, axes, flips, shift, mesh: Mesh, box_size: float, n_cells: int):
+    """:func:`flat_plane` with the transform as arrays axes, flips, shift (3,)."""
     mesh_n = delta.shape[0]
-    los = transform.axes[2]
-    mask = jnp.asarray(_slab_mask(mesh_n, transform.shift[los], n_cells, los), delta.dtype)
-    plane = jnp.sum(delta * mask, axis=los) * (box_size / mesh_n)
-    remaining = [ax for ax in range(3) if ax != los]  # plane's axes, in box order
-    order = [remaining.index(transform.axes[0]), remaining.index(transform.axes[1])]
-    plane = jnp.transpose(plane, order)
-    for j in range(2):
-        box_axis = transform.axes[j]
-        plane = jnp.roll(plane, -transform.shift[box_axis], axis=j)  # index i: box cell i + s
-        if transform.flips[j]:  # index i: box cell s - i
-            plane = jnp.roll(jnp.flip(plane, axis=j), 1, axis=j)
+    los = axes[2]
+    cells = jnp.arange(mesh_n)
+    in_slab = ((cells - shift[los]) % mesh_n < n_cells).astype(delta.dtype)  # periodic slab
+
+    def project(axis):
+        shape = [1, 1, 1]
+        shape[axis] = mesh_n
+        return jnp.sum(delta * in_slab.reshape(shape), axis=axis) * (box_size / mesh_n)
+
+    plane = jax.lax.switch(los, [lambda axis=axis: project(axis) for axis in range(3)])
+    # the plane's axes are the two box axes other than los, in box order; observer axis j is
+    # box axis axes[j], its index i the box cell shift + i (reversed: shift - i)
+    plane = jnp.where(axes[0] < axes[1], plane, plane.T)
+    index = [jnp.where(flips[j], shift[axes[j]] - cells, shift[axes[j]] + cells) % mesh_n
+             for j in range(2)]
+    plane = plane[index[0][:, None], index[1][None, :]]
     plane = plane - jnp.mean(plane)
     return jax.lax.with_sharding_constraint(plane, NamedSharding(mesh, FIELD_SPEC))
 
@@ -165,22 +165,21 @@ def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, directions,
     Returns a replicated (npix,) array."""
     mesh_n = delta_compensated.shape[0]
     n_r = max(1, math.ceil((chi_hi - chi_lo) / (box_size / mesh_n)))
-    dr = (chi_hi - chi_lo) / n_r
-    dtype = delta_compensated.dtype
     source, scale, offset = box_frame(observer, transform, box_size, mesh_n)
-    shell = _ray_sums(delta_compensated, jnp.asarray(directions, dtype), jnp.asarray(chi_lo, dtype),
-                      jnp.asarray(dr, dtype), source, jnp.asarray(scale, dtype),
-                      jnp.asarray(offset, dtype), n_r=n_r, mesh=mesh) * dr
-    return shell - jnp.mean(shell)
+    dtype = np.dtype(delta_compensated.dtype)
+    return _shell(delta_compensated, directions, dtype.type(chi_lo),
+                  dtype.type((chi_hi - chi_lo) / n_r), source, scale.astype(dtype),
+                  offset.astype(dtype), n_r=n_r, mesh=mesh)
 
 
 @partial(jax.jit, static_argnames=("n_r", "mesh"))
-def _ray_sums(delta, directions, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh):
-    """Σ_k δ(x_k) along every direction (npix, 3) at distances chi_lo + (k + 1/2) dr,
-    k < n_r. Every device generates the samples one distance at a time, reads those in its
-    block and sums them per ray; the (npix,) sums are added over the devices."""
+def _shell(delta, directions, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh):
+    """dr Σ_k δ(x_k) along every direction (npix, 3) at distances chi_lo + (k + 1/2) dr,
+    k < n_r, mean removed. Every device generates the samples one distance at a time, reads
+    those in its block and sums them per ray; the (npix,) sums are added over the devices."""
     mesh_n = delta.shape[0]
     pdims = pdims_of(mesh)
+    directions = directions.astype(delta.dtype)
 
     def local(block, directions):
         padded = painting.pad_for_reading(block, pdims)
@@ -195,9 +194,11 @@ def _ray_sums(delta, directions, chi_lo, dr, source, scale, offset, n_r: int, me
         return jax.lax.psum(total, AXES)
 
     run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, jax.P()), out_specs=jax.P())
-    return run(delta, directions)
+    shell = run(delta, directions) * dr
+    return shell - jnp.mean(shell)
 
 
+@partial(jax.jit, static_argnames=("mesh", "box_size", "k_max"))
 def band_limited_overdensity(rho, mesh: Mesh, box_size: float, k_max: float):
     """δ = ρ/ρ̄ - 1 (M, M, M) for sampling along rays: modes above k_max (h/Mpc) removed, so
     that sampling does not alias the particle grid's small-scale noise onto large angles,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -62,9 +63,10 @@ def _growth_force(cosmo, a, table):
     return 1.5 * cosmo.Omega_m * cosmology.growth_factor(cosmo, a, table)
 
 
+@jax.jit
 def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
     """FastPM factors per step i (a_i -> a_{i+1}, midpoint a_h): first half kick, drift and
-    second half kick, each of shape (S,)."""
+    second half kick, each of shape (S,) for a_steps (S + 1,)."""
     table = cosmology.growth_table(cosmo) if table is None else table
     a0, a1 = a_steps[:-1], a_steps[1:]
     ah = 0.5 * (a0 + a1)
@@ -77,18 +79,19 @@ def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
     return kick1, drift, kick2
 
 
+@jax.jit
 def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
     """Drift factor from a0 to a_stop (a0 < a_stop <= a1) with the momentum of the step a0 -> a1,
-    (D1(a_stop) - D1(a0)) / G_p(a_h): the FastPM drift stopped part-way."""
+    (D1(a_stop) - D1(a0)) / G_p(a_h): the FastPM drift stopped part-way (arrays broadcast)."""
     table = cosmology.growth_table(cosmo) if table is None else table
     d1 = lambda a: cosmology.growth_factor(cosmo, a, table)  # noqa: E731
     return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1), table)
 
 
 @jax.jit
-def _drift_to(disp, mom, acc, kick1, drift):
-    """Positions part-way through a step: half kick, then a partial drift."""
-    return disp + drift * (mom + kick1 * acc)
+def _drift_to(disp, mom, acc, kick1, drifts, i, j):
+    """Positions part-way through step i: half kick, then the partial drift j."""
+    return disp + drifts[j].astype(disp.dtype) * (mom + kick1[i].astype(disp.dtype) * acc)
 
 
 def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
@@ -133,15 +136,32 @@ class NBodyResult:
     step_seconds: list
 
 
-def _kdk(disp, mom, acc, kick1, drift, kick2, omega_m, mesh, grid):
+@partial(jax.jit, static_argnums=(3, 4))
+def _start(disp, mom, omega_m, mesh, grid):
+    """Copies of the particle state (the steps overwrite theirs) and the forces on it."""
+    acc, rho, needed = forces(disp, jnp.asarray(omega_m, disp.dtype), mesh, grid)
+    return jnp.copy(disp), jnp.copy(mom), acc, needed, rho
+
+
+def _kdk(disp, mom, acc, needed, factors, i, omega_m, mesh, grid):
+    """Step i of the FastPM factors (kick1, drift, kick2), each (S,); returns the new state,
+    its density and the halo needed so far."""
+    kick1, drift, kick2 = (f[i].astype(disp.dtype) for f in factors)
     mom = mom + kick1 * acc
     disp = disp + drift * mom
-    acc, rho, needed = forces(disp, omega_m, mesh, grid)
+    acc, rho, need = forces(disp, jnp.asarray(omega_m, disp.dtype), mesh, grid)
     # materialise the interpolated forces once: otherwise XLA fuses the gathers into both
     # consumers (the returned acc and the kick) and interpolates twice
     acc = jax.lax.optimization_barrier(acc)
     mom = mom + kick2 * acc
-    return disp, mom, acc, rho, needed
+    return disp, mom, acc, jnp.maximum(needed, need), rho
+
+
+# Outside of transformations each step's particle state replaces the previous one in place
+# (donated buffers). Under jax.grad the previous states are residuals of the backward pass and
+# must stay alive.
+_step_in_place = jax.jit(_kdk, static_argnums=(7, 8), donate_argnums=(0, 1, 2))
+_step = jax.jit(_kdk, static_argnums=(7, 8))
 
 
 def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMGrid,
@@ -153,23 +173,25 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
 
     Densities are kept at every boundary listed in ``snapshots``. For each scale factor j in
     ``crossings`` (in (a_steps[0], a_steps[-1]]), ``on_crossing(j, disp)`` receives the
-    displacements drifted to that time within the step that contains it. Differentiable with respect to
-    the initial state and the cosmology; a halo shortfall raises painting.HaloError (checked
-    when values are concrete).
+    displacements drifted to that time within the step that contains it. The cosmology, the
+    step boundaries and the crossings are arguments of the compiled programs: runs with as many
+    steps (and crossings) on the same sizes share them. Differentiable with respect to the
+    initial state and the cosmology; a halo shortfall raises painting.HaloError (checked
+    when values are concrete). The caller's disp and mom stay valid.
     """
     table = cosmology.growth_table(cosmo) if table is None else table
-    a_arr = jnp.asarray(a_steps, dtype=disp.dtype)
-    kick1, drift, kick2 = kdk_coefficients(cosmo, a_arr, table)
-    omega_m = jnp.asarray(cosmo.Omega_m, disp.dtype)
-    force_fn = jax.jit(forces, static_argnums=(2, 3))
-    # Outside of transformations each step's particle state replaces the previous one in place
-    # (donated buffers; the caller's arrays are copied once so they stay valid). Under jax.grad
-    # the previous states are residuals of the backward pass and must stay alive.
+    a_steps = np.asarray(a_steps, dtype=np.float64)
+    factors = kdk_coefficients(cosmo, a_steps.astype(disp.dtype), table)
+    crossings = np.asarray(crossings, dtype=np.float64)
+    step_of = np.searchsorted(a_steps, crossings, side="left") - 1  # a_i < crossing <= a_i+1
+    inside = (crossings > a_steps[0]) & (crossings <= a_steps[-1])
+    at = np.clip(step_of, 0, len(a_steps) - 2)
+    drifts = None if not inside.any() else partial_drift(
+        cosmo, a_steps[at].astype(disp.dtype), a_steps[at + 1].astype(disp.dtype),
+        crossings.astype(disp.dtype), table)
     concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((disp, mom, cosmo)))
-    step_fn = jax.jit(_kdk, static_argnums=(7, 8), donate_argnums=(0, 1, 2) if concrete else ())
-    if concrete:
-        disp, mom = jnp.copy(disp), jnp.copy(mom)
-    acc, rho, needed = force_fn(disp, omega_m, mesh, grid)
+    step_fn = _step_in_place if concrete else _step
+    disp, mom, acc, needed, rho = _start(disp, mom, cosmo.Omega_m, mesh, grid)
     snaps = {}
     wanted = [float(s) for s in snapshots]
 
@@ -181,16 +203,13 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
     keep(float(a_steps[0]), rho)
     timings = []
     start = time.perf_counter()
-    crossings = np.asarray(crossings, dtype=np.float64)
     for i in range(len(a_steps) - 1):
         t0 = time.perf_counter()
-        a0, a1 = float(a_steps[i]), float(a_steps[i + 1])
-        for j in np.flatnonzero((crossings > a0) & (crossings <= a1)):
-            drift_j = partial_drift(cosmo, a0, a1, float(crossings[j]), table).astype(disp.dtype)
-            on_crossing(int(j), _drift_to(disp, mom, acc, kick1[i], drift_j))
-        disp, mom, acc, rho, need = step_fn(disp, mom, acc, kick1[i], drift[i], kick2[i],
-                                            omega_m, mesh, grid)
-        needed = jnp.maximum(needed, need)
+        for j in np.flatnonzero(inside & (step_of == i)):
+            on_crossing(int(j), _drift_to(disp, mom, acc, factors[0], drifts, np.int32(i),
+                                          np.int32(j)))
+        disp, mom, acc, needed, rho = step_fn(disp, mom, acc, needed, factors, np.int32(i),
+                                              cosmo.Omega_m, mesh, grid)
         keep(float(a_steps[i + 1]), rho)
         if concrete:
             jax.block_until_ready(disp)

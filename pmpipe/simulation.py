@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from pmpipe import cosmology, fft, ics, lpt, nbody
@@ -30,33 +30,37 @@ class Initial:
     a_init: float
 
 
-def power_function(cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu", table=None):
+def power_function(cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu",
+                   table=None) -> cosmology.LinearPower:
     """P(k) at a = 1 as a callable of k [h/Mpc]: kind 'eisenstein_hu', 'eisenstein_hu_nowiggle',
     or 'table' with table = (k, P) arrays from :func:`pmpipe.cosmology.load_power_table`."""
-    if kind == "table":
-        k_tab, p_tab = (jnp.asarray(x) for x in table)
-        return lambda k: cosmology.interp_power(k, k_tab, p_tab)
-    if kind not in ("eisenstein_hu", "eisenstein_hu_nowiggle"):
+    if kind not in cosmology.POWER_KINDS:
         raise ValueError(
             f"power.kind must be 'eisenstein_hu', 'eisenstein_hu_nowiggle' or 'table', got {kind!r}"
         )
-    wiggles = kind == "eisenstein_hu"
-    return lambda k: cosmology.linear_power_eisenstein_hu(cosmo, k, wiggles)
+    if kind == "table":
+        return cosmology.LinearPower(kind, cosmo, *(np.asarray(x) for x in table))
+    return cosmology.LinearPower(kind, cosmo)
 
 
 def initial_conditions(cosmo: cosmology.Cosmology, noise, power: Callable, mesh: Mesh,
                        box_size: float, a_init: float, lpt_order: int = 2,
                        fixed_amplitude: bool = False, paired: bool = False, table=None) -> Initial:
-    """Linear field and LPT particle state at a_init from white noise (N, N, N)."""
-    fields = _initial_fields(cosmo, noise, a_init, table, power=power, mesh=mesh,
-                             box_size=box_size, lpt_order=lpt_order,
-                             fixed_amplitude=fixed_amplitude, paired=paired)
+    """Linear field and LPT particle state at a_init from white noise (N, N, N).
+
+    power: a :class:`pmpipe.cosmology.LinearPower` (an argument of the compiled program, like
+    the cosmology and a_init) or any callable of k (part of the program: compiled per callable).
+    """
+    if not isinstance(power, cosmology.LinearPower):
+        power = jax.tree_util.Partial(power)
+    fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=mesh, box_size=box_size,
+                             lpt_order=lpt_order, fixed_amplitude=fixed_amplitude, paired=paired)
     return Initial(*fields, a_init)
 
 
-@functools.partial(jax.jit, static_argnames=("power", "mesh", "box_size", "lpt_order",
-                                             "fixed_amplitude", "paired"))
-def _initial_fields(cosmo, noise, a_init, table, *, power, mesh, box_size, lpt_order,
+@functools.partial(jax.jit, static_argnames=("mesh", "box_size", "lpt_order", "fixed_amplitude",
+                                             "paired"))
+def _initial_fields(cosmo, noise, a_init, table, power, *, mesh, box_size, lpt_order,
                     fixed_amplitude, paired):
     """(δ_lin, s1, s2, disp, mom), compiled as one program."""
     modes = ics.linear_modes(noise, power, box_size, mesh, fixed_amplitude, paired)

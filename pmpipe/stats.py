@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import fft
+from pmpipe import fft, ics
 from pmpipe.parallel import to_host
 from pmpipe.painting import cic_compensation
 
@@ -23,30 +25,37 @@ def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None
     """
     n = field.shape[0]
     n_bins = n // 2 if n_bins is None else n_bins
-    k_f = 2 * np.pi / box_size
-    modes1 = fft.r2c(field, mesh)
-    modes2 = modes1 if field2 is None else fft.r2c(field2, mesh)
     compensate_cic2 = compensate_cic if compensate_cic2 is None else compensate_cic2
-    if compensate_cic:
-        modes1 = cic_compensation(modes1, mesh, box_size)
-    if field2 is None:
-        modes2 = modes1
-    elif compensate_cic2:
-        modes2 = cic_compensation(modes2, mesh, box_size)
-    k = fft.wavenumber(modes1, mesh, box_size)
-    weights = jnp.broadcast_to(fft.mode_weights(modes1, mesh), modes1.shape)
-    power = (modes1 * jnp.conj(modes2)).real * weights
-    idx = jnp.floor(k / k_f + 0.5).astype(jnp.int32).reshape(-1)
-    sums = jax.ops.segment_sum
-    length = n_bins + 1
-    count = sums(weights.reshape(-1), idx, num_segments=length)
-    psum = sums(power.reshape(-1), idx, num_segments=length)
-    ksum = sums((k * weights).reshape(-1), idx, num_segments=length)
-    count, psum, ksum = (np.asarray(x, dtype=np.float64)[1:] for x in (count, psum, ksum))
+    sums = _binned_power(field, field2, mesh=mesh, box_size=box_size, n_bins=n_bins,
+                         compensate_cic=compensate_cic, compensate_cic2=compensate_cic2)
+    count, psum, ksum = np.asarray(sums, dtype=np.float64)[:, 1:]
     with np.errstate(invalid="ignore", divide="ignore"):
         pk = psum / count * box_size**3 / float(n) ** 6
         kmean = ksum / count
     return kmean, pk, count
+
+
+@partial(jax.jit, static_argnames=("mesh", "box_size", "n_bins", "compensate_cic",
+                                   "compensate_cic2"))
+def _binned_power(field, field2, mesh: Mesh, box_size: float, n_bins: int, compensate_cic: bool,
+                  compensate_cic2: bool):
+    """Sums per |k| bin 0..n_bins of the mode weights, of Re(δ1 δ2*) and of |k| (3, n_bins + 1)."""
+    modes1 = fft.r2c(field, mesh)
+    if compensate_cic:
+        modes1 = cic_compensation(modes1, mesh, box_size)
+    modes2 = modes1
+    if field2 is not None:
+        modes2 = fft.r2c(field2, mesh)
+        if compensate_cic2:
+            modes2 = cic_compensation(modes2, mesh, box_size)
+    k = fft.wavenumber(modes1, mesh, box_size)
+    weights = jnp.broadcast_to(fft.mode_weights(modes1, mesh), modes1.shape)
+    power = (modes1 * jnp.conj(modes2)).real * weights
+    idx = jnp.floor(k / (2 * np.pi / box_size) + 0.5).astype(jnp.int32)
+    # scattered from the (N, N, N) arrays as they are: flattening the distributed FFT's
+    # output first makes XLA's CPU backend fail (RET_CHECK in fft_thunk)
+    bins = jnp.zeros(n_bins + 1, power.dtype)
+    return jnp.stack([bins.at[idx].add(x, mode="drop") for x in (weights, power, k * weights)])
 
 
 def correlation_coefficient(pk_cross, pk_a, pk_b):
@@ -130,8 +139,14 @@ def smooth_flat(kappa, fov_deg: float, sigma_arcmin: float):
         return kappa
     ell, _ = _flat_wavenumbers(kappa.shape[0], fov_deg)
     sigma = np.radians(sigma_arcmin / 60)
-    kernel = jnp.asarray(np.exp(-0.5 * (ell * sigma) ** 2), kappa.dtype)
-    return jnp.fft.ifft2(jnp.fft.fft2(kappa) * kernel).real.astype(kappa.dtype)
+    kernel = np.exp(-0.5 * (ell * sigma) ** 2).astype(kappa.dtype)
+    return _filter_2d(kappa, kernel, sharding=fft.map_sharding(kappa))
+
+
+@partial(jax.jit, static_argnames="sharding")
+def _filter_2d(field, kernel, sharding):
+    """A real map (n, n) multiplied by kernel (n, n) in Fourier space, laid out like the input."""
+    return fft.laid_out(fft.filter_2d(field, kernel, sharding).real.astype(field.dtype), sharding)
 
 
 def smooth_healpix(kappa_map, sigma_arcmin: float):
@@ -149,11 +164,20 @@ def shape_noise_sigma(pixel_arcmin2: float, sigma_e: float, n_gal: float) -> flo
     return sigma_e / np.sqrt(n_gal * pixel_arcmin2)
 
 
-def shape_noise_flat(key, n: int, fov_deg: float, sigma_e: float, n_gal: float, sharding=None):
-    """Gaussian shape-noise map (n, n) for a flat-sky map of side fov_deg degrees."""
+def shape_noise_flat(seed: int, index: int, n: int, fov_deg: float, sigma_e: float,
+                     n_gal: float, sharding=None):
+    """Gaussian shape-noise map (n, n) for a flat-sky map of side fov_deg degrees, drawn with
+    the key fold_in(key(seed), index) (seed and index are arguments of the compiled program)."""
     sigma = shape_noise_sigma((fov_deg * 60 / n) ** 2, sigma_e, n_gal)
-    noise = sigma * jax.random.normal(key, (n, n), jnp.float32)
-    return noise if sharding is None else jax.device_put(noise, sharding)
+    return _normal_map(ics.key_data(seed), np.uint32(index), np.float32(sigma), n=n,
+                       sharding=sharding)
+
+
+@partial(jax.jit, static_argnames=("n", "sharding"))
+def _normal_map(key, index, sigma, n: int, sharding):
+    """Gaussian map (n, n) of standard deviation sigma, laid out by sharding (None: default)."""
+    key = jax.random.fold_in(ics.as_key(key), index)
+    return fft.laid_out(sigma * jax.random.normal(key, (n, n), jnp.float32), sharding)
 
 
 def shape_noise_healpix(seed, nside: int, sigma_e: float, n_gal: float) -> np.ndarray:

@@ -131,3 +131,10 @@ def test_gradients_match_finite_differences_float64():
         fd_v = (loss(noise + eps * v, om) - loss(noise - eps * v, om)) / (2 * eps)
         assert float(jnp.sum(g_noise * v)) == pytest.approx(float(fd_v), rel=1e-2)
         assert abs(float(fd_v)) > 0 and abs(float(fd_om)) > 0
+
+
+def test_evolution_leaves_the_initial_state_valid():
+    """The steps update the particle state in place (donated buffers), never the caller's."""
+    mesh, _, init, res = _run(8, 64.0, 1, 0.1, 1.0, 2, halo=2)
+    assert not init.disp.is_deleted() and not init.mom.is_deleted()
+    assert float(jnp.abs(res.disp - init.disp).max()) > 0

@@ -1,0 +1,122 @@
+"""Compile once: runs of one size with other cosmologies, seeds and a_init reuse the compiled
+programs, in the same process (in-memory caches) and in a new one (persistent cache); the
+counts come from pmpipe.compilation (JAX's monitoring events)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+
+from pmpipe import compilation
+
+# ICs + 2LPT, PM steps with lightcone planes captured part-way through steps (flat and full
+# sky), P(k) and a cross spectrum: the physics of the ic, nbody and summaries stages on a 16^3
+# grid with a 32^3 force mesh over 2 devices. argv: cache folder, JSON list of runs
+# [cosmology, seed, a_init]; prints one JSON line per run: counts and results.
+SCRIPT = """
+import json, sys
+from pmpipe import parallel
+parallel.use_compilation_cache(sys.argv[1])
+from pmpipe import compilation
+counter = compilation.CompileCounter().start()
+import numpy as np
+from pmpipe import cosmology, ics, lightcone, nbody, painting, simulation, stats
+
+N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
+mesh = parallel.make_mesh((1, 2))
+grid = nbody.PMGrid(N, 2, BOX, 8)
+directions = np.stack([np.cos(np.arange(12.0)), np.sin(np.arange(12.0)), np.zeros(12)], axis=-1)
+
+
+def run(params, seed, a_init):
+    cosmo = cosmology.Cosmology(**params)
+    table = cosmology.growth_table(cosmo)
+    noise = ics.white_noise(seed, N, mesh)
+    init = simulation.initial_conditions(cosmo, noise, simulation.power_function(cosmo), mesh,
+                                         BOX, a_init, 2, table=table)
+    planes = lightcone.plane_geometry(cosmo, 0.05, 32.0, table)
+    transforms = lightcone.plane_transforms(seed, len(planes), grid.mesh, True)
+    flat, shells = {}, {}
+
+    def capture(j, disp):
+        rho, _ = painting.paint(disp, mesh, grid.mesh, BOX, grid.halo, mass=8.0)
+        flat[j] = lightcone.flat_plane(rho, mesh, BOX, 16, transforms[j])
+        delta = lightcone.band_limited_overdensity(rho, mesh, BOX, 0.5)
+        shells[j] = lightcone.shell_healpix(delta, mesh, BOX, directions, planes.chi_edges[j],
+                                            planes.chi_edges[j + 1], OBSERVER, transforms[j])
+
+    bounds = nbody.step_boundaries(a_init, 1.0, 3, (0.5,))
+    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, (0.5, 1.0), table,
+                       crossings=planes.a, on_crossing=capture)
+    k, pk, _ = stats.power_spectrum(res.snapshots[1.0], mesh, BOX, compensate_cic=True)
+    _, cross, _ = stats.power_spectrum(res.snapshots[0.5], mesh, BOX, field2=res.snapshots[1.0])
+    return {"pk": pk.tolist(), "cross": cross.tolist(), "planes": len(planes),
+            "flat_std": [float(np.std(np.asarray(flat[j]))) for j in sorted(flat)],
+            "shell_std": [float(np.std(np.asarray(shells[j]))) for j in sorted(shells)],
+            "delta_linear": np.asarray(init.delta_linear).ravel()[:64].tolist()}
+
+
+for params, seed, a_init in json.loads(sys.argv[2]):
+    before = counter.counts
+    out = run(params, seed, a_init)
+    counts = counter.counts - before
+    out.update(programs=counts.programs, compiled=counts.compiled, hits=counts.hits,
+               misses=counts.misses, names=list(counts.names),
+               compiled_names=list(counts.compiled_names))
+    print(json.dumps(out), flush=True)
+"""
+
+A = {"Omega_m": 0.3111, "sigma8": 0.8102, "h": 0.6766, "n_s": 0.9665, "w0": -1.0}
+B = {"Omega_m": 0.28, "sigma8": 0.75, "h": 0.70, "n_s": 0.95, "w0": -0.9, "Omega_b": 0.045}
+C = {"Omega_m": 0.34, "sigma8": 0.86, "h": 0.65, "n_s": 0.98, "w0": -1.1, "wa": 0.1}
+
+
+def _runs(cache, runs):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
+    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(cache), json.dumps(runs)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_runs_of_one_size_compile_once(tmp_path):
+    cache = tmp_path / "jax_cache"
+    first, again = _runs(cache, [[A, 1, 0.1], [B, 2, 0.05]])
+    assert first["compiled"] > 10 and first["misses"] == first["compiled"]  # all written
+    # another cosmology, seed and a_init in the same process: nothing reaches XLA again
+    assert again["programs"] == 0, again["names"]
+    # ... and in a new process every program comes from the persistent cache
+    (fresh,) = _runs(cache, [[C, 3, 0.08]])
+    assert fresh["compiled"] == 0 and fresh["misses"] == 0, fresh["compiled_names"]
+    assert fresh["hits"] == fresh["programs"] == first["programs"]
+    assert sorted(fresh["names"]) == sorted(first["names"])
+    # the parameters are arguments, not constants of the first run: each run has its own
+    # results, and the programs compiled for A give C what programs compiled for C give
+    assert first["planes"] == again["planes"] == fresh["planes"] >= 3
+    (alone,) = _runs(tmp_path / "other_cache", [[C, 3, 0.08]])
+    assert alone["compiled"] == alone["programs"] == first["programs"]
+    for key in ("pk", "cross", "flat_std", "shell_std", "delta_linear"):
+        values = [np.asarray(r[key]) for r in (first, again, fresh)]
+        assert all(np.all(np.isfinite(v)) for v in values), key
+        assert not np.allclose(values[0], values[1], rtol=1e-3), key
+        assert not np.allclose(values[0], values[2], rtol=1e-3), key
+        np.testing.assert_allclose(fresh[key], alone[key], rtol=1e-5, err_msg=key)
+
+
+def test_counter_counts_each_compilation_once():
+    counters = [compilation.CompileCounter().start() for _ in range(3)]
+    with compilation.CompileCounter() as counter:
+        f = jax.jit(lambda x: x * 3.0 + 1.0)
+        f(np.ones(13, np.float32))
+        f(np.ones(13, np.float32))  # in-memory cache: not compiled again
+    counts = counter.counts
+    assert counts.programs == 1 and counts.compiled + counts.hits == 1, counts
+    assert counts.names == ("jit(<lambda>)",) and counts.seconds > 0
+    assert all(c.stop().programs == 1 for c in counters)  # one listener, however many counters
+    assert counter.counts == counts  # fixed once stopped
+    assert "1 programs" in counts.summary()

@@ -1,0 +1,61 @@
+"""Compile once per campaign: a process running runs of the same sizes as an earlier one, with
+other cosmologies, seeds and a_init, compiles no XLA program (counted by pmpipe.compilation from
+JAX's monitoring events), through `pmpipe run all` and through a packed job."""
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+from pmpipe import config
+
+from conftest import TINY
+
+COSMOLOGIES = [  # Omega_m, sigma8, h, n_s, w0, wa: every run differs in all of them
+    {"Omega_m": 0.30, "sigma8": 0.80, "h": 0.67, "n_s": 0.96, "w0": -1.0, "wa": 0.0},
+    {"Omega_m": 0.32, "sigma8": 0.83, "h": 0.70, "n_s": 0.98, "w0": -0.9, "wa": 0.1},
+    {"Omega_m": 0.29, "sigma8": 0.78, "h": 0.65, "n_s": 0.95, "w0": -1.1, "wa": -0.1},
+    {"Omega_m": 0.31, "sigma8": 0.85, "h": 0.69, "n_s": 0.97, "w0": -0.95, "wa": 0.05},
+]
+
+
+def _run_files(results):
+    """Four runs of the TINY campaign's size, each with its own cosmology, seed and a_init."""
+    base = yaml.safe_load(TINY)["base"]
+    base["parallel"]["halo_cells"] = 6  # room for the most clustered of the cosmologies
+    paths = []
+    for i, cosmology in enumerate(COSMOLOGIES):
+        data = {**base, "cosmology": cosmology,
+                "ic": {"seed": 11 + i, "a_init": 0.1 + 0.01 * i}}
+        run = config.Run.model_validate(data)
+        path = results / "compile" / f"run{i}" / "config.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(config.RunFile.build("compile", f"run{i}", i, {}, run).to_json())
+        paths.append(path)
+    return paths
+
+
+def _job(paths, report, cache):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-m", "pmpipe.stages.pipeline", "--report", str(report),
+                          *map(str, paths)], capture_output=True, text=True, timeout=600,
+                         env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(report.read_text())
+
+
+def test_a_second_process_of_the_same_sizes_compiles_nothing(tmp_path):
+    paths = _run_files(tmp_path / "results")
+    cache = tmp_path / "cache"
+    first = _job(paths[:1], tmp_path / "first.json", cache)
+    assert first["compilation"]["compiled"] > 0 and first["compilation"]["cache_hits"] == 0
+    second = _job(paths[1:2], tmp_path / "second.json", cache)  # pmpipe run all, one run
+    assert second["compilation"]["compiled"] == 0, second["compilation"]
+    assert second["compilation"]["cache_hits"] == first["compilation"]["programs"]
+    packed = _job(paths[2:], tmp_path / "packed.json", cache)  # a packed job of two runs
+    assert packed["compilation"]["compiled"] == 0, packed["compilation"]
+    assert packed["compilation"]["cache_hits"] == first["compilation"]["programs"]
+    later = packed["runs"][1]["stages"]  # the job's second run: every program in memory
+    assert sum(s["compilation"]["programs"] for s in later) == 0, later
