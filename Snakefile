@@ -28,5 +28,5 @@ rule all:
         expand(f"{RUN}/{{stage}}.zarr", run=PLAN.run_ids, stage=PLAN.stages),
         PLAN.campaign_dir / "manifest.csv",
         PLAN.campaign_dir / "summaries.zarr",
-        report_figures(),
+        [f.path for f in FIGURES],
     default_target: True

@@ -202,6 +202,30 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
     return Estimate(devices, nodes, memory, runtime)
 
 
+def disk_bytes(run: config.Run) -> dict[str, float]:
+    """Bytes each stage store of a run takes on disk, by what ``run.outputs`` keeps (large
+    float arrays are stored uncompressed; bit rounding and the small arrays are not counted)."""
+    out, itemsize = run.outputs, 8 if run.nbody.dtype == "float64" else 4
+    n, m = run.box.particles, run.box.particles * run.box.oversample
+    ic = {"all": 7, "linear": 1, "none": 0}[out.ic] * n**3
+    snapshots = len(set(run.nbody.snapshots) | {run.nbody.a_final})
+    density = {"full": m**3, "none": 0}.get(out.density, None)
+    density = (m // out.density) ** 3 if density is None else density
+    nbody = snapshots * density + (6 * n**3 if out.particles else 0)
+    lensing = 0
+    if run.lightcone is not None and out.lightcone:
+        planes = len(run.planes())
+        shells = 12 * run.lensing.full_sky.nside**2 if run.lensing and run.lensing.full_sky else 0
+        nbody += planes * (m**2 + shells)
+        if run.lensing is not None:
+            sources = len(run.lensing.source_labels())
+            flat = run.lensing.flat_sky.pixels**2 if run.lensing.flat_sky else 0
+            lensing = 3 * sources * (flat + shells)
+    sizes = {"ic": ic, "nbody": nbody, "lensing": lensing, "summaries": 0}
+    return {stage: float(itemsize * words) for stage, words in sizes.items()
+            if stage != "lensing" or run.lensing is not None}
+
+
 def check_fits(camp: config.Campaign) -> None:
     """Raise ConfigError naming the first run whose memory estimate exceeds the device memory."""
     hint = ("use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
@@ -283,19 +307,23 @@ def plan_table(camp: config.Campaign) -> str:
     check_fits(camp)
     specs = expand(camp)
     names = parameter_names(specs)
-    header = ["run_id", *names, "seed", "devices", "nodes", "GB/device", "nbody min"]
-    rows, total = [], 0.0
+    header = ["run_id", *names, "seed", "devices", "nodes", "GB/device", "nbody min", "disk GB"]
+    rows, total, disk = [], 0.0, 0.0
     for spec in specs:
         est = estimate(spec.run, camp.execution)
+        run_disk = sum(disk_bytes(spec.run).values())
         total += est.runtime_s["nbody"]
+        disk += run_disk
         rows.append([spec.run_id, *(f"{spec.parameters[n]:.5g}" if n in spec.parameters else "-"
                                     for n in names), str(spec.seed), str(est.devices),
                      str(est.nodes), f"{est.memory_per_device_bytes / 1e9:.2f}",
-                     f"{est.runtime_s['nbody'] / 60:.1f}"])
+                     f"{est.runtime_s['nbody'] / 60:.1f}", f"{run_disk / 1e9:.3f}"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    per_stage = {stage: f"{b / 1e9:.3f}" for stage, b in disk_bytes(specs[0].run).items()}
     lines.append(f"{len(specs)} runs, nbody {total / 60:.1f} min in all (estimate, before the "
-                 f"safety factor {camp.execution.runtime_safety})")
+                 f"safety factor {camp.execution.runtime_safety}); disk {disk / 1e9:.2f} GB in "
+                 f"all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items()))
     return "\n".join(lines)
 
 

@@ -140,6 +140,18 @@ def _bench(args) -> int:
     return 0
 
 
+def _bench_campaign(args) -> int:
+    from pmpipe import bench, bench_campaign
+
+    record = bench_campaign.bench_campaign(args.campaign, args.profile, args.workdir, args.cores,
+                                           args.snakefile)
+    if args.json:
+        bench.write_json(record, args.json)
+    json.dump(record, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pmpipe.stages import STAGES
 
@@ -192,8 +204,25 @@ def build_parser() -> argparse.ArgumentParser:
                              "then collect the campaign store when every run was submitted")
     submit.set_defaults(func=_submit)
 
-    bench = sub.add_parser("bench", help="measure speed and memory, write JSON")
-    bench.add_argument("target", choices=["nbody"], help="what to benchmark")
+    bench_parser = sub.add_parser("bench", help="measure speed and memory, write JSON")
+    targets = bench_parser.add_subparsers(dest="target", required=True)
+    campaign = targets.add_parser(
+        "campaign", help="a campaign end to end through Snakemake in a fresh working directory: "
+                         "wall time, runs per hour, physics time and duty, compilations, "
+                         "bytes written, memory")
+    campaign.add_argument("campaign", help="campaign file (YAML or JSON)")
+    campaign.add_argument("--profile", default="profiles/local",
+                          help="Snakemake profile folder (default profiles/local)")
+    campaign.add_argument("--workdir", type=Path,
+                          help="working directory, without results of this campaign "
+                               "(default: a new temporary folder)")
+    campaign.add_argument("--cores", type=int, help="snakemake --cores (default: the profile's)")
+    campaign.add_argument("--snakefile", type=Path,
+                          help="Snakefile (default: the one of the checkout pmpipe runs from)")
+    campaign.add_argument("--json", metavar="PATH", help="also write the record to PATH")
+    campaign.set_defaults(func=_bench_campaign)
+    bench = targets.add_parser("nbody", help="ICs, LPT and PM steps of one simulation in this "
+                                             "process, with per-component timings")
     bench.add_argument("--mesh", type=int, required=True, help="particles per side, N")
     bench.add_argument("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1")
     bench.add_argument("--pdims", type=int, nargs=2, default=[1, 1], metavar=("PX", "PY"),

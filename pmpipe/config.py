@@ -223,6 +223,25 @@ class Summaries(_Model):
         return self
 
 
+class Outputs(_Model):
+    """What a run's stores keep. Summaries are always written; the ICs can always be made
+    again from the seed and the config. A field that is not stored still reaches the later
+    stages of the run when they run in the same process (``pmpipe run all``, the workflow)."""
+
+    particles: bool = Field(True, description="final displacement and momentum in nbody.zarr")
+    density: Literal["full", "none"] | Annotated[int, Field(ge=2)] = Field(
+        "full", description="snapshot densities in nbody.zarr: full (the force mesh), none, or "
+                            "an integer factor f >= 2 (means over f^3 cells)")
+    ic: Literal["all", "linear", "none"] = Field(
+        "all", description="ic.zarr: all (linear density, displacement, momentum), linear "
+                           "(the linear density), none (seed and config only)")
+    lightcone: bool = Field(True, description="lightcone planes in nbody.zarr and convergence "
+                                              "and shear maps in lensing.zarr")
+    keepbits: int | None = Field(
+        None, ge=1, le=23, description="lossy compression of large float arrays: keep this many "
+                                       "mantissa bits (bit rounding, then zstd); null: exact")
+
+
 class Run(_Model):
     """One simulation: everything needed to produce its ICs, N-body output and summaries."""
 
@@ -235,6 +254,7 @@ class Run(_Model):
     summaries: Summaries = Field(default_factory=Summaries)
     lightcone: Lightcone | None = Field(None, description="lightcone planes captured during the N-body (null: none)")
     lensing: Lensing | None = Field(None, description="convergence and shear maps from the planes (null: none); needs lightcone")
+    outputs: Outputs = Field(default_factory=Outputs, description="what the stores keep")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -249,6 +269,11 @@ class Run(_Model):
             raise ValueError(f"cosmology.T_cmb must be > 0 for power.kind {self.power.kind!r} "
                              "(the Eisenstein-Hu transfer function depends on it); use "
                              "power.kind 'table' to run without radiation")
+        factor = self.outputs.density
+        if isinstance(factor, int) and any((n * self.box.oversample) % (factor * p) for p in pdims):
+            raise ValueError(f"outputs.density = {factor} must divide the force mesh's block on "
+                             f"every device: {n * self.box.oversample} cells per side over "
+                             f"parallel.pdims = {tuple(pdims)}")
         if self.lightcone is not None:
             self._check_lightcone()
         elif self.lensing is not None:

@@ -2,30 +2,69 @@
 slice, and with lensing a κ map and C_ell against theory; per campaign, P(k) / linear theory
 of every run, and with lensing peak counts and the κ PDF per cosmology.
 
-    python -m pmpipe.report run SUMMARIES.zarr NBODY.zarr PK.png SLICE.png
-    python -m pmpipe.report lensing SUMMARIES.zarr LENSING.zarr KAPPA.png CL.png
-    python -m pmpipe.report campaign CAMPAIGN_SUMMARIES.zarr PK_RATIO.png
-    python -m pmpipe.report peaks CAMPAIGN_SUMMARIES.zarr PEAKS.png
+    python -m pmpipe.report results/<campaign> results/<campaign>/report/<run>/pk.png ...
+
+draws every figure named (per run: pk, slice, kappa, cl; per campaign: pk_ratio, peaks) in one
+process.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from pmpipe import store  # noqa: E402
+from pmpipe import store
 
 SLAB_FRACTION = 0.1  # part of the box along z averaged in the density slice
 
 
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """A report figure: its file, name (also its caption, workflow/report/<name>.rst), report
+    category, and run (None for a campaign figure)."""
+
+    path: Path
+    name: str
+    category: str
+    run: str | None
+
+
+# per run (report/<run>/<name>.png): the run store it is drawn from and its report category;
+# per campaign (report/<name>.png): drawn from the campaign's summaries.zarr
+RUN_FIGURES = {"pk": ("summaries", "Power spectra"), "slice": ("nbody", "Density slices"),
+               "kappa": ("lensing", "Convergence maps"), "cl": ("summaries", "Convergence C_ell")}
+CAMPAIGN_FIGURES = {"pk_ratio": "Campaign", "peaks": "Campaign"}
+
+
+def figures(campaign_dir: Path, run_ids, lensing: bool, outputs) -> list[Figure]:
+    """Every figure of a campaign's report that its stores allow: lensing figures with a
+    lensing stage; the density slice and κ map only when outputs (config.Outputs) keeps them."""
+    shown = [f for f in RUN_FIGURES if (f != "slice" or outputs.density != "none")
+             and (f not in ("kappa", "cl") or lensing) and (f != "kappa" or outputs.lightcone)]
+    return [Figure(Path(campaign_dir) / "report" / run / f"{f}.png", f, RUN_FIGURES[f][1], run)
+            for run in run_ids for f in shown] + [
+        Figure(Path(campaign_dir) / "report" / f"{f}.png", f, category, None)
+        for f, category in CAMPAIGN_FIGURES.items() if f != "peaks" or lensing]
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (imported when a figure is drawn, not when the
+    workflow lists the figures)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _ratio_panels():
     """A figure with a log-log panel above a ratio panel sharing the x axis."""
+    plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(6, 6),
                                       gridspec_kw={"height_ratios": (2, 1)})
     bottom.axhline(1.0, color="grey", lw=0.5)
@@ -33,6 +72,7 @@ def _ratio_panels():
 
 
 def _save(fig, out_path) -> None:
+    plt = _pyplot()
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
@@ -40,6 +80,7 @@ def _save(fig, out_path) -> None:
 
 def plot_power(summaries_path, out_path) -> None:
     """P(k) at each snapshot with linear theory and shot noise; ratio panel below."""
+    plt = _pyplot()
     g = store.open_complete(summaries_path)
     a, k_mean, pk, lin = g["a"][:], g["k_mean"][:], g["pk"][:], g["pk_linear"][:]
     fig, top, bottom = _ratio_panels()
@@ -59,6 +100,7 @@ def plot_power(summaries_path, out_path) -> None:
 
 def plot_slice(nbody_path, out_path) -> None:
     """log10 ρ/ρ̄ averaged over the first SLAB_FRACTION of the box along z, last snapshot."""
+    plt = _pyplot()
     g = store.open_complete(nbody_path)
     density = g["density"]
     depth = max(1, int(round(SLAB_FRACTION * density.shape[3])))
@@ -78,6 +120,7 @@ def plot_slice(nbody_path, out_path) -> None:
 
 def plot_campaign(summaries_path, out_path) -> None:
     """P(k) / linear theory at the last snapshot, one line per run."""
+    plt = _pyplot()
     g = store.open_complete(summaries_path)
     runs, k = g["run"][:], g["k"][:]
     ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
@@ -95,6 +138,7 @@ def plot_campaign(summaries_path, out_path) -> None:
 def plot_kappa(lensing_path, out_path) -> None:
     """The flat-sky κ map of the last source (the HEALPix map in Mollweide when there is no
     flat-sky map)."""
+    plt = _pyplot()
     g = store.open_complete(lensing_path)
     sources = g["source"][:]
     if "kappa" in g:
@@ -141,6 +185,7 @@ def plot_cl(summaries_path, out_path) -> None:
 def plot_peaks(summaries_path, out_path) -> None:
     """Peak counts and κ PDF of the last source at the first smoothing scale, averaged over
     the runs of each cosmology (runs with the same design parameters)."""
+    plt = _pyplot()
     g = store.open_complete(summaries_path)
     suffix = "" if "peaks" in g else "_healpix"
     kappa, runs = g["kappa"][:], g["run"][:]
@@ -163,34 +208,33 @@ def plot_peaks(summaries_path, out_path) -> None:
     _save(fig, out_path)
 
 
+def make_figures(campaign_dir: str | Path, paths) -> None:
+    """Draw every figure of ``paths`` (files under <campaign_dir>/report/, named as in
+    RUN_FIGURES and CAMPAIGN_FIGURES) in this one process."""
+    campaign_dir = Path(campaign_dir)
+    plots = {"pk": plot_power, "slice": plot_slice, "kappa": plot_kappa, "cl": plot_cl,
+             "pk_ratio": plot_campaign, "peaks": plot_peaks}
+    for path in map(Path, paths):
+        if path.stem in CAMPAIGN_FIGURES and path.parent.name == "report":
+            plots[path.stem](campaign_dir / "summaries.zarr", path)
+        elif path.stem in RUN_FIGURES:
+            stage = RUN_FIGURES[path.stem][0]
+            plots[path.stem](campaign_dir / path.parent.name / f"{stage}.zarr", path)
+        else:
+            raise ValueError(f"{path}: not a report figure (per run: "
+                             f"{', '.join(RUN_FIGURES)}; per campaign: {', '.join(CAMPAIGN_FIGURES)})")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pmpipe.report", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="what", required=True)
-    run = sub.add_parser("run", help="figures of one run")
-    for name in ("summaries", "nbody", "pk_png", "slice_png"):
-        run.add_argument(name)
-    lens = sub.add_parser("lensing", help="lensing figures of one run")
-    for name in ("summaries", "lensing", "kappa_png", "cl_png"):
-        lens.add_argument(name)
-    camp = sub.add_parser("campaign", help="figure of a campaign")
-    camp.add_argument("summaries")
-    camp.add_argument("pk_ratio_png")
-    peaks = sub.add_parser("peaks", help="peak counts and PDF of a campaign")
-    peaks.add_argument("summaries")
-    peaks.add_argument("peaks_png")
+    parser.add_argument("campaign_dir", help="results/<campaign>")
+    parser.add_argument("figures", nargs="+",
+                        help="PNG files to draw: <campaign_dir>/report/<run>/{pk,slice,kappa,cl}.png "
+                             "and <campaign_dir>/report/{pk_ratio,peaks}.png")
     args = parser.parse_args(argv)
     try:
-        if args.what == "run":
-            plot_power(args.summaries, args.pk_png)
-            plot_slice(args.nbody, args.slice_png)
-        elif args.what == "lensing":
-            plot_kappa(args.lensing, args.kappa_png)
-            plot_cl(args.summaries, args.cl_png)
-        elif args.what == "peaks":
-            plot_peaks(args.summaries, args.peaks_png)
-        else:
-            plot_campaign(args.summaries, args.pk_ratio_png)
-    except store.IncompleteStoreError as err:
+        make_figures(args.campaign_dir, args.figures)
+    except (store.IncompleteStoreError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -37,13 +37,16 @@ class Job:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A campaign ready for Snakemake: its file and data (for schema validation), folder,
-    run ids, the stages every run goes through, and the jobs that make the missing stores."""
+    run ids, the stages every run goes through, what their stores keep (config.Outputs), the
+    run ids of every group (campaign.job_groups) and the jobs that make the missing stores."""
 
     campaign_file: Path
     campaign_data: dict
     campaign_dir: Path
     run_ids: tuple[str, ...]
     stages: tuple[str, ...]
+    outputs: config.Outputs
+    groups: dict[str, tuple[str, ...]]
     jobs: tuple[Job, ...]
 
 
@@ -103,8 +106,8 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
                       "recomputed", file=sys.stderr)
     run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
     slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
-    jobs = []
-    for name, group in campaigns.job_groups(specs, camp.execution.job_size()).items():
+    jobs, groups = [], campaigns.job_groups(specs, camp.execution.job_size())
+    for name, group in groups.items():
         todo = {s.run_id: stages.pending_stages(s.run, config.config_hash(s.run),
                                                 campaign_dir / s.run_id) for s in group}
         pending = [s for s in group if todo[s.run_id]]
@@ -114,4 +117,6 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
                             launch.job_resources([s.run for s in pending], camp.execution,
                                                  slurm_site)))
     return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
-                run_stages, tuple(jobs))
+                run_stages, camp.base.outputs,
+                {name: tuple(s.run_id for s in group) for name, group in groups.items()},
+                tuple(jobs))

@@ -29,3 +29,41 @@ def test_accuracy_sees_amplitude_and_phase_errors():
     rng = np.random.default_rng(0)
     noisy = disp + rng.normal(0.0, 2.0 * disp.std(), disp.shape).astype(disp.dtype)
     assert bench.accuracy(noisy, disp, mesh, halo=4)["r_min"] < 0.999
+
+
+def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_field(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from conftest import REPO, TINY
+
+    data = yaml.safe_load(TINY)
+    data["realisations"] = 1
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "bench", "campaign", "tiny.yaml",
+                          "--profile", str(REPO / "profiles/local"), "--workdir", "work",
+                          "--cores", "2", "--json", "bench.json"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert record["campaign"] == "tiny" and record["runs"] == 1 and record["jobs"] == 1
+    assert record["wall_s"] > 0 and record["runs_per_hour"] == pytest.approx(3600 / record["wall_s"])
+    phases = record["physics_by_phase_s"]
+    assert set(phases) == {"white_noise", "lpt", "pm_steps", "lightcone", "lensing", "statistics"}
+    assert all(v > 0 for v in phases.values()), phases
+    assert record["physics_s"] == pytest.approx(sum(phases.values()))
+    assert 0 < record["duty"] < 1 and record["duty"] == pytest.approx(record["physics_s"] / record["wall_s"])
+    assert record["compilations_per_process"][0] > 0  # a fresh cache: everything compiled
+    assert record["peak_rss_mb_per_process"][0] > 100
+    assert record["bytes_written"] > 0 and record["stage_bytes_written"] > 0
+    assert record["write_s"] > 0 and record["write_gb_per_s"] > 0
+    assert record["machine"]["platform"] == "cpu" and record["machine"]["devices"] == 2
+    assert (tmp_path / "work" / "results" / "tiny" / "report" / "pk_ratio.png").exists()
+    again = subprocess.run([sys.executable, "-m", "pmpipe.cli", "bench", "campaign", "tiny.yaml",
+                            "--profile", str(REPO / "profiles/local"), "--workdir", "work"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert again.returncode == 2 and "exists" in again.stderr  # never measures a warm folder

@@ -21,7 +21,8 @@ STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
 
 
 def slurm_env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMPIPE_", "SLURM_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMPIPE_", "SLURM_"))
+           and k != "JAX_COMPILATION_CACHE_DIR"}  # each campaign its own results/.jax_cache
     return {**env, "PMPIPE_SLURM_PARTITION": "pmpipe", **extra}
 
 

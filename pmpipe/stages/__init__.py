@@ -12,6 +12,7 @@ or ``pmpipe run nbody <config.json>``. Progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import sys
@@ -33,12 +34,24 @@ def store_path(run_dir: str | Path, stage: str) -> Path:
 
 class Progress:
     """Progress lines on stderr: '[pmpipe <stage> <run_id>] <message> (<elapsed> s)', from
-    process 0 only unless a line is meant for every process."""
+    process 0 only unless a line is meant for every process; and the seconds the stage spent in
+    each phase of the physics (``physics``: ic, pm_steps, lightcone, lensing, statistics)."""
 
     def __init__(self, stage: str, run_id: str, process: int = 0):
         self.prefix = f"[pmpipe {stage} {run_id}]"
         self.start = time.perf_counter()
         self.shown = process == 0
+        self.physics: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(self, phase: str):
+        """Add the wall time of the block to ``physics[phase]``; the block waits for its own
+        results (jax.block_until_ready) so that the time is the computation's."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.physics[phase] = self.physics.get(phase, 0.0) + time.perf_counter() - start
 
     def __call__(self, message: str, every_process: bool = False) -> None:
         if self.shown or every_process:
@@ -49,22 +62,30 @@ class Progress:
         self(f"step {i}/{total} a = {a:.4f}")
 
 
+# Which outputs setting (config.Outputs) decides whether a stage's store holds an array
+STORED_BY = {"density": "outputs.density", "displacement": "outputs.particles",
+             "momentum": "outputs.particles", "lightcone_density": "outputs.lightcone",
+             "lightcone_healpix": "outputs.lightcone", "kappa": "outputs.lightcone",
+             "kappa_healpix": "outputs.lightcone"}
+
+
 class Inputs:
     """The arrays a stage reads from the run's earlier stages.
 
-    A field that an earlier stage ran in this process and kept (``keep``) is handed over on
-    the devices, once: the next stage takes it without a round trip through the store. Every
-    other field, and every attribute or small array, comes from the stage's complete store,
-    made from this run's config (``config_hash``)."""
+    An array that an earlier stage ran in this process and kept (``keep``) is handed over
+    as it is (a field stays on the devices), once: the next stage takes it without a round
+    trip through the store, and whether or not the store keeps it (config.Outputs). Every
+    other array, and every attribute, comes from the stage's complete store, made from this
+    run's config; ICs that ic.zarr does not keep are made again from the seed."""
 
-    def __init__(self, run_dir: str | Path, config_hash: str, mesh, keep: bool = False):
-        self.run_dir, self.config_hash, self.mesh = Path(run_dir), config_hash, mesh
+    def __init__(self, run_dir: str | Path, run_file, mesh, keep: bool = False):
+        self.run_dir, self.run_file, self.mesh = Path(run_dir), run_file, mesh
         self.keeping = keep
         self._kept: dict[tuple, object] = {}
         self._groups: dict[str, object] = {}
 
     def keep(self, stage: str, name: str, data, leading: tuple[int, ...] = ()) -> None:
-        """Hold ``data`` (written to ``stage``'s array ``name`` at ``leading``) for a later stage."""
+        """Hold ``data`` (``stage``'s array ``name`` at ``leading``) for a later stage."""
         if self.keeping:
             self._kept[stage, name, tuple(leading)] = data
 
@@ -73,22 +94,51 @@ class Inputs:
         from pmpipe import store
 
         if stage not in self._groups:
-            self._groups[stage] = store.open_complete(store_path(self.run_dir, stage), self.config_hash)
+            self._groups[stage] = store.open_complete(store_path(self.run_dir, stage),
+                                                      self.run_file.config_hash)
         return self._groups[stage]
+
+    def _take(self, stage: str, name: str, leading: tuple[int, ...]):
+        """The kept array, else None; ICs the store lacks are made again (and kept) first."""
+        key = (stage, name, tuple(leading))
+        if key not in self._kept and stage == "ic" and name not in self.store("ic"):
+            from pmpipe.stages import ic
+
+            init = ic.compute(self.run_file.config, self.mesh)
+            for kept, data in ic.fields(init).items():
+                self._kept.setdefault(("ic", kept, ()), data)
+        return self._kept.pop(key, None)
+
+    def _stored(self, stage: str, name: str):
+        """The stored array; IncompleteStoreError when the store does not keep it whole."""
+        group = self.store(stage)
+        if name not in group or group[name].attrs.get("downsampled", 1) > 1:
+            from pmpipe import store
+
+            setting = STORED_BY.get(name, "outputs")
+            raise store.IncompleteStoreError(
+                f"{store_path(self.run_dir, stage)} does not keep {name} at full resolution "
+                f"({setting} of the run's config): run the run's stages together, "
+                f"pmpipe run all {self.run_dir / 'config.json'}")
+        return group[name]
 
     def field(self, stage: str, name: str, leading: tuple[int, ...] = ()):
         """``stage``'s array ``name`` at ``leading`` as a JAX array sharded over the mesh."""
         from pmpipe import store
 
-        kept = self._kept.pop((stage, name, tuple(leading)), None)
+        kept = self._take(stage, name, leading)
         if kept is not None:
             return kept
-        return store.read_sharded(self.store(stage)[name], self.mesh, leading)
+        return store.read_sharded(self._stored(stage, name), self.mesh, leading)
 
-    def forget(self, stage: str | None = None) -> None:
-        """Drop the kept fields of ``stage`` (of every stage when None) and its open store."""
-        self._kept = {k: v for k, v in self._kept.items() if stage is not None and k[0] != stage}
-        self._groups = {k: v for k, v in self._groups.items() if stage is not None and k != stage}
+    def array(self, stage: str, name: str):
+        """``stage``'s (small, replicated) array ``name`` as numpy."""
+        kept = self._take(stage, name, ())
+        return kept if kept is not None else self._stored(stage, name)[:]
+
+    def forget(self) -> None:
+        """Drop every kept array and open store."""
+        self._kept, self._groups = {}, {}
 
 
 def start(config_paths) -> tuple[str, int]:
@@ -97,10 +147,15 @@ def start(config_paths) -> tuple[str, int]:
     Under srun or mpiexec with several processes, joins them first (parallel.start_processes);
     on CPU each process's share of the run's px * py devices comes from XLA_FLAGS (set here
     when absent, before JAX starts its backend). The device count comes from the first file's
-    pdims, read before validation (validation itself runs JAX). Returns (launcher, processes).
+    pdims, read before validation (validation itself runs JAX). Compiled programs go to and
+    come from the persistent compilation cache that JAX_COMPILATION_CACHE_DIR names (the
+    workflow sets it), else the one of the results folder (results/.jax_cache for
+    results/<campaign>/<run>/config.json). Returns (launcher, processes).
     """
     from pmpipe import config, parallel
 
+    parallel.use_compilation_cache(Path(config_paths[0]).absolute().parent.parent.parent
+                                   / ".jax_cache")
     raw = config.read_mapping(config_paths[0])
     pdims = raw.get("config", {}).get("parallel", {}).get("pdims", (1, 1))
     valid = isinstance(pdims, list | tuple) and all(isinstance(p, int) and p > 0 for p in pdims)
@@ -146,7 +201,7 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
                  f"{jax.local_device_count()} local of {jax.device_count()} devices",
                  every_process=True)
     mesh = parallel.make_mesh(run_file.config.parallel.pdims)
-    inputs = Inputs(Path(config_path).parent, run_file.config_hash, mesh)
+    inputs = Inputs(Path(config_path).parent, run_file, mesh)
     return execute(stage, run_file, inputs, progress)
 
 

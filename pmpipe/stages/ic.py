@@ -1,11 +1,13 @@
 """Stage ``ic``: white noise -> linear density at a = 1 -> LPT particle state at a_init.
 
 Writes ``ic.zarr`` (docs/outputs.md): ``linear_density`` (x, y, z) on the particle grid and
-``displacement`` / ``momentum`` (qx, qy, qz, component) at ``a_init``.
+``displacement`` / ``momentum`` (qx, qy, qz, component) at ``a_init``, as far as
+``outputs.ic`` keeps them (the seed and config always: the ICs can be made again).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -16,33 +18,54 @@ from pmpipe.stages import Inputs, Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 
 
+def compute(cfg: config.Run, mesh, progress: Progress | None = None) -> simulation.Initial:
+    """The run's ICs on the devices: white noise, linear density at a = 1 and the LPT particle
+    state at a_init (timed as the physics phases 'white_noise' and 'lpt')."""
+    import jax
+
+    timed = progress.timed if progress is not None else (lambda _: contextlib.nullcontext())
+    cosmo = cfg.cosmology_params()
+    with timed("white_noise"):
+        noise = jax.block_until_ready(
+            ics.white_noise(cfg.ic.seed, cfg.box.particles, mesh, np.dtype(cfg.nbody.dtype)))
+    with timed("lpt"):
+        init = simulation.initial_conditions(
+            cosmo, noise, cfg.linear_power(), mesh, cfg.box.box_size, cfg.ic.a_init,
+            cfg.ic.lpt_order, cfg.ic.fixed_amplitude, cfg.ic.paired, cosmology.growth_table(cosmo))
+        jax.block_until_ready((init.delta_linear, init.disp, init.mom))
+    return init
+
+
+def fields(init: simulation.Initial) -> dict:
+    """The ICs' arrays by their names in ic.zarr."""
+    return {"linear_density": init.delta_linear, "displacement": init.disp, "momentum": init.mom}
+
+
 def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
-    """Compute and write the run's ICs (kept for the next stages); returns the store's path."""
+    """Compute the run's ICs (kept for the next stages) and write what outputs.ic keeps;
+    returns the store's path."""
     cfg, mesh = run_file.config, inputs.mesh
     started = store.now()
-    cosmo = cfg.cosmology_params()
     n, box_size, a_init = cfg.box.particles, cfg.box.box_size, cfg.ic.a_init
-    dtype = np.dtype(cfg.nbody.dtype)
-    noise = ics.white_noise(cfg.ic.seed, n, mesh, dtype)
-    init = simulation.initial_conditions(
-        cosmo, noise, cfg.linear_power(), mesh, box_size, a_init, cfg.ic.lpt_order,
-        cfg.ic.fixed_amplitude, cfg.ic.paired, cosmology.growth_table(cosmo))
+    init = compute(cfg, mesh, progress)
     progress(f"{cfg.ic.lpt_order}LPT at a = {a_init} on {n}^3 particles")
     path = store_path(run_dir, "ic")
     group = store.create(path, store.provenance(run_file, "ic", mesh, started)
-                         | {"a_init": a_init, "seed": cfg.ic.seed})
-    spacing = box_size / n
-    for axis in "xyz":
-        store.write_coordinate(group, axis, np.arange(n) * spacing, "Mpc/h",
-                               f"comoving {axis} of the particle-grid nodes")
-    write_lagrangian_coordinates(group, n, box_size)
-    store.write_array(group, "linear_density", init.delta_linear, ("x", "y", "z"), "1",
-                      "linear density contrast at a = 1")
-    write_particles(group, init.disp, init.mom, a_init)
+                         | {"a_init": a_init, "seed": cfg.ic.seed, "kept": cfg.outputs.ic},
+                         keepbits=cfg.outputs.keepbits)
+    if cfg.outputs.ic != "none":
+        spacing = box_size / n
+        for axis in "xyz":
+            store.write_coordinate(group, axis, np.arange(n) * spacing, "Mpc/h",
+                                   f"comoving {axis} of the particle-grid nodes")
+        store.write_array(group, "linear_density", init.delta_linear, ("x", "y", "z"), "1",
+                          "linear density contrast at a = 1")
+    if cfg.outputs.ic == "all":
+        write_lagrangian_coordinates(group, n, box_size)
+        write_particles(group, init.disp, init.mom, a_init)
     store.mark_complete(group)
-    inputs.keep("ic", "linear_density", init.delta_linear)
-    inputs.keep("ic", "displacement", init.disp)
-    inputs.keep("ic", "momentum", init.mom)
+    for name, data in fields(init).items():
+        inputs.keep("ic", name, data)
     return path
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 from pmpipe import config, cosmology, lensing, store
 from pmpipe.stages import Inputs, Progress, main, store_path
@@ -36,7 +37,8 @@ def sources(cfg: config.Run, cosmo, table):
 
 
 def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
-    """Compute and write the run's lensing maps (kept for the summaries); returns the path."""
+    """Compute the run's lensing maps (kept for the summaries) and write them unless
+    outputs.lightcone is off (the weights and geometry always); returns the path."""
     cfg, mesh = run_file.config, inputs.mesh
     if cfg.lensing is None:
         raise ValueError(f"run {run_file.run_id} has no lensing section, so it has no lensing stage "
@@ -50,7 +52,9 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     srcs = sources(cfg, cosmo, table)
     weights = np.stack([lensing.plane_weights(cosmo, edges, c, w, table) for _, _, c, w in srcs])
     path = store_path(run_dir, "lensing")
-    group = store.create(path, store.provenance(run_file, "lensing", mesh, started))
+    maps_kept = cfg.outputs.lightcone
+    group = store.create(path, store.provenance(run_file, "lensing", mesh, started)
+                         | {"maps_kept": maps_kept}, keepbits=cfg.outputs.keepbits)
     store.write_coordinate(group, "source", np.array([s[0] for s in srcs]), "1",
                            "source: 'z=<z>' for a single redshift, else the n(z) name")
     store.write_array(group, "z_source", np.array([s[1] for s in srcs]), ("source",), "1",
@@ -62,11 +66,11 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     if flat is not None:
         theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
         offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
-        density = nb["lightcone_density"]
         planes = [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)]
-        kappa = lensing.flat_sky_convergence(planes, weights, cfg.box.box_size, chi, theta,
-                                             offsets, mesh, density.dtype)
-        gamma1, gamma2 = lensing.shear_from_convergence(kappa)
+        with progress.timed("lensing"):
+            kappa = lensing.flat_sky_convergence(planes, weights, cfg.box.box_size, chi, theta,
+                                                 offsets, mesh, np.dtype(cfg.nbody.dtype))
+            gamma1, gamma2 = jax.block_until_ready(lensing.shear_from_convergence(kappa))
         progress(f"flat-sky maps: {len(srcs)} sources, {flat.pixels}^2 pixels over "
                  f"{flat.field_of_view} deg")
         for axis in ("theta_x", "theta_y"):
@@ -76,19 +80,25 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
         for name, data, long_name in (("kappa", kappa, "Born convergence"),
                                       ("gamma1", gamma1, "shear, first component (Kaiser-Squires)"),
                                       ("gamma2", gamma2, "shear, second component (Kaiser-Squires)")):
-            store.write_array(group, name, data, dims, "1", long_name)
+            if maps_kept:
+                store.write_array(group, name, data, dims, "1", long_name)
+        for i in range(len(srcs)):
+            inputs.keep("lensing", "kappa", kappa[i], (i,))
     if cfg.lensing.full_sky is not None:
-        shells = np.asarray(nb["lightcone_healpix"][:], np.float64)
-        kappa_hp = weights @ shells
-        shear = [lensing.healpix_shear_from_convergence(k) for k in kappa_hp]
+        with progress.timed("lensing"):
+            shells = np.asarray(inputs.array("nbody", "lightcone_healpix"), np.float64)
+            kappa_hp = weights @ shells
+            shear = [lensing.healpix_shear_from_convergence(k) for k in kappa_hp]
         progress(f"full-sky maps: {len(srcs)} sources, nside {cfg.lensing.full_sky.nside}")
         attrs = {"grid_name": "HEALPix", "nside": cfg.lensing.full_sky.nside, "nest": False}
         for name, data, long_name in (
                 ("kappa_healpix", kappa_hp, "Born convergence"),
                 ("gamma1_healpix", np.stack([g[0] for g in shear]), "shear, first component (healpy Q)"),
                 ("gamma2_healpix", np.stack([g[1] for g in shear]), "shear, second component (healpy U)")):
-            store.write_array(group, name, data.astype(np.float32), ("source", "pixel"), "1",
-                              long_name, **attrs)
+            if maps_kept:
+                store.write_array(group, name, data.astype(np.float32), ("source", "pixel"), "1",
+                                  long_name, **attrs)
+        inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
     store.mark_complete(group)
     return path
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import resource
 import sys
 import time
 import traceback
@@ -26,17 +28,61 @@ from pmpipe import stages
 
 
 @dataclasses.dataclass(frozen=True)
+class StageRecord:
+    """One stage computed in this process: wall seconds, seconds per physics phase
+    (Progress.physics), XLA programs it compiled or loaded from the persistent cache
+    (pmpipe.compilation), array bytes this process wrote with the seconds from the first write
+    to the last one done (store.write_totals), and bytes of its store on disk."""
+
+    stage: str
+    seconds: float
+    physics: dict
+    compilation: dict
+    write: dict
+    store_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
-    """What happened to one run of a job: the stages computed, those found complete, and the
-    error (one line, None when the run succeeded) with the stage it happened in."""
+    """What happened to one run of a job: the stages computed (with their records), those
+    found complete, and the error (one line, None when the run succeeded) with the stage it
+    happened in."""
 
     config_path: Path
     run_id: str
-    computed: tuple[str, ...]
+    computed: tuple[StageRecord, ...]
     skipped: tuple[str, ...]
     seconds: float
     error: str | None = None
     failed_stage: str | None = None
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return tuple(r.stage for r in self.computed)
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files under path."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def compute_stage(stage: str, run_file, inputs: stages.Inputs) -> StageRecord:
+    """Run one stage and record its time, physics phases, compilations and store size."""
+    import jax
+
+    from pmpipe import compilation, store
+
+    progress = stages.Progress(stage, run_file.run_id, jax.process_index())
+    before, written, start = compilation.totals(), store.write_totals(), time.perf_counter()
+    path = stages.execute(stage, run_file, inputs, progress)
+    seconds, counts = time.perf_counter() - start, compilation.totals() - before
+    written = store.write_totals() - written
+    progress(f"{counts.summary()}")
+    return StageRecord(stage, seconds, dict(progress.physics),
+                       {"programs": counts.programs, "compiled": counts.compiled,
+                        "cache_hits": counts.hits, "seconds": counts.seconds},
+                       {"bytes": written.bytes, "seconds": written.seconds},
+                       directory_bytes(path) if jax.process_index() == 0 else 0)
 
 
 def run_one(config_path: Path, mesh_of) -> Outcome:
@@ -45,18 +91,16 @@ def run_one(config_path: Path, mesh_of) -> Outcome:
 
     start = time.perf_counter()
     run_id, stage = config_path.parent.name, None
-    computed: list[str] = []
+    computed: list[StageRecord] = []
     try:
         run_file = stages.load(config_path)
         run_id = run_file.run_id
         todo = stages.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
         names = stages.run_stages(run_file.config)
-        inputs = stages.Inputs(config_path.parent, run_file.config_hash,
+        inputs = stages.Inputs(config_path.parent, run_file,
                                mesh_of(run_file.config.parallel.pdims), keep=True)
         for stage in todo:
-            progress = stages.Progress(stage, run_id, jax.process_index())
-            stages.execute(stage, run_file, inputs, progress)
-            computed.append(stage)
+            computed.append(compute_stage(stage, run_file, inputs))
         inputs.forget()
         skipped = tuple(s for s in names if s not in todo)
         return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
@@ -68,13 +112,16 @@ def run_one(config_path: Path, mesh_of) -> Outcome:
                        error=line, failed_stage=stage)
 
 
-def run_all(config_paths) -> list[Outcome]:
+def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
-    they must share their device mesh); returns one Outcome per run, in order."""
+    they must share their device mesh); returns one Outcome per run, in order. With
+    ``report``, process 0 writes the job's record there as JSON (:func:`job_record`)."""
     import jax
 
-    from pmpipe import parallel
+    from pmpipe import compilation, parallel
 
+    start = time.perf_counter()
+    compilation.listen()
     paths = [Path(p) for p in config_paths]
     launcher, processes = stages.start(paths)
     if processes > 1:
@@ -98,7 +145,42 @@ def run_all(config_paths) -> list[Outcome]:
         outcomes.append(outcome)
         if jax.process_index() == 0:
             print(summary_line(outcome), file=sys.stderr, flush=True)
+    if report is not None and jax.process_index() == 0:
+        record = job_record(outcomes, time.perf_counter() - start)
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(json.dumps(record, indent=2) + "\n")
     return outcomes
+
+
+def peak_memory() -> dict:
+    """Peak resident memory of this process (MB) and peak memory in use on its first local
+    device (MB; None where the backend does not report it, as on CPU)."""
+    import jax
+
+    stats = jax.local_devices()[0].memory_stats() or {}
+    device = stats.get("peak_bytes_in_use")
+    return {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_device_mb": None if device is None else device / 1e6}
+
+
+def job_record(outcomes: list[Outcome], wall_s: float) -> dict:
+    """The job as JSON data: wall seconds of the process (start-up of JAX included), its
+    compilations and peak memory, and per run the stages computed with their records."""
+    import jax
+
+    from pmpipe import compilation
+
+    counts = compilation.totals()
+    return {
+        "wall_s": wall_s, "processes": jax.process_count(), "devices": jax.device_count(),
+        "platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+        "compilation": {"programs": counts.programs, "compiled": counts.compiled,
+                        "cache_hits": counts.hits, "seconds": counts.seconds},
+        **peak_memory(),
+        "runs": [{"run_id": o.run_id, "seconds": o.seconds, "skipped": list(o.skipped),
+                  "error": o.error, "stages": [dataclasses.asdict(r) for r in o.computed]}
+                 for o in outcomes],
+    }
 
 
 def run_job(config_paths) -> list[str]:
@@ -121,7 +203,7 @@ def summary_line(outcome: Outcome) -> str:
     if not outcome.computed:
         return f"{prefix} complete already: {', '.join(outcome.skipped)} skipped"
     skipped = f"; {', '.join(outcome.skipped)} complete already" if outcome.skipped else ""
-    return f"{prefix} {', '.join(outcome.computed)} done in {outcome.seconds:.1f} s{skipped}"
+    return f"{prefix} {', '.join(outcome.stages)} done in {outcome.seconds:.1f} s{skipped}"
 
 
 def main(argv=None) -> int:
@@ -130,7 +212,10 @@ def main(argv=None) -> int:
         prog="python -m pmpipe.stages.pipeline",
         description="run every stage of one or more runs in one process")
     parser.add_argument("config", nargs="+", help="runs' config.json files")
-    outcomes = run_all(parser.parse_args(argv).config)
+    parser.add_argument("--report", metavar="JSON",
+                        help="write the job's record (times, physics, compilations, memory) here")
+    args = parser.parse_args(argv)
+    outcomes = run_all(args.config, args.report)
     failed = [o for o in outcomes if o.error is not None]
     if failed:
         print(f"error: {len(failed)} of {len(outcomes)} runs failed: "

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 from jax.sharding import Mesh
 
-import jax
 from jax.sharding import NamedSharding
 
 from pmpipe import config, cosmology, lensing, painting, stats, store
@@ -30,14 +29,14 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     started = store.now()
     nb = inputs.store("nbody")
     a = np.asarray(nb["a"][:], dtype=np.float64)
-    density = nb["density"]
-    box_size, n_mesh = cfg.box.box_size, int(density.shape[1])
+    box_size, n_mesh = cfg.box.box_size, cfg.pm_grid().mesh
     n_bins = cfg.summaries.pk_bins or n_mesh // 2
     spectra = []
     for i in range(a.size):
         field = inputs.field("nbody", "density", (i,))
-        k_mean, pk, modes = stats.power_spectrum(field, mesh, box_size, n_bins,
-                                                 compensate_cic=cfg.summaries.compensate_cic)
+        with progress.timed("statistics"):
+            k_mean, pk, modes = stats.power_spectrum(field, mesh, box_size, n_bins,
+                                                     compensate_cic=cfg.summaries.compensate_cic)
         spectra.append(pk)
         progress(f"P(k) at a = {a[i]:.4f}")
     cosmo = cfg.cosmology_params()
@@ -61,11 +60,13 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     store.write_array(group, "pk_linear", linear, ("a", "k"), "(Mpc/h)^3",
                       "linear theory D1(a)^2 P_lin(k) at k_mean")
     group.attrs["shot_noise"] = shot_noise
-    write_initial_correlation(group, cfg, inputs, n_bins,
-                              float(growth[-1] / cosmology.growth_factor(cosmo, 1.0, cosmology.growth_table(cosmo))))
+    with progress.timed("statistics"):
+        write_initial_correlation(group, cfg, inputs, n_bins,
+                                  float(growth[-1]) / float(cosmology.growth_factor(cosmo, 1.0, cosmology.growth_table(cosmo))))
     progress("cross-correlation with the initial field")
     if cfg.lensing is not None:
-        write_lensing_statistics(group, cfg, inputs.store("lensing"), mesh)
+        with progress.timed("statistics"):
+            write_lensing_statistics(group, cfg, inputs, mesh)
         progress("lensing statistics")
     store.mark_complete(group)
     return path
@@ -120,12 +121,12 @@ def kappa_edges(cfg: config.Run) -> np.ndarray:
     return np.linspace(*cfg.summaries.kappa_range, cfg.summaries.kappa_bins + 1)
 
 
-def write_lensing_statistics(group, cfg: config.Run, lens, mesh: Mesh) -> None:
+def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh) -> None:
     """C_ell (with its Limber prediction for the linear P(k)), peak counts and PDF of κ per
     source and smoothing scale, for the flat-sky and the HEALPix maps."""
     summ = cfg.summaries
     scales, edges = summ.smoothing_arcmin, kappa_edges(cfg)
-    sources = [str(s) for s in lens["source"][:]]
+    sources = [str(s) for s in inputs.store("lensing")["source"][:]]
     store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
     store.write_coordinate(group, "smoothing", np.array(scales, np.float64), "arcmin",
                            "Gaussian smoothing sigma of kappa")
@@ -137,15 +138,14 @@ def write_lensing_statistics(group, cfg: config.Run, lens, mesh: Mesh) -> None:
     from pmpipe.stages.lensing import sources as source_distributions
 
     srcs = source_distributions(cfg, cosmo, table)
-    noise_seed = jax.random.key(cfg.ic.seed)
     maps = []
     if cfg.lensing.flat_sky is not None:
         flat = cfg.lensing.flat_sky
         sharding = NamedSharding(mesh, FIELD_SPEC)
-        kappa = [store.read_sharded(lens["kappa"], mesh, (i,)) for i in range(len(sources))]
+        kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(len(sources))]
         noise = None
         if summ.shape_noise is not None:
-            noise = [stats.shape_noise_flat(jax.random.fold_in(noise_seed, i), flat.pixels,
+            noise = [stats.shape_noise_flat(cfg.ic.seed, i, flat.pixels,
                                             flat.field_of_view, summ.shape_noise.sigma_e,
                                             summ.shape_noise.n_gal, sharding) for i in range(len(sources))]
         maps.append(("", ell_edges_flat(cfg), kappa, noise,
@@ -153,7 +153,7 @@ def write_lensing_statistics(group, cfg: config.Run, lens, mesh: Mesh) -> None:
                      lambda k, s: stats.smooth_flat(k, flat.field_of_view, s), stats.peak_counts_flat))
     if cfg.lensing.full_sky is not None:
         nside = cfg.lensing.full_sky.nside
-        kappa = [np.asarray(lens["kappa_healpix"][i], np.float64) for i in range(len(sources))]
+        kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
         noise = None
         if summ.shape_noise is not None:
             noise = [stats.shape_noise_healpix([cfg.ic.seed, i], nside, summ.shape_noise.sigma_e,

@@ -6,9 +6,13 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from pmpipe import parallel
+from pmpipe import report as pmreport
 from pmpipe import workflow as pmw
 
-# compiled XLA programs shared by every stage process of every campaign (docs/workflow.md)
+# Snakemake's own process computes seeds and geometry with JAX on the CPU: on a GPU machine it
+# must not take the GPUs' memory from the jobs it starts
+parallel.use_host_only()
+# compiled XLA programs shared by every job process of every campaign (docs/workflow.md)
 parallel.use_compilation_cache(pmw.RESULTS / ".jax_cache")
 PLAN = pmw.prepare(config, locked=pmw.snakemake_locked(Path(".snakemake")),
                    prune=workflow.is_main_process)
@@ -23,9 +27,6 @@ wildcard_constraints:
     run="|".join(PLAN.run_ids),
 
 
-def report_figures():
-    figures = ("pk", "slice") + (("kappa", "cl") if "lensing" in PLAN.stages else ())
-    campaign = ("pk_ratio", "peaks") if "lensing" in PLAN.stages else ("pk_ratio",)
-    return expand(str(PLAN.campaign_dir / "report/{run}/{figure}.png"),
-                  run=PLAN.run_ids, figure=figures) + [
-        str(PLAN.campaign_dir / f"report/{name}.png") for name in campaign]
+# every figure of the report (pmpipe.report.figures) and the run stores they are drawn from
+FIGURES = pmreport.figures(PLAN.campaign_dir, PLAN.run_ids, "lensing" in PLAN.stages, PLAN.outputs)
+FIGURE_STORES = sorted({pmreport.RUN_FIGURES[f.name][0] for f in FIGURES if f.run})

@@ -15,8 +15,11 @@ for job in PLAN.jobs:
             PLAN.campaign_dir / f"logs/{job.name}.log",
         benchmark:
             PLAN.campaign_dir / f"benchmarks/{job.name}.tsv"
+        params:
+            report=PLAN.campaign_dir / f"benchmarks/{job.name}.json",  # pmpipe bench campaign reads it
         threads: job.resources["cpus_per_task"]
         resources:
             **job.resources,
         shell:
-            "{resources.mpi} python -m pmpipe.stages.pipeline {input.configs} > {log} 2>&1"
+            "{resources.mpi} python -m pmpipe.stages.pipeline --report {params.report} "
+            "{input.configs} > {log} 2>&1"

@@ -1,0 +1,120 @@
+"""What a run's stores keep (config.Outputs): arrays present or absent, downsampled density,
+the same summaries whatever is kept, ICs made again from the seed, clear errors for a stage
+that needs what was not kept, and `pmpipe plan`'s disk estimate."""
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+from pmpipe import campaign, config, stages, store
+from pmpipe.stages import pipeline
+
+RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
+       "parallel": {"pdims": [2, 2], "halo_cells": 4},
+       "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
+       "lensing": {"source_redshifts": [0.05], "flat_sky": {"field_of_view": 20.0, "pixels": 32},
+                   "full_sky": {"nside": 8}},
+       "summaries": {"kappa_range": [-0.01, 0.01]}}
+LEAN = {"particles": False, "density": 2, "ic": "linear", "lightcone": False}
+BIG_ARRAYS = ("linear_density", "displacement", "momentum", "density", "lightcone_density",
+              "lightcone_healpix", "kappa", "gamma1", "gamma2", "kappa_healpix", "gamma1_healpix",
+              "gamma2_healpix")
+
+
+def _write_run(run_dir, outputs=None):
+    data = json.loads(json.dumps(RUN))
+    if outputs is not None:
+        data["outputs"] = outputs
+    run = config.Run.model_validate(data)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.json"
+    path.write_text(config.RunFile.build("test", "run", 0, {}, run).to_json())
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The same run with every array kept and with LEAN outputs, each through `pmpipe run all`."""
+    root = tmp_path_factory.mktemp("outputs")
+    paths = {"full": _write_run(root / "full"), "lean": _write_run(root / "lean", LEAN)}
+    outcomes = pipeline.run_all(list(paths.values()))
+    assert all(o.error is None for o in outcomes), [o.error for o in outcomes]
+    return {name: path.parent for name, path in paths.items()}
+
+
+def _arrays(run_dir, stage):
+    return set(zarr.open_group(run_dir / f"{stage}.zarr", mode="r").array_keys())
+
+
+def test_lean_outputs_leave_out_what_they_say(runs):
+    full, lean = runs["full"], runs["lean"]
+    assert {"displacement", "momentum", "linear_density"} <= _arrays(full, "ic")
+    assert "linear_density" in _arrays(lean, "ic")
+    assert not {"displacement", "momentum"} & _arrays(lean, "ic")
+    assert not {"displacement", "momentum", "lightcone_density", "lightcone_healpix"} & _arrays(lean, "nbody")
+    assert {"plane", "plane_a", "plane_chi_lo"} <= _arrays(lean, "nbody")  # geometry always
+    assert not {"kappa", "kappa_healpix", "gamma1"} & _arrays(lean, "lensing")
+    assert "plane_weight" in _arrays(lean, "lensing")
+    for stage in stages.STAGES:
+        assert store.is_complete(lean / f"{stage}.zarr")
+
+
+def test_downsampled_density_is_the_mean_of_the_full_one(runs):
+    full = zarr.open_group(runs["full"] / "nbody.zarr", mode="r")["density"][:]
+    lean = zarr.open_group(runs["lean"] / "nbody.zarr", mode="r")
+    assert lean["density"].shape == (2, 8, 8, 8) and lean["density"].attrs["downsampled"] == 2
+    expected = full.reshape(2, 8, 2, 8, 2, 8, 2).mean(axis=(2, 4, 6))
+    np.testing.assert_allclose(lean["density"][:], expected, rtol=1e-5)
+    np.testing.assert_allclose(lean["x"][:], full_x(runs).reshape(8, 2).mean(axis=1))
+
+
+def full_x(runs):
+    return zarr.open_group(runs["full"] / "nbody.zarr", mode="r")["x"][:]
+
+
+def test_summaries_do_not_depend_on_what_the_stores_keep(runs):
+    full = zarr.open_group(runs["full"] / "summaries.zarr", mode="r")
+    lean = zarr.open_group(runs["lean"] / "summaries.zarr", mode="r")
+    assert sorted(full.array_keys()) == sorted(lean.array_keys())
+    for name in full.array_keys():
+        x, y = lean[name][:], full[name][:]
+        if x.dtype.kind in "fc":
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-12, err_msg=name)
+        else:
+            assert np.array_equal(x, y), name
+
+
+def test_a_stage_that_needs_what_was_not_kept_says_which_setting(runs, tmp_path):
+    with pytest.raises(store.IncompleteStoreError, match=r"density at full resolution \(outputs.density"):
+        stages.run_stage("summaries", runs["lean"] / "config.json")
+    assert stages.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
+
+
+def test_ics_not_kept_are_made_again_from_the_seed(runs, tmp_path):
+    """nbody run alone on a store with the linear density only equals the packed run."""
+    path = _write_run(tmp_path / "lean", LEAN)
+    stages.run_stage("ic", path)
+    assert "displacement" not in _arrays(tmp_path / "lean", "ic")
+    stages.run_stage("nbody", path)
+    ours = zarr.open_group(tmp_path / "lean" / "nbody.zarr", mode="r")["density"][:]
+    packed = zarr.open_group(runs["lean"] / "nbody.zarr", mode="r")["density"][:]
+    np.testing.assert_allclose(ours, packed, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["full", "lean"])
+def test_plan_disk_estimate_equals_the_arrays_written(runs, name):
+    run_file = config.load_run_file(runs[name] / "config.json")
+    estimate = campaign.disk_bytes(run_file.config)
+    for stage in ("ic", "nbody", "lensing"):  # summaries: small arrays only
+        group = zarr.open_group(runs[name] / f"{stage}.zarr", mode="r")
+        written = sum(group[a].nbytes for a in group.array_keys() if a in BIG_ARRAYS)
+        assert estimate[stage] == written, (stage, estimate[stage], written)
+
+
+def test_bad_outputs_are_rejected_naming_the_field():
+    with pytest.raises(ValueError, match="outputs.density = 3 must divide"):
+        config.Run.model_validate({**RUN, "outputs": {"density": 3}})
+    with pytest.raises(ValueError, match="outputs.ic"):
+        config.Run.model_validate({**RUN, "outputs": {"ic": "some"}})
