@@ -294,18 +294,16 @@ def write_coordinate(group: zarr.Group, name: str, values, units: str, long_name
 
 @dataclasses.dataclass
 class _StoreState:
-    """A store's keepbits, its pending writes (array name, future), and the bytes of array
-    data handed to the writers with the time the first was handed over."""
+    """A store's keepbits and its pending writes (array name, future)."""
     keepbits: int | None = None
     pending: list = dataclasses.field(default_factory=list)
-    nbytes: int = 0
-    started: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class WriteTotals:
-    """Array bytes this process wrote into completed stores, and the seconds from each
-    store's first write to its writes being done, summed over stores."""
+    """Array bytes this process wrote into stores, and the seconds during which at least one
+    write was under way (so bytes / seconds is the throughput of all writer threads
+    together)."""
 
     bytes: int = 0
     seconds: float = 0.0
@@ -320,10 +318,12 @@ _pending_bytes = 0
 _states: dict[str, _StoreState] = {}
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _totals = WriteTotals()
+_in_flight = 0          # writes under way, and since when at least one is
+_busy_since = 0.0
 
 
 def write_totals() -> WriteTotals:
-    """What this process has written into stores that :func:`mark_complete` completed."""
+    """What this process has written into stores so far (writes finished)."""
     return _totals
 
 
@@ -394,7 +394,19 @@ def _whole_chunks(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, .
 
 
 def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
-    array[selection] = block
+    """array[selection] = block, counted in the write totals."""
+    global _in_flight, _busy_since, _totals
+    with _lock:
+        if _in_flight == 0:
+            _busy_since = time.perf_counter()
+        _in_flight += 1
+    try:
+        array[selection] = block
+    finally:
+        with _lock:
+            _in_flight -= 1
+            busy = time.perf_counter() - _busy_since if _in_flight == 0 else 0.0
+            _totals = WriteTotals(_totals.bytes + block.nbytes, _totals.seconds + busy)
 
 
 def _put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: int) -> None:
@@ -404,10 +416,6 @@ def _put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: in
     block = host.reshape((1,) * (array.ndim - host.ndim) + host.shape)
     pieces = _whole_chunks(array, start, block.shape)
     state = _state(_key(array))
-    with _lock:
-        state.nbytes += block.nbytes
-        if state.started is None:
-            state.started = time.perf_counter()
     if pieces is None:
         try:
             for _, future in state.pending:
@@ -476,16 +484,9 @@ def mark_complete(group: zarr.Group) -> None:
     Waits for this process's pending writes first. When one of them failed (on any process),
     no marker is written and StoreWriteError is raised (naming the array on the process where
     it failed)."""
-    global _totals
     key = _key(group)
     errors = _wait(key)
     failed = bool(errors)
-    state = _state(key)
-    if not errors and state.started is not None:
-        with _lock:
-            _totals = WriteTotals(_totals.bytes + state.nbytes,
-                                  _totals.seconds + time.perf_counter() - state.started)
-            state.nbytes, state.started = 0, None
     if jax.process_count() > 1:  # every process learns whether any failed, and waits for all
         from jax.experimental import multihost_utils
 
