@@ -52,6 +52,23 @@ def pytest_configure(config):
         )
 
 
+def same_store(a, b, tolerance=1e-5):
+    """Assert that two stores hold the same arrays: equal integers and text, floats within
+    tolerance times the largest |value| (NaN where NaN)."""
+    import numpy as np
+    import zarr
+
+    one, two = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
+    assert sorted(one.array_keys()) == sorted(two.array_keys()), (a, b)
+    for name in one.array_keys():
+        x, y = one[name][:], two[name][:]
+        if x.dtype.kind not in "fc":
+            assert np.array_equal(x, y), (a, name)
+            continue
+        scale = max(float(np.nanmax(np.abs(x))), 1e-30)
+        assert np.nanmax(np.abs(x - y)) <= tolerance * scale, (a, name)
+
+
 def rel_diff(a, b):
     """max |a - b| / max |b| as a float."""
     import numpy as np

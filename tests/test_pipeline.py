@@ -6,14 +6,13 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import yaml
 import zarr
 
 from pmpipe import stages, store
 
-from conftest import REPO, TINY, run_snakemake
+from conftest import REPO, TINY, run_snakemake, same_store
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
 
@@ -45,18 +44,6 @@ def corrupt(array_dir):
     assert chunks
     for chunk in chunks:
         chunk.write_bytes(b"not a chunk")
-
-
-def same_store(a, b, tolerance=1e-6):
-    one, two = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
-    assert sorted(one.array_keys()) == sorted(two.array_keys()), (a, b)
-    for name in one.array_keys():
-        x, y = one[name][:], two[name][:]
-        if x.dtype.kind not in "fc":
-            assert np.array_equal(x, y), (a, name)
-            continue
-        scale = max(float(np.nanmax(np.abs(x))), 1e-30)
-        assert np.nanmax(np.abs(x - y)) <= tolerance * scale, (a, name)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +99,7 @@ def test_packed_stores_equal_the_stages_run_one_by_one(packed, tmp_path):
         for stage in stages.STAGES:
             stages.run_stage(stage, run_dir / "config.json")
         for stage in stages.STAGES:
-            same_store(results / run / f"{stage}.zarr", run_dir / f"{stage}.zarr")
+            same_store(results / run / f"{stage}.zarr", run_dir / f"{stage}.zarr", 1e-6)
 
 
 def test_a_job_skips_complete_runs_and_stages(packed):

@@ -7,14 +7,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import yaml
 import zarr
 
 from pmpipe import campaign, config, stages, store
 
-from conftest import REPO, TINY, run_snakemake
+from conftest import REPO, TINY, run_snakemake, same_store
 
 STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
                  "--seconds-between-status-checks", "2")
@@ -84,18 +83,6 @@ def test_second_invocation_does_nothing(quickstart):
     assert job_count() == before
 
 
-def _same_store(a, b):
-    one, two = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
-    assert sorted(one.array_keys()) == sorted(two.array_keys()), (a, b)
-    for name in one.array_keys():
-        x, y = one[name][:], two[name][:]
-        if x.dtype.kind not in "fc":
-            assert np.array_equal(x, y), (a, name)
-            continue
-        scale = max(float(np.nanmax(np.abs(x))), 1e-30)
-        assert np.nanmax(np.abs(x - y)) <= 1e-5 * scale, (a, name)
-
-
 def _submit(workdir, *args):
     out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", "tiny.yaml", "--wait",
                           "--site", str(REPO / "profiles/slurm/site.yaml"), *args],
@@ -114,7 +101,7 @@ def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tm
     out = _submit(tmp_path, "--run", first, "--stage", "ic")
     assert f"{first}: SLURM job" in out
     results, local = tmp_path / "results" / "tiny", tiny_local / "results" / "tiny"
-    _same_store(local / first / "ic.zarr", results / first / "ic.zarr")
+    same_store(local / first / "ic.zarr", results / first / "ic.zarr")
     assert zarr.open_group(results / first / "ic.zarr", mode="r").attrs["process_count"] == 2
     assert not (results / first / "nbody.zarr").exists()
 
@@ -124,8 +111,8 @@ def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tm
     assert len(array_ids) == 1, out  # both runs in one array
     for run in ("tiny-fiducial-r0", "tiny-fiducial-r1"):
         for stage in stages.STAGES:
-            _same_store(local / run / f"{stage}.zarr", results / run / f"{stage}.zarr")
-    _same_store(local / "summaries.zarr", results / "summaries.zarr")
+            same_store(local / run / f"{stage}.zarr", results / run / f"{stage}.zarr")
+    same_store(local / "summaries.zarr", results / "summaries.zarr")
 
 
 def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
