@@ -28,6 +28,10 @@ from pmpipe import config
 PHASES = ("white_noise", "lpt", "pm_steps", "lightcone", "lensing", "statistics")
 
 
+class CampaignFailed(RuntimeError):
+    """Snakemake did not finish the campaign; the message ends with its output."""
+
+
 def default_snakefile() -> Path:
     """The Snakefile of the checkout pmpipe is installed from."""
     import pmpipe
@@ -97,7 +101,7 @@ def bench_campaign(campaign_file: str | Path, profile: str | Path = "profiles/lo
                    workdir: str | Path | None = None, cores: int | None = None,
                    snakefile: str | Path | None = None) -> dict:
     """Run the campaign through Snakemake in a fresh working directory and measure it;
-    RuntimeError with the end of Snakemake's output when the campaign fails."""
+    CampaignFailed with the end of Snakemake's output when the campaign fails."""
     from pmpipe import parallel
 
     parallel.use_host_only()  # the campaign's jobs get the accelerators
@@ -116,7 +120,7 @@ def bench_campaign(campaign_file: str | Path, profile: str | Path = "profiles/lo
     workdir.mkdir(parents=True, exist_ok=True)
     wall_s, out = run_snakemake(campaign_file, profile, workdir, snakefile, cores)
     if out.returncode != 0:
-        raise RuntimeError(f"snakemake failed (exit {out.returncode}) in {workdir}:\n"
+        raise CampaignFailed(f"snakemake failed (exit {out.returncode}) in {workdir}:\n"
                            f"{out.stderr[-4000:]}")
     campaign_dir = workdir / "results" / camp.name
     jobs = [json.loads(p.read_text()) for p in sorted((campaign_dir / "benchmarks").glob("*.json"))]

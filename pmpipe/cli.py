@@ -143,8 +143,12 @@ def _bench(args) -> int:
 def _bench_campaign(args) -> int:
     from pmpipe import bench, bench_campaign
 
-    record = bench_campaign.bench_campaign(args.campaign, args.profile, args.workdir, args.cores,
-                                           args.snakefile)
+    try:
+        record = bench_campaign.bench_campaign(args.campaign, args.profile, args.workdir,
+                                               args.cores, args.snakefile)
+    except bench_campaign.CampaignFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if args.json:
         bench.write_json(record, args.json)
     json.dump(record, sys.stdout, indent=2)
