@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from pmpipe import config
+from pmpipe.stages import pipeline
 
 PHASES = ("white_noise", "lpt", "pm_steps", "lightcone", "lensing", "statistics")
 
@@ -125,7 +126,7 @@ def bench_campaign(campaign_file: str | Path, profile: str | Path = "profiles/lo
     campaign_dir = workdir / "results" / camp.name
     jobs = [json.loads(p.read_text()) for p in sorted((campaign_dir / "benchmarks").glob("*.json"))]
     runs = len(list(campaign_dir.glob("*/config.json")))
-    store_bytes = sum(f.stat().st_size for f in campaign_dir.rglob("*.zarr/**/*") if f.is_file())
+    store_bytes = sum(pipeline.directory_bytes(path) for path in campaign_dir.rglob("*.zarr"))
     first = jobs[0] if jobs else {}
     return {
         "benchmark": "campaign",

@@ -52,6 +52,19 @@ def pytest_configure(config):
         )
 
 
+def snakemake_tiny(workdir, *args, check=True):
+    """run_snakemake with the local profile on 2 cores and the campaign file tiny.yaml."""
+    return run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
+                         "--config", "campaign=tiny.yaml", *args, check=check)
+
+
+def finished(path):
+    """Completion time of a store (its 'finished' root attribute)."""
+    import zarr
+
+    return zarr.open_group(path, mode="r").attrs["finished"]
+
+
 def same_store(a, b, tolerance=1e-5):
     """Assert that two stores hold the same arrays: equal integers and text, floats within
     tolerance times the largest |value| (NaN where NaN)."""
@@ -100,6 +113,5 @@ def tiny_local(tmp_path_factory):
     """TINY run to completion by the local profile: the reference results."""
     workdir = tmp_path_factory.mktemp("workflow")
     (workdir / "tiny.yaml").write_text(TINY)
-    run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
-                  "--config", "campaign=tiny.yaml")
+    snakemake_tiny(workdir)
     return workdir

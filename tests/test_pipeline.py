@@ -8,11 +8,10 @@ import sys
 
 import pytest
 import yaml
-import zarr
 
 from pmpipe import stages, store
 
-from conftest import REPO, TINY, run_snakemake, same_store
+from conftest import TINY, finished, same_store, snakemake_tiny as snakemake
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
 
@@ -22,15 +21,6 @@ def four_runs_in_one_job() -> str:
     data["realisations"] = 4
     data["execution"]["runs_per_job"] = 4
     return yaml.safe_dump(data)
-
-
-def snakemake(workdir, *args, check=True):
-    return run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
-                         "--config", "campaign=tiny.yaml", *args, check=check)
-
-
-def finished(path):
-    return zarr.open_group(path, mode="r").attrs["finished"]
 
 
 def stamps(results):

@@ -9,18 +9,9 @@ import zarr
 
 from pmpipe import store
 
-from conftest import REPO, TINY, run_snakemake
+from conftest import REPO, TINY, finished, run_snakemake, snakemake_tiny as snakemake
 
 STAGES = ("ic", "nbody", "lensing", "summaries")
-
-
-def snakemake(workdir, *args, check=True):
-    return run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
-                         "--config", "campaign=tiny.yaml", *args, check=check)
-
-
-def finished(path):
-    return zarr.open_group(path, mode="r").attrs["finished"]
 
 
 def stamps(runs_dir):
