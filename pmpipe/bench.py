@@ -1,9 +1,11 @@
 """`pmpipe bench nbody`: reproducible timings and memory of the PM core, as JSON.
 
-Runs 2LPT at a = 0.1 then S PM steps to a = 1 on an N^3 particle grid in a 256 Mpc/h box,
-once to compile (warm-up, counting the programs compiled) and once timed, and times painting,
-reading and the FFT floor (one r2c + three c2r of the force mesh) on their own in the same
-process.
+Runs 2LPT at a = 0.1 then S PM steps to a = 1 on an N^3 particle grid in a 256 Mpc/h box (one
+compiled program), once to compile (warm-up, counting the programs compiled) and once timed,
+and times one PM step, painting, reading and the FFT floor (one r2c + three c2r of the force
+mesh) on their own in the same process. Memory: the evolution program's own memory analysis
+(arguments plus temporaries per particle), the process's peak RSS and, on GPUs, the device's
+peak. Peers (JaxPM, pmwd) run the same job in processes of their own.
 """
 
 from __future__ import annotations
@@ -54,6 +56,30 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
+def device_peak_bytes() -> int | None:
+    """Peak memory in use on the first device (bytes), where the backend reports it (GPUs;
+    None on CPU). Set XLA_PYTHON_CLIENT_PREALLOCATE=false for a true peak."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
+def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: int) -> dict:
+    """The compiled evolution's memory analysis: arguments, temporaries and outputs (bytes)
+    and arguments plus temporaries per particle."""
+    grid = nbody.PMGrid(particles, oversample, BOX_SIZE, halo)
+    bounds = nbody.step_boundaries(A_INIT, 1.0, steps, (1.0,))
+    state = jax.ShapeDtypeStruct((particles,) * 3 + (3,), jnp.float32,
+                                 sharding=parallel.field_sharding(mesh))
+    stats = nbody.evolution.lower(
+        COSMOLOGY, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),
+        nbody.crossing_slots(bounds, ()), cosmology.growth_table(COSMOLOGY), None, mesh=mesh,
+        grid=grid, n_snapshots=1).compile().memory_analysis()
+    used = stats.argument_size_in_bytes + stats.temp_size_in_bytes
+    return {"argument_bytes": stats.argument_size_in_bytes,
+            "temp_bytes": stats.temp_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
+            "bytes_per_particle": used / particles**3 * mesh.size}
+
+
 # Dynamics without radiation: JaxPM's background (jax_cosmo) has none, so --compare jaxpm is
 # like for like. The initial P(k) (Eisenstein-Hu) is that of the default cosmology.
 COSMOLOGY = cosmology.Cosmology(T_cmb=0.0)
@@ -61,9 +87,10 @@ POWER = simulation.power_function(cosmology.Cosmology())
 
 
 def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, halo: int = 8,
-                seed: int = 0, compare: str | None = None) -> dict:
+                seed: int = 0, compare: str | None = None, pmwd_path: str | None = None) -> dict:
     """Measure one configuration; returns the JSON-ready record. compare='jaxpm' adds the
-    JaxPM peer and the accuracy of both against a converged JaxPM reference."""
+    JaxPM peer and the accuracy of both against a converged JaxPM reference; compare='pmwd'
+    adds pmwd's run of the same job (from the Python path or ``pmwd_path``)."""
     mesh = parallel.make_mesh(pdims)
     parallel.check_divisible(particles, pdims)
     cosmo = COSMOLOGY
@@ -92,6 +119,9 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
     r2c = jax.jit(lambda x: fft.r2c(x, mesh))
     rho_k = r2c(rho)
 
+    step = jax.jit(lambda d, p: nbody.advance(d, p, jnp.float32(0.01), jnp.float32(0.01),
+                                              jnp.float32(cosmo.Omega_m), mesh, grid))
+
     def floor(x):
         xk = fft.r2c(x, mesh)
         return [fft.c2r(xk * (i + 1.0), mesh) for i in range(3)]
@@ -112,7 +142,8 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "programs_from_cache": warm.counts.hits,
         "programs_timed_run": timed.counts.programs,  # 0: the timed run compiles nothing
         "run_s": run_s,
-        "step_s": sum(res.step_seconds) / len(res.step_seconds),
+        "evolution_s": res.seconds,  # the evolution's share of run_s, timed on its own
+        "step_s": _timed(step, res.disp, res.mom),
         "paint_s": _timed(paint, res.disp),
         "read_s": _timed(read, force_mesh, res.disp),
         "fft_s": _timed(r2c, rho),
@@ -124,13 +155,44 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "cpu_count": os.cpu_count(),
     }
     peak = peak_rss_bytes()  # after every measurement above
-    record.update(peak_rss_bytes=peak, bytes_per_particle=peak / particles**3)
+    record.update(peak_rss_bytes=peak, rss_bytes_per_particle=peak / particles**3,
+                  device_peak_bytes=device_peak_bytes(),
+                  evolution_memory=evolution_memory(particles, oversample, steps, mesh, halo))
+    if record["device_peak_bytes"] is not None:
+        record["device_bytes_per_particle"] = record["device_peak_bytes"] / particles**3
     if compare == "jaxpm":
         record.update(compare_jaxpm(init.delta_linear, res.disp, mesh, steps, halo))
         peer = record["jaxpm"]
         record["vs_jaxpm"] = {"run_s_ratio": run_s / peer["run_s"],
                               "peak_rss_ratio": peak / peer["peak_rss_bytes"]}
+    if compare == "pmwd":
+        peer = record["pmwd"] = compare_pmwd(particles, oversample, steps, pmwd_path)
+        record["vs_pmwd"] = {"run_s_ratio": run_s / peer["run_s"],
+                             "peak_rss_ratio": peak / peer["peak_rss_bytes"]}
+        if record["device_peak_bytes"] is not None and peer["device_peak_bytes"]:
+            record["vs_pmwd"]["device_peak_ratio"] = (record["device_peak_bytes"]
+                                                      / peer["device_peak_bytes"])
     return record
+
+
+def _peer_env() -> dict:
+    """The environment of a peer's process: this process's platform, by the name that
+    JAX_PLATFORMS takes ('cuda', not 'gpu', which makes JAX try ROCm too)."""
+    backend = jax.default_backend()
+    return dict(os.environ, JAX_PLATFORMS={"gpu": "cuda"}.get(backend, backend))
+
+
+def compare_pmwd(particles: int, oversample: int, steps: int, pmwd_path: str | None) -> dict:
+    """pmwd's run of the job in its own process (pmpipe.bench_pmwd); returns its record."""
+    with tempfile.TemporaryDirectory(prefix="pmpipe-bench-") as tmp:
+        out = os.path.join(tmp, "pmwd.json")
+        cmd = [sys.executable, "-m", "pmpipe.bench_pmwd", "--particles", str(particles),
+               "--oversample", str(oversample), "--steps", str(steps), "--box", str(BOX_SIZE),
+               "--a-init", str(A_INIT), "--out", out]
+        subprocess.run(cmd + (["--pmwd", pmwd_path] if pmwd_path else []), check=True,
+                       env=_peer_env())
+        with open(out) as fh:
+            return json.load(fh)
 
 
 def _run_jaxpm(field_path: str, out: str, solver: str, steps: int) -> tuple[np.ndarray, dict]:
@@ -139,8 +201,7 @@ def _run_jaxpm(field_path: str, out: str, solver: str, steps: int) -> tuple[np.n
            "--box", str(BOX_SIZE), "--cosmology", json.dumps(dataclasses.asdict(COSMOLOGY)),
            "--a-init", str(A_INIT), "--lpt-order", "2", "--solver", solver,
            "--steps", str(steps), "--rtol", str(REFERENCE_RTOL), "--out", out]
-    env = dict(os.environ, JAX_PLATFORMS=jax.default_backend())
-    subprocess.run(cmd, check=True, env=env)
+    subprocess.run(cmd, check=True, env=_peer_env())
     with open(out + ".json") as fh:
         record = json.load(fh)
     return np.load(out + ".npz")["disp"], record

@@ -26,7 +26,7 @@ from pathlib import Path
 from pmpipe import config
 from pmpipe.stages import pipeline
 
-PHASES = ("white_noise", "lpt", "pm_steps", "lightcone", "lensing", "statistics")
+PHASES = ("white_noise", "lpt", "pm_steps", "lensing", "statistics")
 
 
 class CampaignFailed(RuntimeError):

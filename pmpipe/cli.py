@@ -132,7 +132,7 @@ def _bench(args) -> int:
     from pmpipe import bench
 
     record = bench.bench_nbody(args.mesh, args.steps, tuple(args.pdims), args.oversample,
-                               args.halo, compare=args.compare)
+                               args.halo, compare=args.compare, pmwd_path=args.pmwd)
     if args.json:
         bench.write_json(record, args.json)
     json.dump(record, sys.stdout, indent=2)
@@ -233,9 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="device mesh (on CPU, XLA_FLAGS sets the device count)")
     bench.add_argument("--oversample", type=int, default=1, help="force mesh / particle grid, B")
     bench.add_argument("--halo", type=int, default=8, help="halo cells (several devices)")
-    bench.add_argument("--compare", choices=["jaxpm"],
-                       help="also run JaxPM 0.1.6 (pip install -e '.[bench]') from the same "
-                            "linear field and report accuracy against a converged reference")
+    bench.add_argument("--compare", choices=["jaxpm", "pmwd"],
+                       help="also run a peer in its own process: jaxpm, JaxPM 0.1.6 (pip install "
+                            "-e '.[bench]') from the same linear field, with accuracy against a "
+                            "converged reference; pmwd, the same job with pmwd (a checkout on "
+                            "PYTHONPATH or --pmwd, and mcfit)")
+    bench.add_argument("--pmwd", metavar="DIR", help="folder that holds the pmwd package")
     bench.add_argument("--json", metavar="PATH", help="also write the record to PATH")
     bench.set_defaults(func=_bench)
     return parser

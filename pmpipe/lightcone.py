@@ -4,7 +4,7 @@ The observer sits at ``observer`` (Mpc/h) in a periodic box replicated through s
 are shells of comoving distance [χ_lo, χ_hi) of equal thickness Δχ from the observer out to
 the first edge beyond χ(z_max). Each plane sees the particles drifted to the scale factor
 a(χ_c) at which the light cone crosses the plane's centre χ_c (the drift of the step that
-contains that time, stopped there), through its own copy of the box: rotated by one of the 24
+contains that time, stopped there, inside the N-body's compiled program: :class:`Capture`), through its own copy of the box: rotated by one of the 24
 axis rotations and shifted by a random whole number of cells (seeded by the run's seed, so a
 paired run sees the same geometry).
 
@@ -128,6 +128,97 @@ def _flat_plane(delta, axes, flips, shift, mesh: Mesh, box_size: float, n_cells:
     plane = plane[index[0][:, None], index[1][None, :]]
     plane = plane - jnp.mean(plane)
     return jax.lax.with_sharding_constraint(plane, NamedSharding(mesh, FIELD_SPEC))
+
+
+PLANE_BUCKET = 8  # plane arrays are padded to a multiple of this: runs whose cosmologies give
+# a few planes more or less still share one compiled evolution
+
+
+@partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["a", "axes", "flips", "shift", "chi_lo", "dr", "source", "scale", "offset",
+                 "directions"],
+    meta_fields=["planes", "n_cells", "n_r", "k_max"])
+@dataclasses.dataclass(frozen=True)
+class Capture:
+    """What the N-body program captures as the light cone crosses the planes: arrays of length
+    P (padded to a multiple of PLANE_BUCKET; padding planes have a = 0 and are never crossed),
+    arguments of the program, and static sizes.
+
+    a (P,) crossing scale factors; axes, flips, shift (P, 3): the planes' transforms; chi_lo,
+    dr (P,) Mpc/h: start of each shell and the step of its ray samples; source, scale, offset
+    (P, 3): :func:`box_frame`; directions (npix, 3) unit vectors of the full-sky rays, or None
+    for flat planes only. planes: the real number of planes; n_cells: slab cells of a flat
+    plane; n_r: ray samples per shell; k_max (h/Mpc): band limit of the shells.
+    """
+
+    a: jax.Array
+    axes: jax.Array
+    flips: jax.Array
+    shift: jax.Array
+    chi_lo: jax.Array
+    dr: jax.Array
+    source: jax.Array
+    scale: jax.Array
+    offset: jax.Array
+    directions: jax.Array | None
+    planes: int
+    n_cells: int
+    n_r: int
+    k_max: float
+
+
+def capture_plan(planes: Planes, transforms, observer, box_size: float, mesh_n: int,
+                 n_cells: int, directions=None, k_max: float = 0.0,
+                 dtype=np.float32) -> Capture:
+    """The :class:`Capture` of ``planes`` seen through ``transforms``; with ``directions``
+    (npix, 3) the full-sky shells too, band-limited to k_max (h/Mpc)."""
+    n, size = len(planes), PLANE_BUCKET * math.ceil(len(planes) / PLANE_BUCKET)
+    cell = box_size / mesh_n
+    n_r = max(1, math.ceil(float(np.max(np.diff(planes.chi_edges))) / cell - 1e-9))
+    frames = [box_frame(observer, t, box_size, mesh_n) for t in transforms]
+
+    def padded(rows, kind):
+        rows = np.asarray(rows, kind)
+        return np.concatenate([rows, np.zeros((size - n,) + rows.shape[1:], kind)])
+
+    return Capture(
+        a=padded(planes.a, dtype), axes=padded([t.axes for t in transforms], np.int32),
+        flips=padded([t.flips for t in transforms], bool),
+        shift=padded([t.shift for t in transforms], np.int32),
+        chi_lo=padded(planes.chi_edges[:-1], dtype),
+        dr=padded(np.diff(planes.chi_edges) / n_r, dtype),
+        source=padded([f[0] for f in frames], np.int32),
+        scale=padded([f[1] for f in frames], dtype), offset=padded([f[2] for f in frames], dtype),
+        directions=None if directions is None else np.asarray(directions, dtype),
+        planes=n, n_cells=n_cells, n_r=n_r, k_max=float(k_max))
+
+
+def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
+    """Zeroed outputs of a capture: flat planes (P, M, M) sharded like the meshes, and the
+    shells (P, npix) or None."""
+    size = capture.a.shape[0]
+    flat = jax.lax.with_sharding_constraint(jnp.zeros((size, mesh_n, mesh_n), dtype),
+                                            NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
+    shells = (None if capture.directions is None
+              else jnp.zeros((size, capture.directions.shape[0]), dtype))
+    return flat, shells
+
+
+def capture_plane(maps, rho, j, capture: Capture, mesh: Mesh, box_size: float):
+    """Inside the N-body program: plane j's flat projection and shell of the density rho
+    (M, M, M) written into maps = (flat (P, M, M), shells (P, npix) or None)."""
+    flat, shells = maps
+    plane = _flat_plane(rho, capture.axes[j], capture.flips[j], capture.shift[j], mesh=mesh,
+                        box_size=box_size, n_cells=capture.n_cells)
+    flat = jax.lax.dynamic_update_index_in_dim(flat, plane.astype(flat.dtype), j, 0)
+    if shells is not None:
+        delta = band_limited_overdensity(rho, mesh, box_size, capture.k_max)
+        shell = _shell(delta, capture.directions, capture.chi_lo[j], capture.dr[j],
+                       capture.source[j], capture.scale[j], capture.offset[j], n_r=capture.n_r,
+                       mesh=mesh)
+        shells = jax.lax.dynamic_update_index_in_dim(shells, shell.astype(shells.dtype), j, 0)
+    return flat, shells
 
 
 def plane_offsets(observer, transform: PlaneTransform) -> tuple[float, float]:

@@ -6,13 +6,21 @@ dx/da = p / (a³ E), dp/da = F / (a² E), F = -1.5 Ω_m ∇∇⁻²δ on a force
 FastPM's modified kick and drift factors make each step exact for the linear growing mode:
 drift Δx = p (D1(a1) - D1(a0)) / G_p(a_c) and kick Δp = F (G_p(a1) - G_p(a0)) / G_f(a_c) with
 G_p = a³ E dD1/da and G_f = a² E dG_p/da = 1.5 Ω_m D1.
+
+A whole evolution is one compiled program (:func:`evolve`): a ``lax.scan`` over the steps, each
+step a drift, the force and one kick that joins the step's second half-kick to the next step's
+first (both use the same force), so that forces are never kept between steps; snapshots and
+lightcone planes are written into outputs of the program, and the halo the particles needed is
+carried through the loop and checked at the end. The cosmology, the step boundaries and the
+crossing times are arguments: runs of one size with as many steps share the program.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 
 import jax
@@ -20,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import cosmology, fft, painting
+from pmpipe import cosmology, fft, lightcone, painting
+from pmpipe.parallel import FIELD_SPEC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,19 +47,28 @@ class PMGrid:
         return self.particles * self.oversample
 
 
-def forces(disp, omega_m, mesh: Mesh, grid: PMGrid):
-    """PM accelerations F = -1.5 Ω_m ∇∇⁻²δ at the particles, (N, N, N, 3) in Mpc/h.
-
-    Returns (forces, density, needed_halo) with density ρ/ρ̄ on the (B N)³ force mesh.
-    """
+def potential(disp, omega_m, mesh: Mesh, grid: PMGrid):
+    """The particles' density and potential: (pot_k, rho, needed_halo) with rho = ρ/ρ̄ (M, M, M)
+    on the force mesh and pot_k the modes of φ = 1.5 Ω_m ∇⁻²δ (Mpc/h)²."""
     rho, needed = painting.paint(disp, mesh, grid.mesh, grid.box_size, grid.halo,
                                  mass=float(grid.oversample**3))
-    delta_k = fft.r2c(rho, mesh)
-    pot_k = 1.5 * omega_m * fft.inverse_laplacian(delta_k, mesh, grid.box_size)
-    force_mesh = -fft.gradient(pot_k, mesh, grid.box_size,
-                                fft.finite_difference_kernels(pot_k, mesh, grid.box_size))
-    acc, needed_read = painting.read(force_mesh, disp, mesh, grid.box_size, grid.halo)
-    return acc, rho, jnp.maximum(needed, needed_read)
+    pot_k = 1.5 * omega_m * fft.inverse_laplacian(fft.r2c(rho, mesh), mesh, grid.box_size)
+    return pot_k, rho, needed
+
+
+def kick(mom, disp, pot_k, factor, mesh: Mesh, grid: PMGrid):
+    """mom + factor F with F = -∇φ at the particles (fourth-order differences, CIC read), one
+    component at a time: only one (M, M, M) force mesh and one (N, N, N) force component exist
+    at once. Returns (mom, needed_halo)."""
+    needed = jnp.zeros((), jnp.int32)
+    for c, kernel in enumerate(fft.finite_difference_kernels(pot_k, mesh, grid.box_size)):
+        force = -fft.c2r(kernel * pot_k, mesh)
+        acc, need = painting.read(force, disp, mesh, grid.box_size, grid.halo)
+        mom = mom.at[..., c].add(factor * acc)
+        needed = jnp.maximum(needed, need)
+        # one component after the other: the next force mesh waits for this kick
+        mom, needed = jax.lax.optimization_barrier((mom, needed))
+    return mom, needed
 
 
 def _growth_momentum(cosmo, a, table):
@@ -63,7 +81,6 @@ def _growth_force(cosmo, a, table):
     return 1.5 * cosmo.Omega_m * cosmology.growth_factor(cosmo, a, table)
 
 
-@jax.jit
 def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
     """FastPM factors per step i (a_i -> a_{i+1}, midpoint a_h): first half kick, drift and
     second half kick, each of shape (S,) for a_steps (S + 1,)."""
@@ -79,7 +96,6 @@ def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
     return kick1, drift, kick2
 
 
-@jax.jit
 def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
     """Drift factor from a0 to a_stop (a0 < a_stop <= a1) with the momentum of the step a0 -> a1,
     (D1(a_stop) - D1(a0)) / G_p(a_h): the FastPM drift stopped part-way (arrays broadcast)."""
@@ -88,10 +104,14 @@ def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
     return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1), table)
 
 
-@jax.jit
-def _drift_to(disp, mom, acc, kick1, drifts, i, j):
-    """Positions part-way through step i: half kick, then the partial drift j."""
-    return disp + drifts[j].astype(disp.dtype) * (mom + kick1[i].astype(disp.dtype) * acc)
+def advance(disp, mom, drift, kick_factor, omega_m, mesh: Mesh, grid: PMGrid):
+    """One step of the evolution's loop: drift by ``drift`` with the half-kicked momentum, then
+    the force and a kick by ``kick_factor``. Returns (disp, mom, rho, needed_halo), rho the
+    density at the new positions."""
+    disp = disp + drift.astype(disp.dtype) * mom
+    pot_k, rho, needed = potential(disp, omega_m, mesh, grid)
+    mom, need = kick(mom, disp, pot_k, kick_factor.astype(disp.dtype), mesh, grid)
+    return disp, mom, rho, jnp.maximum(needed, need)
 
 
 def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
@@ -123,99 +143,154 @@ def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
     return np.unique(np.concatenate([bounds, np.asarray(extra, dtype=np.float64)]))
 
 
+def snapshot_slots(a_steps, snapshots: Sequence[float]) -> np.ndarray:
+    """For each boundary of a_steps (S + 1,), the index of the snapshot taken there, or
+    len(snapshots) where none is (int32)."""
+    slots = np.full(len(a_steps), len(snapshots), np.int32)
+    for k, a in enumerate(snapshots):
+        slots[np.flatnonzero(np.abs(np.asarray(a_steps) - a) < 1e-9)] = k
+    return slots
+
+
+def crossing_slots(a_steps, crossings) -> np.ndarray:
+    """(S, K) plane indices j crossed within each step i (a_i < a_j <= a_i+1), -1 where a step
+    crosses fewer than K; K is the most any step crosses, rounded up to a multiple of
+    lightcone.PLANE_BUCKET (0 without crossings)."""
+    a_steps, crossings = np.asarray(a_steps, np.float64), np.asarray(crossings, np.float64)
+    step_of = np.searchsorted(a_steps, crossings, side="left") - 1
+    inside = (crossings > a_steps[0]) & (crossings <= a_steps[-1])
+    per_step = [np.flatnonzero(inside & (step_of == i)) for i in range(len(a_steps) - 1)]
+    most = max((len(j) for j in per_step), default=0)
+    width = lightcone.PLANE_BUCKET * math.ceil(most / lightcone.PLANE_BUCKET)
+    table = np.full((len(per_step), width), -1, np.int32)
+    for i, j in enumerate(per_step):
+        table[i, :len(j)] = j
+    return table
+
+
 @dataclasses.dataclass
 class NBodyResult:
     """Final displacement and momentum (Mpc/h), snapshot densities {a: ρ/ρ̄ on the force mesh},
-    the halo (cells) the particles needed, and timings."""
+    with a capture the lightcone maps (flat (P, M, M), shells (P, npix) or None, P the real
+    planes), the halo (cells) the particles needed, and the evolution's wall time (s; 0 under
+    transformations)."""
 
     disp: jax.Array
     mom: jax.Array
     a: float
     snapshots: dict
     needed_halo: jax.Array
-    step_seconds: list
-
-
-@partial(jax.jit, static_argnums=(3, 4))
-def _start(disp, mom, omega_m, mesh, grid):
-    """Copies of the particle state (the steps overwrite theirs) and the forces on it."""
-    acc, rho, needed = forces(disp, jnp.asarray(omega_m, disp.dtype), mesh, grid)
-    return jnp.copy(disp), jnp.copy(mom), acc, needed, rho
-
-
-def _kdk(disp, mom, acc, needed, factors, i, omega_m, mesh, grid):
-    """Step i of the FastPM factors (kick1, drift, kick2), each (S,); returns the new state,
-    its density and the halo needed so far."""
-    kick1, drift, kick2 = (f[i].astype(disp.dtype) for f in factors)
-    mom = mom + kick1 * acc
-    disp = disp + drift * mom
-    acc, rho, need = forces(disp, jnp.asarray(omega_m, disp.dtype), mesh, grid)
-    # materialise the interpolated forces once: otherwise XLA fuses the gathers into both
-    # consumers (the returned acc and the kick) and interpolates twice
-    acc = jax.lax.optimization_barrier(acc)
-    mom = mom + kick2 * acc
-    return disp, mom, acc, jnp.maximum(needed, need), rho
-
-
-# Outside of transformations each step's particle state replaces the previous one in place
-# (donated buffers). Under jax.grad the previous states are residuals of the backward pass and
-# must stay alive.
-_step_in_place = jax.jit(_kdk, static_argnums=(7, 8), donate_argnums=(0, 1, 2))
-_step = jax.jit(_kdk, static_argnums=(7, 8))
+    seconds: float
+    planes: jax.Array | None = None
+    shells: jax.Array | None = None
 
 
 def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMGrid,
            snapshots: Sequence[float] = (), table=None,
-           progress: Callable[[int, int, float, float], None] | None = None,
-           crossings: Sequence[float] = (),
-           on_crossing: Callable[[int, jax.Array], None] | None = None) -> NBodyResult:
-    """Evolve particles through the steps bounded by a_steps (numpy, from :func:`step_boundaries`).
+           capture: lightcone.Capture | None = None) -> NBodyResult:
+    """Evolve particles through the steps bounded by a_steps (numpy, from :func:`step_boundaries`)
+    in one compiled program.
 
-    Densities are kept at every boundary listed in ``snapshots``. For each scale factor j in
-    ``crossings`` (in (a_steps[0], a_steps[-1]]), ``on_crossing(j, disp)`` receives the
-    displacements drifted to that time within the step that contains it. The cosmology, the
-    step boundaries and the crossings are arguments of the compiled programs: runs with as many
-    steps (and crossings) on the same sizes share them. Differentiable with respect to the
-    initial state and the cosmology; a halo shortfall raises painting.HaloError (checked
-    when values are concrete). The caller's disp and mom stay valid.
+    Densities are kept at every boundary listed in ``snapshots``; with a ``capture``, each plane
+    is painted from the particles drifted to its crossing time within the step that contains it.
+    Differentiable with respect to the initial state and the cosmology; a halo shortfall raises
+    painting.HaloError (checked when values are concrete). The caller's disp and mom stay valid.
     """
-    table = cosmology.growth_table(cosmo) if table is None else table
     a_steps = np.asarray(a_steps, dtype=np.float64)
-    factors = kdk_coefficients(cosmo, a_steps.astype(disp.dtype), table)
-    crossings = np.asarray(crossings, dtype=np.float64)
-    step_of = np.searchsorted(a_steps, crossings, side="left") - 1  # a_i < crossing <= a_i+1
-    inside = (crossings > a_steps[0]) & (crossings <= a_steps[-1])
-    at = np.clip(step_of, 0, len(a_steps) - 2)
-    drifts = None if not inside.any() else partial_drift(
-        cosmo, a_steps[at].astype(disp.dtype), a_steps[at + 1].astype(disp.dtype),
-        crossings.astype(disp.dtype), table)
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((disp, mom, cosmo)))
-    step_fn = _step_in_place if concrete else _step
-    disp, mom, acc, needed, rho = _start(disp, mom, cosmo.Omega_m, mesh, grid)
-    snaps = {}
-    wanted = [float(s) for s in snapshots]
-
-    def keep(a, rho):
-        for s in wanted:
-            if abs(s - a) < 1e-9:
-                snaps[s] = rho
-
-    keep(float(a_steps[0]), rho)
-    timings = []
+    snapshots = tuple(float(s) for s in snapshots)
     start = time.perf_counter()
-    for i in range(len(a_steps) - 1):
-        t0 = time.perf_counter()
-        for j in np.flatnonzero(inside & (step_of == i)):
-            on_crossing(int(j), _drift_to(disp, mom, acc, factors[0], drifts, np.int32(i),
-                                          np.int32(j)))
-        disp, mom, acc, needed, rho = step_fn(disp, mom, acc, needed, factors, np.int32(i),
-                                              cosmo.Omega_m, mesh, grid)
-        keep(float(a_steps[i + 1]), rho)
-        if concrete:
-            jax.block_until_ready(disp)
-        if progress is not None and concrete:
-            progress(i + 1, len(a_steps) - 1, float(a_steps[i + 1]), time.perf_counter() - start)
-        timings.append(time.perf_counter() - t0)
-    if concrete:  # values are concrete outside of jax.grad / jit
+    out = evolution(cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
+                    crossing_slots(a_steps, () if capture is None else capture.a), table, capture,
+                    mesh=mesh, grid=grid, n_snapshots=len(snapshots))
+    return finish(out, a_steps, snapshots, grid, capture, start)
+
+
+def finish(out, a_steps, snapshots: Sequence[float], grid: PMGrid,
+           capture: lightcone.Capture | None, start: float) -> NBodyResult:
+    """The :class:`NBodyResult` of :func:`evolution`'s outputs ``out``, started at
+    ``start`` (time.perf_counter()): outside of transformations it waits for the results,
+    times them and checks the halo."""
+    disp, mom, snaps, needed, maps = out
+    seconds = 0.0
+    if not isinstance(disp, jax.core.Tracer):  # values are concrete outside of jax.grad / jit
+        jax.block_until_ready(disp)
+        seconds = time.perf_counter() - start
         painting.check_halo(needed, grid.halo)
-    return NBodyResult(disp, mom, float(a_steps[-1]), snaps, needed, timings)
+    planes, shells = maps if capture is not None else (None, None)
+    if capture is not None and capture.planes < planes.shape[0]:
+        planes = planes[:capture.planes]
+        shells = None if shells is None else shells[:capture.planes]
+    return NBodyResult(disp, mom, float(a_steps[-1]), {a: snaps[k] for k, a in enumerate(snapshots)},
+                       needed, seconds, planes, shells)
+
+
+def _put(stack, k, field):
+    """stack with field at index k, or unchanged where k is past its end (in place)."""
+    if stack.shape[0] == 0:
+        return stack
+    valid = k < stack.shape[0]
+    k = jnp.minimum(k, stack.shape[0] - 1)
+    return jax.lax.dynamic_update_index_in_dim(
+        stack, jnp.where(valid, field.astype(stack.dtype), stack[k]), k, 0)
+
+
+@partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots"))
+def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mesh: Mesh,
+              grid: PMGrid, n_snapshots: int):
+    """The program of :func:`evolve`: a_steps (S + 1,) in the particles' dtype, slots from
+    :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns (disp, mom,
+    snapshots (n, M, M, M), needed_halo, (flat, shells) or None)."""
+    table = cosmology.growth_table(cosmo) if table is None else table
+    dtype = disp.dtype
+    omega_m = jnp.asarray(cosmo.Omega_m, dtype)
+    kick1, drift, kick2 = kdk_coefficients(cosmo, a_steps, table)
+    # the kick after step i's force: its second half-kick and step i+1's first half-kick
+    kicks = kick2 + jnp.concatenate([kick1[1:], jnp.zeros(1, kick1.dtype)])
+    m = grid.mesh
+    snaps = jax.lax.with_sharding_constraint(
+        jnp.zeros((n_snapshots, m, m, m), dtype),
+        jax.sharding.NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
+    pot_k, rho, needed = potential(disp, omega_m, mesh, grid)
+    snaps = _put(snaps, slots[0], rho)
+    mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), mesh, grid)
+    needed = jnp.maximum(needed, need)
+    maps = None
+    if capture is not None:
+        maps = lightcone.empty_maps(capture, mesh, m, dtype)
+        a0, a1 = a_steps[:-1, None], a_steps[1:, None]
+        cross_drift = partial_drift(cosmo, a0, a1, capture.a[jnp.maximum(crossing, 0)].astype(dtype),
+                                    table)
+
+    @jax.checkpoint  # under jax.grad only the steps' particle states are kept; the rest is redone
+    def paint_drifted(disp, mom, factor):
+        return painting.paint(disp + factor.astype(dtype) * mom, mesh, m, grid.box_size,
+                              grid.halo, mass=float(grid.oversample**3))
+
+    def cross(carry, plane):
+        disp, mom, maps, needed = carry
+        j, factor = plane
+
+        def capture_plane(maps, needed):
+            rho, need = paint_drifted(disp, mom, factor)
+            return (lightcone.capture_plane(maps, rho, j, capture, mesh, grid.box_size),
+                    jnp.maximum(needed, need))
+
+        maps, needed = jax.lax.cond(j >= 0, capture_plane, lambda maps, needed: (maps, needed),
+                                    maps, needed)
+        return (disp, mom, maps, needed), None
+
+    step = jax.checkpoint(partial(advance, mesh=mesh, grid=grid))
+
+    def body(carry, xs):
+        disp, mom, snaps, maps, needed = carry
+        if capture is not None and crossing.shape[1]:
+            (_, _, maps, needed), _ = jax.lax.scan(cross, (disp, mom, maps, needed),
+                                                   (xs["crossing"], xs["cross_drift"]))
+        disp, mom, rho, need = step(disp, mom, xs["drift"], xs["kick"], omega_m)
+        return (disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need)), None
+
+    xs = {"drift": drift, "kick": kicks, "slot": slots[1:]}
+    if capture is not None:
+        xs.update(crossing=crossing, cross_drift=cross_drift)
+    (disp, mom, snaps, maps, needed), _ = jax.lax.scan(body, (disp, mom, snaps, maps, needed), xs)
+    return disp, mom, snaps, needed, maps

@@ -61,42 +61,43 @@ def _base_index(pos, n_local, n_global, split, halo):
 def _lower_corners(pos, local_shape, global_n, splits, halo):
     """Padded block shape and, per axis, (lower corner index, fraction, halo needed)."""
     sizes = _block_shape(local_shape, global_n, splits, halo)
-    per_axis = [_base_index(pos[:, d], local_shape[d], global_n, splits[d], halo)
+    per_axis = [_base_index(pos[d], local_shape[d], global_n, splits[d], halo)
                 for d in range(3)]
     return sizes, per_axis
 
 
-def _corner_indices(corners, sizes):
-    """Flat indices (8, n) into a block of shape ``sizes`` from the (lower, upper) index pairs
-    (2, n) of the three axes."""
-    ix, iy, iz = corners
-    flat = (ix[:, None, None] * sizes[1] + iy[None, :, None]) * sizes[2] + iz[None, None, :]
-    return flat.reshape(8, -1)
+def _corner_index(lower, upper, sizes):
+    """A function of the corner c (0..7; bit 4: x, 2: y, 1: z upper) giving the flat indices
+    (n,) of that CIC corner in a block of shape ``sizes``, from the per-axis lower and upper
+    indices (n,). Each corner's indices are computed where they are used, so XLA fuses them
+    into the scatter or gather instead of materialising (8, n) arrays."""
+    def index(c):
+        ix, iy, iz = (upper[d] if c & (4 >> d) else lower[d] for d in range(3))
+        return (ix * sizes[1] + iy) * sizes[2] + iz
+    return index
 
 
 def _local_cic(pos, local_shape, global_n, splits, halo):
-    """Flat indices (8, n) of the CIC corners of local positions pos (n, 3) in the padded local
-    block, the fractions (3, n) and the halo needed."""
+    """The CIC corners of local positions pos = (x, y, z), each (n,), in the padded local block: (corner index
+    function from :func:`_corner_index`, fractions (fx, fy, fz) each (n,), halo needed)."""
     sizes, per_axis = _lower_corners(pos, local_shape, global_n, splits, halo)
-    corners = []
-    for d, (base, _, _) in enumerate(per_axis):
-        upper = base + 1 if splits[d] else (base + 1) % global_n
-        corners.append(jnp.stack([base, upper]))
-    fracs = jnp.stack([frac for _, frac, _ in per_axis])
+    lower = [base for base, _, _ in per_axis]
+    upper = [base + 1 if splits[d] else (base + 1) % global_n for d, base in enumerate(lower)]
+    fracs = tuple(frac for _, frac, _ in per_axis)
     needed = jnp.maximum(per_axis[0][2], per_axis[1][2])
-    return _corner_indices(corners, sizes), fracs, needed
+    return _corner_index(lower, upper, sizes), fracs, needed
 
 
-def _interpolate(table, flat, fracs):
-    """Trilinear interpolation from the rows of table (cells, ...) at the corners flat (8, n)
-    with fractions (3, n), as nested lerps v0 + f (v1 - v0) so that a uniform field reads back
-    exactly. Each corner is gathered where it is used, so XLA fuses the eight gathers into the
-    interpolation instead of materialising an (8, n, ...) array."""
+def _interpolate(table, index, fracs):
+    """Trilinear interpolation from the rows of table (cells, ...) at the corners index(c)
+    (:func:`_corner_index`) with fractions (fx, fy, fz) each (n,), as nested lerps
+    v0 + f (v1 - v0) so that a uniform field reads back exactly. Each corner is gathered where
+    it is used, so XLA fuses the eight gathers into the interpolation."""
     channels = (1,) * (table.ndim - 1)
-    fx, fy, fz = (f.reshape(f.shape + channels) for f in fracs)
+    fx, fy, fz = (f.astype(table.dtype).reshape(f.shape + channels) for f in fracs)
 
     def corner(c):
-        return table.at[flat[c]].get(mode="promise_in_bounds")  # indices are in the block
+        return table.at[index(c)].get(mode="promise_in_bounds")  # indices are in the block
 
     def along_z(c):
         lo = corner(c)
@@ -110,50 +111,48 @@ def _interpolate(table, flat, fracs):
     return lo + fx * (along_y(4) - lo)
 
 
-def _paint_block(pos, mass, local_shape, global_n, splits, halo):
-    """CIC-paint local positions pos (n, 3) onto the padded block; returns (block, needed).
+def _paint_block(disp, cell: float, resolution: int, mass, local_shape, global_n, splits, halo):
+    """CIC-paint the local particles disp (nx, ny, nz, 3) onto the padded block; returns
+    (block, needed).
 
-    With at least one particle per cell (B = 1): one scatter of the eight corner weights as a
-    row at the lower corner, then the eight moment fields are shifted onto their corners axis
-    by axis, about a third faster on CPU than eight scatters of one weight each. jnp.roll is
-    exact on split axes too: the lower corner stops one short of the block's end, so the
-    wrapped slab is empty. With fewer particles than cells (B > 1) the eight moment fields cost
-    more than they save, and eight scatters of one weight each are about 3x faster.
+    Eight scatter-adds of one weight per particle, one per corner, in a loop over the corners.
+    Each corner's indices and weights are computed inside the loop, from positions that depend
+    on the loop index (by a zero offset) so that XLA does not hoist them out of it: only one
+    corner's indices and weights exist at a time.
     """
-    if pos.shape[0] < math.prod(local_shape):
-        flat, fracs, needed = _local_cic(pos, local_shape, global_n, splits, halo)
-        wx, wy, wz = (jnp.stack([1 - f, f]) for f in fracs)
-        weights = (wx[:, None, None] * wy[None, :, None] * wz[None, None, :]).reshape(8, -1)
-        weights = (weights * mass).astype(pos.dtype)
-        sizes = _block_shape(local_shape, global_n, splits, halo)
-        out = jnp.zeros(math.prod(sizes), pos.dtype)
-        for corner in range(8):
-            out = out.at[flat[corner]].add(weights[corner], mode="promise_in_bounds")
-        return out.reshape(sizes), needed
-    sizes, per_axis = _lower_corners(pos, local_shape, global_n, splits, halo)
-    (bx, fx, nx), (by, fy, ny), (bz, fz, _) = per_axis
-    wx, wy, wz = (jnp.stack([1 - f, f], axis=-1) for f in (fx, fy, fz))
-    weights = (wx[:, :, None, None] * wy[:, None, :, None] * wz[:, None, None, :]) * mass
-    flat = (bx * sizes[1] + by) * sizes[2] + bz
-    moments = jnp.zeros((math.prod(sizes), 8), pos.dtype)
-    moments = moments.at[flat].add(weights.reshape(-1, 8).astype(pos.dtype),
-                                   mode="promise_in_bounds")  # indices are in the block
-    field = moments.reshape(sizes + (2, 2, 2))
-    for axis in (2, 1, 0):  # the last corner index is z
-        field = field[..., 0] + jnp.roll(field[..., 1], 1, axis=axis)
-    return field, jnp.maximum(nx, ny)
+    sizes = _block_shape(local_shape, global_n, splits, halo)
+    _, _, needed = _local_cic(_local_positions(disp, cell, resolution), local_shape, global_n,
+                              splits, halo)
+
+    def add_corner(c, out):
+        pos = _local_positions(disp, cell, resolution, first_row=c.astype(disp.dtype) * 0.0)
+        _, per_axis = _lower_corners(pos, local_shape, global_n, splits, halo)
+        weight, index = mass, 0
+        for d, (base, frac, _) in enumerate(per_axis):
+            upper = (c >> (2 - d)) & 1
+            i = base + upper
+            index = index * sizes[d] + (i if splits[d] else i % global_n)
+            weight = weight * jnp.where(upper == 1, frac, 1 - frac)
+        return out.at[index].add(weight.astype(disp.dtype), mode="promise_in_bounds")
+
+    zero = lax.pcast(jnp.zeros(math.prod(sizes), disp.dtype), AXES, to="varying")
+    return lax.fori_loop(0, 8, add_corner, zero).reshape(sizes), needed
 
 
-def _local_positions(disp, block_shape, cell: float, resolution: int):
-    """Positions (n, 3) in mesh cells relative to the device's block origin.
+def _local_positions(disp, cell: float, resolution: int, first_row=0):
+    """Positions (x, y, z), each (n,), in mesh cells relative to the device's block origin.
 
-    disp: local (nx, ny, nz, 3) displacements in Mpc/h on the Lagrangian grid; resolution B:
-    mesh cells per Lagrangian cell; cell: mesh cell size in Mpc/h.
+    disp: local (nx, ny, nz, 3) displacements in Mpc/h on the Lagrangian grid, starting at
+    row ``first_row`` of the device's particles along x; resolution B: mesh cells per
+    Lagrangian cell; cell: mesh cell size in Mpc/h.
     """
-    grids = jnp.meshgrid(*(jnp.arange(s, dtype=disp.dtype) * resolution for s in block_shape),
-                         indexing="ij")
-    q = jnp.stack(grids, axis=-1) + 0.5 * (resolution - 1)  # centre of the particle's B^3 block
-    return (q + disp / cell).reshape(-1, 3)
+    shape = disp.shape[:3]
+    out = []
+    for axis in range(3):
+        index = lax.broadcasted_iota(disp.dtype, shape, axis) + (first_row if axis == 0 else 0)
+        q = index * resolution + 0.5 * (resolution - 1)  # centre of the particle's B^3 cells
+        out.append((q + disp[..., axis] / cell).reshape(-1))
+    return tuple(out)
 
 
 def _shift(x, axis_name: str, size: int, step: int):
@@ -229,8 +228,7 @@ def paint(disp, mesh: Mesh, mesh_n: int, box_size: float, halo: int, mass=1.0):
 
     def local(d):
         block = (d.shape[0] * resolution, d.shape[1] * resolution, mesh_n)
-        pos = _local_positions(d, d.shape[:3], cell, resolution)
-        out, needed = _paint_block(pos, mass, block, mesh_n, splits, halo)
+        out, needed = _paint_block(d, cell, resolution, mass, block, mesh_n, splits, halo)
         for axis in (0, 1):
             if splits[axis]:
                 out = _fold_halo(out, axis, halo, pdims[axis])
@@ -256,9 +254,9 @@ def read(field, disp, mesh: Mesh, box_size: float, halo: int):
     def local(f, d):
         block = f.shape[:3]
         f = pad_for_reading(f, pdims, halo)
-        pos = _local_positions(d, d.shape[:3], cell, resolution)
-        flat, fracs, needed = _local_cic(pos, block, mesh_n, splits, halo)
-        out = _interpolate(f.reshape((-1,) + f.shape[3:]), flat, fracs.astype(f.dtype))
+        pos = _local_positions(d, cell, resolution)
+        index, fracs, needed = _local_cic(pos, block, mesh_n, splits, halo)
+        out = _interpolate(f.reshape((-1,) + f.shape[3:]), index, fracs)
         return out.reshape(d.shape[:3] + f.shape[3:]), lax.pmax(needed, AXES)
 
     run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, FIELD_SPEC),
@@ -287,18 +285,20 @@ def read_owned(padded, cells, mesh_n: int, pdims: tuple[int, int]):
     (M, M, M) mesh in [0, M), for the points whose lower corner lies in this device's block;
     0 for the others, so that a sum over the devices reads every point once. Returns (n,)."""
     lower = jnp.floor(cells)
-    fracs = (cells - lower).T
+    fracs = tuple((cells - lower).T)
     lower = lower.astype(jnp.int32) % mesh_n
     mine = jnp.ones(cells.shape[0], bool)
-    corners = []
+    lows, ups = [], []
     for d, p in enumerate(tuple(pdims) + (1,)):
         if p > 1:
             n_local = padded.shape[d] - 2
             i = lower[:, d] - lax.axis_index(AXES[d]) * n_local
             mine = mine & (i >= 0) & (i < n_local)
             i = jnp.clip(i, 0, n_local - 1) + 1  # index in the padded block
-            corners.append(jnp.stack([i, i + 1]))
+            lows.append(i)
+            ups.append(i + 1)
         else:
-            corners.append(jnp.stack([lower[:, d], (lower[:, d] + 1) % mesh_n]))
-    flat = _corner_indices(corners, padded.shape)
-    return jnp.where(mine, _interpolate(padded.reshape(-1), flat, fracs.astype(padded.dtype)), 0)
+            lows.append(lower[:, d])
+            ups.append((lower[:, d] + 1) % mesh_n)
+    index = _corner_index(lows, ups, padded.shape)
+    return jnp.where(mine, _interpolate(padded.reshape(-1), index, fracs), 0)

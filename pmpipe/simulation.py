@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Sequence
 
 import jax
@@ -73,14 +74,31 @@ def _initial_fields(cosmo, noise, a_init, table, power, *, mesh, box_size, lpt_o
 def simulate(cosmo: cosmology.Cosmology, noise, mesh: Mesh, grid: nbody.PMGrid, a_init: float,
              a_final: float, steps: int | Sequence[float], power: Callable | None = None,
              lpt_order: int = 2, fixed_amplitude: bool = False, paired: bool = False,
-             snapshots: Sequence[float] = (), progress=None):
-    """Run ICs, LPT and PM steps; returns (Initial, NBodyResult). The final a is always a
-    snapshot."""
+             snapshots: Sequence[float] = ()):
+    """Run ICs, LPT and PM steps as one compiled program; returns (Initial, NBodyResult). The
+    final a is always a snapshot."""
     power = power_function(cosmo) if power is None else power
+    if not isinstance(power, cosmology.LinearPower):
+        power = jax.tree_util.Partial(power)
     table = cosmology.growth_table(cosmo)
-    init = initial_conditions(cosmo, noise, power, mesh, grid.box_size, a_init, lpt_order,
-                              fixed_amplitude, paired, table)
     snaps = tuple(sorted(set(float(s) for s in snapshots) | {float(a_final)}))
     bounds = nbody.step_boundaries(a_init, a_final, steps, snaps)
-    result = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, snaps, table, progress)
-    return init, result
+    start = time.perf_counter()
+    fields, out = _simulation(cosmo, noise, a_init, table, power, bounds.astype(noise.dtype),
+                              nbody.snapshot_slots(bounds, snaps), mesh=mesh, grid=grid,
+                              lpt_order=lpt_order, fixed_amplitude=fixed_amplitude, paired=paired,
+                              n_snapshots=len(snaps))
+    return Initial(*fields, a_init), nbody.finish(out, bounds, snaps, grid, None, start)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", "grid", "lpt_order", "fixed_amplitude",
+                                             "paired", "n_snapshots"))
+def _simulation(cosmo, noise, a_init, table, power, a_steps, slots, *, mesh, grid, lpt_order,
+                fixed_amplitude, paired, n_snapshots):
+    """(δ_lin, s1, s2, disp, mom) and the outputs of :func:`pmpipe.nbody.evolution`."""
+    fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=mesh,
+                             box_size=grid.box_size, lpt_order=lpt_order,
+                             fixed_amplitude=fixed_amplitude, paired=paired)
+    no_crossings = np.zeros((a_steps.shape[0] - 1, 0), np.int32)
+    return fields, nbody.evolution(cosmo, fields[3], fields[4], a_steps, slots, no_crossings,
+                                   table, None, mesh=mesh, grid=grid, n_snapshots=n_snapshots)

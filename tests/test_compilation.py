@@ -23,7 +23,7 @@ parallel.use_compilation_cache(sys.argv[1])
 from pmpipe import compilation
 counter = compilation.CompileCounter().start()
 import numpy as np
-from pmpipe import cosmology, ics, lightcone, nbody, painting, simulation, stats
+from pmpipe import cosmology, ics, lightcone, nbody, simulation, stats
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 mesh = parallel.make_mesh((1, 2))
@@ -39,23 +39,15 @@ def run(params, seed, a_init):
                                          BOX, a_init, 2, table=table)
     planes = lightcone.plane_geometry(cosmo, 0.05, 32.0, table)
     transforms = lightcone.plane_transforms(seed, len(planes), grid.mesh, True)
-    flat, shells = {}, {}
-
-    def capture(j, disp):
-        rho, _ = painting.paint(disp, mesh, grid.mesh, BOX, grid.halo, mass=8.0)
-        flat[j] = lightcone.flat_plane(rho, mesh, BOX, 16, transforms[j])
-        delta = lightcone.band_limited_overdensity(rho, mesh, BOX, 0.5)
-        shells[j] = lightcone.shell_healpix(delta, mesh, BOX, directions, planes.chi_edges[j],
-                                            planes.chi_edges[j + 1], OBSERVER, transforms[j])
-
+    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, grid.mesh, 16, directions,
+                                     0.5)
     bounds = nbody.step_boundaries(a_init, 1.0, 3, (0.5,))
-    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, (0.5, 1.0), table,
-                       crossings=planes.a, on_crossing=capture)
+    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, (0.5, 1.0), table, capture)
+    flat, shells = np.asarray(res.planes), np.asarray(res.shells)
     k, pk, _ = stats.power_spectrum(res.snapshots[1.0], mesh, BOX, compensate_cic=True)
     _, cross, _ = stats.power_spectrum(res.snapshots[0.5], mesh, BOX, field2=res.snapshots[1.0])
     return {"pk": pk.tolist(), "cross": cross.tolist(), "planes": len(planes),
-            "flat_std": [float(np.std(np.asarray(flat[j]))) for j in sorted(flat)],
-            "shell_std": [float(np.std(np.asarray(shells[j]))) for j in sorted(shells)],
+            "flat_std": np.std(flat, axis=(1, 2)).tolist(), "shell_std": np.std(shells, axis=1).tolist(),
             "delta_linear": np.asarray(init.delta_linear).ravel()[:64].tolist()}
 
 

@@ -35,7 +35,8 @@ def store_path(run_dir: str | Path, stage: str) -> Path:
 class Progress:
     """Progress lines on stderr: '[pmpipe <stage> <run_id>] <message> (<elapsed> s)', from
     process 0 only unless a line is meant for every process; and the seconds the stage spent in
-    each phase of the physics (``physics``: ic, pm_steps, lightcone, lensing, statistics)."""
+    each phase of the physics (``physics``: white_noise, lpt, pm_steps (the evolution with its
+    lightcone capture), lensing, statistics)."""
 
     def __init__(self, stage: str, run_id: str, process: int = 0):
         self.prefix = f"[pmpipe {stage} {run_id}]"
@@ -57,9 +58,6 @@ class Progress:
         if self.shown or every_process:
             elapsed = time.perf_counter() - self.start
             print(f"{self.prefix} {message} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
-
-    def step(self, i: int, total: int, a: float, elapsed: float) -> None:
-        self(f"step {i}/{total} a = {a:.4f}")
 
 
 # Which outputs setting (config.Outputs) decides whether a stage's store holds an array

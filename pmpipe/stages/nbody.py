@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import config, cosmology, lightcone, nbody, painting, store
+from pmpipe import config, cosmology, lightcone, nbody, store
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import Inputs, Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
@@ -34,52 +33,41 @@ RAYS_PER_PIXEL_SIDE = 2  # full-sky shells are sampled on 4 rays per pixel, then
 
 
 class LightconeCapture:
-    """Receives the particles at each plane's crossing time during the N-body (as
-    ``on_crossing``) and keeps the plane's flat projection and, for full-sky lensing, its
-    HEALPix shell."""
+    """The lightcone planes of a run: the :class:`pmpipe.lightcone.Capture` the N-body program
+    fills as the light cone crosses them, then the planes' flat projections and, for full-sky
+    lensing, their HEALPix shells (the rays' samples averaged per pixel)."""
 
-    def __init__(self, cfg: config.Run, mesh: Mesh, progress: Progress):
-        self.cfg, self.mesh, self.progress = cfg, mesh, progress
+    def __init__(self, cfg: config.Run):
+        self.cfg = cfg
         self.grid = grid = cfg.pm_grid()
         self.planes = cfg.planes()
         self.transforms = lightcone.plane_transforms(cfg.ic.seed, len(self.planes), self.grid.mesh,
                                                      cfg.lightcone.randomize)
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
-        self.directions = None
+        directions = None
         if self.nside is not None:
             import healpy
 
             fine = self.nside * RAYS_PER_PIXEL_SIDE  # rays through sub-pixels, averaged per pixel
-            self.directions = jax.device_put(  # on the devices once, for every plane
-                np.stack(healpy.pix2vec(fine, np.arange(healpy.nside2npix(fine))), axis=-1)
-                .astype(cfg.nbody.dtype))
-        self.k_max = lightcone.shell_k_max(grid.particles, grid.mesh, cfg.box.box_size)
+            directions = np.stack(healpy.pix2vec(fine, np.arange(healpy.nside2npix(fine))), axis=-1)
+        self.capture = lightcone.capture_plan(
+            self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
+            cfg.plane_cells(), directions,
+            lightcone.shell_k_max(grid.particles, grid.mesh, cfg.box.box_size),
+            np.dtype(cfg.nbody.dtype))
         self.flat, self.shells, self.needed = {}, {}, 0
 
-    def __call__(self, j: int, disp) -> None:
-        with self.progress.timed("lightcone"):
-            self._capture(j, disp)
-        self.progress(f"lightcone plane {j} at chi = {self.planes.chi[j]:.0f} Mpc/h, "
-                      f"a = {self.planes.a[j]:.4f}")
-
-    def _capture(self, j: int, disp) -> None:
-        grid, box = self.grid, self.cfg.box.box_size
-        rho, needed = painting.paint(disp, self.mesh, grid.mesh, box, grid.halo,
-                                     mass=float(grid.oversample**3))
-        self.needed = max(self.needed, int(needed))
-        painting.check_halo(self.needed, grid.halo)
-        transform = self.transforms[j]
-        self.flat[j] = lightcone.flat_plane(rho, self.mesh, box, self.cfg.plane_cells(), transform)
+    def receive(self, result: nbody.NBodyResult) -> None:
+        """Take the planes from the N-body's result."""
+        self.needed = int(result.needed_halo)
+        self.flat = {j: result.planes[j] for j in range(len(self.planes))}
         if self.nside is not None:
             import healpy
 
-            fine = np.asarray(lightcone.shell_healpix(
-                lightcone.band_limited_overdensity(rho, self.mesh, box, self.k_max), self.mesh, box,
-                self.directions, float(self.planes.chi_edges[j]), float(self.planes.chi_edges[j + 1]),
-                self.cfg.lightcone.observer, transform), np.float64)
-            self.shells[j] = healpy.ud_grade(fine, self.nside).astype(np.float32)
-        jax.block_until_ready(self.flat[j])
+            fine = np.asarray(result.shells, np.float64)
+            self.shells = {j: healpy.ud_grade(fine[j], self.nside).astype(np.float32)
+                           for j in range(len(self.planes))}
 
     def write(self, group, planes_kept: bool) -> None:
         """The planes' distances, scale factors and transforms into the store, and with
@@ -159,20 +147,21 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     grid = cfg.pm_grid()
     cosmo = cfg.cosmology_params()
     progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.mesh}^3 mesh")
-    capture = LightconeCapture(cfg, mesh, progress) if cfg.lightcone is not None else None
-    evolving = time.perf_counter()
-    result = nbody.evolve(cosmo, disp, mom, bounds, mesh, grid, snapshots,
-                          cosmology.growth_table(cosmo), progress.step,
-                          capture.planes.a if capture else (), capture)
-    jax.block_until_ready((result.disp, result.mom))
-    progress.physics["pm_steps"] = (time.perf_counter() - evolving
-                                    - progress.physics.get("lightcone", 0.0))
+    capture = LightconeCapture(cfg) if cfg.lightcone is not None else None
+    with progress.timed("pm_steps"):
+        result = nbody.evolve(cosmo, disp, mom, bounds, mesh, grid, snapshots,
+                              cosmology.growth_table(cosmo), capture and capture.capture)
+    if capture is not None:
+        capture.receive(result)
+    progress(f"evolved {len(bounds) - 1} steps"
+             + (f" and {len(capture.planes)} lightcone planes" if capture else "")
+             + f" in {result.seconds:.2f} s")
     out = cfg.outputs
     path = store_path(run_dir, "nbody")
     group = store.create(path, store.provenance(run_file, "nbody", mesh, started) | {
         "a_init": a_init, "a_final": a_final, "step_boundaries": [float(a) for a in bounds],
         "needed_halo_cells": int(result.needed_halo),
-        "step_seconds": [round(t, 4) for t in result.step_seconds],
+        "evolution_seconds": round(result.seconds, 4),
         "density_kept": out.density, "particles_kept": out.particles,
         "lightcone_kept": out.lightcone}, keepbits=out.keepbits)
     store.write_coordinate(group, "a", snapshots, "1", "scale factor of the snapshot")

@@ -1,0 +1,108 @@
+"""The evolution as one compiled program: no compilation for a second run of the same sizes,
+the same results as a step-by-step loop of separately dispatched kicks, drifts and lightcone
+captures, and the program's own memory analysis."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import rel_diff
+from pmpipe import compilation, cosmology, fft, ics, lightcone, nbody, painting, parallel, simulation
+
+N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
+GRID = nbody.PMGrid(N, 2, BOX, 8)
+DIRECTIONS = np.stack([np.cos(np.arange(12.0)), np.sin(np.arange(12.0)), np.zeros(12)], axis=-1)
+SNAPSHOTS = (0.5, 1.0)
+K_MAX = 0.5
+
+
+def _setup(mesh, cosmo, seed):
+    table = cosmology.growth_table(cosmo)
+    init = simulation.initial_conditions(cosmo, ics.white_noise(seed, N, mesh),
+                                         simulation.power_function(cosmo), mesh, BOX, 0.1, 2,
+                                         table=table)
+    planes = lightcone.plane_geometry(cosmo, 0.05, 32.0, table)
+    transforms = lightcone.plane_transforms(seed, len(planes), GRID.mesh, True)
+    bounds = nbody.step_boundaries(0.1, 1.0, 3, SNAPSHOTS)
+    return table, init, planes, transforms, bounds
+
+
+def _forces(disp, omega_m, mesh):
+    """The PM force (N, N, N, 3) and density, as separate dispatches."""
+    rho, _ = painting.paint(disp, mesh, GRID.mesh, BOX, GRID.halo, mass=8.0)
+    pot_k = 1.5 * omega_m * fft.inverse_laplacian(fft.r2c(rho, mesh), mesh, BOX)
+    force = -fft.gradient(pot_k, mesh, BOX, fft.finite_difference_kernels(pot_k, mesh, BOX))
+    return painting.read(force, disp, mesh, BOX, GRID.halo)[0], rho
+
+
+def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
+    """FastPM kick-drift-kick from Python, one step (and one plane) at a time, with both half
+    kicks of every step and the planes made by the public single-plane functions."""
+    kick1, drift, kick2 = (np.asarray(f) for f in nbody.kdk_coefficients(
+        cosmo, jnp.asarray(bounds, jnp.float32), table))
+    disp, mom = init.disp, init.mom
+    acc, rho = _forces(disp, cosmo.Omega_m, mesh)
+    snaps, flat, shells = {}, {}, {}
+    for i in range(len(bounds) - 1):
+        mom = mom + kick1[i] * acc
+        for j in np.flatnonzero((planes.a > bounds[i]) & (planes.a <= bounds[i + 1])):
+            factor = nbody.partial_drift(cosmo, bounds[i], bounds[i + 1], planes.a[j], table)
+            rho_j, _ = painting.paint(disp + jnp.float32(factor) * mom, mesh, GRID.mesh, BOX,
+                                      GRID.halo, mass=8.0)
+            flat[j] = lightcone.flat_plane(rho_j, mesh, BOX, 16, transforms[j])
+            delta = lightcone.band_limited_overdensity(rho_j, mesh, BOX, K_MAX)
+            shells[j] = lightcone.shell_healpix(delta, mesh, BOX, DIRECTIONS, planes.chi_edges[j],
+                                                planes.chi_edges[j + 1], OBSERVER, transforms[j])
+        disp = disp + drift[i] * mom
+        acc, rho = _forces(disp, cosmo.Omega_m, mesh)
+        mom = mom + kick2[i] * acc
+        for a in SNAPSHOTS:
+            if abs(a - bounds[i + 1]) < 1e-9:
+                snaps[a] = rho
+    return {"disp": disp, "mom": mom, "snap_0.5": snaps[0.5], "snap_1.0": snaps[1.0],
+            "planes": jnp.stack([flat[j] for j in range(len(planes))]),
+            "shells": jnp.stack([shells[j] for j in range(len(planes))])}
+
+
+def _one_program(cosmo, table, init, planes, transforms, bounds, mesh):
+    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, GRID.mesh, 16, DIRECTIONS,
+                                     K_MAX)
+    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, GRID, SNAPSHOTS, table, capture)
+    return {"disp": res.disp, "mom": res.mom, "snap_0.5": res.snapshots[0.5],
+            "snap_1.0": res.snapshots[1.0], "planes": res.planes, "shells": res.shells}
+
+
+@pytest.mark.parametrize("pdims", [(1, 1), (2, 4)])
+def test_evolution_is_one_program_equal_to_step_by_step(pdims):
+    mesh = parallel.make_mesh(pdims)
+    warm = cosmology.Cosmology(Omega_m=0.28, sigma8=0.75, h=0.7)
+    _one_program(warm, *_setup(mesh, warm, 2), mesh)  # another run of the same sizes
+    cosmo = cosmology.Cosmology()
+    setup = _setup(mesh, cosmo, 1)
+    with compilation.CompileCounter() as counter:
+        ours = _one_program(cosmo, *setup, mesh)
+        jax.block_until_ready(ours)
+    assert counter.counts.programs == 0, counter.counts.names
+    reference = _step_by_step(cosmo, *setup, mesh)
+    assert len(setup[2]) >= 3 and ours["planes"].shape == reference["planes"].shape
+    for key, expected in reference.items():
+        assert float(jnp.std(expected)) > 0, key
+        assert rel_diff(ours[key], expected) <= 1e-5, key
+
+
+def test_memory_of_the_evolution_per_particle():
+    """64^3 particles, B = 1, on CPU: the compiled evolution's arguments plus temporaries."""
+    n, steps = 64, 10
+    mesh = parallel.make_mesh((1, 1))
+    grid = nbody.PMGrid(n, 1, 256.0, 4)
+    cosmo = cosmology.Cosmology()
+    bounds = nbody.step_boundaries(0.1, 1.0, steps, (1.0,))
+    state = jax.ShapeDtypeStruct((n, n, n, 3), jnp.float32)
+    compiled = nbody.evolution.lower(
+        cosmo, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),
+        nbody.crossing_slots(bounds, ()), cosmology.growth_table(cosmo), None, mesh=mesh,
+        grid=grid, n_snapshots=1).compile()
+    stats = compiled.memory_analysis()
+    per_particle = (stats.argument_size_in_bytes + stats.temp_size_in_bytes) / n**3
+    assert 24 <= per_particle <= 80, per_particle  # the state alone is 24 bytes
