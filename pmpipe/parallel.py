@@ -90,6 +90,10 @@ CACHE_SETTINGS = {
     # FFT would ever be found again. Without it the calls still differ by what surrounds them
     # (the inverse transform's normalisation), shapes and sharding rules
     "jax_remove_custom_partitioning_ptr_from_cache_key": True,
+    # JAX writes the cache folder's path into the compile options of XLA's GPU autotuning
+    # cache, and so into every key: a cache copied or moved (a new working directory, a
+    # node-local copy) would never be hit. The compiled programs themselves are cached
+    "jax_persistent_cache_enable_xla_caches": "none",
 }
 
 

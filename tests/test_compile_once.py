@@ -1,9 +1,11 @@
 """Compile once per campaign: a process running runs of the same sizes as an earlier one, with
 other cosmologies, seeds and a_init, compiles no XLA program (counted by pmpipe.compilation from
-JAX's monitoring events), through `pmpipe run all` and through a packed job."""
+JAX's monitoring events), through `pmpipe run all` and through a packed job, also when the
+cache folder was copied to another path."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -51,6 +53,7 @@ def test_a_second_process_of_the_same_sizes_compiles_nothing(tmp_path):
     cache = tmp_path / "cache"
     first = _job(paths[:1], tmp_path / "first.json", cache)
     assert first["compilation"]["compiled"] > 0 and first["compilation"]["cache_hits"] == 0
+    cache = shutil.copytree(cache, tmp_path / "elsewhere" / "cache")  # the cache moved
     second = _job(paths[1:2], tmp_path / "second.json", cache)  # pmpipe run all, one run
     assert second["compilation"]["compiled"] == 0, second["compilation"]
     assert second["compilation"]["cache_hits"] == first["compilation"]["programs"]
