@@ -15,6 +15,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # Physical constants (SI), used once to get the photon density.
 _SIGMA_SB = 5.670374419e-8  # W m^-2 K^-4
@@ -238,6 +239,17 @@ def scale_factor_at_distance(cosmo: Cosmology, chi, table=None):
     return jnp.exp(lna)
 
 
+def on_host(function, cosmo: Cosmology, x, table=None) -> np.ndarray:
+    """function(cosmo, x, table) (one of the lookups above) for x of any shape, as a float64
+    numpy array. x is flattened and padded to the next power of two (at least 64), so that
+    the lookups of runs whose plane counts or tables differ a little share a compiled program."""
+    x = np.asarray(x, np.float64)
+    size = max(64, 1 << max(0, x.size - 1).bit_length())
+    padded = np.concatenate([x.ravel(), np.full(size - x.size, x.ravel()[-1] if x.size else 1.0)])
+    out = np.asarray(function(cosmo, padded, table), np.float64)
+    return out[:x.size].reshape(x.shape)
+
+
 # ---------------------------------------------------------------------------------------------
 # Linear matter power spectrum
 
@@ -343,8 +355,6 @@ def load_power_table(path, k_min: float, k_max: float):
     are comments. The table must be finite, positive, strictly increasing in k and cover
     [k_min, k_max] (h/Mpc), the wavenumbers the mesh needs. Returns (k, P) as float64 numpy arrays.
     """
-    import numpy as np
-
     try:
         data = np.loadtxt(path, comments="#", ndmin=2, dtype=np.float64)
     except (OSError, ValueError) as err:

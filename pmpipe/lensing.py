@@ -43,7 +43,7 @@ def source_distribution(cosmo: cosmology.Cosmology, z, n, table=None):
     widths[1:] += 0.5 * np.diff(z)
     widths[:-1] += 0.5 * np.diff(z)
     weights = n * widths
-    chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z), table), np.float64)
+    chi = cosmology.on_host(cosmology.comoving_distance, cosmo, 1.0 / (1.0 + z), table)
     return chi, weights / weights.sum()
 
 
@@ -51,7 +51,7 @@ def lensing_efficiency(cosmo: cosmology.Cosmology, chi, source_chi, source_weigh
     """q(χ) in h/Mpc at comoving distances chi (Mpc/h) for sources at source_chi with
     source_weights (summing to 1)."""
     chi = np.asarray(chi, dtype=np.float64)
-    a = np.asarray(cosmology.scale_factor_at_distance(cosmo, chi, table), np.float64)
+    a = cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, chi, table)
     chi_s = np.asarray(source_chi, np.float64)[None, :]
     ratio = np.where(chi_s > chi[:, None], (chi_s - chi[:, None]) / chi_s, 0.0)
     return LENSING_PREFACTOR * cosmo.Omega_m * chi / a * (ratio @ np.asarray(source_weights))

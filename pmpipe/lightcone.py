@@ -92,7 +92,7 @@ def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, t
     n = max(1, math.ceil(chi_max / thickness - 1e-9))
     edges = np.arange(n + 1) * thickness
     centres = 0.5 * (edges[1:] + edges[:-1])
-    a = np.asarray(cosmology.scale_factor_at_distance(cosmo, centres, table), dtype=np.float64)
+    a = cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, centres, table)
     return Planes(edges, centres, a)
 
 
@@ -138,18 +138,18 @@ PLANE_BUCKET = 8  # plane arrays are padded to a multiple of this: runs whose co
     jax.tree_util.register_dataclass,
     data_fields=["a", "axes", "flips", "shift", "chi_lo", "dr", "source", "scale", "offset",
                  "directions"],
-    meta_fields=["planes", "n_cells", "n_r", "k_max"])
+    meta_fields=["n_cells", "n_r", "k_max"])
 @dataclasses.dataclass(frozen=True)
 class Capture:
     """What the N-body program captures as the light cone crosses the planes: arrays of length
     P (padded to a multiple of PLANE_BUCKET; padding planes have a = 0 and are never crossed),
-    arguments of the program, and static sizes.
+    arguments of the program, and static sizes. The real planes come first; their number is
+    no part of the program, so runs whose cosmologies give a few planes more or less share it.
 
     a (P,) crossing scale factors; axes, flips, shift (P, 3): the planes' transforms; chi_lo,
     dr (P,) Mpc/h: start of each shell and the step of its ray samples; source, scale, offset
     (P, 3): :func:`box_frame`; directions (npix, 3) unit vectors of the full-sky rays, or None
-    for flat planes only. planes: the real number of planes; n_cells: slab cells of a flat
-    plane; n_r: ray samples per shell; k_max (h/Mpc): band limit of the shells.
+    for flat planes only. n_cells: slab cells of a flat plane; n_r: ray samples per shell; k_max (h/Mpc): band limit of the shells.
     """
 
     a: jax.Array
@@ -162,7 +162,6 @@ class Capture:
     scale: jax.Array
     offset: jax.Array
     directions: jax.Array | None
-    planes: int
     n_cells: int
     n_r: int
     k_max: float
@@ -191,7 +190,7 @@ def capture_plan(planes: Planes, transforms, observer, box_size: float, mesh_n: 
         source=padded([f[0] for f in frames], np.int32),
         scale=padded([f[1] for f in frames], dtype), offset=padded([f[2] for f in frames], dtype),
         directions=None if directions is None else np.asarray(directions, dtype),
-        planes=n, n_cells=n_cells, n_r=n_r, k_max=float(k_max))
+        n_cells=n_cells, n_r=n_r, k_max=float(k_max))
 
 
 def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):

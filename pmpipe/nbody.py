@@ -171,8 +171,8 @@ def crossing_slots(a_steps, crossings) -> np.ndarray:
 @dataclasses.dataclass
 class NBodyResult:
     """Final displacement and momentum (Mpc/h), snapshot densities {a: ρ/ρ̄ on the force mesh},
-    with a capture the lightcone maps (flat (P, M, M), shells (P, npix) or None, P the real
-    planes), the halo (cells) the particles needed, and the evolution's wall time (s; 0 under
+    with a capture the lightcone maps (flat (P, M, M), shells (P, npix) or None; P is the
+    capture's padded length, the real planes first), the halo (cells) the particles needed, and the evolution's wall time (s; 0 under
     transformations)."""
 
     disp: jax.Array
@@ -217,9 +217,6 @@ def finish(out, a_steps, snapshots: Sequence[float], grid: PMGrid,
         seconds = time.perf_counter() - start
         painting.check_halo(needed, grid.halo)
     planes, shells = maps if capture is not None else (None, None)
-    if capture is not None and capture.planes < planes.shape[0]:
-        planes = planes[:capture.planes]
-        shells = None if shells is None else shells[:capture.planes]
     return NBodyResult(disp, mom, float(a_steps[-1]), {a: snaps[k] for k, a in enumerate(snapshots)},
                        needed, seconds, planes, shells)
 

@@ -43,7 +43,7 @@ def run(params, seed, a_init):
                                      0.5)
     bounds = nbody.step_boundaries(a_init, 1.0, 3, (0.5,))
     res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, (0.5, 1.0), table, capture)
-    flat, shells = np.asarray(res.planes), np.asarray(res.shells)
+    flat, shells = np.asarray(res.planes)[:len(planes)], np.asarray(res.shells)[:len(planes)]
     k, pk, _ = stats.power_spectrum(res.snapshots[1.0], mesh, BOX, compensate_cic=True)
     _, cross, _ = stats.power_spectrum(res.snapshots[0.5], mesh, BOX, field2=res.snapshots[1.0])
     return {"pk": pk.tolist(), "cross": cross.tolist(), "planes": len(planes),
