@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import fft, ics
+from pmpipe import fft, ics, lightcone
 from pmpipe.parallel import to_host
 from pmpipe.painting import cic_compensation
 
@@ -107,28 +107,18 @@ def flat_sky_cl(kappa, fov_deg: float, ell_edges, kappa2=None):
     return _bin(ell, power, np.ones_like(power), ell_edges)
 
 
-def pixel_window_healpix(nside: int, ell):
-    """Pixel window W_ℓ of a map averaged over HEALPix pixels, approximated by a top-hat disk of
-    the pixel's area: 2 J1(ℓθ) / (ℓθ), θ = sqrt(Ω_pix / π). (healpy's tabulated windows need a
-    download.)"""
-    from scipy.special import j1
-
-    theta = np.sqrt(4 * np.pi / (12 * nside**2) / np.pi)
-    x = np.maximum(np.asarray(ell, np.float64) * theta, 1e-12)
-    return 2 * j1(x) / x
-
-
-def full_sky_cl(kappa_map, ell_edges, kappa2=None, pixel_window: bool = False):
-    """Binned angular (cross) power spectrum of HEALPix maps (RING) from healpy.anafast up to
-    ℓ = 3 nside - 1, bins weighted by 2ℓ + 1, divided by the pixel window squared when
-    ``pixel_window``; returns numpy (ell_mean, cl, modes), ℓ = 0 excluded."""
+def full_sky_cl(kappa_map, ell_edges, kappa2=None):
+    """Binned angular (cross) power spectrum of HEALPix maps (RING) from healpy.anafast (3
+    Jacobi iterations) up to the maps' band limit ℓ = 2 nside
+    (:func:`pmpipe.lightcone.healpix_ell_max`; no pixel window), bins weighted by 2ℓ + 1;
+    returns numpy (ell_mean, cl, modes), ℓ = 0 excluded."""
     import healpy
 
+    lmax = lightcone.healpix_ell_max(healpy.npix2nside(np.size(kappa_map)))
     cl = healpy.anafast(np.asarray(kappa_map, np.float64),
-                        None if kappa2 is None else np.asarray(kappa2, np.float64))
+                        None if kappa2 is None else np.asarray(kappa2, np.float64), lmax=lmax,
+                        iter=3)
     ell = np.arange(cl.size, dtype=np.float64)
-    if pixel_window:
-        cl = cl / pixel_window_healpix(healpy.npix2nside(np.size(kappa_map)), ell) ** 2
     ell[0] = -1.0
     return _bin(ell, cl, 2 * np.arange(cl.size) + 1.0, ell_edges)
 

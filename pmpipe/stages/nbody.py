@@ -29,13 +29,13 @@ def mesh_node_positions(grid: nbody.PMGrid) -> np.ndarray:
     return (np.arange(grid.mesh) - (grid.oversample - 1) / 2) * cell
 
 
-RAYS_PER_PIXEL_SIDE = 2  # full-sky shells are sampled on 4 rays per pixel, then averaged
+RAYS_PER_PIXEL_SIDE = 4  # full-sky shells are sampled on a grid of nside 4 nside (16 rays a pixel)
 
 
 class LightconeCapture:
     """The lightcone planes of a run: the :class:`pmpipe.lightcone.Capture` the N-body program
     fills as the light cone crosses them, then the planes' flat projections and, for full-sky
-    lensing, their HEALPix shells (the rays' samples averaged per pixel)."""
+    lensing, their HEALPix shells (the rays' samples band-limited to ℓ ≤ 2 nside)."""
 
     def __init__(self, cfg: config.Run):
         self.cfg = cfg
@@ -45,17 +45,18 @@ class LightconeCapture:
                                                      cfg.lightcone.randomize)
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
-        directions = None
+        directions, k_max = None, 0.0
         if self.nside is not None:
             import healpy
 
-            fine = self.nside * RAYS_PER_PIXEL_SIDE  # rays through sub-pixels, averaged per pixel
-            directions = np.stack(healpy.pix2vec(fine, np.arange(healpy.nside2npix(fine))), axis=-1)
+            rays = self.nside * RAYS_PER_PIXEL_SIDE
+            directions = np.stack(healpy.pix2vec(rays, np.arange(healpy.nside2npix(rays))), axis=-1)
+            k_max = lightcone.shell_band_limits(
+                self.planes.chi_edges[1:],
+                lightcone.shell_k_max(grid.particles, grid.mesh, cfg.box.box_size), rays)
         self.capture = lightcone.capture_plan(
             self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
-            cfg.plane_cells(), directions,
-            lightcone.shell_k_max(grid.particles, grid.mesh, cfg.box.box_size),
-            np.dtype(cfg.nbody.dtype))
+            cfg.plane_cells(), directions, k_max, np.dtype(cfg.nbody.dtype))
         self.flat, self.shells, self.needed = {}, {}, 0
 
     def receive(self, result: nbody.NBodyResult) -> None:
@@ -63,10 +64,8 @@ class LightconeCapture:
         self.needed = int(result.needed_halo)
         self.flat = {j: result.planes[j] for j in range(len(self.planes))}
         if self.nside is not None:
-            import healpy
-
-            fine = np.asarray(result.shells, np.float64)
-            self.shells = {j: healpy.ud_grade(fine[j], self.nside).astype(np.float32)
+            rays = np.asarray(result.shells, np.float64)
+            self.shells = {j: lightcone.healpix_band_limited(rays[j], self.nside).astype(np.float32)
                            for j in range(len(self.planes))}
 
     def write(self, group, planes_kept: bool) -> None:
@@ -107,9 +106,11 @@ class LightconeCapture:
         if self.nside is not None:
             shells = np.stack([self.shells[j] for j in range(len(planes))])
             store.write_array(group, "lightcone_healpix", shells, ("plane", "pixel"), "Mpc/h",
-                              "projected overdensity of the shell on HEALPix pixel centres, "
-                              "sphere mean removed", grid_name="HEALPix", nside=self.nside,
-                              nest=False)
+                              "projected overdensity of the shell, band-limited to "
+                              "ell <= 2 nside (no pixel window), sphere mean removed",
+                              grid_name="HEALPix", nside=self.nside, nest=False,
+                              ell_band_limit=lightcone.healpix_ell_max(self.nside),
+                              pixel_window="none")
 
     def keep(self, inputs: Inputs) -> None:
         """Hand the planes and shells to the lensing stage of this process."""

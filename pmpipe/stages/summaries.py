@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from jax.sharding import NamedSharding
 
-from pmpipe import config, cosmology, lensing, painting, stats, store
+from pmpipe import config, cosmology, lensing, lightcone, painting, stats, store
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import Inputs, Progress, main, store_path
 
@@ -113,8 +113,9 @@ def ell_edges_flat(cfg: config.Run) -> np.ndarray:
 
 
 def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the HEALPix maps: ℓ = 2 to 3 nside."""
-    return stats.log_bin_edges(2, 3 * cfg.lensing.full_sky.nside, cfg.summaries.ell_bins)
+    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 2 nside (inclusive)."""
+    ell_max = lightcone.healpix_ell_max(cfg.lensing.full_sky.nside)
+    return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
 
 
 def kappa_edges(cfg: config.Run) -> np.ndarray:
@@ -159,7 +160,7 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
             noise = [stats.shape_noise_healpix([cfg.ic.seed, i], nside, summ.shape_noise.sigma_e,
                                                summ.shape_noise.n_gal) for i in range(len(sources))]
         maps.append(("_healpix", ell_edges_healpix(cfg), kappa, noise,
-                     lambda k: stats.full_sky_cl(k, ell_edges_healpix(cfg), pixel_window=True),
+                     lambda k: stats.full_sky_cl(k, ell_edges_healpix(cfg)),
                      stats.smooth_healpix, stats.peak_counts_healpix))
     power = cfg.linear_power()
     for suffix, ell_edges, kappa, noise, cl_of, smooth, peaks_of in maps:
@@ -171,8 +172,7 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
         spectra = [cl_of(k) for k in kappa]
         ell_mean = np.stack([s[0] for s in spectra])
         store.write_array(group, "cl" + suffix, np.stack([s[1] for s in spectra]), ("source", ell_dim),
-                          "sr", "angular power spectrum of kappa (no noise)"
-                          + (", HEALPix pixel window divided out" if suffix else ""))
+                          "sr", "angular power spectrum of kappa (no noise)")
         store.write_array(group, "cl_modes" + suffix, spectra[0][2], (ell_dim,), "1",
                           "number of multipole modes in the bin")
         theory = [lensing.limber_convergence_cl(cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power, table)
