@@ -122,7 +122,7 @@ def plot_campaign(summaries_path, out_path) -> None:
     """P(k) / linear theory at the last snapshot, one line per run."""
     plt = _pyplot()
     g = store.open_complete(summaries_path)
-    runs, k = g["run"][:], g["k"][:]
+    runs, k = g["run"][:], g["k_mean"][0]
     ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run, r in zip(runs, ratio):
@@ -167,7 +167,7 @@ def plot_cl(summaries_path, out_path) -> None:
     """C_ell of κ per source against the Limber prediction with linear P(k); ratio below."""
     g = store.open_complete(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
-    ell, cl, lin = g["ell" + suffix][:], g["cl" + suffix][:], g["cl_linear" + suffix][:]
+    ell, cl, lin = g["ell" + suffix + "_mean"][:], g["cl" + suffix][:], g["cl_linear" + suffix][:]
     fig, top, bottom = _ratio_panels()
     for i, source in enumerate(g["source"][:]):
         line = top.loglog(ell, ell * (ell + 1) * cl[i] / (2 * np.pi), label=str(source))[0]

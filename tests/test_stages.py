@@ -169,3 +169,17 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
     assert sm.peaks.dims == ("source", "smoothing", "kappa") and sm.kappa_lo.dims == ("kappa",)
     assert sm.cl_healpix.dims == ("source", "ell_healpix") and np.all(np.isfinite(sm.r_initial.values[:3]))
     assert 0.9 < sm.r_initial.values[0] <= 1.0 + 1e-6  # the largest scales stay linear
+    # the mean multipole of each bin, computed here from the map geometry
+    pixel = np.radians(20.0) / 32
+    freq = 2 * np.pi * np.fft.fftfreq(32, d=pixel)
+    flat = np.hypot(freq[:, None], freq[None, :]).ravel()
+    full = np.arange(3 * 8, dtype=float)
+    for suffix, ell, weights in (("", flat, np.ones_like(flat)), ("_healpix", full, 2 * full + 1)):
+        lo, hi = sm["ell" + suffix + "_lo"].values, sm["ell" + suffix + "_hi"].values
+        expected = []
+        for a, b in zip(lo, hi):
+            inside = (ell >= a) & (ell < b) & (ell > 0)
+            expected.append(np.sum(weights[inside] * ell[inside]) / np.sum(weights[inside])
+                            if inside.any() else np.nan)
+        np.testing.assert_allclose(sm["ell" + suffix + "_mean"].values, expected, rtol=1e-12)
+        assert np.isfinite(expected).sum() >= 3

@@ -55,6 +55,10 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
                       if cfg.summaries.compensate_cic else "matter power spectrum of rho / rho_mean",
                       shot_noise=shot_noise, shot_noise_subtracted=False,
                       compensated=cfg.summaries.compensate_cic)
+    store.write_array(group, "k_lo", k_centre - np.pi / box_size, ("k",), "h/Mpc",
+                      "lower edge of the |k| bin")
+    store.write_array(group, "k_hi", k_centre + np.pi / box_size, ("k",), "h/Mpc",
+                      "upper edge of the |k| bin")
     store.write_array(group, "k_mean", k_mean, ("k",), "h/Mpc", "mean |k| of the modes in the bin")
     store.write_array(group, "modes", modes, ("k",), "1", "number of Fourier modes in the bin")
     store.write_array(group, "pk_linear", linear, ("a", "k"), "(Mpc/h)^3",
@@ -171,6 +175,9 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
         store.write_array(group, ell_dim + "_hi", ell_edges[1:], (ell_dim,), "1", "upper edge of the multipole bin")
         spectra = [cl_of(k) for k in kappa]
         ell_mean = np.stack([s[0] for s in spectra])
+        store.write_array(group, ell_dim + "_mean", ell_mean[0], (ell_dim,), "1",
+                          "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
+                          "full sky); the ell at which to compare C_ell with theory")
         store.write_array(group, "cl" + suffix, np.stack([s[1] for s in spectra]), ("source", ell_dim),
                           "sr", "angular power spectrum of kappa (no noise)")
         store.write_array(group, "cl_modes" + suffix, spectra[0][2], (ell_dim,), "1",
