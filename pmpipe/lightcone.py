@@ -240,15 +240,19 @@ def shell_k_max(particles: int, mesh_n: int, box_size: float) -> float:
     return math.pi / box_size * min(particles, mesh_n / 2)
 
 
+RAYS_PER_PIXEL_SIDE = 4  # full-sky shells are sampled on a HEALPix grid of 4 nside (16 rays a
+# pixel): the grid shell_band_limits was measured with
+
+
 def shell_band_limits(chi_hi, k_mesh: float, nside_rays: int) -> np.ndarray:
     """Band limit (h/Mpc) of each shell's density, shells ending at chi_hi (P,) Mpc/h: at most
     k_mesh (:func:`shell_k_max`), and at most 3 nside_rays / χ_hi, so that no multipole above
     about 3 nside_rays reaches the rays of a HEALPix grid of nside_rays, where point sampling
-    would alias it onto large angles. With rays at 4 nside, the map's multipoles up to 2 nside
-    are within 1.3 % of an alias-free sampling (tests/test_lensing.py; measured on a Gaussian
-    field at 1150 and 2180 Mpc/h: at 6 nside_rays / χ_hi aliasing adds 5-65 %, at
-    2 nside_rays / χ_hi the cut takes the shell's radial modes and the low multipoles lose up
-    to 7 %)."""
+    would alias it onto large angles. With rays at RAYS_PER_PIXEL_SIDE nside = 4 nside, the
+    map's multipoles up to 2 nside are within 1.3 % of an alias-free sampling
+    (tests/test_lensing.py; measured on a Gaussian field at 1150 and 2180 Mpc/h: at
+    6 nside_rays / χ_hi aliasing adds 5-65 %, at 2 nside_rays / χ_hi the cut takes the shell's
+    radial modes and the low multipoles lose up to 7 %)."""
     chi_hi = np.asarray(chi_hi, np.float64)
     return np.minimum(k_mesh, 3.0 * nside_rays / np.maximum(chi_hi, 1e-30))
 

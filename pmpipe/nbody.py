@@ -172,8 +172,8 @@ def crossing_slots(a_steps, crossings) -> np.ndarray:
 class NBodyResult:
     """Final displacement and momentum (Mpc/h), snapshot densities {a: ρ/ρ̄ on the force mesh},
     with a capture the lightcone maps (flat (P, M, M), shells (P, npix) or None; P is the
-    capture's padded length, the real planes first), the halo (cells) the particles needed, and the evolution's wall time (s; 0 under
-    transformations)."""
+    capture's padded length, the real planes first), the halo (cells) the particles needed,
+    and the evolution's wall time (s; 0 under transformations)."""
 
     disp: jax.Array
     mom: jax.Array

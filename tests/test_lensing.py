@@ -219,7 +219,6 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
     same shell sampled on an nside-512 grid that resolves all of them, in every bin up to the
     band limit ℓ = 64."""
     from pmpipe import ics, simulation, stats
-    from pmpipe.stages.nbody import RAYS_PER_PIXEL_SIDE
 
     n, box, nside = 64, 256.0, 32
     mesh = parallel.make_mesh((1, 1))
@@ -232,13 +231,14 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
     edges = np.array([2, 8, 16, 24, 32, 40, 48, 56, 65])
 
     def rays(k_max, ray_nside, lo, hi):
-        directions = np.stack(healpy.pix2vec(ray_nside, np.arange(healpy.nside2npix(ray_nside))), -1)
+        pixels = np.arange(healpy.nside2npix(ray_nside))
+        directions = np.stack(healpy.pix2vec(ray_nside, pixels), -1)
         field = lightcone.band_limited_overdensity(delta, mesh, box, k_max)
         return np.asarray(lightcone.shell_healpix(field, mesh, box, directions, lo, hi, observer,
                                                   transform), np.float64)
 
     for lo, hi in ((1152.0, 1280.0), (2176.0, 2304.0)):
-        ray_nside = nside * RAYS_PER_PIXEL_SIDE
+        ray_nside = nside * lightcone.RAYS_PER_PIXEL_SIDE
         k_shell = float(lightcone.shell_band_limits([hi], k_mesh, ray_nside)[0])
         assert k_shell < k_mesh  # the shell's own band limit is what is tested
         ell, cl, modes = stats.full_sky_cl(

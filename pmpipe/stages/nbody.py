@@ -29,9 +29,6 @@ def mesh_node_positions(grid: nbody.PMGrid) -> np.ndarray:
     return (np.arange(grid.mesh) - (grid.oversample - 1) / 2) * cell
 
 
-RAYS_PER_PIXEL_SIDE = 4  # full-sky shells are sampled on a grid of nside 4 nside (16 rays a pixel)
-
-
 class LightconeCapture:
     """The lightcone planes of a run: the :class:`pmpipe.lightcone.Capture` the N-body program
     fills as the light cone crosses them, then the planes' flat projections and, for full-sky
@@ -49,7 +46,7 @@ class LightconeCapture:
         if self.nside is not None:
             import healpy
 
-            rays = self.nside * RAYS_PER_PIXEL_SIDE
+            rays = self.nside * lightcone.RAYS_PER_PIXEL_SIDE
             directions = np.stack(healpy.pix2vec(rays, np.arange(healpy.nside2npix(rays))), axis=-1)
             k_max = lightcone.shell_band_limits(
                 self.planes.chi_edges[1:],
