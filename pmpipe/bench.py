@@ -207,18 +207,18 @@ def _run_jaxpm(field_path: str, out: str, solver: str, steps: int) -> tuple[np.n
     return np.load(out + ".npz")["disp"], record
 
 
-def accuracy(disp, disp_ref, mesh, halo: int) -> dict:
+def accuracy(disp, disp_ref, mesh, halo: int, box_size: float = BOX_SIZE) -> dict:
     """Final-density accuracy of `disp` against `disp_ref` (both (N, N, N, 3), Mpc/h), both
     painted with the same CIC on the particle grid: pk_rel_diff_lowk (max |P/P_ref - 1| over
     the three lowest k bins), pk_rel_diff (max over k < k_Nyquist/4), r_min (min
     cross-correlation coefficient over k < k_Nyquist/4)."""
     n = disp.shape[0]
-    rho = painting.paint(jnp.asarray(disp), mesh, n, BOX_SIZE, halo, 1.0)[0]
-    rho_ref = painting.paint(jnp.asarray(disp_ref), mesh, n, BOX_SIZE, halo, 1.0)[0]
-    k, p, _ = stats.power_spectrum(rho, mesh, BOX_SIZE)
-    _, p_ref, _ = stats.power_spectrum(rho_ref, mesh, BOX_SIZE)
-    _, p_x, _ = stats.power_spectrum(rho, mesh, BOX_SIZE, field2=rho_ref)
-    below = k < np.pi * n / BOX_SIZE / 4
+    rho = painting.paint(jnp.asarray(disp), mesh, n, box_size, halo, 1.0)[0]
+    rho_ref = painting.paint(jnp.asarray(disp_ref), mesh, n, box_size, halo, 1.0)[0]
+    k, p, _ = stats.power_spectrum(rho, mesh, box_size)
+    _, p_ref, _ = stats.power_spectrum(rho_ref, mesh, box_size)
+    _, p_x, _ = stats.power_spectrum(rho, mesh, box_size, field2=rho_ref)
+    below = k < np.pi * n / box_size / 4
     rel = np.abs(p / p_ref - 1.0)
     r = p_x / np.sqrt(p * p_ref)
     return {"pk_rel_diff_lowk": float(rel[:3].max()), "pk_rel_diff": float(rel[below].max()),

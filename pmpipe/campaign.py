@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from pmpipe import config, nbody
+from pmpipe import config
 from pmpipe.stages import STAGES
 
 
@@ -189,8 +189,7 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
     field_bytes = itemsize * (PARTICLE_WORDS * particles + plane_cells
                               + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
     memory = field_bytes / (devices if gpu else 1) + PROCESS_OVERHEAD_BYTES[execution.platform]
-    steps = len(nbody.step_boundaries(run.ic.a_init, run.nbody.a_final, run.nbody.steps,
-                                      run.nbody.snapshots)) - 1
+    steps = len(run.step_boundaries()) - 1
     speed = devices * GPU_SPEEDUP if gpu else 1.0
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
     ic = IC_STEPS * (SECONDS_PER_PARTICLE_STEP + SECONDS_PER_CELL_STEP) * particles / speed

@@ -28,8 +28,16 @@ def _run(args) -> int:
 def _plan(args) -> int:
     from pmpipe import campaign, config
 
+    from pmpipe.stages import lensing
+
     camp = config.load_campaign(args.campaign)
     print(campaign.plan_table(camp))
+    warnings = {}
+    for spec in campaign.expand(camp):
+        for text in lensing.resolution_warnings(spec.run):
+            warnings.setdefault(text, []).append(spec.run_id)
+    for text, runs in warnings.items():
+        print(f"warning: {text} [runs {', '.join(runs)}]", file=sys.stderr)
     return 0
 
 
@@ -140,6 +148,23 @@ def _bench(args) -> int:
     return 0
 
 
+def _bench_accuracy(args) -> int:
+    from pmpipe import bench, bench_accuracy
+
+    if args.target == "steps":
+        record = bench_accuracy.bench_steps(args.mesh, args.box, args.steps,
+                                            args.reference_steps, args.oversample, args.seed)
+    else:
+        record = bench_accuracy.bench_force(args.mesh, args.box, args.steps,
+                                            tuple(args.oversamples), args.reference_oversample,
+                                            args.spacing, args.seed)
+    if args.json:
+        bench.write_json(record, args.json)
+    json.dump(record, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
 def _bench_campaign(args) -> int:
     from pmpipe import bench, bench_campaign
 
@@ -157,6 +182,7 @@ def _bench_campaign(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pmpipe import nbody
     from pmpipe.stages import STAGES
 
     parser = argparse.ArgumentParser(prog="pmpipe", description="Cosmological PM simulation suites")
@@ -241,6 +267,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--pmwd", metavar="DIR", help="folder that holds the pmwd package")
     bench.add_argument("--json", metavar="PATH", help="also write the record to PATH")
     bench.set_defaults(func=_bench)
+    steps = targets.add_parser("steps", help="P(k) of S steps equal in a, ln a and D1 against "
+                                             "a converged reference from the same ICs")
+    force = targets.add_parser("force", help="P(k) of N particles with force meshes B = 1, "
+                                             "2, ... against 2N particles from the same "
+                                             "large-scale modes and steps")
+    for target in (steps, force):
+        target.add_argument("--mesh", type=int, required=True, help="particles per side, N")
+        target.add_argument("--box", type=float, default=256.0, help="box size, Mpc/h")
+        target.add_argument("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1")
+        target.add_argument("--seed", type=int, default=0, help="white-noise seed")
+        target.add_argument("--json", metavar="PATH", help="also write the record to PATH")
+        target.set_defaults(func=_bench_accuracy)
+    steps.add_argument("--reference-steps", type=int, default=128,
+                       help="steps (equal in ln a) of the reference")
+    steps.add_argument("--oversample", type=int, default=1, help="force mesh / particle grid, B")
+    force.add_argument("--oversamples", type=int, nargs="+", default=[1, 2],
+                       help="force meshes B to measure")
+    force.add_argument("--reference-oversample", type=int, default=2,
+                       help="force mesh B of the 2N-particle reference")
+    force.add_argument("--spacing", default="a", choices=nbody.STEP_SPACINGS,
+                       help="what the steps are equal in")
     return parser
 
 

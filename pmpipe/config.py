@@ -9,8 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Literal
+
+import numpy as np
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
                       field_validator, model_validator)
@@ -97,7 +100,10 @@ class NBody(_Model):
     """Particle-mesh evolution."""
 
     a_final: float = Field(1.0, gt=0, le=1, description="scale factor at the end of the run")
-    steps: int | list[float] = Field(10, description="number of steps linear in a, or the scale factors bounding them")
+    steps: int | list[float] = Field(10, description="number of steps, or the scale factors bounding them")
+    spacing: Literal[nbody.STEP_SPACINGS] = Field(
+        "a", description="what a number of steps is equally spaced in: the scale factor a, ln a, "
+        "or the linear growth factor D1 (docs/validation.md gives the accuracy of each)")
     snapshots: list[float] = Field(default_factory=list, description="scale factors at which the density is kept (a_final always)")
     dtype: Literal["float32", "float64"] = Field("float32", description="floating point precision")
 
@@ -110,7 +116,7 @@ class Lightcone(_Model):
 
     z_max: float = Field(1.0, gt=0, le=20, description="largest source redshift: planes reach at least the comoving distance of z_max")
     plane_thickness: float | None = Field(
-        None, gt=0, description="comoving thickness of a plane in Mpc/h: a whole number of force-mesh cells, at most box.box_size (default box_size / 2)")
+        None, gt=0, description="comoving thickness of a plane in Mpc/h: a whole number of force-mesh cells, at most box.box_size (default box_size: a slab one box thick holds Limber's projection exactly; thinner planes lose power at low multipoles, docs/validation.md)")
     observer: tuple[float, float, float] = Field(
         (0.0, 0.0, 0.0), description="observer's position in the box, Mpc/h; the flat-sky line of sight is the observer's z axis")
     randomize: bool = Field(True, description="rotate and shift the box at random for every plane (seeded by ic.seed)")
@@ -261,8 +267,7 @@ class Run(_Model):
         n, pdims = self.box.particles, self.parallel.pdims
         parallel.check_divisible(n, pdims)
         painting.check_halo_fits(n * self.box.oversample, pdims, self.parallel.halo_cells)
-        nbody.step_boundaries(self.ic.a_init, self.nbody.a_final, self.nbody.steps,
-                              self.nbody.snapshots)
+        self.step_boundaries()
         if self.power.kind == "table":
             cosmology.load_power_table(self.power.table, *self.k_range())
         elif self.cosmology.T_cmb <= 0:
@@ -282,7 +287,7 @@ class Run(_Model):
 
     def plane_thickness(self) -> float:
         """Comoving thickness of a lightcone plane in Mpc/h."""
-        return self.lightcone.plane_thickness or self.box.box_size / 2
+        return self.lightcone.plane_thickness or self.box.box_size
 
     def plane_cells(self) -> int:
         """Force-mesh cells across a lightcone plane."""
@@ -293,6 +298,17 @@ class Run(_Model):
         from pmpipe import lightcone
 
         return lightcone.plane_geometry(self.cosmology_params(), self.lightcone.z_max, self.plane_thickness())
+
+    def shell_band_limits(self, planes=None) -> np.ndarray:
+        """Band limit (h/Mpc) of each plane's full-sky shell (pmpipe.lightcone.shell_band_limits
+        for this box, mesh and nside)."""
+        from pmpipe import lightcone
+
+        planes = self.planes() if planes is None else planes
+        grid = self.pm_grid()
+        return lightcone.shell_band_limits(
+            planes.chi_edges[1:], lightcone.shell_k_max(grid.particles, grid.mesh, self.box.box_size),
+            self.lensing.full_sky.nside * lightcone.RAYS_PER_PIXEL_SIDE)
 
     def _check_lightcone(self) -> None:
         """Plane thickness, time span and map geometry, before any work (errors name fields)."""
@@ -343,6 +359,17 @@ class Run(_Model):
         if self.power.kind == "table":
             table = cosmology.load_power_table(self.power.table, *self.k_range())
         return simulation.power_function(self.cosmology_params(), self.power.kind, table)
+
+    def step_boundaries(self) -> np.ndarray:
+        """Scale factors bounding the N-body's steps, snapshots included
+        (pmpipe.nbody.step_boundaries)."""
+        growth = None
+        if self.nbody.spacing == "growth" and isinstance(self.nbody.steps, int):
+            cosmo = self.cosmology_params()
+            table = cosmology.growth_table(cosmo)
+            growth = partial(cosmology.on_host, cosmology.growth_factor, cosmo, table=table)
+        return nbody.step_boundaries(self.ic.a_init, self.nbody.a_final, self.nbody.steps,
+                                     self.nbody.snapshots, self.nbody.spacing, growth)
 
     def pm_grid(self) -> nbody.PMGrid:
         return nbody.PMGrid(self.box.particles, self.box.oversample, self.box.box_size,

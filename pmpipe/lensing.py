@@ -88,19 +88,28 @@ def _cic_window_2d(mesh_n: int, box_size: float):
     return w[:, None] * w[None, :]
 
 
-def plane_on_pixels(plane, ex, ey, window, sharding=None):
+def plane_on_pixels(plane, ex, ey, transfer, sharding=None):
     """Values (n, n) of a periodic plane (M, M) at the transverse positions of the Fourier
-    matrices ex, ey (n, M) from :func:`_fourier_matrix`, by exact band-limited (Fourier)
-    interpolation, the plane's modes divided by ``window`` (M, M) (ones: none); ``sharding``:
+    matrices ex, ey (n, M) from :func:`_fourier_matrix`, by band-limited (Fourier)
+    interpolation, the plane's modes multiplied by ``transfer`` (M, M) first; ``sharding``:
     the plane's layout (see :func:`pmpipe.fft.fft2`)."""
-    modes = fft.fft2(plane, sharding) / window
+    modes = fft.fft2(plane, sharding) * transfer
     return (ex @ modes @ ey.T).real / plane.shape[0] ** 2
 
 
+def map_band_limit(mesh_n: int, box_size: float, chi: float, pixel: float):
+    """(M, M) mask of a plane's modes at distance chi (Mpc/h) that a flat map of pixels of
+    ``pixel`` rad holds: |k_x| and |k_y| at most the map's Nyquist multipole π / pixel over chi.
+    Reading the plane without the modes above would fold them onto lower multipoles."""
+    k = np.abs(2 * np.pi * np.fft.fftfreq(mesh_n, d=box_size / mesh_n))
+    keep = k <= np.pi / pixel / chi
+    return keep[:, None] & keep[None, :]
+
+
 @partial(jax.jit, static_argnames="mesh")
-def _add_plane(maps, plane, weights, ex, ey, window, mesh: Mesh):
+def _add_plane(maps, plane, weights, ex, ey, transfer, mesh: Mesh):
     """maps (S, n, n) plus weights (S,) times the plane's values on the pixels."""
-    values = plane_on_pixels(plane, ex, ey, window, NamedSharding(mesh, FIELD_SPEC))
+    values = plane_on_pixels(plane, ex, ey, transfer, NamedSharding(mesh, FIELD_SPEC))
     maps = maps + weights[:, None, None] * values[None].astype(maps.dtype)
     return jax.lax.with_sharding_constraint(maps, NamedSharding(mesh, _MAPS_SPEC))
 
@@ -108,11 +117,14 @@ def _add_plane(maps, plane, weights, ex, ey, window, mesh: Mesh):
 def flat_sky_convergence(planes, weights, box_size: float, chi, theta, offsets, mesh: Mesh,
                          dtype=jnp.float32):
     """κ (S, n, n) for S sources: planes P callables returning plane i's projected overdensity
-    (M, M), weights (S, P), chi (P,) plane distances, offsets (P, 2). The maps are sharded
-    like a field's first two axes. Every plane goes through one compiled program (distances,
-    offsets and weights are its arguments), its CIC window divided out."""
+    (M, M), weights (S, P), chi (P,) plane distances, offsets (P, 2), theta (n,) the pixel
+    centres (rad, equally spaced). The maps are sharded like a field's first two axes. Every
+    plane goes through one compiled program (distances, offsets, weights and the plane's
+    transfer are its arguments): its CIC window divided out and its modes above the map's
+    Nyquist multipole removed (:func:`map_band_limit`)."""
     theta = np.asarray(theta)
     weights = np.asarray(weights)
+    pixel = float(theta[1] - theta[0]) if theta.size > 1 else math.inf
     maps = jax.device_put(np.zeros((weights.shape[0], theta.size, theta.size), dtype),
                           NamedSharding(mesh, _MAPS_SPEC))
     for i, plane in enumerate(planes):
@@ -122,8 +134,10 @@ def flat_sky_convergence(planes, weights, box_size: float, chi, theta, offsets, 
         mesh_n = plane.shape[0]
         ex, ey = (_fourier_matrix(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
                   for j in range(2))
+        transfer = map_band_limit(mesh_n, box_size, float(chi[i]), pixel) / _cic_window_2d(
+            mesh_n, box_size)
         maps = _add_plane(maps, plane, weights[:, i].astype(dtype), ex, ey,
-                          _cic_window_2d(mesh_n, box_size).astype(dtype), mesh=mesh)
+                          transfer.astype(dtype), mesh=mesh)
     return maps
 
 
@@ -197,10 +211,11 @@ def healpix_convergence_from_shear(gamma1, gamma2, lmax: int | None = None):
     return healpy.alm2map(healpy.almxfl(e_alm, inverse), nside, lmax=lmax)
 
 
-def limber_convergence_cl(cosmo: cosmology.Cosmology, ell, source_chi, source_weights, power,
-                          table=None, samples: int = 256):
-    """Limber C_ℓ of κ with the linear power D1(a)² P_lin(k) (power: callable of k [h/Mpc]
-    giving (Mpc/h)³): C_ℓ = ∫ q(χ)² / χ² P(ℓ/χ, a(χ)) dχ up to the farthest source."""
+def limber_integrand(cosmo: cosmology.Cosmology, ell, source_chi, source_weights, power,
+                     table=None, samples: int = 256):
+    """The Limber integrand of κ's C_ℓ with the linear power D1(a)² P_lin(k) (power: callable
+    of k [h/Mpc] giving (Mpc/h)³), q(χ)² / χ² P((ℓ + 1/2)/χ, a(χ)) at ``samples`` distances
+    up to the farthest source. Returns (χ (S,) Mpc/h, integrand (L, S) sr h/Mpc, dχ Mpc/h)."""
     chi_max = float(np.max(source_chi))
     chi = (np.arange(samples) + 0.5) * chi_max / samples
     q = lensing_efficiency(cosmo, chi, source_chi, source_weights, table)
@@ -208,4 +223,12 @@ def limber_convergence_cl(cosmo: cosmology.Cosmology, ell, source_chi, source_we
     growth = np.asarray(cosmology.growth_factor(cosmo, a, table), np.float64)
     k = (np.asarray(ell, np.float64)[:, None] + 0.5) / chi[None, :]
     pk = np.asarray(power(k), np.float64) * growth[None, :] ** 2
-    return np.sum(q**2 / chi**2 * pk, axis=1) * (chi_max / samples)
+    return chi, q**2 / chi**2 * pk, chi_max / samples
+
+
+def limber_convergence_cl(cosmo: cosmology.Cosmology, ell, source_chi, source_weights, power,
+                          table=None, samples: int = 256):
+    """Limber C_ℓ (L,) of κ with the linear power: the sum of :func:`limber_integrand`."""
+    _, integrand, dchi = limber_integrand(cosmo, ell, source_chi, source_weights, power, table,
+                                          samples)
+    return np.sum(integrand, axis=1) * dchi

@@ -71,6 +71,18 @@ def _ratio_panels():
     return fig, top, bottom
 
 
+def _shade_outside(axes, low, high, label) -> None:
+    """Grey bands on every panel of ``axes`` below ``low`` and above ``high`` (x units); the
+    first band labelled."""
+    for ax in axes:
+        left, right = ax.get_xlim()
+        for lo, hi in ((left, low), (high, right)):
+            if hi > lo:
+                ax.axvspan(lo, hi, color="grey", alpha=0.2, lw=0, label=label)
+                label = None
+        ax.set_xlim(left, right)
+
+
 def _save(fig, out_path) -> None:
     plt = _pyplot()
     fig.tight_layout()
@@ -90,6 +102,7 @@ def plot_power(summaries_path, out_path) -> None:
         top.loglog(k_mean, lin[i], color=c, ls="--")
         bottom.semilogx(k_mean, pk[i] / lin[i], color=c)
     top.axhline(g.attrs["shot_noise"], color="grey", ls=":", label="shot noise")
+    _shade_outside((top, bottom), 0.0, float(g["k_max_valid"][-1]), "not resolved")
     top.set_ylabel("P(k) [(Mpc/h)³]")
     top.legend(fontsize="small")
     top.set_title(f"{g.attrs['run_id']}: matter power spectrum (dashed: linear)")
@@ -168,15 +181,24 @@ def plot_cl(summaries_path, out_path) -> None:
     g = store.open_complete(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
     ell, cl, lin = g["ell" + suffix + "_mean"][:], g["cl" + suffix][:], g["cl_linear" + suffix][:]
+    low, high = g["ell_min_valid" + suffix][:], g["ell_max_valid" + suffix][:]
     fig, top, bottom = _ratio_panels()
     for i, source in enumerate(g["source"][:]):
-        line = top.loglog(ell, ell * (ell + 1) * cl[i] / (2 * np.pi), label=str(source))[0]
-        top.loglog(ell, ell * (ell + 1) * lin[i] / (2 * np.pi), color=line.get_color(), ls="--")
-        bottom.semilogx(ell, cl[i] / lin[i], color=line.get_color())
+        inside = (ell >= low[i]) & (ell <= high[i])
+        line = top.loglog(ell, ell * (ell + 1) * cl[i] / (2 * np.pi), alpha=0.35)[0]
+        colour = line.get_color()
+        top.loglog(ell[inside], (ell * (ell + 1) * cl[i] / (2 * np.pi))[inside], color=colour,
+                   label=str(source))
+        top.loglog(ell, ell * (ell + 1) * lin[i] / (2 * np.pi), color=colour, ls="--")
+        bottom.semilogx(ell, cl[i] / lin[i], color=colour, alpha=0.35)
+        bottom.semilogx(ell[inside], (cl[i] / lin[i])[inside], color=colour)
+    _shade_outside((top, bottom), float(np.min(low)), float(np.max(high)),
+                   "resolved for no source")
     top.set_ylabel("ℓ(ℓ+1) C_ℓ / 2π")
     top.legend(fontsize="small")
     top.set_title(f"{g.attrs['run_id']}: convergence C_ℓ{' (HEALPix)' if suffix else ''}\n"
-                  "dashed: Limber with the linear P(k)", fontsize="medium")
+                  "dashed: Limber with the linear P(k); faint: outside the source's "
+                  "resolved range", fontsize="medium")
     bottom.set_xlabel("ℓ")
     bottom.set_ylabel("C_ℓ / C_ℓ,lin")
     _save(fig, out_path)

@@ -1,5 +1,7 @@
 """The pmpipe command: plan, show, run, collect."""
 
+from pathlib import Path
+
 import yaml
 
 from pmpipe import cli, stages
@@ -41,3 +43,11 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     manifest = (tmp_path / "results/cli/manifest.csv").read_text()
     assert manifest.count("complete") == 2
     assert cli.main(["show", str(tmp_path / "nothing.zarr")]) == 2
+
+
+def test_plan_warns_when_the_maps_ask_for_multipoles_the_mesh_does_not_resolve(capsys):
+    quickstart = Path(__file__).resolve().parent.parent / "config" / "quickstart.yaml"
+    assert cli.main(["plan", str(quickstart)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: lensing.flat_sky.pixels = 128 (5 deg) reaches multipole 4608" in err
+    assert "lower lensing.flat_sky.pixels to about" in err and "box.oversample" in err

@@ -208,7 +208,8 @@ def test_lightcone_geometry_is_checked():
     run = config.validate(config.Run, BASE | {"lensing": {}}, "x.yaml")
     planes = run.planes()
     assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(run.cosmology_params(), 0.5))
-    assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(planes.chi_edges[-1] / 128.0)
+    thickness = run.box.box_size  # the default: one box
+    assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(planes.chi_edges[-1] / thickness)
 
 
 def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
@@ -250,3 +251,22 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
         sigma = expected * np.sqrt(2 / modes)
         assert np.all(np.abs(cl - expected) < 4 * sigma), (lo, ell, cl / expected)
         assert np.all(np.abs(cl / expected - 1) < 0.03), (lo, ell, cl / expected)
+
+
+def test_flat_maps_hold_no_plane_modes_above_their_nyquist_multipole():
+    """A plane of two waves along x, one below and one above what a 16-pixel, 5 degree map
+    holds at 1000 Mpc/h (k = ℓ_Nyquist / χ = 0.58 h/Mpc): the map is the first wave alone,
+    not the second folded onto a lower multipole."""
+    n, box, chi = 64, 256.0, 1000.0
+    mesh = parallel.make_mesh((1, 1))
+    x = np.arange(n) * box / n
+    k_low, k_high = 2 * np.pi * 10 / box, 2 * np.pi * 30 / box
+    theta = lensing.pixel_centres(5.0, 16)
+    assert k_low < np.pi / (theta[1] - theta[0]) / chi < k_high
+    plane = (np.cos(k_low * x) + np.cos(k_high * x))[:, None] * np.ones(n)[None, :]
+    window = lensing._cic_window_2d(n, box)  # the planes carry it; the map divides it out
+    painted = np.fft.ifft2(np.fft.fft2(plane) * window).real
+    kappa = lensing.flat_sky_convergence([lambda: jnp.asarray(painted)], np.ones((1, 1)), box,
+                                         [chi], theta, [(0.0, 0.0)], mesh, np.float64)
+    expected = np.cos(k_low * chi * theta)[:, None] * np.ones(16)[None, :]
+    np.testing.assert_allclose(np.asarray(kappa[0]), expected, atol=1e-6)

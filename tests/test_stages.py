@@ -183,3 +183,19 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
                             if inside.any() else np.nan)
         np.testing.assert_allclose(sm["ell" + suffix + "_mean"].values, expected, rtol=1e-12)
         assert np.isfinite(expected).sum() >= 3
+
+
+def test_valid_ranges_are_stored_with_their_reasons(runs):
+    lens = zarr.open_group(runs[1, 1] / "lensing.zarr", mode="r")
+    sm = xr.open_zarr(runs[1, 1] / "summaries.zarr")
+    for suffix, ell_low, ell_high in (("", 2 * np.pi / np.radians(20.0), np.pi * 32 / np.radians(20.0)),
+                                      ("_healpix", 2, 16)):
+        low, high = sm["ell_min_valid" + suffix], sm["ell_max_valid" + suffix]
+        assert low.dims == ("source",) and len(low.attrs["reasons"]) == 2
+        np.testing.assert_array_equal(low.values, lens["ell_min_valid" + suffix][:])
+        assert np.all(low.values >= ell_low - 1e-9) and np.all(high.values <= ell_high + 1e-9)
+        assert all(r.startswith(("map:", "geometry:", "resolution:", "no multipole"))
+                   for r in high.attrs["reasons"] + low.attrs["reasons"])
+    k_valid = sm.k_max_valid.values
+    assert sm.k_max_valid.dims == ("a",) and np.all(k_valid == k_valid[0])
+    assert 0 < k_valid[0] <= np.pi * 16 / 64.0  # at most the particle Nyquist frequency

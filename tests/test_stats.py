@@ -87,6 +87,27 @@ def test_flat_sky_cl_of_a_gaussian_map_is_recovered():
     np.testing.assert_allclose((after / measured)[resolved], window[resolved], rtol=0.05)
 
 
+def test_flat_sky_cl_of_patches_cut_from_a_larger_field_is_unbiased():
+    """Maps cut from a larger field are not periodic, as pmpipe's flat maps are not: the
+    estimator still recovers C_ell in every bin from the map's fundamental multipole up, to
+    4 sigma of the mean over 160 patches (16 from each of 10 fields of 4 x 4 map sizes) plus
+    2 % (the patch's edges add 1.1-1.8 % above 10 fundamentals for this spectrum)."""
+    n, fov, tiles = 64, 10.0, 4
+    cl = lambda ell: 1e-9 * (ell / 100.0) ** -1.2  # noqa: E731
+    edges = stats.log_bin_edges(2 * np.pi / np.radians(fov), np.pi * n / np.radians(fov), 12)
+    ratios = []
+    for seed in range(10):
+        field = flat_gaussian_map(n * tiles, fov * tiles, cl, seed)
+        for i in range(tiles):
+            for j in range(tiles):
+                ell, measured, _ = stats.flat_sky_cl(field[i * n:(i + 1) * n, j * n:(j + 1) * n],
+                                                     fov, edges)
+                ratios.append(measured / cl(ell))
+    ratios = np.asarray(ratios)
+    error = ratios.std(axis=0) / np.sqrt(len(ratios))
+    assert np.all(np.abs(ratios.mean(axis=0) - 1) < 4 * error + 0.02), ratios.mean(axis=0)
+
+
 def test_full_sky_cl_of_a_gaussian_map_is_recovered():
     nside = 32
     ell = np.arange(lightcone.healpix_ell_max(nside) + 1)  # maps band-limited like pmpipe's

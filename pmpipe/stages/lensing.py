@@ -8,12 +8,13 @@ Born weight of every plane.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 import jax
 import numpy as np
-from pmpipe import config, cosmology, lensing, store
+from pmpipe import config, cosmology, lensing, lightcone, resolution, store
 from pmpipe.stages import Inputs, Progress, main, store_path
 
 REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
@@ -33,6 +34,89 @@ def sources(cfg: config.Run, cosmo, table):
             z, n = np.asarray(dist.z), np.asarray(dist.n)
         chi, weights = lensing.source_distribution(cosmo, z, n, table)
         out.append((dist.name, float(np.sum(weights * z)), chi, weights))
+    return out
+
+
+SHELL_OVERSAMPLING = 4  # full-sky shells' rays see nearly every line-of-sight mode
+
+
+def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=None) -> dict:
+    """Per map ('' flat sky, '_healpix' full sky) the resolved multipoles of every source
+    (pmpipe.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
+    shells band-limited to shell_k_max (h/Mpc per plane; default: the run's)."""
+    power, box = cfg.linear_power(), cfg.box
+
+    thickness = cfg.plane_thickness()
+
+    def mesh(k, plane, oversampling=1):
+        return (resolution.power_transfer(k, box.particles, box.box_size, box.oversample)
+                * resolution.thickness_transfer(k, thickness, box.box_size, power, oversampling))
+
+    maps = {}
+    if cfg.lensing.flat_sky is not None:
+        flat = cfg.lensing.flat_sky
+        fov = np.radians(flat.field_of_view)
+        maps[""] = (mesh, resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov, np.pi * flat.pixels / fov,
+                    f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
+                    f"{flat.field_of_view:g} deg field",
+                    f"map: the Nyquist multipole of its {flat.pixels} pixels")
+    if cfg.lensing.full_sky is not None:
+        ell_max = lightcone.healpix_ell_max(cfg.lensing.full_sky.nside)
+        band = np.asarray(cfg.shell_band_limits() if shell_k_max is None else shell_k_max)
+
+        def shell(k, plane):
+            return np.where(k <= band[plane], mesh(k, plane, SHELL_OVERSAMPLING), 0.0)
+
+        maps["_healpix"] = (shell, 2.0, float(ell_max), "map: the lowest multipole fitted",
+                            f"map: its band limit 2 nside = {ell_max}")
+    return {suffix: [resolution.resolved_multipoles(cosmo, chi_edges, transfer, box.box_size, c, w,
+                                                    power, low, high, why_low, why_high, table)
+                     for _, _, c, w in srcs]
+            for suffix, (transfer, low, high, why_low, why_high) in maps.items()}
+
+
+def write_valid_ranges(group, ranges: dict) -> None:
+    """:func:`valid_ranges` as arrays (source,): ell_min_valid and ell_max_valid (flat sky),
+    ell_min_valid_healpix and ell_max_valid_healpix, with every source's reason in the
+    attribute ``reasons``."""
+    for suffix, rows in ranges.items():
+        for end, long_name in (("min", "lowest"), ("max", "highest")):
+            store.write_array(group, f"ell_{end}_valid{suffix}",
+                              np.array([getattr(r, f"ell_{end}") for r in rows]), ("source",),
+                              "1", f"{long_name} resolved multipole of the map (pmpipe.resolution)",
+                              reasons=[getattr(r, f"{end}_reason") for r in rows])
+
+
+def resolution_warnings(cfg: config.Run, far: float = 2.0) -> list[str]:
+    """Warnings for maps whose pixels or nside reach multipoles over ``far`` times the highest
+    one the run resolves for any of its sources, naming the field to change."""
+    if cfg.lensing is None:
+        return []
+    cosmo = cfg.cosmology_params()
+    table = cosmology.growth_table(cosmo)
+    srcs = sources(cfg, cosmo, table)
+    ranges = valid_ranges(cfg, cosmo, table, srcs, cfg.planes().chi_edges)
+    k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
+    out = []
+    for suffix, rows in ranges.items():
+        best = max(range(len(rows)), key=lambda i: rows[i].ell_max)
+        resolved = rows[best].ell_max
+        if suffix == "":
+            flat = cfg.lensing.flat_sky
+            reach = np.pi * flat.pixels / np.radians(flat.field_of_view)
+            field = (f"lensing.flat_sky.pixels = {flat.pixels} ({flat.field_of_view:g} deg)",
+                     f"lower lensing.flat_sky.pixels to about "
+                     f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}")
+        else:
+            nside = cfg.lensing.full_sky.nside
+            reach = lightcone.healpix_ell_max(nside)
+            field = (f"lensing.full_sky.nside = {nside}", "lower lensing.full_sky.nside to "
+                     f"{max(1, 1 << max(0, math.ceil(resolved / 2) - 1).bit_length())}")
+        if reach > far * resolved:
+            out.append(f"{field[0]} reaches multipole {reach:.0f}, but the mesh resolves the "
+                       f"maps to {resolved:.0f} at most (source {srcs[best][0]}; k_max_valid = "
+                       f"{k_valid:.3g} h/Mpc): {field[1]}, or raise box.particles or "
+                       "box.oversample (docs/lensing.md)")
     return out
 
 
@@ -62,6 +146,10 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     store.write_coordinate(group, "plane", chi, "Mpc/h", "comoving distance of the plane's centre")
     store.write_array(group, "plane_weight", weights, ("source", "plane"), "h/Mpc",
                       "Born weight of the plane: lensing efficiency averaged over its thickness")
+    shell_k_max = nb["plane_k_max_healpix"][:] if "plane_k_max_healpix" in nb else None
+    write_valid_ranges(group, valid_ranges(cfg, cosmo, table, srcs, edges, shell_k_max))
+    group.attrs["k_max_valid"] = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size,
+                                                        cfg.box.oversample)
     flat = cfg.lensing.flat_sky
     if flat is not None:
         theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)

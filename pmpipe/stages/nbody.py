@@ -42,18 +42,16 @@ class LightconeCapture:
                                                      cfg.lightcone.randomize)
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
-        directions, k_max = None, 0.0
+        directions, self.k_max = None, np.zeros(len(self.planes))
         if self.nside is not None:
             import healpy
 
             rays = self.nside * lightcone.RAYS_PER_PIXEL_SIDE
             directions = np.stack(healpy.pix2vec(rays, np.arange(healpy.nside2npix(rays))), axis=-1)
-            k_max = lightcone.shell_band_limits(
-                self.planes.chi_edges[1:],
-                lightcone.shell_k_max(grid.particles, grid.mesh, cfg.box.box_size), rays)
+            self.k_max = cfg.shell_band_limits(self.planes)
         self.capture = lightcone.capture_plan(
             self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
-            cfg.plane_cells(), directions, k_max, np.dtype(cfg.nbody.dtype))
+            cfg.plane_cells(), directions, self.k_max, np.dtype(cfg.nbody.dtype))
         self.flat, self.shells, self.needed = {}, {}, 0
 
     def receive(self, result: nbody.NBodyResult) -> None:
@@ -80,6 +78,9 @@ class LightconeCapture:
                           "comoving distance of the plane's near edge")
         store.write_array(group, "plane_chi_hi", planes.chi_edges[1:], ("plane",), "Mpc/h",
                           "comoving distance of the plane's far edge")
+        if self.nside is not None:
+            store.write_array(group, "plane_k_max_healpix", self.k_max, ("plane",), "h/Mpc",
+                              "band limit of the density sampled for the plane's full-sky shell")
         observer = self.cfg.lightcone.observer
         group.attrs.update({
             "plane_thickness": self.cfg.plane_thickness(), "plane_cells": self.cfg.plane_cells(),
@@ -141,7 +142,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     mom = inputs.field("ic", "momentum")
     a_init, a_final = float(ic.attrs["a_init"]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
-    bounds = nbody.step_boundaries(a_init, a_final, cfg.nbody.steps, snapshots)
+    bounds = cfg.step_boundaries()
     grid = cfg.pm_grid()
     cosmo = cfg.cosmology_params()
     progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.mesh}^3 mesh")

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from jax.sharding import NamedSharding
 
-from pmpipe import config, cosmology, lensing, lightcone, painting, stats, store
+from pmpipe import config, cosmology, lensing, lightcone, painting, resolution, stats, store
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import Inputs, Progress, main, store_path
 
@@ -63,6 +63,11 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     store.write_array(group, "modes", modes, ("k",), "1", "number of Fourier modes in the bin")
     store.write_array(group, "pk_linear", linear, ("a", "k"), "(Mpc/h)^3",
                       "linear theory D1(a)^2 P_lin(k) at k_mean")
+    k_valid = resolution.k_max_valid(cfg.box.particles, box_size, cfg.box.oversample)
+    store.write_array(group, "k_max_valid", np.full(a.size, k_valid), ("a",), "h/Mpc",
+                      "highest wavenumber at which the particle grid and force mesh give "
+                      f"P(k) within {resolution.POWER_TOLERANCE:.0%} of a converged run "
+                      "(pmpipe.resolution)")
     group.attrs["shot_noise"] = shot_noise
     with progress.timed("statistics"):
         write_initial_correlation(group, cfg, inputs, n_bins,
@@ -126,6 +131,9 @@ def kappa_edges(cfg: config.Run) -> np.ndarray:
     return np.linspace(*cfg.summaries.kappa_range, cfg.summaries.kappa_bins + 1)
 
 
+RANGE_NAMES = ("ell_min_valid", "ell_max_valid", "ell_min_valid_healpix", "ell_max_valid_healpix")
+
+
 def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh) -> None:
     """C_ell (with its Limber prediction for the linear P(k)), peak counts and PDF of κ per
     source and smoothing scale, for the flat-sky and the HEALPix maps."""
@@ -133,6 +141,10 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
     scales, edges = summ.smoothing_arcmin, kappa_edges(cfg)
     sources = [str(s) for s in inputs.store("lensing")["source"][:]]
     store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
+    lens = inputs.store("lensing")
+    for name in (n for n in RANGE_NAMES if n in lens):
+        store.write_array(group, name, lens[name][:], ("source",), "1", lens[name].attrs["long_name"],
+                          reasons=lens[name].attrs["reasons"])
     store.write_coordinate(group, "smoothing", np.array(scales, np.float64), "arcmin",
                            "Gaussian smoothing sigma of kappa")
     store.write_coordinate(group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin")
