@@ -32,12 +32,14 @@ def _plan(args) -> int:
 
     camp = config.load_campaign(args.campaign)
     print(campaign.plan_table(camp))
-    warnings = {}
+    worst, runs = {}, {}  # per field: the warning of the run that resolves least; its runs
     for spec in campaign.expand(camp):
-        for text in lensing.resolution_warnings(spec.run):
-            warnings.setdefault(text, []).append(spec.run_id)
-    for text, runs in warnings.items():
-        print(f"warning: {text} [runs {', '.join(runs)}]", file=sys.stderr)
+        for field, (resolved, text) in lensing.resolution_warnings(spec.run).items():
+            runs.setdefault(field, []).append(spec.run_id)
+            if field not in worst or resolved < worst[field][0]:
+                worst[field] = (resolved, text)
+    for field, (_, text) in worst.items():
+        print(f"warning: {text} [{len(runs[field])} of the runs]", file=sys.stderr)
     return 0
 
 

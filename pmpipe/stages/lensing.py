@@ -87,36 +87,38 @@ def write_valid_ranges(group, ranges: dict) -> None:
                               reasons=[getattr(r, f"{end}_reason") for r in rows])
 
 
-def resolution_warnings(cfg: config.Run, far: float = 2.0) -> list[str]:
-    """Warnings for maps whose pixels or nside reach multipoles over ``far`` times the highest
-    one the run resolves for any of its sources, naming the field to change."""
+def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[float, str]]:
+    """Per map field whose pixels or nside reach multipoles over ``far`` times the highest one
+    the run resolves for any of its sources: (that multipole, a warning naming the field to
+    change)."""
     if cfg.lensing is None:
-        return []
+        return {}
     cosmo = cfg.cosmology_params()
     table = cosmology.growth_table(cosmo)
     srcs = sources(cfg, cosmo, table)
     ranges = valid_ranges(cfg, cosmo, table, srcs, cfg.planes().chi_edges)
     k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
-    out = []
+    out = {}
     for suffix, rows in ranges.items():
         best = max(range(len(rows)), key=lambda i: rows[i].ell_max)
         resolved = rows[best].ell_max
         if suffix == "":
             flat = cfg.lensing.flat_sky
             reach = np.pi * flat.pixels / np.radians(flat.field_of_view)
-            field = (f"lensing.flat_sky.pixels = {flat.pixels} ({flat.field_of_view:g} deg)",
-                     f"lower lensing.flat_sky.pixels to about "
-                     f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}")
+            field = f"lensing.flat_sky.pixels = {flat.pixels} ({flat.field_of_view:g} deg)"
+            change = ("lower lensing.flat_sky.pixels to about "
+                      f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}")
         else:
             nside = cfg.lensing.full_sky.nside
             reach = lightcone.healpix_ell_max(nside)
-            field = (f"lensing.full_sky.nside = {nside}", "lower lensing.full_sky.nside to "
-                     f"{max(1, 1 << max(0, math.ceil(resolved / 2) - 1).bit_length())}")
+            field = f"lensing.full_sky.nside = {nside}"
+            change = ("lower lensing.full_sky.nside to "
+                      f"{max(1, 1 << max(0, math.ceil(resolved / 2) - 1).bit_length())}")
         if reach > far * resolved:
-            out.append(f"{field[0]} reaches multipole {reach:.0f}, but the mesh resolves the "
-                       f"maps to {resolved:.0f} at most (source {srcs[best][0]}; k_max_valid = "
-                       f"{k_valid:.3g} h/Mpc): {field[1]}, or raise box.particles or "
-                       "box.oversample (docs/lensing.md)")
+            out[field] = (resolved, f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
+                          f"the maps to {resolved:.0f} at most (source {srcs[best][0]}; "
+                          f"k_max_valid = {k_valid:.3g} h/Mpc): {change}, or raise box.particles "
+                          "or box.oversample (docs/lensing.md)")
     return out
 
 
