@@ -32,9 +32,13 @@ def _plan(args) -> int:
 
     camp = config.load_campaign(args.campaign)
     print(campaign.plan_table(camp))
-    worst, runs = {}, {}  # per field: the warning of the run that resolves least; its runs
+    worst, runs, seen = {}, {}, {}  # per field: the warning of the run that resolves least
     for spec in campaign.expand(camp):
-        for field, (resolved, text) in lensing.resolution_warnings(spec.run).items():
+        key = json.dumps({k: v for k, v in spec.run.model_dump(mode="json").items() if k != "ic"},
+                         sort_keys=True)  # seeds change no range: one check per design point
+        if key not in seen:
+            seen[key] = lensing.resolution_warnings(spec.run)
+        for field, (resolved, text) in seen[key].items():
             runs.setdefault(field, []).append(spec.run_id)
             if field not in worst or resolved < worst[field][0]:
                 worst[field] = (resolved, text)

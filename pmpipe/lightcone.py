@@ -179,8 +179,8 @@ def capture_plan(planes: Planes, transforms, observer, box_size: float, mesh_n: 
     (npix, 3) the full-sky shells too, band-limited to k_max (h/Mpc; one value or one per
     plane)."""
     n, size = len(planes), PLANE_BUCKET * math.ceil(len(planes) / PLANE_BUCKET)
-    cell = box_size / mesh_n
-    n_r = max(1, math.ceil(float(np.max(np.diff(planes.chi_edges))) / cell - 1e-9))
+    n_r = ray_samples(float(np.max(np.diff(planes.chi_edges))), box_size / mesh_n,
+                      float(np.max(k_max)))
     frames = [box_frame(observer, t, box_size, mesh_n) for t in transforms]
 
     def padded(rows, kind):
@@ -275,6 +275,16 @@ def healpix_band_limited(rays, nside: int) -> np.ndarray:
     return out - out.mean()
 
 
+def ray_samples(length: float, cell: float, k_max: float) -> int:
+    """Samples along a ray of ``length`` Mpc/h through a density band-limited to k_max (h/Mpc,
+    the highest band limit of the run's shells) on a mesh of ``cell`` Mpc/h: one per Nyquist
+    spacing π / k_max, at most one per cell. The sum over them weights a line-of-sight mode k
+    by (k dχ / 2) / sin(k dχ / 2) against the integral: 1.0004 for the modes of wavelength the
+    thickness of a 256 Mpc/h shell sampled every 4 Mpc/h, the modes its projection keeps."""
+    step = max(cell, math.pi / k_max) if k_max > 0 else cell
+    return max(1, math.ceil(length / step - 1e-9))
+
+
 def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int):
     """How an observer-frame point x (Mpc/h) lands in the transformed periodic box: box axis b
     has cell coordinate x[source[b]] * scale[b] + offset[b], modulo mesh_n. Returns
@@ -290,13 +300,14 @@ def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int)
 
 
 def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, directions,
-                  chi_lo: float, chi_hi: float, observer, transform: PlaneTransform):
+                  chi_lo: float, chi_hi: float, observer, transform: PlaneTransform,
+                  k_max: float = math.inf):
     """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) on HEALPix pixel centres
-    ``directions`` (npix, 3, unit vectors): δ summed along each ray, sampled every cell (or
-    finer) at the middles of n equal steps dχ, times dχ, mean over the sphere removed.
-    Returns a replicated (npix,) array."""
+    ``directions`` (npix, 3, unit vectors) of a density band-limited to k_max (h/Mpc): δ summed
+    along each ray at the middles of :func:`ray_samples` equal steps dχ, times dχ, mean over
+    the sphere removed. Returns a replicated (npix,) array."""
     mesh_n = delta_compensated.shape[0]
-    n_r = max(1, math.ceil((chi_hi - chi_lo) / (box_size / mesh_n)))
+    n_r = ray_samples(chi_hi - chi_lo, box_size / mesh_n, k_max)
     source, scale, offset = box_frame(observer, transform, box_size, mesh_n)
     dtype = np.dtype(delta_compensated.dtype)
     return _shell(delta_compensated, directions, dtype.type(chi_lo),

@@ -47,6 +47,7 @@ FLAT_FUNDAMENTALS = 3  # a flat map is valid from this many fundamentals 2π / f
 # transverse modes, and scatters by tens of percent between runs (docs/validation.md)
 ELL_SAMPLES = 256  # multipoles, log spaced, at which the Limber shares are evaluated
 THICKNESS_MODES = 32  # line-of-sight modes each side, per oversampling, in thickness_transfer
+THICKNESS_GRID = 512  # k_perp, log spaced, at which thickness_transfer is tabulated
 
 
 def _transfer_table(particles: int, box_size: float, oversample: int) -> np.ndarray:
@@ -106,11 +107,13 @@ def thickness_transfer(k_perp, thickness: float, box_size: float, power,
     weights = thickness / span * np.sinc(m * thickness / span) ** 2
     k_par = 2 * np.pi * m / span
     k_perp = np.asarray(k_perp, np.float64)
-    total = np.zeros_like(k_perp)
-    for w, k in zip(weights, k_par):
-        if w > 0:
-            total += w * np.asarray(power(np.sqrt(k_perp**2 + k**2)), np.float64)
-    return total / np.sum(weights) / np.asarray(power(k_perp), np.float64)
+    positive = k_perp[k_perp > 0]
+    if positive.size == 0:
+        return np.ones_like(k_perp)
+    grid = np.geomspace(positive.min(), positive.max() * (1 + 1e-9), THICKNESS_GRID)
+    averaged = np.asarray(power(np.sqrt(grid[:, None] ** 2 + k_par[None, :] ** 2)), np.float64)
+    table = averaged @ weights / np.sum(weights) / np.asarray(power(grid), np.float64)
+    return np.interp(np.log(np.maximum(k_perp, grid[0])), np.log(grid), table)
 
 
 def resolved_multipoles(cosmo: cosmology.Cosmology, chi_edges, transfer, box_size: float,

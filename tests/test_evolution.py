@@ -53,7 +53,8 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
             flat[j] = lightcone.flat_plane(rho_j, mesh, BOX, 16, transforms[j])
             delta = lightcone.band_limited_overdensity(rho_j, mesh, BOX, K_MAX)
             shells[j] = lightcone.shell_healpix(delta, mesh, BOX, DIRECTIONS, planes.chi_edges[j],
-                                                planes.chi_edges[j + 1], OBSERVER, transforms[j])
+                                                planes.chi_edges[j + 1], OBSERVER, transforms[j],
+                                                K_MAX)
         disp = disp + drift[i] * mom
         acc, rho = _forces(disp, cosmo.Omega_m, mesh)
         mom = mom + kick2[i] * acc
