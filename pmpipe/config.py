@@ -307,7 +307,8 @@ class Run(_Model):
         planes = self.planes() if planes is None else planes
         grid = self.pm_grid()
         return lightcone.shell_band_limits(
-            planes.chi_edges[1:], lightcone.shell_k_max(grid.particles, grid.mesh, self.box.box_size),
+            planes.chi_edges[1:],
+            lightcone.shell_k_max(grid.particles, grid.mesh, self.box.box_size),
             self.lensing.full_sky.nside * lightcone.RAYS_PER_PIXEL_SIDE)
 
     def _check_lightcone(self) -> None:

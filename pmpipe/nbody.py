@@ -130,7 +130,8 @@ def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
             f"nbody.a_final = {a_final} must be greater than ic.a_init = {a_init} (and a_init > 0)"
         )
     if spacing not in STEP_SPACINGS:
-        raise ValueError(f"nbody.spacing must be one of {', '.join(STEP_SPACINGS)}; got {spacing!r}")
+        raise ValueError(f"nbody.spacing must be one of {', '.join(STEP_SPACINGS)}; "
+                         f"got {spacing!r}")
     if isinstance(steps, int):
         if steps < 1:
             raise ValueError(f"nbody.steps must be >= 1, got {steps}")

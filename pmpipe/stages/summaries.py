@@ -143,8 +143,8 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
     store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
     lens = inputs.store("lensing")
     for name in (n for n in RANGE_NAMES if n in lens):
-        store.write_array(group, name, lens[name][:], ("source",), "1", lens[name].attrs["long_name"],
-                          reasons=lens[name].attrs["reasons"])
+        store.write_array(group, name, lens[name][:], ("source",), "1",
+                          lens[name].attrs["long_name"], reasons=lens[name].attrs["reasons"])
     store.write_coordinate(group, "smoothing", np.array(scales, np.float64), "arcmin",
                            "Gaussian smoothing sigma of kappa")
     store.write_coordinate(group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin")
