@@ -197,8 +197,8 @@ def plot_cl(summaries_path, out_path) -> None:
     top.set_ylabel("ℓ(ℓ+1) C_ℓ / 2π")
     top.legend(fontsize="small")
     top.set_title(f"{g.attrs['run_id']}: convergence C_ℓ{' (HEALPix)' if suffix else ''}\n"
-                  "dashed: Limber with the linear P(k); faint: outside the source's "
-                  "resolved range", fontsize="medium")
+                  "dashed: Limber with the linear P(k)\nfaint: outside the source's resolved "
+                  "range", fontsize="medium")
     bottom.set_xlabel("ℓ")
     bottom.set_ylabel("C_ℓ / C_ℓ,lin")
     _save(fig, out_path)
