@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from pmpipe import config
+from pmpipe import config, lightcone
 from pmpipe.stages import STAGES
 
 
@@ -203,7 +203,8 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
 
 def disk_bytes(run: config.Run) -> dict[str, float]:
     """Bytes each stage store of a run takes on disk, by what ``run.outputs`` keeps (large
-    float arrays are stored uncompressed; bit rounding and the small arrays are not counted)."""
+    float arrays are stored uncompressed; bit rounding and the small arrays are not counted).
+    Full-sky shells and κ maps come with their harmonic coefficients (complex64)."""
     out, itemsize = run.outputs, 8 if run.nbody.dtype == "float64" else 4
     n, m = run.box.particles, run.box.particles * run.box.oversample
     ic = {"all": 7, "linear": 1, "none": 0}[out.ic] * n**3
@@ -211,17 +212,21 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
     density = {"full": m**3, "none": 0}.get(out.density, None)
     density = (m // out.density) ** 3 if density is None else density
     nbody = snapshots * density + (6 * n**3 if out.particles else 0)
-    lensing = 0
+    sizes = {"ic": itemsize * ic, "nbody": itemsize * nbody, "lensing": 0.0, "summaries": 0.0}
     if run.lightcone is not None and out.lightcone:
         planes = len(run.planes())
-        shells = 12 * run.lensing.full_sky.nside**2 if run.lensing and run.lensing.full_sky else 0
-        nbody += planes * (m**2 + shells)
+        full = run.lensing.full_sky if run.lensing else None
+        shells, alm = 0, 0
+        if full is not None:
+            ell_max = lightcone.healpix_ell_max(full.nside)
+            shells, alm = 12 * full.nside**2, (ell_max + 1) * (ell_max + 2) // 2
+        alm_bytes = np.dtype(np.complex64).itemsize * alm
+        sizes["nbody"] += planes * (itemsize * (m**2 + shells) + alm_bytes)
         if run.lensing is not None:
             sources = len(run.lensing.source_labels())
             flat = run.lensing.flat_sky.pixels**2 if run.lensing.flat_sky else 0
-            lensing = 3 * sources * (flat + shells)
-    sizes = {"ic": ic, "nbody": nbody, "lensing": lensing, "summaries": 0}
-    return {stage: float(itemsize * words) for stage, words in sizes.items()
+            sizes["lensing"] = sources * (3 * itemsize * (flat + shells) + alm_bytes)
+    return {stage: float(size) for stage, size in sizes.items()
             if stage != "lensing" or run.lensing is not None}
 
 

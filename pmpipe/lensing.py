@@ -185,30 +185,28 @@ def _spin2_factor(lmax: int) -> np.ndarray:
     return f
 
 
-def healpix_shear_from_convergence(kappa, lmax: int | None = None):
-    """(γ1, γ2) of a full-sky κ map (HEALPix RING): E-mode alm = f_ℓ κ_ℓm, B = 0, through
-    healpy's spin-2 transform (γ1, γ2 as healpy's Q, U)."""
+def healpix_shear(kappa_alm, nside: int):
+    """(γ1, γ2) HEALPix maps (RING) of ``nside`` from κ's harmonic coefficients (healpy's
+    ordering, ℓ ≤ lmax): E-mode alm = f_ℓ κ_ℓm, B = 0, through healpy's spin-2 synthesis
+    (γ1, γ2 as healpy's Q, U)."""
     import healpy
 
-    nside = healpy.npix2nside(kappa.size)
-    lmax = 3 * nside - 1 if lmax is None else lmax
-    alm = healpy.map2alm(np.asarray(kappa, np.float64), lmax=lmax, iter=3)
-    e_alm = healpy.almxfl(alm, _spin2_factor(lmax))
-    g1, g2 = healpy.alm2map_spin([e_alm, np.zeros_like(e_alm)], nside, 2, lmax)
-    return g1, g2
+    kappa_alm = np.asarray(kappa_alm, np.complex128)
+    lmax = healpy.Alm.getlmax(kappa_alm.size)
+    e_alm = healpy.almxfl(kappa_alm, _spin2_factor(lmax))
+    return healpy.alm2map_spin([e_alm, np.zeros_like(e_alm)], nside, 2, lmax)
 
 
-def healpix_convergence_from_shear(gamma1, gamma2, lmax: int | None = None):
-    """Inverse of :func:`healpix_shear_from_convergence`: κ from the shear's E modes."""
+def healpix_convergence_from_shear(gamma1, gamma2, lmax: int):
+    """Harmonic coefficients (ℓ ≤ lmax) of κ from the E modes of the shear maps (γ1, γ2):
+    the inverse of :func:`healpix_shear`, up to the monopole and dipole."""
     import healpy
 
-    nside = healpy.npix2nside(np.size(gamma1))
-    lmax = 3 * nside - 1 if lmax is None else lmax
     e_alm, _ = healpy.map2alm_spin([np.asarray(gamma1, np.float64), np.asarray(gamma2, np.float64)],
                                    2, lmax=lmax)
     with np.errstate(invalid="ignore", divide="ignore"):
         inverse = np.where(_spin2_factor(lmax) > 0, 1.0 / _spin2_factor(lmax), 0.0)
-    return healpy.alm2map(healpy.almxfl(e_alm, inverse), nside, lmax=lmax)
+    return healpy.almxfl(e_alm, inverse)
 
 
 def limber_integrand(cosmo: cosmology.Cosmology, ell, source_chi, source_weights, power,

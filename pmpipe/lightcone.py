@@ -15,14 +15,15 @@ their own mean removed:
   z axis), projected onto the (x, y) plane: an (M, M) periodic map of the box's transverse
   extent, sharded like the meshes, CIC-painted (the transverse CIC window stays in: the lensing
   stage divides it out when it interpolates);
-- full sky: a HEALPix map (RING) of the shell, band-limited in harmonic space to
-  ℓ ≤ :func:`healpix_ell_max` = 2 nside (:func:`healpix_band_limited`): the density,
-  CIC-compensated and band-limited in 3D to :func:`shell_band_limits` (so that the shell holds
-  no multipoles the rays cannot sample), is sampled by trilinear interpolation along the rays
-  of a finer HEALPix grid (:func:`ray_samples` per ray); the harmonic coefficients of that map up to 2 nside
-  give the map. It carries no pixel window, and its C_ℓ is exact up to 2 nside (above, a
-  HEALPix map's own analysis is off by percents: measured 1-4 % at ℓ = 80-95 for nside 32
-  even with 10 Jacobi iterations).
+- full sky: a HEALPix map (RING) of the shell and its harmonic coefficients, band-limited to
+  ℓ ≤ :func:`healpix_ell_max` = 3 nside - 1 (:func:`shell_alm`): the density, CIC-compensated
+  and band-limited in 3D to :func:`shell_band_limits` (so that the shell holds no multipoles
+  the rays cannot sample), is sampled by trilinear interpolation along the rays of a finer
+  HEALPix grid (:func:`ray_samples` per ray); the harmonic coefficients of that map up to
+  3 nside - 1 are the shell's, and the map is their synthesis at nside (:func:`healpix_map`).
+  No pixel window. C_ℓ is computed from the coefficients, exact up to 3 nside - 1 (a HEALPix
+  map's own analysis is off by percents above 2 nside: measured 1-4 % at ℓ = 80-95 for
+  nside 32 even with 10 Jacobi iterations).
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ def shell_band_limits(chi_hi, k_mesh: float, nside_rays: int) -> np.ndarray:
     k_mesh (:func:`shell_k_max`), and at most 3 nside_rays / χ_hi, so that no multipole above
     about 3 nside_rays reaches the rays of a HEALPix grid of nside_rays, where point sampling
     would alias it onto large angles. With rays at RAYS_PER_PIXEL_SIDE nside = 4 nside, the
-    map's multipoles up to 2 nside are within 1.3 % of an alias-free sampling
+    shell's multipoles up to 3 nside - 1 are within 1.4 % of an alias-free sampling
     (tests/test_lensing.py; measured on a Gaussian field at 1150 and 2180 Mpc/h: at
     6 nside_rays / χ_hi aliasing adds 5-65 %, at 2 nside_rays / χ_hi the cut takes the shell's
     radial modes and the low multipoles lose up to 7 %)."""
@@ -258,20 +259,29 @@ def shell_band_limits(chi_hi, k_mesh: float, nside_rays: int) -> np.ndarray:
 
 
 def healpix_ell_max(nside: int) -> int:
-    """Band limit of pmpipe's full-sky maps of ``nside``: the highest multipole a HEALPix map
-    holds so that its analysis recovers it exactly."""
-    return 2 * nside
+    """Band limit of pmpipe's full-sky maps of ``nside``: the highest multipole of their
+    harmonic coefficients, 3 nside - 1."""
+    return 3 * nside - 1
 
 
-def healpix_band_limited(rays, nside: int) -> np.ndarray:
-    """A HEALPix map (RING) of ``nside`` band-limited to ℓ ≤ :func:`healpix_ell_max` from ray
-    samples ``rays`` on a finer HEALPix grid (RING): its harmonic coefficients up to that ℓ (3
-    Jacobi iterations), synthesised at nside, mean removed. No pixel window."""
+def shell_alm(rays, nside: int) -> np.ndarray:
+    """Harmonic coefficients (healpy's ordering, complex128) up to ℓ = :func:`healpix_ell_max`
+    of ``nside`` of ray samples ``rays`` on a finer HEALPix grid (RING), 3 Jacobi
+    iterations; the monopole set to 0."""
     import healpy
 
-    lmax = healpix_ell_max(nside)
-    alm = healpy.map2alm(np.asarray(rays, np.float64), lmax=lmax, iter=3)
-    out = healpy.alm2map(alm, nside, lmax=lmax)
+    alm = healpy.map2alm(np.asarray(rays, np.float64), lmax=healpix_ell_max(nside), iter=3)
+    alm[0] = 0.0
+    return alm
+
+
+def healpix_map(alm, nside: int) -> np.ndarray:
+    """The HEALPix map (RING, float64) of ``nside`` with harmonic coefficients ``alm`` up to
+    :func:`healpix_ell_max`, its pixel mean removed (a band-limited synthesis without monopole
+    has a pixel mean of about 1e-4 of its largest value); no pixel window."""
+    import healpy
+
+    out = healpy.alm2map(np.asarray(alm, np.complex128), nside, lmax=healpix_ell_max(nside))
     return out - out.mean()
 
 

@@ -14,7 +14,7 @@ maps can be trusted for.
   Limber C_ℓ (linear power) the planes are expected to get wrong by at most LIMBER_TOLERANCE
   (modes longer than the box, k < 2π / L, missing; the two transfers; for full-sky shells
   their band limit), within what the map holds (flat: FLAT_FUNDAMENTALS times 2π / field of
-  view to its Nyquist multipole; HEALPix: 2 to 2 nside).
+  view to its Nyquist multipole; HEALPix: 2 to 3 nside - 1).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import fft, ics, lightcone
+from pmpipe import fft, ics
 from pmpipe.parallel import to_host
 from pmpipe.painting import cic_compensation
 
@@ -107,17 +107,14 @@ def flat_sky_cl(kappa, fov_deg: float, ell_edges, kappa2=None):
     return _bin(ell, power, np.ones_like(power), ell_edges)
 
 
-def full_sky_cl(kappa_map, ell_edges, kappa2=None):
-    """Binned angular (cross) power spectrum of HEALPix maps (RING) from healpy.anafast (3
-    Jacobi iterations) up to the maps' band limit ℓ = 2 nside
-    (:func:`pmpipe.lightcone.healpix_ell_max`; no pixel window), bins weighted by 2ℓ + 1;
-    returns numpy (ell_mean, cl, modes), ℓ = 0 excluded."""
+def full_sky_cl(alm, ell_edges, alm2=None):
+    """Binned angular (cross) power spectrum of full-sky maps from their harmonic coefficients
+    (healpy's ordering; pmpipe's maps are band-limited to them, so the C_ℓ is exact), bins
+    weighted by 2ℓ + 1; returns numpy (ell_mean, cl, modes), ℓ = 0 excluded."""
     import healpy
 
-    lmax = lightcone.healpix_ell_max(healpy.npix2nside(np.size(kappa_map)))
-    cl = healpy.anafast(np.asarray(kappa_map, np.float64),
-                        None if kappa2 is None else np.asarray(kappa2, np.float64), lmax=lmax,
-                        iter=3)
+    cl = healpy.alm2cl(np.asarray(alm, np.complex128),
+                       None if alm2 is None else np.asarray(alm2, np.complex128))
     ell = np.arange(cl.size, dtype=np.float64)
     ell[0] = -1.0
     return _bin(ell, cl, 2 * np.arange(cl.size) + 1.0, ell_edges)

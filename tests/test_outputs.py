@@ -19,8 +19,8 @@ RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapsh
        "summaries": {"kappa_range": [-0.01, 0.01]}}
 LEAN = {"particles": False, "density": 2, "ic": "linear", "lightcone": False}
 BIG_ARRAYS = ("linear_density", "displacement", "momentum", "density", "lightcone_density",
-              "lightcone_healpix", "kappa", "gamma1", "gamma2", "kappa_healpix", "gamma1_healpix",
-              "gamma2_healpix")
+              "lightcone_healpix", "lightcone_healpix_alm", "kappa", "gamma1", "gamma2",
+              "kappa_healpix", "kappa_healpix_alm", "gamma1_healpix", "gamma2_healpix")
 
 
 def _write_run(run_dir, outputs=None):
@@ -53,9 +53,10 @@ def test_lean_outputs_leave_out_what_they_say(runs):
     assert {"displacement", "momentum", "linear_density"} <= _arrays(full, "ic")
     assert "linear_density" in _arrays(lean, "ic")
     assert not {"displacement", "momentum"} & _arrays(lean, "ic")
-    assert not {"displacement", "momentum", "lightcone_density", "lightcone_healpix"} & _arrays(lean, "nbody")
+    assert not ({"displacement", "momentum", "lightcone_density", "lightcone_healpix",
+                 "lightcone_healpix_alm"} & _arrays(lean, "nbody"))
     assert {"plane", "plane_a", "plane_chi_lo"} <= _arrays(lean, "nbody")  # geometry always
-    assert not {"kappa", "kappa_healpix", "gamma1"} & _arrays(lean, "lensing")
+    assert not {"kappa", "kappa_healpix", "kappa_healpix_alm", "gamma1"} & _arrays(lean, "lensing")
     assert "plane_weight" in _arrays(lean, "lensing")
     for stage in stages.STAGES:
         assert store.is_complete(lean / f"{stage}.zarr")

@@ -3,6 +3,7 @@ device mesh."""
 
 import json
 
+import healpy
 import numpy as np
 import pytest
 import xarray as xr
@@ -88,12 +89,16 @@ def test_stores_do_not_depend_on_the_device_mesh(runs):
     one, four = runs[1, 1], runs[2, 2]
     for stage, names in [("ic", ["linear_density", "displacement"]),
                          ("nbody", ["density", "displacement", "momentum"]),
-                         ("lensing", ["kappa", "gamma1", "kappa_healpix", "gamma2_healpix"]),
+                         ("lensing", ["kappa", "gamma1", "kappa_healpix", "kappa_healpix_alm",
+                                      "gamma2_healpix"]),
                          ("summaries", ["pk", "pk_cross_initial", "cl", "cl_healpix", "pdf"])]:
         a = zarr.open_group(stages.store_path(one, stage), mode="r")
         b = zarr.open_group(stages.store_path(four, stage), mode="r")
         for name in names:
-            x, y = np.asarray(a[name][:], np.float64), np.asarray(b[name][:], np.float64)
+            x, y = np.asarray(a[name][:]), np.asarray(b[name][:])
+            if np.iscomplexobj(x):
+                x, y = np.concatenate([x.real, x.imag]), np.concatenate([y.real, y.imag])
+            x, y = x.astype(np.float64), y.astype(np.float64)
             assert np.array_equal(np.isnan(x), np.isnan(y)), (stage, name)  # empty bins
             assert np.nanmax(np.abs(x - y)) <= 1e-4 * np.nanmax(np.abs(x)), (stage, name)
     chunks = zarr.open_group(stages.store_path(four, "nbody"), mode="r")["density"].chunks
@@ -165,7 +170,19 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
     assert hp.attrs["nside"] == 8 and hp.attrs["nest"] is False and hp.shape[1] == 768
     for kappa in hp.values:  # every shell has zero mean, so has κ
         assert abs(kappa.astype(np.float64).mean()) < 1e-6 * np.abs(kappa).max()
+    alm = lens.kappa_healpix_alm  # the maps are the synthesis of the coefficients up to 3 nside - 1
+    assert alm.dims == ("source", "alm") and alm.attrs["ell_max"] == 23
+    for kappa, coefficients in zip(hp.values, alm.values):
+        synthesis = healpy.alm2map(coefficients.astype(np.complex128), 8, lmax=23)
+        np.testing.assert_allclose(kappa, synthesis - synthesis.mean(), atol=1e-5 * np.abs(kappa).max())
     sm = xr.open_zarr(run_dir / "summaries.zarr")
+    cl = np.stack([healpy.alm2cl(a.astype(np.complex128)) for a in alm.values])
+    for b, (lo, hi) in enumerate(zip(sm.ell_healpix_lo.values, sm.ell_healpix_hi.values)):
+        ell = np.arange(24)
+        inside = (ell >= lo) & (ell < hi) & (ell > 0)
+        if inside.any():  # the stored C_ell is the coefficients' own, binned with 2 ell + 1
+            binned = cl[:, inside] @ (2 * ell[inside] + 1) / np.sum(2 * ell[inside] + 1)
+            np.testing.assert_allclose(sm.cl_healpix.values[:, b], binned, rtol=1e-5)
     assert sm.peaks.dims == ("source", "smoothing", "kappa") and sm.kappa_lo.dims == ("kappa",)
     assert sm.cl_healpix.dims == ("source", "ell_healpix") and np.all(np.isfinite(sm.r_initial.values[:3]))
     assert 0.9 < sm.r_initial.values[0] <= 1.0 + 1e-6  # the largest scales stay linear
@@ -189,7 +206,7 @@ def test_valid_ranges_are_stored_with_their_reasons(runs):
     lens = zarr.open_group(runs[1, 1] / "lensing.zarr", mode="r")
     sm = xr.open_zarr(runs[1, 1] / "summaries.zarr")
     for suffix, ell_low, ell_high in (("", 2 * np.pi / np.radians(20.0), np.pi * 32 / np.radians(20.0)),
-                                      ("_healpix", 2, 16)):
+                                      ("_healpix", 2, 23)):
         low, high = sm["ell_min_valid" + suffix], sm["ell_max_valid" + suffix]
         assert low.dims == ("source",) and len(low.attrs["reasons"]) == 2
         np.testing.assert_array_equal(low.values, lens["ell_min_valid" + suffix][:])

@@ -63,8 +63,9 @@ class Progress:
 # Which outputs setting (config.Outputs) decides whether a stage's store holds an array
 STORED_BY = {"density": "outputs.density", "displacement": "outputs.particles",
              "momentum": "outputs.particles", "lightcone_density": "outputs.lightcone",
-             "lightcone_healpix": "outputs.lightcone", "kappa": "outputs.lightcone",
-             "kappa_healpix": "outputs.lightcone"}
+             "lightcone_healpix": "outputs.lightcone", "lightcone_healpix_alm": "outputs.lightcone",
+             "kappa": "outputs.lightcone", "kappa_healpix": "outputs.lightcone",
+             "kappa_healpix_alm": "outputs.lightcone"}
 
 
 class Inputs:

@@ -2,8 +2,8 @@
 
 Reads ``nbody.zarr``; writes ``lensing.zarr`` (docs/outputs.md): per source (single redshifts,
 then distributions) flat-sky ``kappa``, ``gamma1``, ``gamma2`` (source, theta_x, theta_y) and
-full-sky ``kappa_healpix``, ``gamma1_healpix``, ``gamma2_healpix`` (source, pixel), with the
-Born weight of every plane.
+full-sky ``kappa_healpix``, ``gamma1_healpix``, ``gamma2_healpix`` (source, pixel) and κ's
+harmonic coefficients ``kappa_healpix_alm`` (source, alm), with the Born weight of every plane.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=Non
             return np.where(k <= band[plane], mesh(k, plane, SHELL_OVERSAMPLING), 0.0)
 
         maps["_healpix"] = (shell, 2.0, float(ell_max), "map: the lowest multipole fitted",
-                            f"map: its band limit 2 nside = {ell_max}")
+                            f"map: its band limit 3 nside - 1 = {ell_max}")
     return {suffix: [resolution.resolved_multipoles(cosmo, chi_edges, transfer, box.box_size, c, w,
                                                     power, low, high, why_low, why_high, table)
                      for _, _, c, w in srcs]
@@ -113,7 +113,7 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
             reach = lightcone.healpix_ell_max(nside)
             field = f"lensing.full_sky.nside = {nside}"
             change = ("lower lensing.full_sky.nside to "
-                      f"{max(1, 1 << max(0, math.ceil(resolved / 2) - 1).bit_length())}")
+                      f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}")
         if reach > far * resolved:
             out[field] = (resolved, f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
                           f"the maps to {resolved:.0f} at most (source {srcs[best][0]}; "
@@ -175,12 +175,15 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
         for i in range(len(srcs)):
             inputs.keep("lensing", "kappa", kappa[i], (i,))
     if cfg.lensing.full_sky is not None:
+        nside = cfg.lensing.full_sky.nside
         with progress.timed("lensing"):
-            shells = np.asarray(inputs.array("nbody", "lightcone_healpix"), np.float64)
-            kappa_hp = weights @ shells
-            shear = [lensing.healpix_shear_from_convergence(k) for k in kappa_hp]
-        progress(f"full-sky maps: {len(srcs)} sources, nside {cfg.lensing.full_sky.nside}")
-        attrs = {"grid_name": "HEALPix", "nside": cfg.lensing.full_sky.nside, "nest": False}
+            kappa_alm = weights @ np.asarray(inputs.array("nbody", "lightcone_healpix_alm"),
+                                             np.complex128)
+            kappa_hp = np.stack([lightcone.healpix_map(a, nside) for a in kappa_alm])
+            shear = [lensing.healpix_shear(a, nside) for a in kappa_alm]
+        progress(f"full-sky maps: {len(srcs)} sources, nside {nside}")
+        attrs = {"grid_name": "HEALPix", "nside": nside, "nest": False,
+                 "ell_band_limit": lightcone.healpix_ell_max(nside), "pixel_window": "none"}
         for name, data, long_name in (
                 ("kappa_healpix", kappa_hp, "Born convergence"),
                 ("gamma1_healpix", np.stack([g[0] for g in shear]), "shear, first component (healpy Q)"),
@@ -188,7 +191,13 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
             if maps_kept:
                 store.write_array(group, name, data.astype(np.float32), ("source", "pixel"), "1",
                                   long_name, **attrs)
+        if maps_kept:
+            store.write_array(group, "kappa_healpix_alm", kappa_alm.astype(np.complex64),
+                              ("source", "alm"), "1",
+                              "harmonic coefficients of the Born convergence (healpy's ordering)",
+                              ell_max=lightcone.healpix_ell_max(nside), ordering="healpy")
         inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
+        inputs.keep("lensing", "kappa_healpix_alm", kappa_alm)
     store.mark_complete(group)
     return path
 

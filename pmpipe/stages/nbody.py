@@ -3,8 +3,9 @@
 Reads ``ic.zarr``; writes ``nbody.zarr`` (docs/outputs.md): ``density`` (a, x, y, z) on the
 force mesh (or means over f^3 cells) at every snapshot and the final ``displacement`` /
 ``momentum`` (qx, qy, qz, component); with a lightcone, the planes ``lightcone_density``
-(plane, u, v) and, for full-sky lensing, ``lightcone_healpix`` (plane, pixel), captured as the
-light cone crosses them. ``outputs`` decides which of them the store keeps.
+(plane, u, v) and, for full-sky lensing, the shells ``lightcone_healpix`` (plane, pixel) with
+their harmonic coefficients ``lightcone_healpix_alm`` (plane, alm), captured as the light cone
+crosses them. ``outputs`` decides which of them the store keeps.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def mesh_node_positions(grid: nbody.PMGrid) -> np.ndarray:
 class LightconeCapture:
     """The lightcone planes of a run: the :class:`pmpipe.lightcone.Capture` the N-body program
     fills as the light cone crosses them, then the planes' flat projections and, for full-sky
-    lensing, their HEALPix shells (the rays' samples band-limited to ℓ ≤ 2 nside)."""
+    lensing, their HEALPix shells: harmonic coefficients up to ℓ = 3 nside - 1 of the rays'
+    samples (:func:`pmpipe.lightcone.shell_alm`) and their maps."""
 
     def __init__(self, cfg: config.Run):
         self.cfg = cfg
@@ -52,16 +54,15 @@ class LightconeCapture:
         self.capture = lightcone.capture_plan(
             self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
             cfg.plane_cells(), directions, self.k_max, np.dtype(cfg.nbody.dtype))
-        self.flat, self.shells, self.needed = {}, {}, 0
+        self.flat, self.alm, self.needed = {}, None, 0
 
     def receive(self, result: nbody.NBodyResult) -> None:
         """Take the planes from the N-body's result."""
         self.needed = int(result.needed_halo)
         self.flat = {j: result.planes[j] for j in range(len(self.planes))}
         if self.nside is not None:
-            rays = np.asarray(result.shells, np.float64)
-            self.shells = {j: lightcone.healpix_band_limited(rays[j], self.nside).astype(np.float32)
-                           for j in range(len(self.planes))}
+            rays = np.asarray(result.shells[:len(self.planes)], np.float64)  # rows beyond: padding
+            self.alm = np.stack([lightcone.shell_alm(r, self.nside) for r in rays])
 
     def write(self, group, planes_kept: bool) -> None:
         """The planes' distances, scale factors and transforms into the store, and with
@@ -102,21 +103,25 @@ class LightconeCapture:
         for j in range(len(planes)):
             store.write_blocks(array, self.flat[j], (j,))
         if self.nside is not None:
-            shells = np.stack([self.shells[j] for j in range(len(planes))])
-            store.write_array(group, "lightcone_healpix", shells, ("plane", "pixel"), "Mpc/h",
+            ell_max = lightcone.healpix_ell_max(self.nside)
+            shells = np.stack([lightcone.healpix_map(a, self.nside) for a in self.alm])
+            store.write_array(group, "lightcone_healpix", shells.astype(np.float32),
+                              ("plane", "pixel"), "Mpc/h",
                               "projected overdensity of the shell, band-limited to "
-                              "ell <= 2 nside (no pixel window), sphere mean removed",
+                              "ell <= 3 nside - 1 (no pixel window), pixel mean removed",
                               grid_name="HEALPix", nside=self.nside, nest=False,
-                              ell_band_limit=lightcone.healpix_ell_max(self.nside),
-                              pixel_window="none")
+                              ell_band_limit=ell_max, pixel_window="none")
+            store.write_array(group, "lightcone_healpix_alm", self.alm.astype(np.complex64),
+                              ("plane", "alm"), "Mpc/h",
+                              "harmonic coefficients of the shell up to ell_max (healpy's "
+                              "ordering), monopole 0", ell_max=ell_max, ordering="healpy")
 
     def keep(self, inputs: Inputs) -> None:
         """Hand the planes and shells to the lensing stage of this process."""
         for j, plane in self.flat.items():
             inputs.keep("nbody", "lightcone_density", plane, (j,))
         if self.nside is not None:
-            inputs.keep("nbody", "lightcone_healpix",
-                        np.stack([self.shells[j] for j in range(len(self.planes))]))
+            inputs.keep("nbody", "lightcone_healpix_alm", self.alm)
 
 
 def _block_mean(block, factor: int):

@@ -122,7 +122,7 @@ def ell_edges_flat(cfg: config.Run) -> np.ndarray:
 
 
 def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 2 nside (inclusive)."""
+    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive)."""
     ell_max = lightcone.healpix_ell_max(cfg.lensing.full_sky.nside)
     return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
 
@@ -165,27 +165,27 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
             noise = [stats.shape_noise_flat(cfg.ic.seed, i, flat.pixels,
                                             flat.field_of_view, summ.shape_noise.sigma_e,
                                             summ.shape_noise.n_gal, sharding) for i in range(len(sources))]
-        maps.append(("", ell_edges_flat(cfg), kappa, noise,
-                     lambda k: stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)),
+        spectra = [stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)) for k in kappa]
+        maps.append(("", ell_edges_flat(cfg), kappa, noise, spectra,
                      lambda k, s: stats.smooth_flat(k, flat.field_of_view, s), stats.peak_counts_flat))
     if cfg.lensing.full_sky is not None:
         nside = cfg.lensing.full_sky.nside
         kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
+        spectra = [stats.full_sky_cl(a, ell_edges_healpix(cfg))
+                   for a in np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128)]
         noise = None
         if summ.shape_noise is not None:
             noise = [stats.shape_noise_healpix([cfg.ic.seed, i], nside, summ.shape_noise.sigma_e,
                                                summ.shape_noise.n_gal) for i in range(len(sources))]
-        maps.append(("_healpix", ell_edges_healpix(cfg), kappa, noise,
-                     lambda k: stats.full_sky_cl(k, ell_edges_healpix(cfg)),
+        maps.append(("_healpix", ell_edges_healpix(cfg), kappa, noise, spectra,
                      stats.smooth_healpix, stats.peak_counts_healpix))
     power = cfg.linear_power()
-    for suffix, ell_edges, kappa, noise, cl_of, smooth, peaks_of in maps:
+    for suffix, ell_edges, kappa, noise, spectra, smooth, peaks_of in maps:
         ell_dim = "ell" + suffix
         store.write_coordinate(group, ell_dim, np.sqrt(ell_edges[1:] * ell_edges[:-1]), "1",
                                "geometric centre of the multipole bin")
         store.write_array(group, ell_dim + "_lo", ell_edges[:-1], (ell_dim,), "1", "lower edge of the multipole bin")
         store.write_array(group, ell_dim + "_hi", ell_edges[1:], (ell_dim,), "1", "upper edge of the multipole bin")
-        spectra = [cl_of(k) for k in kappa]
         ell_mean = np.stack([s[0] for s in spectra])
         store.write_array(group, ell_dim + "_mean", ell_mean[0], (ell_dim,), "1",
                           "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
