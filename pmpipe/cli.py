@@ -1,5 +1,5 @@
-"""The `pmpipe` command: run a stage, plan a campaign, write the schema, show a store,
-collect a campaign, benchmark."""
+"""The `pmpipe` command: run a stage, plan a campaign, write the schema, show or verify
+stores, collect a campaign, benchmark."""
 
 from __future__ import annotations
 
@@ -60,6 +60,28 @@ def _show(args) -> int:
 
     print(store.describe(args.store))
     return 0
+
+
+def _verify(args) -> int:
+    from pmpipe import store
+
+    paths = [p for given in args.paths for p in store.stores_under(given)]
+    if not paths:
+        raise store.IncompleteStoreError(f"no zarr store in {', '.join(map(str, args.paths))}")
+    failed = 0
+    for path in paths:
+        found = store.problems(path, checksums=True)
+        if found:
+            failed += 1
+            if store.has_marker(path) and not args.report_only:
+                store.invalidate(path, found)
+        print(f"{'FAILED' if found else 'ok':7} {path}" + (f": {'; '.join(found)}" if found else ""))
+    summary = f"{len(paths)} stores checked, {failed} failed"
+    if failed and not args.report_only:
+        summary += ("; damaged stores lost their completion marker: the next snakemake (or "
+                    "pmpipe run) makes them again")
+    print(summary, file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _collect(args) -> int:
@@ -213,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="human summary of a store")
     show.add_argument("store", help="path of a .zarr store")
     show.set_defaults(func=_show)
+
+    verify = sub.add_parser("verify", help="check stores against their manifests (every chunk's "
+                            "size and CRC-32); mark damaged ones for recomputation")
+    verify.add_argument("paths", nargs="+", type=Path,
+                        help="a .zarr store, a run folder or a campaign's results folder")
+    verify.add_argument("--report-only", action="store_true",
+                        help="leave the completion marker of damaged stores in place")
+    verify.set_defaults(func=_verify)
 
     collect = sub.add_parser("collect", help="campaign summaries.zarr and manifest.csv from its runs")
     collect.add_argument("campaign", help="campaign file (YAML or JSON)")

@@ -18,9 +18,11 @@ host and hand its zarr write to a small pool of threads (:data:`WRITE_THREADS`),
 for a store's writes and raises the first failure.
 
 A store is complete only once :func:`mark_complete` has run; it waits for the store's pending
-writes (and writes no marker when one failed), and the marker is its last write. Every reader
-goes through :func:`open_complete`, which refuses a store without the marker, so nothing
-half-written is ever consumed. Layout and names: docs/outputs.md.
+writes (and writes no marker when one failed), records what the store holds in its manifest
+(every chunk's size and CRC-32, pmpipe.integrity), and the marker is its last write. Every
+reader goes through :func:`open_complete`, which refuses a store without the marker or whose
+chunks are not all there with their recorded sizes, so nothing half-written or damaged is
+ever consumed; :func:`verify` checks the checksums too. Layout and names: docs/outputs.md.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import numpy as np
 import zarr
 from jax.sharding import Mesh
 
-from pmpipe import config, parallel
+from pmpipe import config, integrity, parallel
 
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
 FORMAT = "pmpipe-store-1"     # root attribute 'format': layout version of docs/outputs.md
@@ -141,7 +143,8 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     if keepbits is not None and not (isinstance(keepbits, int) and 0 <= keepbits <= 52):
         raise ValueError(f"keepbits must be an integer from 0 to 52 or None, not {keepbits!r}")
     _wait(_key_of_path(path))  # an older store's writes are done; their errors don't matter
-    _state(_key_of_path(path)).keepbits = keepbits
+    state = _state(_key_of_path(path))
+    state.keepbits, state.ledger = keepbits, integrity.ChunkLedger(path.resolve())
     if _writer():
         if path.exists():
             shutil.rmtree(path)
@@ -202,9 +205,10 @@ def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, di
     parallel.barrier(f"create_array {name}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # chunks are written whole: no need to scan each one for fill values first
-        return zarr.open_array(group.store, path=_child(group, name), mode="r+",
-                               config={"write_empty_chunks": True})
+        # every chunk is written, fill values only or not: no scan for them, and the manifest
+        # (pmpipe.integrity) can demand every chunk
+        return zarr.open_array(group.store, path=_child(group, name),
+                               mode="r+").with_config({"write_empty_chunks": True})
 
 
 def _child(group: zarr.Group, name: str) -> str:
@@ -294,9 +298,11 @@ def write_coordinate(group: zarr.Group, name: str, values, units: str, long_name
 
 @dataclasses.dataclass
 class _StoreState:
-    """A store's keepbits and its pending writes (array name, future)."""
+    """A store's keepbits, its pending writes (array name, future) and the chunks this
+    process wrote (None for a store that is not a folder)."""
     keepbits: int | None = None
     pending: list = dataclasses.field(default_factory=list)
+    ledger: integrity.ChunkLedger | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,6 +408,9 @@ def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
         _in_flight += 1
     try:
         array[selection] = block
+        ledger = _state(_key(array)).ledger
+        if ledger is not None:
+            ledger.wrote(array, selection)
     finally:
         with _lock:
             _in_flight -= 1
@@ -478,14 +487,24 @@ def flush(group: zarr.Group | None = None) -> None:
 
 
 def mark_complete(group: zarr.Group) -> None:
-    """Once every process has written its blocks, process 0 consolidates the metadata, records
-    the end time, then writes the marker: the last act.
+    """Once every process has written its blocks, process 0 consolidates the metadata, writes
+    the manifest of every chunk (pmpipe.integrity) and the end time, then the marker, with
+    the manifest's checksum: the last act.
 
-    Waits for this process's pending writes first. When one of them failed (on any process),
-    no marker is written and StoreWriteError is raised (naming the array on the process where
-    it failed)."""
+    Waits for this process's pending writes first and checksums the chunks it wrote. When
+    one of them failed (on any process), no marker is written and StoreWriteError is raised
+    (naming the array on the process where it failed)."""
     key = _key(group)
     errors = _wait(key)
+    ledger = _state(key).ledger
+    records: dict = {}
+    if not errors and ledger is not None:
+        try:
+            records = ledger.finished()
+            if not _writer():
+                integrity.write_part(ledger.root, jax.process_index(), records)
+        except OSError as err:
+            errors.append(("(chunk checksums)", err))
     failed = bool(errors)
     if jax.process_count() > 1:  # every process learns whether any failed, and waits for all
         from jax.experimental import multihost_utils
@@ -497,30 +516,90 @@ def mark_complete(group: zarr.Group) -> None:
     parallel.barrier("blocks written")
     if not _writer():
         parallel.barrier("marker written")
+        if not is_complete(ledger.root if ledger is not None else key):
+            raise StoreWriteError(f"process 0 failed to complete {key}")
         return
-    with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
-        warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(group.store)
-    finished = now()
-    zarr.open_group(group.store, mode="r+").attrs.update({"finished": finished, COMPLETE: finished})
-    parallel.barrier("marker written")
+    try:
+        with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
+            warnings.simplefilter("ignore")
+            zarr.consolidate_metadata(group.store)
+        attrs = {}
+        if ledger is not None:
+            attrs[integrity.MANIFEST_CRC] = integrity.write_manifest(
+                zarr.open_group(group.store, mode="r"), ledger.root, jax.process_count(), records)
+        finished = now()
+        zarr.open_group(group.store, mode="r+").attrs.update(
+            attrs | {"finished": finished, COMPLETE: finished})
+    except (OSError, RuntimeError) as err:
+        raise StoreWriteError(f"completing {key} failed: {type(err).__name__}: {err}") from err
+    finally:
+        parallel.barrier("marker written")
 
 
 def is_complete(path: str | Path) -> bool:
-    """True when path is a zarr group whose completion marker is written."""
+    """True when path is a zarr group whose completion marker is written and whose chunk
+    files are all there with the sizes its manifest records."""
+    return not problems(path)
+
+
+def problems(path: str | Path, checksums: bool = False) -> list[str]:
+    """Why the store at path is not a complete, intact store (empty when it is): missing,
+    no completion marker, or chunks that differ from its manifest (sizes; with ``checksums``
+    every chunk's CRC-32 too)."""
+    path = Path(path)
+    try:
+        attrs = dict(zarr.open_group(path, mode="r").attrs)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):
+        return ["does not exist" if not path.exists() else "is not a zarr store"]
+    if COMPLETE not in attrs:
+        damaged = attrs.get(DAMAGED)
+        return [f"was found damaged ({damaged})" if damaged
+                else "has no completion marker (it was not finished)"]
+    return integrity.problems(path, attrs, checksums)
+
+
+DAMAGED = "pmpipe_damaged"  # root attribute of a store whose verification failed: what failed
+
+
+def has_marker(path: str | Path) -> bool:
+    """Whether the store at path carries a completion marker (intact or not)."""
     try:
         return COMPLETE in zarr.open_group(Path(path), mode="r").attrs
     except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):
         return False
 
 
-def open_complete(path: str | Path, config_hash: str | None = None) -> zarr.Group:
-    """Open a complete store for reading; refuse a missing or incomplete one, or one made from
-    another configuration than config_hash."""
+def stores_under(path: str | Path) -> list[Path]:
+    """The zarr stores (folders named *.zarr) at or under path, outermost only, sorted."""
     path = Path(path)
-    if not is_complete(path):
-        state = "has no completion marker (it was not finished)" if path.exists() else "does not exist"
-        raise IncompleteStoreError(f"{path} {state}; run the stage that produces it first")
+    if path.suffix == ".zarr" or not path.is_dir():
+        return [path]
+    found = []
+    for root, folders, _ in os.walk(path):
+        stores = sorted(f for f in folders if f.endswith(".zarr"))
+        found += [Path(root) / f for f in stores]
+        folders[:] = sorted(f for f in folders if not f.endswith(".zarr") and not f.startswith("."))
+    return sorted(found)
+
+
+def invalidate(path: str | Path, reasons: list[str]) -> None:
+    """Take the completion marker off a damaged store, recording why, so that it is made
+    again (the workflow removes stores without a marker before it plans)."""
+    group = zarr.open_group(Path(path), mode="r+")
+    attrs = dict(group.attrs)
+    attrs.pop(COMPLETE, None)
+    group.attrs.put(attrs | {DAMAGED: "; ".join(reasons)})
+
+
+def open_complete(path: str | Path, config_hash: str | None = None) -> zarr.Group:
+    """Open a complete store for reading; refuse a missing, incomplete or damaged one
+    (:func:`problems`: every chunk present with its recorded size), or one made from another
+    configuration than config_hash."""
+    path = Path(path)
+    found = problems(path)
+    if found:
+        raise IncompleteStoreError(f"{path} {'; '.join(found)}; run the stage that produces it "
+                                   "again")
     group = zarr.open_group(path, mode="r")
     if config_hash is not None and group.attrs.get("config_hash") != config_hash:
         raise IncompleteStoreError(

@@ -74,14 +74,16 @@ def snakemake_locked(snakemake_dir: Path) -> bool:
     return any((snakemake_dir / "locks").glob("*.lock"))
 
 
-def prune_incomplete(run_dir: Path) -> list[Path]:
-    """Remove the stage stores of a run that lack their completion marker; returns them."""
+def prune_incomplete(run_dir: Path) -> list[tuple[Path, list[str]]]:
+    """Remove the stage stores of a run that lack their completion marker or whose chunks
+    differ from their manifest (store.problems); returns them with what was wrong."""
     removed = []
     for stage in stages.STAGES:
         path = stages.store_path(run_dir, stage)
-        if path.exists() and not store.is_complete(path):
+        found = store.problems(path) if path.exists() else []
+        if found:
             shutil.rmtree(path)
-            removed.append(path)
+            removed.append((path, found))
     return removed
 
 
@@ -89,7 +91,8 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
             results: Path = RESULTS, environ=None) -> Plan:
     """Validate the campaign (ConfigError naming file and field), check that every run fits
     its devices, write the runs' config.json files (only those that changed) and, unless
-    another Snakemake holds the directory, remove incomplete stores so they are recomputed.
+    another Snakemake holds the directory, remove incomplete or damaged stores so they are
+    recomputed.
 
     Runs are packed into jobs of execution.runs_per_job by their position in the design; a job
     holds the runs of its group that are not complete, so a finished run is never redone."""
@@ -101,9 +104,9 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
     campaign_dir = results / camp.name
     if prune and not locked:
         for spec in specs:
-            for removed in prune_incomplete(campaign_dir / spec.run_id):
-                print(f"pmpipe: removed {removed}: it has no completion marker, so it is "
-                      "recomputed", file=sys.stderr)
+            for removed, why in prune_incomplete(campaign_dir / spec.run_id):
+                print(f"pmpipe: removed {removed}: it {'; '.join(why)}, so it is recomputed",
+                      file=sys.stderr)
     run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
     slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
     jobs, groups = [], campaigns.job_groups(specs, camp.execution.job_size())

@@ -236,3 +236,102 @@ assert store._state(store._key(group)).pending  # exits with the write still pen
                    timeout=120)
     back = zarr.open_group(tmp_path / "s.zarr", mode="r")["x"][:]
     assert np.array_equal(back, np.arange(4 * 10**5, dtype=np.int32).reshape(4, -1))
+
+
+def _complete_store(path: Path, pdims=(2, 4)) -> Path:
+    group = store.create(path, {"stage": "test"})
+    store.write_array(group, "displacement", _sharded(_particles(16), pdims), DIMS, "Mpc/h", "big")
+    store.write_coordinate(group, "k", np.arange(50) * 0.1, "h/Mpc", "small float")
+    store.mark_complete(group)
+    return path
+
+
+def _chunk_files(path: Path, array: str) -> list[Path]:
+    return sorted(f for f in (path / array / "c").rglob("*") if f.is_file())
+
+
+def test_manifest_records_every_chunk_with_its_size_and_crc(tmp_path):
+    import json
+    import zlib
+
+    path = _complete_store(tmp_path / "s.zarr")
+    manifest = json.loads((path / "pmpipe_manifest.json").read_text())
+    entry = manifest["arrays"]["displacement"]
+    files = _chunk_files(path, "displacement")
+    assert entry["shape"] == [16, 16, 16, 3] and entry["dtype"] == "float32"
+    assert len(entry["chunks"]) == len(files) == 8  # one chunk per device block
+    for f in files:
+        size, crc = entry["chunks"][str(f.relative_to(path / "displacement"))]
+        assert size == f.stat().st_size and crc == zlib.crc32(f.read_bytes())
+    assert set(manifest["arrays"]) == {"displacement", "k"}
+    assert not list(path.glob(".pmpipe_chunks.*"))
+    assert store.problems(path, checksums=True) == [] and store.is_complete(path)
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "byte changed"])
+def test_damaged_chunk_fails_verification_and_verify_takes_the_marker_off(tmp_path, damage):
+    from pmpipe import cli
+
+    path = _complete_store(tmp_path / "run" / "nbody.zarr")
+    chunk = _chunk_files(path, "displacement")[3]
+    data = chunk.read_bytes()
+    if damage == "deleted":
+        chunk.unlink()
+    elif damage == "truncated":
+        chunk.write_bytes(data[:100])
+    else:
+        chunk.write_bytes(data[:50] + bytes([data[50] ^ 1]) + data[51:])
+    quick, full = store.problems(path), store.problems(path, checksums=True)
+    assert full and ("CRC-32" in full[0] if damage == "byte changed" else quick == full)
+    assert store.is_complete(path) == (damage == "byte changed")  # sizes only, without reading
+    if damage != "byte changed":
+        with pytest.raises(store.IncompleteStoreError, match=f"chunk displacement/c/.* "):
+            store.open_complete(path)
+    assert cli.main(["verify", "--report-only", str(tmp_path)]) == 1
+    assert store.has_marker(path)
+    assert cli.main(["verify", str(tmp_path / "run")]) == 1
+    assert not store.has_marker(path) and not store.is_complete(path)
+    assert "damaged" in store.problems(path)[0]
+    assert cli.main(["verify", str(_complete_store(tmp_path / "other.zarr"))]) == 0
+
+
+def test_a_failed_completion_leaves_no_marker(tmp_path, monkeypatch):
+    path = tmp_path / "s.zarr"
+    group = store.create(path, {"stage": "test"})
+    array = store.create_array(group, "x", (4, 10), np.float32, ("a", "b"), "1", "x", (1, 10))
+    store.write_blocks(array, np.ones((2, 10), np.float32), (0, 0))  # two of four chunks
+    with pytest.raises(store.StoreWriteError, match="2 of its 4 chunks were written"):
+        store.mark_complete(group)
+    assert not store.has_marker(path) and not (path / "pmpipe_manifest.json").exists()
+
+
+def _mount_tmpfs(folder: Path, size: str) -> None:
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"this machine lets no test mount a small filesystem (mount -t tmpfs: "
+                    f"{done.stderr.strip()})")
+
+
+def test_a_stage_on_a_full_disk_fails_cleanly_without_marker(tmp_path):
+    import json as json_module
+
+    from pmpipe import config
+
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "600k")  # the ICs of 32^3 particles take 3 MB
+    try:
+        run = config.Run.model_validate({"box": {"particles": 32, "box_size": 64.0},
+                                         "outputs": {"ic": "all"}})
+        path = small / "run" / "config.json"
+        path.parent.mkdir()
+        path.write_text(config.RunFile.build("test", "run", 0, {}, run).to_json())
+        done = subprocess.run([sys.executable, "-m", "pmpipe.cli", "run", "ic", str(path)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
+        assert not store.has_marker(path.parent / "ic.zarr")
+        assert json_module.loads(path.read_text())  # the run's config is intact
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

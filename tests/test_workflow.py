@@ -81,6 +81,29 @@ def test_store_without_marker_is_recomputed(campaign):
     assert stamps_without(runs_dir, ("tiny-fiducial-r1", "summaries")) == before
 
 
+def test_damaged_stores_are_found_by_verify_and_recomputed(campaign):
+    """A deleted chunk is found when the workflow plans; a changed byte by `pmpipe verify`,
+    which takes the store's marker off: the next snakemake makes both stores again, alone."""
+    from pmpipe import cli
+
+    runs_dir = campaign / "results" / "tiny"
+    deleted = runs_dir / "tiny-fiducial-r0" / "lensing.zarr"
+    changed = runs_dir / "tiny-fiducial-r1" / "summaries.zarr"
+    next(f for f in (deleted / "kappa" / "c").rglob("*") if f.is_file()).unlink()
+    chunk = next(f for f in (changed / "pk" / "c").rglob("*") if f.is_file())
+    data = chunk.read_bytes()
+    chunk.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    before = stamps(runs_dir)
+    assert cli.main(["verify", str(runs_dir)]) == 1
+    out = snakemake(campaign)
+    assert "chunk kappa/c/" in out.stderr and "is missing" in out.stderr
+    assert cli.main(["verify", str(runs_dir)]) == 0
+    after = stamps(runs_dir)
+    assert {key for key in before if before[key] != after[key]} == {
+        ("tiny-fiducial-r0", "lensing"), ("tiny-fiducial-r0", "summaries"),
+        ("tiny-fiducial-r1", "summaries")}
+
+
 def stamps_without(runs_dir, key):
     return {k: v for k, v in stamps(runs_dir).items() if k != key}
 

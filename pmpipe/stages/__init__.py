@@ -206,7 +206,8 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
 
 def run_checked(stage: str, config_path: str | Path) -> int:
     """:func:`run_stage` for command lines: bad input or missing inputs print one message
-    naming the file and field and give exit status 2."""
+    naming the file and field and give exit status 2; a store that could not be written (a
+    full disk, say; it is left without completion marker) prints one and gives 1."""
     from pmpipe import config, painting, store
 
     try:
@@ -214,6 +215,9 @@ def run_checked(stage: str, config_path: str | Path) -> int:
     except (config.ConfigError, store.IncompleteStoreError, painting.HaloError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (store.StoreWriteError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

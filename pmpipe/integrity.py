@@ -1,0 +1,171 @@
+"""What a complete store holds, recorded when it is written and checked before it is used.
+
+Every process records the chunks it writes (:class:`ChunkLedger`): for each chunk file its
+size in bytes and its CRC-32 (zlib), read back once the chunk's last write is done. When the
+store is marked complete, process 0 merges the records of every process into
+``pmpipe_manifest.json`` at the store's root (:func:`write_manifest`): every array with its
+shape, dtype and chunks. The completion marker is written after it, with the manifest's own
+CRC-32, so a store's marker vouches for the manifest and the manifest for every chunk.
+
+:func:`problems` compares a store with its manifest: quickly (every chunk file present, with
+its size: a deleted or truncated chunk, which zarr would read back as fill values without a
+word) or in full (every chunk's CRC-32 too: a changed byte).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+MANIFEST = "pmpipe_manifest.json"
+MANIFEST_CRC = "manifest_crc32"  # root attribute written with the completion marker
+READ_BYTES = 2**24  # chunk files are checksummed in pieces of this size
+
+
+def file_crc32(path: Path) -> tuple[int, int]:
+    """(size in bytes, CRC-32) of a file."""
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        while piece := f.read(READ_BYTES):
+            crc = zlib.crc32(piece, crc)
+            size += len(piece)
+    return size, crc
+
+
+def chunk_coordinates(selection: tuple[slice, ...], chunks: tuple[int, ...], shape: tuple[int, ...]):
+    """The grid coordinates of every chunk a write of ``selection`` (slices) touches, and
+    whether it covers exactly one whole chunk."""
+    ranges, whole = [], True
+    for sl, c, n in zip(selection, chunks, shape):
+        start, stop, _ = sl.indices(n)
+        first, last = start // c, max(start, stop - 1) // c
+        ranges.append(range(first, last + 1))
+        whole &= first == last and start == first * c and stop == min(n, (first + 1) * c)
+    coordinates = [()]
+    for r in ranges:
+        coordinates = [c + (i,) for c in coordinates for i in r]
+    return coordinates, whole and len(coordinates) == 1
+
+
+@dataclasses.dataclass
+class ChunkLedger:
+    """The chunk files this process wrote into one store: (array path, chunk key) → (size,
+    CRC-32), or None while the chunk may still be written again."""
+
+    root: Path
+    chunks: dict = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def wrote(self, array, selection: tuple[slice, ...]) -> None:
+        """Record a finished write of ``selection`` into zarr ``array``: a write of one whole
+        chunk is checksummed now (in the writer thread); others once the store is complete."""
+        coordinates, whole = chunk_coordinates(selection, array.chunks, array.shape)
+        for coords in coordinates:
+            key = (array.path, array.metadata.encode_chunk_key(coords))
+            record = file_crc32(self.root / key[0] / key[1]) if whole else None
+            with self.lock:
+                self.chunks[key] = record
+
+    def finished(self) -> dict[str, dict[str, list[int]]]:
+        """Every recorded chunk checksummed: {array path: {chunk key: [size, crc]}}."""
+        out: dict[str, dict[str, list[int]]] = {}
+        for (name, key), record in sorted(self.chunks.items()):
+            if record is None:
+                record = file_crc32(self.root / name / key)
+            out.setdefault(name, {})[key] = list(record)
+        return out
+
+
+def part_path(root: Path, process: int) -> Path:
+    """Where process ``process`` leaves its chunk records for process 0."""
+    return Path(root) / f".pmpipe_chunks.{process}.json"
+
+
+def write_part(root: Path, process: int, chunks: dict) -> None:
+    part_path(root, process).write_text(json.dumps(chunks))
+
+
+def write_manifest(group, root: Path, processes: int, own: dict) -> int:
+    """Process 0: merge every process's chunk records (its own ``own``, the others' part
+    files) with the shape and dtype of every array of ``group`` into the manifest; returns
+    the manifest's CRC-32."""
+    root = Path(root)
+    chunks = {name: dict(keys) for name, keys in own.items()}
+    for process in range(1, processes):
+        part = part_path(root, process)
+        for name, keys in json.loads(part.read_text()).items():
+            chunks.setdefault(name, {}).update(keys)
+        part.unlink()
+    arrays = {}
+    for path, array in _arrays(group):
+        written = chunks.get(path, {})
+        expected = expected_chunk_count(array.shape, array.chunks)
+        if len(written) != expected:
+            raise RuntimeError(f"array {path} of {root}: {len(written)} of its {expected} "
+                               "chunks were written")
+        arrays[path] = {"shape": list(array.shape), "dtype": str(array.dtype), "chunks": written}
+    text = json.dumps({"format": 1, "checksum": "crc32", "arrays": arrays}, sort_keys=True)
+    (root / MANIFEST).write_text(text)
+    return zlib.crc32(text.encode())
+
+
+def _arrays(group, prefix: str = ""):
+    """(store path, array) of every array under a zarr group."""
+    for name, member in sorted(group.members()):
+        path = f"{prefix}{name}"
+        if hasattr(member, "chunks"):
+            yield path, member
+        else:
+            yield from _arrays(member, path + "/")
+
+
+def problems(path: Path, attrs: dict, checksums: bool = False, limit: int = 5) -> list[str]:
+    """What is wrong with a complete store at path (root attributes attrs) against its
+    manifest: missing manifest, arrays of another shape or dtype, chunk files missing or of
+    another size, and with ``checksums`` another CRC-32; at most ``limit`` problems."""
+    import zarr
+
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        return [f"has no {MANIFEST} (what a complete store holds); recompute it"]
+    text = manifest_path.read_bytes()
+    if attrs.get(MANIFEST_CRC) != zlib.crc32(text):
+        return [f"{MANIFEST} does not match the checksum its completion marker recorded"]
+    manifest = json.loads(text)
+    group = zarr.open_group(path, mode="r")
+    found: list[str] = []
+    for name, entry in manifest["arrays"].items():
+        try:
+            array = group[name]
+        except KeyError:
+            found.append(f"array {name} is missing")
+            continue
+        if list(array.shape) != entry["shape"] or str(array.dtype) != entry["dtype"]:
+            found.append(f"array {name} is {array.dtype} {list(array.shape)}, "
+                         f"not {entry['dtype']} {entry['shape']}")
+        for key, (size, crc) in entry["chunks"].items():
+            chunk = path / name / key
+            try:
+                actual = os.stat(chunk).st_size
+            except FileNotFoundError:
+                found.append(f"chunk {name}/{key} is missing")
+            else:
+                if actual != size:
+                    found.append(f"chunk {name}/{key} has {actual} bytes, not {size}")
+                elif checksums and file_crc32(chunk)[1] != crc:
+                    found.append(f"chunk {name}/{key} does not match its CRC-32")
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def expected_chunk_count(shape, chunks) -> int:
+    """How many chunks tile an array of shape."""
+    return int(np.prod([-(-n // c) for n, c in zip(shape, chunks)], dtype=np.int64))
