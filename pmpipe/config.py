@@ -22,7 +22,7 @@ from pmpipe import cosmology, nbody, painting, parallel, simulation
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Cosmology(_Model):
@@ -429,13 +429,26 @@ def format_errors(source: str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+MAX_FILE_BYTES = 2**20   # a configuration file is at most this large
+MAX_VALUES = 100_000      # values in a configuration once its YAML aliases are expanded
+MAX_DEPTH = 32            # nesting of mappings and lists
+
+
 def read_mapping(path: str | Path) -> dict:
-    """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file."""
+    """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file.
+    YAML is read with the safe loader (no Python tags); a file over MAX_FILE_BYTES, or whose
+    values (aliases expanded) exceed MAX_VALUES or nest deeper than MAX_DEPTH, is refused."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path}: {size} bytes; a configuration file is at most "
+                              f"{MAX_FILE_BYTES} bytes")
         text = path.read_text()
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
@@ -446,11 +459,32 @@ def read_mapping(path: str | Path) -> dict:
     else:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, RecursionError) as err:
             raise ConfigError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    _check_size(data, path)
     return data
+
+
+def _check_size(data, path: Path) -> None:
+    """ConfigError when data holds more than MAX_VALUES values (shared YAML aliases counted at
+    every use) or nests deeper than MAX_DEPTH."""
+    count, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(f"{path}: more than {MAX_VALUES} values once its aliases are "
+                              "expanded; a configuration is far smaller")
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, (dict, list, tuple)):
+                    raise ConfigError(f"{path}: a key that is a mapping or a list")
+                stack.append((item, depth + 1))
 
 
 def validate(model: type[BaseModel], data: dict, source: str | Path):

@@ -11,8 +11,11 @@ A whole evolution is one compiled program (:func:`evolve`): a ``lax.scan`` over 
 step a drift, the force and one kick that joins the step's second half-kick to the next step's
 first (both use the same force), so that forces are never kept between steps; snapshots and
 lightcone planes are written into outputs of the program, and the halo the particles needed is
-carried through the loop and checked at the end. The cosmology, the step boundaries and the
-crossing times are arguments: runs of one size with as many steps share the program.
+carried through the loop. So are the first step at which particles moved beyond the halo and
+the first at which the state held NaN or Inf: when either happened, the run ends in an error
+that names that step, its a, and the config field to change (:func:`check_state`). The
+cosmology, the step boundaries and the crossing times are arguments: runs of one size with as
+many steps share the program.
 """
 
 from __future__ import annotations
@@ -196,6 +199,27 @@ def crossing_slots(a_steps, crossings) -> np.ndarray:
     return table
 
 
+class NumericalError(FloatingPointError):
+    """The particle state of an evolution held NaN or Inf."""
+
+
+def check_state(trouble, needed, a_steps, halo: int) -> None:
+    """Raise for the first thing that went wrong in an evolution through a_steps: trouble =
+    (first step whose particles needed more than ``halo`` cells, first step whose state was
+    not finite), -1 for none (step 0 is the force at a_steps[0], step i ends at a_steps[i]);
+    needed: the most cells any step needed. HaloError or NumericalError name the step and a."""
+    beyond, not_finite = (int(t) for t in np.asarray(trouble))
+    steps = len(a_steps) - 1
+    if not_finite >= 0 and (beyond < 0 or not_finite < beyond):
+        raise NumericalError(
+            f"the particle state holds NaN or Inf after step {not_finite} of {steps} "
+            f"(a = {a_steps[not_finite]:.4g}); likely causes: steps too long for the "
+            "displacements (raise nbody.steps or ic.a_init), or a cosmology outside the range "
+            "its growth and power tables cover (the cosmology section)")
+    if beyond >= 0:
+        painting.check_halo(needed, halo, f" at step {beyond} of {steps} (a = {a_steps[beyond]:.4g})")
+
+
 @dataclasses.dataclass
 class NBodyResult:
     """Final displacement and momentum (Mpc/h), snapshot densities {a: ρ/ρ̄ on the force mesh},
@@ -237,13 +261,13 @@ def finish(out, a_steps, snapshots: Sequence[float], grid: PMGrid,
            capture: lightcone.Capture | None, start: float) -> NBodyResult:
     """The :class:`NBodyResult` of :func:`evolution`'s outputs ``out``, started at
     ``start`` (time.perf_counter()): outside of transformations it waits for the results,
-    times them and checks the halo."""
-    disp, mom, snaps, needed, maps = out
+    times them and checks the state (:func:`check_state`)."""
+    disp, mom, snaps, needed, maps, trouble = out
     seconds = 0.0
     if not isinstance(disp, jax.core.Tracer):  # values are concrete outside of jax.grad / jit
         jax.block_until_ready(disp)
         seconds = time.perf_counter() - start
-        painting.check_halo(needed, grid.halo)
+        check_state(trouble, needed, a_steps, grid.halo)
     planes, shells = maps if capture is not None else (None, None)
     return NBodyResult(disp, mom, float(a_steps[-1]), {a: snaps[k] for k, a in enumerate(snapshots)},
                        needed, seconds, planes, shells)
@@ -264,7 +288,8 @@ def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mes
               grid: PMGrid, n_snapshots: int):
     """The program of :func:`evolve`: a_steps (S + 1,) in the particles' dtype, slots from
     :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns (disp, mom,
-    snapshots (n, M, M, M), needed_halo, (flat, shells) or None)."""
+    snapshots (n, M, M, M), needed_halo, (flat, shells) or None, trouble) with trouble (2,)
+    int32 as :func:`check_state` takes it."""
     table = cosmology.growth_table(cosmo) if table is None else table
     dtype = disp.dtype
     omega_m = jnp.asarray(cosmo.Omega_m, dtype)
@@ -279,6 +304,7 @@ def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mes
     snaps = _put(snaps, slots[0], rho)
     mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), mesh, grid)
     needed = jnp.maximum(needed, need)
+    trouble = _first_trouble(jnp.full(2, -1, jnp.int32), 0, needed, disp, mom, grid.halo)
     maps = None
     if capture is not None:
         maps = lightcone.empty_maps(capture, mesh, m, dtype)
@@ -307,15 +333,29 @@ def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mes
     step = jax.checkpoint(partial(advance, mesh=mesh, grid=grid))
 
     def body(carry, xs):
-        disp, mom, snaps, maps, needed = carry
+        disp, mom, snaps, maps, needed, trouble = carry
+        need = jnp.zeros((), jnp.int32)
         if capture is not None and crossing.shape[1]:
-            (_, _, maps, needed), _ = jax.lax.scan(cross, (disp, mom, maps, needed),
-                                                   (xs["crossing"], xs["cross_drift"]))
-        disp, mom, rho, need = step(disp, mom, xs["drift"], xs["kick"], omega_m)
-        return (disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need)), None
+            (_, _, maps, need), _ = jax.lax.scan(cross, (disp, mom, maps, need),
+                                                 (xs["crossing"], xs["cross_drift"]))
+        disp, mom, rho, need_step = step(disp, mom, xs["drift"], xs["kick"], omega_m)
+        need = jnp.maximum(need, need_step)
+        trouble = _first_trouble(trouble, xs["step"], need, disp, mom, grid.halo)
+        return (disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need),
+                trouble), None
 
-    xs = {"drift": drift, "kick": kicks, "slot": slots[1:]}
+    xs = {"drift": drift, "kick": kicks, "slot": slots[1:],
+          "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32)}
     if capture is not None:
         xs.update(crossing=crossing, cross_drift=cross_drift)
-    (disp, mom, snaps, maps, needed), _ = jax.lax.scan(body, (disp, mom, snaps, maps, needed), xs)
-    return disp, mom, snaps, needed, maps
+    (disp, mom, snaps, maps, needed, trouble), _ = jax.lax.scan(
+        body, (disp, mom, snaps, maps, needed, trouble), xs)
+    return disp, mom, snaps, needed, maps, trouble
+
+
+def _first_trouble(trouble, step, needed, disp, mom, halo: int):
+    """trouble (2,) with ``step`` recorded where none was yet: [0] when the particles needed
+    more than ``halo`` cells, [1] when disp or mom hold NaN or Inf."""
+    finite = jnp.isfinite(disp).all() & jnp.isfinite(mom).all()
+    happened = jnp.stack([needed > halo, ~finite])
+    return jnp.where((trouble < 0) & happened, step, trouble)

@@ -30,14 +30,15 @@ class HaloError(RuntimeError):
     """Particles moved further from their Lagrangian block than the halo allows."""
 
 
-def check_halo(needed, halo: int) -> None:
-    """Raise :class:`HaloError` when ``needed`` (from paint / read) exceeds ``halo`` cells."""
+def check_halo(needed, halo: int, when: str = "") -> None:
+    """Raise :class:`HaloError` when ``needed`` (from paint / read) exceeds ``halo`` cells;
+    ``when`` says where in the run it first did."""
     needed = int(needed)
     if needed > halo:
         raise HaloError(
-            f"particles moved {needed} cells beyond their domain but parallel.halo_cells = {halo}; "
-            f"set parallel.halo_cells >= {needed} (or use fewer devices along the split axes)"
-        )
+            f"particles moved {needed} cells beyond their domain{when} but parallel.halo_cells = "
+            f"{halo}; set parallel.halo_cells >= {needed} (or use fewer devices along the split "
+            "axes)")
 
 
 def _block_shape(local_shape, global_n, splits, halo):

@@ -74,8 +74,25 @@ def test_same_universe_on_8_devices(pdims, single_device_run):
 
 
 def test_halo_shortfall_raises_during_evolution():
-    with pytest.raises(painting.HaloError, match="parallel.halo_cells"):
+    with pytest.raises(painting.HaloError, match=r"at step \d of 3 \(a = .*parallel.halo_cells"):
         _run(32, 64.0, 1, 0.1, 1.0, 3, pdims=(2, 4), halo=1)
+
+
+def test_nan_in_the_state_stops_the_run_naming_step_and_a():
+    """A momentum that turns NaN is reported at the first step it reaches the state, with
+    its a and the fields to change."""
+    n, box = 16, 64.0
+    mesh = parallel.make_mesh((2, 4))
+    grid = nbody.PMGrid(n, 1, box, 4)
+    disp = jnp.zeros((n, n, n, 3), jnp.float32)
+    mom = disp.at[3, 4, 5, 0].set(jnp.nan)
+    bounds = nbody.step_boundaries(0.1, 1.0, 3)
+    with pytest.raises(nbody.NumericalError, match=r"after step 0 of 3 \(a = 0\.1\).*nbody\.steps"):
+        nbody.evolve(COSMO, disp, mom, bounds, mesh, grid)
+    trouble = np.array([2, -1])  # a halo shortfall first, then nothing else
+    with pytest.raises(painting.HaloError, match=r"at step 2 of 3 \(a = 0\.7\)"):
+        nbody.check_state(trouble, 9, bounds, 4)
+    nbody.check_state(np.array([-1, -1]), 3, bounds, 4)  # nothing went wrong
 
 
 def test_step_boundaries():

@@ -208,11 +208,12 @@ def run_checked(stage: str, config_path: str | Path) -> int:
     """:func:`run_stage` for command lines: bad input or missing inputs print one message
     naming the file and field and give exit status 2; a store that could not be written (a
     full disk, say; it is left without completion marker) prints one and gives 1."""
-    from pmpipe import config, painting, store
+    from pmpipe import config, nbody, painting, store
 
     try:
         run_stage(stage, config_path)
-    except (config.ConfigError, store.IncompleteStoreError, painting.HaloError, ValueError) as err:
+    except (config.ConfigError, store.IncompleteStoreError, painting.HaloError,
+            nbody.NumericalError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (store.StoreWriteError, OSError) as err:
