@@ -248,6 +248,25 @@ class Outputs(_Model):
                                        "mantissa bits (bit rounding, then zstd); null: exact")
 
 
+class Checkpoints(_Model):
+    """Checkpoints of the N-body (pmpipe.checkpoint): its state, step and what it captured so
+    far, written every few steps or minutes and on SIGTERM / SIGUSR2, so that a killed or
+    preempted run resumes where it stopped. The steps then run one program call each."""
+
+    every_steps: int | None = Field(None, ge=1, description="write one every this many steps")
+    every_minutes: float | None = Field(
+        None, gt=0, description="write one after the step that ends this many minutes after the "
+                                "last one (or the start)")
+    keep: bool = Field(False, description="keep the last checkpoint once nbody.zarr is complete")
+
+    @model_validator(mode="after")
+    def _some_schedule(self):
+        if self.every_steps is None and self.every_minutes is None:
+            raise ValueError("checkpoints needs every_steps or every_minutes (or both); "
+                             "checkpoints: null turns them off")
+        return self
+
+
 class Run(_Model):
     """One simulation: everything needed to produce its ICs, N-body output and summaries."""
 
@@ -261,6 +280,10 @@ class Run(_Model):
     lightcone: Lightcone | None = Field(None, description="lightcone planes captured during the N-body (null: none)")
     lensing: Lensing | None = Field(None, description="convergence and shear maps from the planes (null: none); needs lightcone")
     outputs: Outputs = Field(default_factory=Outputs, description="what the stores keep")
+    checkpoints: Checkpoints | None = Field(
+        None, description="N-body checkpoints (null: none; a signal then ends the run without "
+                          "one). Not part of the config hash: they change where a run may stop, "
+                          "not what it computes")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -378,8 +401,10 @@ class Run(_Model):
 
 
 def config_hash(run: Run) -> str:
-    """sha256 of the run's canonical JSON (sorted keys, no spaces), as 'sha256:<hex>'."""
-    text = json.dumps(run.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
+    left out), as 'sha256:<hex>'."""
+    text = json.dumps(run.model_dump(mode="json", exclude={"checkpoints"}), sort_keys=True,
+                      separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 

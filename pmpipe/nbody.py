@@ -24,6 +24,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 from functools import partial
 
 import jax
@@ -257,12 +258,51 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
     return finish(out, a_steps, snapshots, grid, capture, start)
 
 
+def start_state(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMGrid,
+                snapshots: Sequence[float] = (), table=None,
+                capture: lightcone.Capture | None = None) -> State:
+    """The state before step 1 of :func:`evolve`'s evolution (the force at a_steps[0] and the
+    first half-kick). With ShapeDtypeStructs for disp and mom, its shapes only."""
+    a_steps = np.asarray(a_steps, dtype=np.float64)
+    snapshots = tuple(float(s) for s in snapshots)
+    table = cosmology.growth_table(cosmo) if table is None else table
+    args = (cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
+            table, capture)
+    static = {"mesh": mesh, "grid": grid, "n_snapshots": len(snapshots)}
+    if isinstance(disp, jax.ShapeDtypeStruct):
+        return jax.eval_shape(partial(evolution_start, **static), *args)
+    return evolution_start(*args, **static)
+
+
+def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps, mesh: Mesh,
+                    grid: PMGrid, snapshots: Sequence[float] = (), table=None,
+                    capture: lightcone.Capture | None = None,
+                    after_step: Callable[[State, int], None] = lambda state, step: None
+                    ) -> NBodyResult:
+    """:func:`evolve` from ``state``, the state after step ``done`` (0: :func:`start_state`),
+    one program call per step (the same program for every step), calling
+    ``after_step(state, step)`` after each; the result equals :func:`evolve`'s to float
+    rounding."""
+    a_steps = np.asarray(a_steps, dtype=np.float64)
+    snapshots = tuple(float(s) for s in snapshots)
+    table = cosmology.growth_table(cosmo) if table is None else table
+    dtype = state.disp.dtype
+    args = (a_steps.astype(dtype), snapshot_slots(a_steps, snapshots),
+            crossing_slots(a_steps, () if capture is None else capture.a), table, capture)
+    start = time.perf_counter()
+    for step in range(done + 1, len(a_steps)):
+        state = evolution_steps(cosmo, state, *args, np.int32(step - 1), mesh=mesh, grid=grid,
+                                count=1)
+        after_step(state, step)
+    return finish(state, a_steps, snapshots, grid, capture, start)
+
+
 def finish(out, a_steps, snapshots: Sequence[float], grid: PMGrid,
            capture: lightcone.Capture | None, start: float) -> NBodyResult:
     """The :class:`NBodyResult` of :func:`evolution`'s outputs ``out``, started at
     ``start`` (time.perf_counter()): outside of transformations it waits for the results,
     times them and checks the state (:func:`check_state`)."""
-    disp, mom, snaps, needed, maps, trouble = out
+    disp, mom, snaps, maps, needed, trouble = out
     seconds = 0.0
     if not isinstance(disp, jax.core.Tracer):  # values are concrete outside of jax.grad / jit
         jax.block_until_ready(disp)
@@ -283,34 +323,81 @@ def _put(stack, k, field):
         stack, jnp.where(valid, field.astype(stack.dtype), stack[k]), k, 0)
 
 
+class State(NamedTuple):
+    """The state of an evolution between steps: particles (disp, mom), the snapshot densities
+    so far (n, M, M, M), the lightcone maps so far ((flat, shells) or None), the most halo
+    cells any step needed, and trouble (2,) int32 as :func:`check_state` takes it."""
+
+    disp: jax.Array
+    mom: jax.Array
+    snaps: jax.Array
+    maps: tuple | None
+    needed: jax.Array
+    trouble: jax.Array
+
+
 @partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots"))
 def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mesh: Mesh,
-              grid: PMGrid, n_snapshots: int):
+              grid: PMGrid, n_snapshots: int) -> State:
     """The program of :func:`evolve`: a_steps (S + 1,) in the particles' dtype, slots from
-    :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns (disp, mom,
-    snapshots (n, M, M, M), needed_halo, (flat, shells) or None, trouble) with trouble (2,)
-    int32 as :func:`check_state` takes it."""
+    :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns the final
+    :class:`State`."""
     table = cosmology.growth_table(cosmo) if table is None else table
+    state = _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots)
+    return _steps(cosmo, state, a_steps, slots, crossing, table, capture, 0, a_steps.shape[0] - 1,
+                  mesh, grid)
+
+
+@partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots"))
+def evolution_start(cosmo, disp, mom, a_steps, slots, table, capture, *, mesh: Mesh,
+                    grid: PMGrid, n_snapshots: int) -> State:
+    """The first part of :func:`evolution` as a program of its own: the force at a_steps[0]
+    and the first half-kick (step 0)."""
+    return _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots)
+
+
+@partial(jax.jit, static_argnames=("mesh", "grid", "count"), donate_argnames="state")
+def evolution_steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first, *,
+                    mesh: Mesh, grid: PMGrid, count: int) -> State:
+    """Steps first + 1 .. first + count of :func:`evolution` (first: a traced int, so that
+    one program serves every segment of ``count`` steps), from ``state`` (donated)."""
+    return _steps(cosmo, state, a_steps, slots, crossing, table, capture, first, count, mesh, grid)
+
+
+def _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots) -> State:
+    """The force at a_steps[0] and the first half-kick: the state before step 1."""
     dtype = disp.dtype
+    kick1, _, _ = kdk_coefficients(cosmo, a_steps, table)
+    m = grid.mesh
+    snaps = jax.lax.with_sharding_constraint(
+        jnp.zeros((n_snapshots, m, m, m), dtype),
+        jax.sharding.NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
+    pot_k, rho, needed = potential(disp, jnp.asarray(cosmo.Omega_m, dtype), mesh, grid)
+    snaps = _put(snaps, slots[0], rho)
+    mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), mesh, grid)
+    needed = jnp.maximum(needed, need)
+    trouble = _first_trouble(jnp.full(2, -1, jnp.int32), 0, needed, disp, mom, grid.halo)
+    maps = None if capture is None else lightcone.empty_maps(capture, mesh, m, dtype)
+    return State(disp, mom, snaps, maps, needed, trouble)
+
+
+def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first, count: int,
+           mesh: Mesh, grid: PMGrid) -> State:
+    """Steps first + 1 .. first + count (a lax.scan) from ``state``."""
+    dtype = state.disp.dtype
     omega_m = jnp.asarray(cosmo.Omega_m, dtype)
     kick1, drift, kick2 = kdk_coefficients(cosmo, a_steps, table)
     # the kick after step i's force: its second half-kick and step i+1's first half-kick
     kicks = kick2 + jnp.concatenate([kick1[1:], jnp.zeros(1, kick1.dtype)])
     m = grid.mesh
-    snaps = jax.lax.with_sharding_constraint(
-        jnp.zeros((n_snapshots, m, m, m), dtype),
-        jax.sharding.NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
-    pot_k, rho, needed = potential(disp, omega_m, mesh, grid)
-    snaps = _put(snaps, slots[0], rho)
-    mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), mesh, grid)
-    needed = jnp.maximum(needed, need)
-    trouble = _first_trouble(jnp.full(2, -1, jnp.int32), 0, needed, disp, mom, grid.halo)
-    maps = None
+    xs = {"drift": drift, "kick": kicks, "slot": slots[1:],
+          "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32)}
     if capture is not None:
-        maps = lightcone.empty_maps(capture, mesh, m, dtype)
         a0, a1 = a_steps[:-1, None], a_steps[1:, None]
-        cross_drift = partial_drift(cosmo, a0, a1, capture.a[jnp.maximum(crossing, 0)].astype(dtype),
-                                    table)
+        xs.update(crossing=crossing, cross_drift=partial_drift(
+            cosmo, a0, a1, capture.a[jnp.maximum(crossing, 0)].astype(dtype), table))
+    if count != drift.shape[0]:  # a segment of the steps
+        xs = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, count), xs)
 
     @jax.checkpoint  # under jax.grad only the steps' particle states are kept; the rest is redone
     def paint_drifted(disp, mom, factor):
@@ -332,8 +419,8 @@ def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mes
 
     step = jax.checkpoint(partial(advance, mesh=mesh, grid=grid))
 
-    def body(carry, xs):
-        disp, mom, snaps, maps, needed, trouble = carry
+    def body(state: State, xs):
+        disp, mom, snaps, maps, needed, trouble = state
         need = jnp.zeros((), jnp.int32)
         if capture is not None and crossing.shape[1]:
             (_, _, maps, need), _ = jax.lax.scan(cross, (disp, mom, maps, need),
@@ -341,16 +428,11 @@ def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mes
         disp, mom, rho, need_step = step(disp, mom, xs["drift"], xs["kick"], omega_m)
         need = jnp.maximum(need, need_step)
         trouble = _first_trouble(trouble, xs["step"], need, disp, mom, grid.halo)
-        return (disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need),
-                trouble), None
+        return State(disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need),
+                     trouble), None
 
-    xs = {"drift": drift, "kick": kicks, "slot": slots[1:],
-          "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32)}
-    if capture is not None:
-        xs.update(crossing=crossing, cross_drift=cross_drift)
-    (disp, mom, snaps, maps, needed, trouble), _ = jax.lax.scan(
-        body, (disp, mom, snaps, maps, needed, trouble), xs)
-    return disp, mom, snaps, needed, maps, trouble
+    state, _ = jax.lax.scan(body, state, xs)
+    return state
 
 
 def _first_trouble(trouble, step, needed, disp, mom, halo: int):

@@ -208,7 +208,7 @@ def run_checked(stage: str, config_path: str | Path) -> int:
     """:func:`run_stage` for command lines: bad input or missing inputs print one message
     naming the file and field and give exit status 2; a store that could not be written (a
     full disk, say; it is left without completion marker) prints one and gives 1."""
-    from pmpipe import config, nbody, painting, store
+    from pmpipe import checkpoint, config, nbody, painting, store
 
     try:
         run_stage(stage, config_path)
@@ -219,6 +219,9 @@ def run_checked(stage: str, config_path: str | Path) -> int:
     except (store.StoreWriteError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except checkpoint.Preempted as err:
+        print(f"preempted: {err}", file=sys.stderr)
+        return checkpoint.PREEMPTED_EXIT
     return 0
 
 

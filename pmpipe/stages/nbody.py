@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import config, cosmology, lightcone, nbody, store
+from pmpipe import checkpoint, config, cosmology, lightcone, nbody, parallel, store
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import Inputs, Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
@@ -143,18 +143,77 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     cfg, mesh = run_file.config, inputs.mesh
     started = store.now()
     ic = inputs.store("ic")
-    disp = inputs.field("ic", "displacement")
-    mom = inputs.field("ic", "momentum")
     a_init, a_final = float(ic.attrs["a_init"]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
     bounds = cfg.step_boundaries()
     grid = cfg.pm_grid()
     cosmo = cfg.cosmology_params()
+    table = cosmology.growth_table(cosmo)
     progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.mesh}^3 mesh")
     capture = LightconeCapture(cfg) if cfg.lightcone is not None else None
-    with progress.timed("pm_steps"):
-        result = nbody.evolve(cosmo, disp, mom, bounds, mesh, grid, snapshots,
-                              cosmology.growth_table(cosmo), capture and capture.capture)
+    plan = capture and capture.capture
+    if cfg.checkpoints is None:
+        with progress.timed("pm_steps"):
+            result = nbody.evolve(cosmo, inputs.field("ic", "displacement"),
+                                  inputs.field("ic", "momentum"), bounds, mesh, grid, snapshots,
+                                  table, plan)
+        path = _finish(run_file, run_dir, inputs, progress, result, capture, bounds, started)
+    else:
+        schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
+        with schedule.listening():
+            with progress.timed("pm_steps"):
+                result = _evolve_checkpointed(run_file, run_dir, inputs, schedule, cosmo, bounds,
+                                              grid, snapshots, table, plan, progress)
+            path = _finish(run_file, run_dir, inputs, progress, result, capture, bounds, started)
+        if not cfg.checkpoints.keep:
+            checkpoint.remove(run_dir)
+    return path
+
+
+def _evolve_checkpointed(run_file, run_dir, inputs: Inputs, schedule: checkpoint.Schedule,
+                         cosmo, bounds, grid, snapshots, table, plan,
+                         progress: Progress) -> nbody.NBodyResult:
+    """The evolution one step at a time from the run's newest checkpoint (else from the ICs),
+    writing checkpoints when ``schedule`` says; after a signal, a checkpoint and Preempted."""
+    mesh, steps = inputs.mesh, len(bounds) - 1
+    found = checkpoint.newest(run_dir, run_file.config_hash)
+    if found is None:
+        state, done = nbody.start_state(cosmo, inputs.field("ic", "displacement"),
+                                        inputs.field("ic", "momentum"), bounds, mesh, grid,
+                                        snapshots, table, plan), 0
+    else:
+        particles = jax.ShapeDtypeStruct((grid.particles,) * 3 + (3,),
+                                         np.dtype(run_file.config.nbody.dtype),
+                                         sharding=parallel.field_sharding(mesh))
+        like = nbody.start_state(cosmo, particles, particles, bounds, mesh, grid, snapshots,
+                                 table, plan)
+        state, done = checkpoint.read(found, mesh, like)
+        progress(f"resumed after step {done} of {steps} (a = {bounds[done]:.4g}) from {found}")
+
+    def after_step(state: nbody.State, step: int) -> None:
+        stop = step < steps and schedule.stop_requested()
+        if stop or (step < steps and schedule.due(step)):
+            nbody.check_state(state.trouble, state.needed, bounds, grid.halo)  # none of a broken state
+            written = checkpoint.write(run_dir, run_file, mesh, state, step, bounds[step])
+            schedule.written()
+            progress(f"checkpoint after step {step} of {steps} (a = {bounds[step]:.4g}): {written}")
+            if stop:
+                schedule.signalled = None
+                raise checkpoint.Preempted(
+                    f"stopped by a signal after step {step} of {steps}; its checkpoint "
+                    f"{written} resumes the run when it is started again")
+
+    return nbody.evolve_stepwise(cosmo, state, done, bounds, mesh, grid, snapshots, table, plan,
+                                 after_step)
+
+
+def _finish(run_file, run_dir, inputs: Inputs, progress: Progress, result: nbody.NBodyResult,
+            capture, bounds, started) -> Path:
+    """Write nbody.zarr from the evolution's result; keep its fields for the next stages."""
+    cfg, mesh = run_file.config, inputs.mesh
+    a_init, a_final = float(bounds[0]), cfg.nbody.a_final
+    snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
+    grid = cfg.pm_grid()
     if capture is not None:
         capture.receive(result)
     progress(f"evolved {len(bounds) - 1} steps"

@@ -86,8 +86,11 @@ def compute_stage(stage: str, run_file, inputs: stages.Inputs) -> StageRecord:
 
 
 def run_one(config_path: Path, mesh_of) -> Outcome:
-    """Every pending stage of one run, its fields kept on the devices between stages."""
+    """Every pending stage of one run, its fields kept on the devices between stages; a
+    preemption (checkpoint.Preempted) is not one run's failure and goes up."""
     import jax
+
+    from pmpipe import checkpoint
 
     start = time.perf_counter()
     run_id, stage = config_path.parent.name, None
@@ -104,6 +107,8 @@ def run_one(config_path: Path, mesh_of) -> Outcome:
         inputs.forget()
         skipped = tuple(s for s in names if s not in todo)
         return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
+    except checkpoint.Preempted:  # the job is about to end: so does this process
+        raise
     except Exception as err:  # one run's failure must not stop the other runs of the job
         if jax.process_index() == 0:
             print(f"[pmpipe run {run_id}] traceback:\n{traceback.format_exc()}", file=sys.stderr)
@@ -207,7 +212,8 @@ def summary_line(outcome: Outcome) -> str:
 
 
 def main(argv=None) -> int:
-    """Run the runs; exit status 1 when any run failed (each failure named on stderr)."""
+    """Run the runs; exit status 1 when any run failed (each failure named on stderr),
+    checkpoint.PREEMPTED_EXIT when a signal stopped the job (its checkpoint written)."""
     parser = argparse.ArgumentParser(
         prog="python -m pmpipe.stages.pipeline",
         description="run every stage of one or more runs in one process")
@@ -215,7 +221,13 @@ def main(argv=None) -> int:
     parser.add_argument("--report", metavar="JSON",
                         help="write the job's record (times, physics, compilations, memory) here")
     args = parser.parse_args(argv)
-    outcomes = run_all(args.config, args.report)
+    from pmpipe import checkpoint
+
+    try:
+        outcomes = run_all(args.config, args.report)
+    except checkpoint.Preempted as err:
+        print(f"preempted: {err}", file=sys.stderr)
+        return checkpoint.PREEMPTED_EXIT
     failed = [o for o in outcomes if o.error is not None]
     if failed:
         print(f"error: {len(failed)} of {len(outcomes)} runs failed: "

@@ -1,0 +1,180 @@
+"""Checkpoints of the N-body: when to write one, writing, finding and reading them.
+
+A checkpoint is a store (pmpipe.store: each process writes its own blocks, complete only once
+its marker is written, with the manifest of its chunks) at
+``<run>/checkpoints/nbody-step<k>.zarr``: the :class:`pmpipe.nbody.State` after step k
+(particles, the snapshots and lightcone maps captured so far, the halo needed, trouble), with
+the step, its a and the run's config hash. Once a checkpoint is complete the older ones are
+removed; a run starts from the newest complete checkpoint whose config hash is its own (others
+are reported and left alone). :class:`Schedule` says when to write one: every few steps,
+every few minutes, and at once after SIGTERM or SIGUSR2, which SLURM and submitit send before
+they stop or requeue a job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from pmpipe import parallel, store
+from pmpipe.nbody import State
+from pmpipe.parallel import FIELD_SPEC
+
+log = logging.getLogger(__name__)
+
+FOLDER = "checkpoints"
+STAGE = "nbody-checkpoint"
+SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+PREEMPTED_EXIT = 3  # exit status of a stage or job that a signal stopped, its checkpoint written
+
+
+class Preempted(RuntimeError):
+    """A signal asked the run to stop; its checkpoint is written."""
+
+
+def path_for(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / FOLDER / f"nbody-step{step:05d}.zarr"
+
+
+@dataclasses.dataclass
+class Schedule:
+    """When to write a checkpoint: after every ``every_steps``-th step, after the first step
+    that ends ``every_minutes`` after the last checkpoint, and after the step during which a
+    signal of SIGNALS arrived (:meth:`listen`)."""
+
+    every_steps: int | None = None
+    every_minutes: float | None = None
+    last: float = dataclasses.field(default_factory=time.monotonic)
+    signalled: int | None = None
+
+    @contextlib.contextmanager
+    def listening(self):
+        """Inside: SIGNALS are caught (remembered, the run goes on to the end of its step);
+        after: the handlers before are back, and a signal caught but not acted on raises
+        :class:`Preempted`."""
+        before = {sig: signal.signal(sig, self._caught) for sig in SIGNALS}
+        try:
+            yield self
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+        if self.signalled is not None:
+            raise Preempted(f"{signal.Signals(self.signalled).name} arrived after the last step; "
+                            "the N-body is done, the run's next stages are not")
+
+    def _caught(self, signum, frame) -> None:
+        self.signalled = signum
+
+    def stop_requested(self) -> bool:
+        """Whether a signal arrived on any process (all processes agree)."""
+        asked = self.signalled is not None
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            asked = bool(np.any(multihost_utils.process_allgather(np.int32(asked))))
+        return asked
+
+    def due(self, step: int) -> bool:
+        """Whether a checkpoint is due after ``step`` by steps or minutes (the same answer on
+        every process: process 0's clock decides)."""
+        by_steps = self.every_steps is not None and step % self.every_steps == 0
+        by_time = (self.every_minutes is not None
+                   and time.monotonic() - self.last >= 60 * self.every_minutes)
+        if jax.process_count() > 1 and self.every_minutes is not None:
+            from jax.experimental import multihost_utils
+
+            by_time = bool(multihost_utils.broadcast_one_to_all(np.int32(by_time)))
+        return by_steps or by_time
+
+    def written(self) -> None:
+        self.last = time.monotonic()
+
+
+def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a: float) -> Path:
+    """Write the state after ``step`` (ending at scale factor a) as a complete checkpoint
+    store, then remove the older checkpoints of the run; returns its path."""
+    path = path_for(run_dir, step)
+    group = store.create(path, store.provenance(run_file, STAGE, mesh, store.now()) | {
+        "step": int(step), "a": float(a),
+        "needed_halo_cells": int(parallel.to_host(state.needed)),
+        "trouble": [int(t) for t in parallel.to_host(state.trouble)]})
+    for name in ("disp", "mom"):
+        field = getattr(state, name)
+        store.write_array(group, name, field, ("qx", "qy", "qz", "component"), "Mpc/h",
+                          f"particle {'displacement' if name == 'disp' else 'momentum'}")
+    stacks = {"snaps": state.snaps}
+    if state.maps is not None:
+        stacks["flat"] = state.maps[0]
+        if state.maps[1] is not None:
+            store.write_array(group, "shells", state.maps[1], ("plane", "ray"), "Mpc/h",
+                              "lightcone shells sampled so far")
+    for name, stack in stacks.items():
+        if stack.shape[0] == 0:
+            continue
+        array = store.create_array(group, name, stack.shape, stack.dtype,
+                                   ("slot",) + tuple(f"axis{i}" for i in range(1, stack.ndim)),
+                                   "1", f"{name} captured so far",
+                                   (1,) + store.block_chunks(stack[0]))
+        for i in range(stack.shape[0]):
+            store.write_blocks(array, stack[i], (i,))
+    store.mark_complete(group)
+    if jax.process_index() == 0:
+        for older in sorted((Path(run_dir) / FOLDER).glob("nbody-step*.zarr")):
+            if older != path:
+                shutil.rmtree(older, ignore_errors=True)
+    parallel.barrier(f"checkpoint {step} written")
+    return path
+
+
+def newest(run_dir: str | Path, config_hash: str) -> Path | None:
+    """The newest complete checkpoint of the run made from ``config_hash``, or None; a
+    complete one of another config is reported (logging) and passed over."""
+    for path in sorted((Path(run_dir) / FOLDER).glob("nbody-step*.zarr"), reverse=True):
+        try:
+            group = store.open_complete(path)
+        except store.IncompleteStoreError:
+            continue
+        if group.attrs.get("config_hash") == config_hash:
+            return path
+        log.warning("%s was made from config %s, not this run's %s: not resumed from",
+                    path, group.attrs.get("config_hash"), config_hash)
+    return None
+
+
+def read(path: str | Path, mesh: Mesh, like: State) -> tuple[State, int]:
+    """The state of a checkpoint, laid out like ``like`` (the state a fresh start makes, or
+    its shapes), and the step it ends."""
+    group = store.open_complete(path)
+
+    def read_as(name, spec):
+        array = group[name]
+        return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec),
+                                            lambda index: array[index])
+
+    def stack(name, template):
+        return template if template.shape[0] == 0 else read_as(name, jax.P(None, *FIELD_SPEC))
+
+    maps = None
+    if like.maps is not None:
+        maps = (stack("flat", like.maps[0]),
+                None if like.maps[1] is None else read_as("shells", jax.P()))
+    attrs = group.attrs
+    state = State(store.read_sharded(group["disp"], mesh), store.read_sharded(group["mom"], mesh),
+                  stack("snaps", like.snaps), maps, np.int32(attrs["needed_halo_cells"]),
+                  np.asarray(attrs["trouble"], np.int32))
+    return state, int(attrs["step"])
+
+
+def remove(run_dir: str | Path) -> None:
+    """Remove every checkpoint of the run (process 0)."""
+    if jax.process_index() == 0:
+        shutil.rmtree(Path(run_dir) / FOLDER, ignore_errors=True)

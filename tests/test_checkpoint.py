@@ -1,0 +1,132 @@
+"""N-body checkpoints: a run killed (SIGKILL) or stopped by a signal (SIGUSR2, SIGTERM) mid
+N-body resumes from its last checkpoint and ends with the stores of an uninterrupted run; a
+checkpoint of another config is not resumed from."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from pmpipe import checkpoint, config, stages, store
+
+RUN = {"box": {"box_size": 128.0, "particles": 32, "oversample": 2},
+       "nbody": {"steps": 16, "snapshots": [0.5]},
+       "parallel": {"pdims": [1, 2], "halo_cells": 8},
+       "lightcone": {"z_max": 0.1, "plane_thickness": 64.0},
+       "lensing": {"source_redshifts": [0.1], "flat_sky": {"field_of_view": 10.0, "pixels": 16},
+                   "full_sky": {"nside": 8}},
+       "checkpoints": {"every_steps": 3}}
+COMPARED = ("displacement", "momentum", "density", "lightcone_density", "lightcone_healpix")
+
+
+def _write_run(run_dir, **changes):
+    data = {**RUN, **changes}
+    run_dir.mkdir(parents=True)
+    path = run_dir / "config.json"
+    path.write_text(config.RunFile.build("ckpt", run_dir.name, 0, {},
+                                         config.Run.model_validate(data)).to_json())
+    return path
+
+
+def _stage(stage, path, **kwargs):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.Popen([sys.executable, "-m", f"pmpipe.stages.{stage}", str(path)], env=env,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for_checkpoint(run_dir, process, timeout=300):
+    """Return once the run holds a complete checkpoint (the process still running)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(store.is_complete(p) for p in (run_dir / checkpoint.FOLDER).glob("*.zarr")):
+            return
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint was written")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The ICs (shared by copying) and an uninterrupted nbody stage with checkpoints."""
+    run_dir = tmp_path_factory.mktemp("checkpoint") / "reference"
+    path = _write_run(run_dir)
+    stages.run_stage("ic", path)
+    stages.run_stage("nbody", path)
+    assert not (run_dir / checkpoint.FOLDER).exists()  # removed once nbody.zarr is complete
+    return run_dir
+
+
+def _copy_ics(reference, run_dir, **changes):
+    import shutil
+
+    path = _write_run(run_dir, **changes)
+    shutil.copytree(reference / "ic.zarr", run_dir / "ic.zarr")
+    return path
+
+
+def _assert_same_stores(a, b, rtol=1e-6):
+    x, y = (zarr.open_group(d / "nbody.zarr", mode="r") for d in (a, b))
+    for name in COMPARED:
+        u, v = np.asarray(x[name][:], np.float64), np.asarray(y[name][:], np.float64)
+        assert np.max(np.abs(u - v)) <= rtol * np.max(np.abs(u)), name
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGUSR2"])
+def test_interrupted_run_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_one(
+        reference, tmp_path, how):
+    run_dir = tmp_path / "run"
+    path = _copy_ics(reference, run_dir)
+    first = _stage("nbody", path)
+    _wait_for_checkpoint(run_dir, first)
+    first.send_signal(getattr(signal, how))
+    _, err = first.communicate(timeout=300)
+    if how == "SIGKILL":
+        assert first.returncode == -signal.SIGKILL
+    else:  # the step in progress ends, a checkpoint is written, the exit status says so
+        assert first.returncode == checkpoint.PREEMPTED_EXIT, err[-3000:]
+        assert "preempted: stopped by a signal after step" in err
+    assert not store.is_complete(run_dir / "nbody.zarr")
+    second = _stage("nbody", path)
+    _, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err[-3000:]
+    assert "resumed after step" in err
+    _assert_same_stores(reference, run_dir)
+    assert not (run_dir / checkpoint.FOLDER).exists()
+
+
+def test_checkpoints_change_no_result_and_another_configs_checkpoint_is_not_used(
+        reference, tmp_path):
+    """Without checkpoints (one program for all steps) the stores agree to float32 rounding;
+    a checkpoint of another config in the run folder is reported and left alone."""
+    import shutil
+
+    plain = tmp_path / "plain"
+    path = _copy_ics(reference, plain, checkpoints=None)
+    stages.run_stage("nbody", path)
+    _assert_same_stores(reference, plain, rtol=1e-5)
+
+    other = tmp_path / "other"
+    path = _copy_ics(reference, other, checkpoints={"every_steps": 5, "keep": True})
+    stages.run_stage("nbody", path)  # keep: the last checkpoint stays
+    kept = sorted((other / checkpoint.FOLDER).glob("*.zarr"))
+    assert [p.name for p in kept] == ["nbody-step00015.zarr"]
+    changed = tmp_path / "changed"  # another config: its own ICs, the checkpoint of `other`
+    path = _write_run(changed, nbody={**RUN["nbody"], "snapshots": [0.6]})
+    stages.run_stage("ic", path)
+    shutil.copytree(other / checkpoint.FOLDER, changed / checkpoint.FOLDER)
+    done = _stage("nbody", path)
+    _, err = done.communicate(timeout=600)
+    assert done.returncode == 0, err[-3000:]
+    assert "not resumed from" in err and "resumed after step" not in err
+
+
+def test_checkpoints_need_a_schedule():
+    with pytest.raises(config.ConfigError, match="checkpoints needs every_steps or every_minutes"):
+        config.validate(config.Run, {**RUN, "checkpoints": {"keep": True}}, "x.yaml")
+    run = config.Run.model_validate(RUN)
+    assert config.config_hash(run) == config.config_hash(run.model_copy(update={"checkpoints": None}))
