@@ -38,7 +38,24 @@ PREEMPTED_EXIT = 3  # exit status of a stage or job that a signal stopped, its c
 
 
 class Preempted(RuntimeError):
-    """A signal asked the run to stop; its checkpoint is written."""
+    """A signal (``signum``) asked the run to stop; its checkpoint is written."""
+
+    def __init__(self, message: str, signum: int | None = None):
+        super().__init__(message)
+        self.signum = signum
+
+
+def stopped(err: Preempted) -> str:
+    """What a command line says when a signal stopped it: the error and, after SLURM's signal
+    ahead of the time limit (SIGUSR2), the job's own requeue (process 0 asks for it)."""
+    from pmpipe import launch
+
+    text = f"preempted: {err}"
+    if err.signum == signal.SIGUSR2 and jax.process_index() == 0:
+        requeued = launch.requeue_this_job()
+        if requeued:
+            text += f"; {requeued}"
+    return text
 
 
 def path_for(run_dir: str | Path, step: int) -> Path:
@@ -69,7 +86,7 @@ class Schedule:
                 signal.signal(sig, handler)
         if self.signalled is not None:
             raise Preempted(f"{signal.Signals(self.signalled).name} arrived after the last step; "
-                            "the N-body is done, the run's next stages are not")
+                            "the N-body is done, the run's next stages are not", self.signalled)
 
     def _caught(self, signum, frame) -> None:
         self.signalled = signum

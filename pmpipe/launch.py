@@ -41,6 +41,7 @@ class SlurmJob:
     qos: str | None = None
     constraint: str | None = None
     extra: tuple[str, ...] = ()
+    signal_seconds: int = 300
 
     @property
     def tasks(self) -> int:
@@ -61,7 +62,14 @@ def slurm_job(name: str, resources: dict, site: Site | None) -> SlurmJob:
                     cpus_per_task=resources["cpus_per_task"], gpus_per_node=resources["gpu"],
                     mem_mb=resources["mem_mb"], time_min=resources["runtime"],
                     partition=site.partition, account=site.account, qos=site.qos,
-                    constraint=site.constraint, extra=tuple(site.extra))
+                    constraint=site.constraint, extra=tuple(site.extra),
+                    signal_seconds=signal_lead(site.signal_seconds, resources["runtime"]))
+
+
+def signal_lead(seconds: int, time_min: int) -> int:
+    """How long before the time limit SLURM signals a job: the site's ``seconds``, at most a
+    quarter of the job's time (a signal at its start would requeue it before any step)."""
+    return max(1, min(seconds, time_min * 60 // 4))
 
 
 def srun_command(job: SlurmJob, launcher: str = "srun") -> list[str]:
@@ -75,17 +83,18 @@ def srun_command(job: SlurmJob, launcher: str = "srun") -> list[str]:
 def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:
     """Resources by the Snakemake SLURM plugin's names. GPUs go as ``gres`` (per node: the
     plugin's ``gpu`` becomes ``--gpus``, a total per job); ``mpi`` is the srun line a rule puts
-    in front of its command, empty for one process (run directly in the batch step)."""
+    in front of its command, for one process too: the stage is then a job step, which is
+    what SLURM signals ahead of the time limit (``slurm_extra``: --signal=USR2@s, after the
+    site's own options)."""
     res = {"nodes": job.nodes, "tasks_per_node": job.tasks_per_node,
            "cpus_per_task": job.cpus_per_task, "mem_mb": job.mem_mb, "runtime": job.time_min,
            "gres": f"gpu:{job.gpus_per_node}" if job.gpus_per_node else "",
-           "mpi": shlex.join(srun_command(job, launcher)) if job.tasks > 1 else ""}
+           "mpi": shlex.join(srun_command(job, launcher)),
+           "slurm_extra": shlex.join([*job.extra, f"--signal=USR2@{job.signal_seconds}"])}
     for key, value in (("slurm_partition", job.partition), ("slurm_account", job.account),
                        ("qos", job.qos), ("constraint", job.constraint)):
         if value:
             res[key] = value
-    if job.extra:
-        res["slurm_extra"] = shlex.join(job.extra)
     return res
 
 
@@ -120,7 +129,8 @@ def submitit_parameters(job: SlurmJob) -> dict:
     """submitit SlurmExecutor parameters of a job (names of submitit's update_parameters)."""
     params = {"job_name": job.name, "nodes": job.nodes, "ntasks_per_node": job.tasks_per_node,
               "cpus_per_task": job.cpus_per_task, "mem": f"{job.mem_mb}M", "time": job.time_min,
-              "stderr_to_stdout": True, "srun_args": list(SRUN_OPTIONS)}
+              "stderr_to_stdout": True, "srun_args": list(SRUN_OPTIONS),
+              "signal_delay_s": job.signal_seconds}
     if job.gpus_per_node:
         params["gpus_per_node"] = job.gpus_per_node
     for key in ("partition", "account", "qos", "constraint"):
@@ -172,6 +182,52 @@ def array_job(camp: config.Campaign, groups: list[list[campaigns.RunSpec]],
     return slurm_job(f"pmpipe-{camp.name}", res, site)
 
 
+def requeue_this_job(environ=None) -> str | None:
+    """``scontrol requeue`` of the SLURM job this process runs in (the array element in an
+    array); what happened, or None outside a SLURM job."""
+    import os
+    import subprocess
+
+    environ = os.environ if environ is None else environ
+    job = environ.get("SLURM_JOB_ID")
+    if environ.get("SLURM_ARRAY_JOB_ID") and environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
+    if not job:
+        return None
+    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if done.returncode:
+        return f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
+    return f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"
+
+
+class RunsJob:
+    """What a submitit job calls: ``function(*args)`` (a stage of a run, or a group of runs),
+    checkpointable: when SLURM's signal ahead of the time limit (or a preemption) stops the
+    N-body, submitit's handler resubmits the same call and requeues the job, which then
+    resumes from the N-body's checkpoint and skips what is complete."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def __call__(self, *args):
+        import signal as signals
+
+        from pmpipe import checkpoint
+
+        try:
+            return self.function(*args)
+        except checkpoint.Preempted as err:
+            handler = signals.getsignal(err.signum) if err.signum is not None else None
+            if callable(handler):  # submitit's: checkpoint (below), requeue, exit
+                handler(err.signum, None)
+            raise
+
+    def checkpoint(self, *args):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args)
+
+
 def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, results: Path,
                  folder: Path, site: Site | None):
     """Submit one stage of one run (its inputs must be complete); returns the submitit job."""
@@ -185,7 +241,7 @@ def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, res
                 f"{stages.store_path(run_dir, earlier)} is missing or incomplete: run the "
                 f"{earlier} stage before {stage}")
     executor = _executor(folder, campaign_job(camp, spec, site, stage))
-    return executor.submit(stages.run_stage, stage, str(run_dir / "config.json"))
+    return executor.submit(RunsJob(stages.run_stage), stage, str(run_dir / "config.json"))
 
 
 def submit_campaign(camp: config.Campaign, groups: list[list[campaigns.RunSpec]], results: Path,
@@ -198,4 +254,4 @@ def submit_campaign(camp: config.Campaign, groups: list[list[campaigns.RunSpec]]
     executor = _executor(folder, array_job(camp, groups, site), array_parallelism=max_parallel)
     paths = [[str(results / camp.name / spec.run_id / "config.json") for spec in group]
              for group in groups]
-    return executor.map_array(pipeline.run_job, paths)
+    return executor.map_array(RunsJob(pipeline.run_job), paths)

@@ -11,6 +11,7 @@ and from environment variables, which win. This module is the only place that re
     PMPIPE_SLURM_CONSTRAINT     node features (sbatch --constraint)
     PMPIPE_SLURM_GPUS_PER_NODE  GPUs per node (overrides execution.devices_per_node on gpu)
     PMPIPE_SLURM_EXTRA          further sbatch options, e.g. "--exclusive --reservation=x"
+    PMPIPE_SLURM_SIGNAL_SECONDS seconds before the time limit at which SLURM sends SIGUSR2
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ ENVIRONMENT = {
     "PMPIPE_SLURM_CONSTRAINT": "constraint",
     "PMPIPE_SLURM_GPUS_PER_NODE": "gpus_per_node",
     "PMPIPE_SLURM_EXTRA": "extra",
+    "PMPIPE_SLURM_SIGNAL_SECONDS": "signal_seconds",
 }
 
 
@@ -48,6 +50,10 @@ class Site(BaseModel):
     extra: list[str] = Field(default_factory=list, description="further sbatch options")
     launcher: str = Field("srun", description="command that starts a multi-process stage "
                                                "(its geometry options are added by pmpipe)")
+    signal_seconds: int = Field(
+        300, ge=10, description="SLURM sends SIGUSR2 this many seconds before a job's time limit "
+        "(sbatch --signal=USR2@s; at most a quarter of the job's time): time for the N-body to "
+        "end its step and write a checkpoint; the job then requeues itself")
 
 
 def from_mapping(data: Mapping, environ: Mapping[str, str], source: str) -> Site:

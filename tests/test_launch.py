@@ -39,7 +39,8 @@ def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
                  "#SBATCH --cpus-per-task=8", f"#SBATCH --mem={res['mem_mb']}M",
                  f"#SBATCH --time={res['runtime']}", "#SBATCH --partition=gpu",
                  "#SBATCH --account=cosmo", "#SBATCH --qos=normal", "#SBATCH --constraint=a100",
-                 "#SBATCH --exclusive", f"#SBATCH --output={LOGS}/%j_0_log.out"):
+                 "#SBATCH --exclusive", f"#SBATCH --output={LOGS}/%j_0_log.out",
+                 "#SBATCH --signal=USR2@150"):  # the site's 300 s, at most a quarter of 10 min
         assert line in lines, line
     assert res["mem_mb"] > 4 * 1000 and res["runtime"] >= campaign.MIN_RUNTIME_MINUTES
     srun = [line for line in lines if line.startswith("srun ")]
@@ -75,10 +76,12 @@ def test_snakemake_resources_and_srun_line_of_a_multi_node_stage():
                                        "--cpus-per-task=8", "--gres=gpu:4", "--kill-on-bad-exit=1"]
     assert res["slurm_partition"] == "gpu" and res["slurm_account"] == "cosmo"
     assert res["qos"] == "normal" and res["constraint"] == "a100"
-    assert res["slurm_extra"] == "--exclusive"
+    assert res["slurm_extra"] == "--exclusive --signal=USR2@150"  # the site's, then the signal
     one = launch.job_resources([spec.run.model_copy(update={"parallel": config.Parallel()})],
-                               camp.execution, site.Site())
-    assert one["mpi"] == "" and one["tasks_per_node"] == 1 and "slurm_partition" not in one
+                               camp.execution, site.Site(signal_seconds=60))
+    assert one["tasks_per_node"] == 1 and "slurm_partition" not in one
+    assert shlex.split(one["mpi"])[:3] == ["srun", "--nodes=1", "--ntasks-per-node=1"]  # a step
+    assert one["slurm_extra"] == "--signal=USR2@60"
     local = launch.job_resources([spec.run], camp.execution, None)
     assert local["mpi"] == "" and local["gpu"] == 4
 

@@ -220,7 +220,7 @@ def run_checked(stage: str, config_path: str | Path) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except checkpoint.Preempted as err:
-        print(f"preempted: {err}", file=sys.stderr)
+        print(checkpoint.stopped(err), file=sys.stderr)
         return checkpoint.PREEMPTED_EXIT
     return 0
 

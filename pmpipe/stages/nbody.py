@@ -198,10 +198,10 @@ def _evolve_checkpointed(run_file, run_dir, inputs: Inputs, schedule: checkpoint
             schedule.written()
             progress(f"checkpoint after step {step} of {steps} (a = {bounds[step]:.4g}): {written}")
             if stop:
-                schedule.signalled = None
+                signum, schedule.signalled = schedule.signalled, None
                 raise checkpoint.Preempted(
                     f"stopped by a signal after step {step} of {steps}; its checkpoint "
-                    f"{written} resumes the run when it is started again")
+                    f"{written} resumes the run when it is started again", signum)
 
     return nbody.evolve_stepwise(cosmo, state, done, bounds, mesh, grid, snapshots, table, plan,
                                  after_step)

@@ -226,7 +226,7 @@ def main(argv=None) -> int:
     try:
         outcomes = run_all(args.config, args.report)
     except checkpoint.Preempted as err:
-        print(f"preempted: {err}", file=sys.stderr)
+        print(checkpoint.stopped(err), file=sys.stderr)
         return checkpoint.PREEMPTED_EXIT
     failed = [o for o in outcomes if o.error is not None]
     if failed:

@@ -14,7 +14,7 @@
 #SBATCH --output=/scratch/pmpipe/logs/%j_0_log.out
 #SBATCH --partition=gpu
 #SBATCH --qos=normal
-#SBATCH --signal=USR2@90
+#SBATCH --signal=USR2@150
 #SBATCH --time=10
 #SBATCH --wckey=submitit
 
