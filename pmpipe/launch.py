@@ -83,13 +83,14 @@ def srun_command(job: SlurmJob, launcher: str = "srun") -> list[str]:
 def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:
     """Resources by the Snakemake SLURM plugin's names. GPUs go as ``gres`` (per node: the
     plugin's ``gpu`` becomes ``--gpus``, a total per job); ``mpi`` is the srun line a rule puts
-    in front of its command, for one process too: the stage is then a job step, which is
-    what SLURM signals ahead of the time limit (``slurm_extra``: --signal=USR2@s, after the
-    site's own options)."""
+    in front of its command, empty for one process (run directly in the batch step: the
+    plugin takes no srun line of one task). ``slurm_extra``: the site's options, then
+    --signal=USR2@s, which SLURM sends to the job's steps (the srun of a multi-process
+    stage) ahead of the time limit."""
     res = {"nodes": job.nodes, "tasks_per_node": job.tasks_per_node,
            "cpus_per_task": job.cpus_per_task, "mem_mb": job.mem_mb, "runtime": job.time_min,
            "gres": f"gpu:{job.gpus_per_node}" if job.gpus_per_node else "",
-           "mpi": shlex.join(srun_command(job, launcher)),
+           "mpi": shlex.join(srun_command(job, launcher)) if job.tasks > 1 else "",
            "slurm_extra": shlex.join([*job.extra, f"--signal=USR2@{job.signal_seconds}"])}
     for key, value in (("slurm_partition", job.partition), ("slurm_account", job.account),
                        ("qos", job.qos), ("constraint", job.constraint)):
@@ -202,24 +203,31 @@ def requeue_this_job(environ=None) -> str | None:
 
 class RunsJob:
     """What a submitit job calls: ``function(*args)`` (a stage of a run, or a group of runs),
-    checkpointable: when SLURM's signal ahead of the time limit (or a preemption) stops the
-    N-body, submitit's handler resubmits the same call and requeues the job, which then
-    resumes from the N-body's checkpoint and skips what is complete."""
+    checkpointable. When SLURM's signal ahead of the time limit (SIGUSR2) stops the N-body at
+    its checkpoint, submitit's handler resubmits the same call and requeues the job; after a
+    SIGTERM (a preemption, ``scontrol requeue``, ``scancel``) SLURM ends the job itself, which
+    this waits for (at most TERM_WAIT_SECONDS) instead of recording a failure. A requeued job
+    resumes from the checkpoint and skips what is complete."""
+
+    TERM_WAIT_SECONDS = 600
 
     def __init__(self, function):
         self.function = function
 
     def __call__(self, *args):
         import signal as signals
+        import time
 
         from pmpipe import checkpoint
 
         try:
             return self.function(*args)
         except checkpoint.Preempted as err:
-            handler = signals.getsignal(err.signum) if err.signum is not None else None
-            if callable(handler):  # submitit's: checkpoint (below), requeue, exit
-                handler(err.signum, None)
+            handler = signals.getsignal(signals.SIGUSR2)
+            if err.signum == signals.SIGUSR2 and callable(handler):
+                handler(err.signum, None)  # submitit's: checkpoint (below), requeue, exit
+            elif err.signum == signals.SIGTERM:
+                time.sleep(self.TERM_WAIT_SECONDS)
             raise
 
     def checkpoint(self, *args):

@@ -27,7 +27,7 @@ BASE_RUN = {
     "summaries": {"kappa_range": [-0.01, 0.01], "smoothing_arcmin": [10.0]},
 }
 BASE_CAMPAIGN = {
-    "name": "hostile", "seed": 1, "base": BASE_RUN,
+    "name": "hostile", "seed": 1, "base": {**BASE_RUN, "ic": {"a_init": 0.1}},
     "design": {"kind": "derivatives", "parameters": {"Omega_m": 0.02}},
     "realisations": 2,
     "execution": {"platform": "cpu", "devices_per_node": 2, "cpus_per_task": 1,
@@ -98,6 +98,11 @@ def _rejected_naming_the_file(err, path):
     assert "Traceback" not in text and len(text) < 20_000
 
 
+def test_the_unchanged_configurations_are_valid(tmp_path):
+    assert config.load_campaign(_write(tmp_path, BASE_CAMPAIGN)).name == "hostile"
+    assert config.load_run(_write(tmp_path, BASE_RUN)).box.particles == 16
+
+
 @SETTINGS
 @given(changes=mutations(BASE_CAMPAIGN), suffix=st.sampled_from([".yaml", ".json"]))
 def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(tmp_path, changes, suffix):
@@ -162,8 +167,10 @@ def test_generated_power_tables_are_used_or_rejected_naming_the_file(tmp_path, r
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(z=st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
-       n=st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6))
+@given(z=st.one_of(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
+                  st.lists(st.floats(0, 0.05), min_size=2, max_size=6).map(sorted)),
+       n=st.one_of(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
+                  st.lists(st.floats(0, 10), min_size=2, max_size=6)))
 def test_generated_redshift_distributions_are_accepted_or_rejected_naming_the_field(tmp_path, z, n):
     data = copy.deepcopy(BASE_RUN)
     data["lensing"]["distributions"] = [{"kind": "table", "name": "nz", "z": z, "n": n}]

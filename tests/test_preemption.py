@@ -1,0 +1,117 @@
+"""Preemption on a real SLURM (tests/slurm_cluster.py): a packed job of 2-process srun steps
+signalled (SIGUSR2, as SLURM does ahead of the time limit) during the N-body of its second
+run, through `snakemake --profile profiles/slurm`, and a job array element requeued by
+`scontrol requeue`, through `pmpipe submit`, resume from the N-body's checkpoint and complete;
+the run finished before the signal is not recomputed."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+import zarr
+
+from pmpipe import checkpoint, stages, store
+
+from conftest import REPO
+from test_slurm import STATUS_CHECKS, slurm_env
+
+CAMPAIGN = {
+    "name": "preempt", "seed": 5,
+    "base": {"box": {"box_size": 128.0, "particles": 32, "oversample": 2},
+             "nbody": {"steps": 40}, "parallel": {"pdims": [1, 2], "halo_cells": 16},
+             "checkpoints": {"every_steps": 5}},
+    "design": {"kind": "fiducial"}, "realisations": 2,
+    "execution": {"platform": "cpu", "devices_per_node": 2, "processes_per_node": 2,
+                  "cpus_per_task": 1, "device_memory_gb": 2, "runs_per_job": 2},
+}
+SECOND = "preempt-fiducial-r1"
+
+
+def _finished(run_dir):
+    return {s: store.is_complete(stages.store_path(run_dir, s))
+            and zarr.open_group(stages.store_path(run_dir, s), mode="r").attrs["finished"]
+            for s in ("ic", "nbody", "summaries")}
+
+
+def _job_id(name_part):
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True, check=True)
+    ids = [line.split()[0] for line in out.stdout.splitlines() if name_part in line]
+    return ids[0] if ids else None
+
+
+def _wait_for_the_second_runs_checkpoint(results, process, timeout=600):
+    """Once the second run's N-body holds a checkpoint: the first run's stores (done)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(store.is_complete(p) for p in (results / SECOND / checkpoint.FOLDER).glob("*.zarr")):
+            first = _finished(results / "preempt-fiducial-r0")
+            assert all(first.values()), first
+            return first
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        time.sleep(0.2)
+    raise AssertionError("the second run never wrote a checkpoint")
+
+
+@contextlib.contextmanager
+def _started(cmd, workdir):
+    """The command running in the background; killed with its jobs if the test fails."""
+    process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True,
+                               env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"})
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], check=False)
+            process.communicate()
+
+
+def _assert_resumed_and_complete(results, first_before, log_text):
+    assert "resumed after step" in log_text, log_text[-3000:]
+    assert _finished(results / "preempt-fiducial-r0") == first_before  # not recomputed
+    assert all(_finished(results / SECOND).values())
+    assert not (results / SECOND / checkpoint.FOLDER).exists()
+
+
+def test_signal_ahead_of_the_time_limit_requeues_a_snakemake_job_that_resumes(slurm, tmp_path):
+    (tmp_path / "preempt.yaml").write_text(yaml.safe_dump(CAMPAIGN))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+           "--profile", str(REPO / "profiles/slurm"), "--configfile",
+           str(REPO / "profiles/slurm/site.yaml"), "--config", "campaign=preempt.yaml",
+           *STATUS_CHECKS]
+    results = tmp_path / "results" / "preempt"
+    with _started(cmd, tmp_path) as process:
+        first = _wait_for_the_second_runs_checkpoint(results, process)
+        job = _job_id("runs_job0000")
+        assert job, "no running job"
+        subprocess.run(["scancel", "--signal=USR2", job], check=True)
+        out, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, out[-5000:]
+    log = (results / "logs" / "job0000.log").read_text()
+    assert "preempted: stopped by a signal after step" in log or "preempted" in out, log[-3000:]
+    _assert_resumed_and_complete(results, first, log)
+    restarts = subprocess.run(["sacct", "-n", "-X", "-j", job, "-o", "Restarts"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    assert restarts and int(restarts[0]) >= 1  # the same job, requeued
+
+
+def test_scontrol_requeue_of_a_submitted_array_element_resumes(slurm, tmp_path):
+    (tmp_path / "preempt.yaml").write_text(yaml.safe_dump(CAMPAIGN))
+    cmd = [sys.executable, "-m", "pmpipe.cli", "submit", "preempt.yaml", "--wait",
+           "--site", str(REPO / "profiles/slurm/site.yaml")]
+    results = tmp_path / "results" / "preempt"
+    with _started(cmd, tmp_path) as process:
+        first = _wait_for_the_second_runs_checkpoint(results, process)
+        job = _job_id("pmpipe-preempt")
+        assert job, "no running job"
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        out, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, out[-5000:]
+    logs = "".join(p.read_text() for p in (results / "logs" / "submitit").glob("*.out"))
+    _assert_resumed_and_complete(results, first, logs)
+
