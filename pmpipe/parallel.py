@@ -128,12 +128,18 @@ def launcher_processes(environ=None) -> tuple[str, int]:
     return "single", 1
 
 
+HEARTBEAT_TIMEOUT_SECONDS = 60  # a process that stops answering ends the others after this
+
+
 def start_processes(total_devices: int) -> tuple[str, int]:
     """Start JAX in this process for a run on ``total_devices`` devices: on CPU a single process
     asks for all of them as host devices; several processes (SLURM detection under srun, mpi4py
     under mpiexec, gloo collectives on CPU) hold one device each, as one process per GPU does.
     Must run before JAX's first computation; later calls in the same process (several stages
-    in one job) find the processes joined already. Returns (launcher, processes)."""
+    in one job) find the processes joined already. When a process dies, JAX's coordination
+    service ends the others once its heartbeat is missed for HEARTBEAT_TIMEOUT_SECONDS (srun's
+    --kill-on-bad-exit and mpiexec end them sooner), so none waits in a collective until the
+    job's time limit. Returns (launcher, processes)."""
     launcher, processes = launcher_processes()
     if processes > 1 and total_devices != processes:
         raise ValueError(f"parallel.pdims needs {total_devices} devices but {processes} processes "
@@ -147,7 +153,8 @@ def start_processes(total_devices: int) -> tuple[str, int]:
         # every process: concurrent programs could enter their collectives in a different
         # order on each process and wait for each other forever (seen with async dispatch)
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-        jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None)
+        jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None,
+                                   heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS)
     return launcher, processes
 
 

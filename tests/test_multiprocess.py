@@ -5,8 +5,11 @@ as one process, each process writing only its own blocks."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,3 +101,46 @@ def test_several_processes_hold_one_device_each(monkeypatch, processes):
     with pytest.raises(ValueError, match=f"needs 4 devices but {processes} processes were "
                                          "launched; several processes hold one device each"):
         parallel.start_processes(4)
+
+
+def _rank_pid(config_path, rank: int) -> int | None:
+    """The pid of the stage process of ``rank`` (PMI_RANK) running ``config_path``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(config_path).encode() in cmdline and f"PMI_RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+def test_a_process_that_dies_ends_its_partner_within_two_minutes(tmp_path):
+    """Under mpiexec -n 2, rank 1 killed (SIGKILL) once both have joined: rank 0 does not wait
+    in its next collective until the job's time limit."""
+    path = _write_config(tmp_path / "lost")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    launcher = subprocess.Popen([shutil.which("mpiexec"), "-n", "2", sys.executable, "-m",
+                                 "pmpipe.stages.ic", str(path)], env=env, text=True,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        lines = []
+        for line in launcher.stderr:  # both processes have joined once rank 1 says so
+            lines.append(line)
+            if "process 1 of 2" in line:
+                break
+        victim = _rank_pid(path, 1)
+        assert victim, "".join(lines)[-3000:]
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        launcher.communicate(timeout=120)
+        assert launcher.returncode != 0
+        assert time.monotonic() - start < 120
+        assert not (path.parent / "ic.zarr" / "zarr.json").exists() or not zarr.open_group(
+            path.parent / "ic.zarr", mode="r").attrs.get("pmpipe_complete")
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
