@@ -31,13 +31,15 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 """
 
 
-def run_snakemake(workdir, *args, check=True, env=None, timeout=900):
+def run_snakemake(workdir, *args, check=True, env=None, timeout=900, main=None):
     """snakemake on the repository's Snakefile in ``workdir`` (XLA_FLAGS dropped: each job
     asks for its own devices; JAX_COMPILATION_CACHE_DIR dropped: a workflow keeps its compiled
-    programs in its own results/.jax_cache); AssertionError with the output tails when it fails."""
+    programs in its own results/.jax_cache); AssertionError with the output tails when it fails.
+    ``main``: a script that runs snakemake, instead of ``python -m snakemake``."""
     env = {k: v for k, v in (env or os.environ).items()
            if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+    start = [str(main)] if main else ["-m", "snakemake"]
+    cmd = [sys.executable, *start, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
     if check and out.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")

@@ -29,7 +29,8 @@ def snakemake_slurm(workdir, campaign_file, check=True, timeout=1200):
     return run_snakemake(workdir, "--profile", str(REPO / "profiles/slurm"),
                          "--configfile", str(REPO / "profiles/slurm/site.yaml"),
                          "--config", f"campaign={campaign_file}", *STATUS_CHECKS,
-                         check=check, env=slurm_env(), timeout=timeout)
+                         check=check, env=slurm_env(), timeout=timeout,
+                         main=REPO / "tests" / "slurm_snakemake.py")  # status every 2 s
 
 
 def job_count():
