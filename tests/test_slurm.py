@@ -50,11 +50,11 @@ def two_processes_per_run(text: str) -> str:
 @pytest.fixture(scope="module")
 def quickstart(slurm, tmp_path_factory):
     """The quick-start campaign on the test cluster, 2 processes per stage (first invocation),
-    one realisation per point and a force mesh of B = 1 to keep CI short."""
+    one realisation per point, 32^3 particles and a force mesh of B = 1 to keep CI short."""
     workdir = tmp_path_factory.mktemp("slurm-quickstart")
     data = yaml.safe_load((REPO / "config/quickstart.yaml").read_text())
     data["realisations"] = 1
-    data["base"]["box"]["oversample"] = 1
+    data["base"]["box"].update(particles=32, oversample=1)
     (workdir / "quickstart.yaml").write_text(two_processes_per_run(yaml.safe_dump(data)))
     out = snakemake_slurm(workdir, "quickstart.yaml")
     return workdir, out
