@@ -30,7 +30,8 @@ def snakemake_slurm(workdir, campaign_file, check=True, timeout=1200):
                          "--configfile", str(REPO / "profiles/slurm/site.yaml"),
                          "--config", f"campaign={campaign_file}", *STATUS_CHECKS,
                          check=check, env=slurm_env(), timeout=timeout,
-                         main=REPO / "tests" / "slurm_snakemake.py")  # status every 2 s
+                         main=REPO / "tests" / "slurm_snakemake.py",  # status every 2 s
+                         share_programs=False)  # each campaign compiles its own programs
 
 
 def job_count():
