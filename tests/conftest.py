@@ -5,8 +5,10 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
@@ -31,31 +33,64 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 """
 
 
-def run_snakemake(workdir, *args, check=True, env=None, timeout=900):
+# Compiled XLA programs of the workflows of this test session (pytest_configure makes it).
+SHARED_PROGRAMS: Path | None = None
+
+
+def _copy_programs(source: Path, target: Path) -> None:
+    """Copy the persistent-cache entries of folder source that folder target lacks."""
+    if source.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in source.iterdir():
+            if entry.is_file() and not (target / entry.name).exists():
+                shutil.copy2(entry, target / entry.name)
+
+
+def run_snakemake(workdir, *args, check=True, env=None, timeout=900, main=None,
+                  share_programs=True):
     """snakemake on the repository's Snakefile in ``workdir`` (XLA_FLAGS dropped: each job
     asks for its own devices; JAX_COMPILATION_CACHE_DIR dropped: a workflow keeps its compiled
-    programs in its own results/.jax_cache); AssertionError with the output tails when it fails."""
+    programs in its own results/.jax_cache); AssertionError with the output tails when it fails.
+    ``main``: a script that runs snakemake, instead of ``python -m snakemake``.
+
+    With ``share_programs``, the workflow's results/.jax_cache starts with the programs the
+    session's earlier workflows compiled, and what it compiles is kept for the later ones: a
+    program of the same sizes is compiled once per session, not once per workflow."""
     env = {k: v for k, v in (env or os.environ).items()
            if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+    cache = Path(workdir) / "results" / ".jax_cache"
+    if share_programs and SHARED_PROGRAMS is not None:
+        _copy_programs(SHARED_PROGRAMS, cache)
+    start = [str(main)] if main else ["-m", "snakemake"]
+    cmd = [sys.executable, *start, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
+    if share_programs and SHARED_PROGRAMS is not None:
+        _copy_programs(cache, SHARED_PROGRAMS)
     if check and out.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
     return out
 
 
 def pytest_configure(config):
+    global SHARED_PROGRAMS
     if len(jax.devices()) < 8:
         raise pytest.UsageError(
             "the sharding tests need 8 CPU devices; XLA_FLAGS was set before pytest "
             f"started ({os.environ.get('XLA_FLAGS')!r}): add --xla_force_host_platform_device_count=8"
         )
+    SHARED_PROGRAMS = Path(tempfile.mkdtemp(prefix="pmpipe-test-programs-"))
 
 
-def snakemake_tiny(workdir, *args, check=True):
+def pytest_unconfigure(config):
+    if SHARED_PROGRAMS is not None:
+        shutil.rmtree(SHARED_PROGRAMS, ignore_errors=True)
+
+
+def snakemake_tiny(workdir, *args, check=True, share_programs=True):
     """run_snakemake with the local profile on 2 cores and the campaign file tiny.yaml."""
     return run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
-                         "--config", "campaign=tiny.yaml", *args, check=check)
+                         "--config", "campaign=tiny.yaml", *args, check=check,
+                         share_programs=share_programs)
 
 
 def finished(path):

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -66,18 +68,40 @@ B = {"Omega_m": 0.28, "sigma8": 0.75, "h": 0.70, "n_s": 0.95, "w0": -0.9, "Omega
 C = {"Omega_m": 0.34, "sigma8": 0.86, "h": 0.65, "n_s": 0.98, "w0": -1.1, "wa": 0.1}
 
 
-def _runs(cache, runs):
+def _start(cache, runs):
+    """The process of SCRIPT for ``runs`` with the persistent cache in ``cache``, started, its
+    output in files beside the cache folder: (process, stdout file, stderr file)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
     env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(cache), json.dumps(runs)],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return [json.loads(line) for line in out.stdout.splitlines()]
+    out, err = (tempfile.NamedTemporaryFile("w", suffix=kind, dir=cache.parent, delete=False)
+                for kind in (".out", ".err"))
+    with out, err:
+        process = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cache), json.dumps(runs)],
+                                   stdout=out, stderr=err, env=env)
+    return process, Path(out.name), Path(err.name)
+
+
+def _results(started):
+    """The JSON lines of a process from :func:`_start`, once it has finished."""
+    process, out, err = started
+    try:
+        process.wait(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err.read_text()[-4000:]
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _runs(cache, runs):
+    return _results(_start(cache, runs))
 
 
 def test_runs_of_one_size_compile_once(tmp_path):
     cache = tmp_path / "jax_cache"
+    # C with a cache of its own, compiled from scratch: independent of the rest, so it runs
+    # beside it
+    separate = _start(tmp_path / "other_cache", [[C, 3, 0.08]])
     first, again = _runs(cache, [[A, 1, 0.1], [B, 2, 0.05]])
     assert first["compiled"] > 10 and first["misses"] == first["compiled"]  # all written
     # another cosmology, seed and a_init in the same process: nothing reaches XLA again
@@ -90,7 +114,7 @@ def test_runs_of_one_size_compile_once(tmp_path):
     # the parameters are arguments, not constants of the first run: each run has its own
     # results, and the programs compiled for A give C what programs compiled for C give
     assert first["planes"] == again["planes"] == fresh["planes"] >= 3
-    (alone,) = _runs(tmp_path / "other_cache", [[C, 3, 0.08]])
+    (alone,) = _results(separate)
     assert alone["compiled"] == alone["programs"] == first["programs"]
     for key in ("pk", "cross", "flat_std", "shell_std", "delta_linear"):
         values = [np.asarray(r[key]) for r in (first, again, fresh)]

@@ -39,13 +39,28 @@ def _run_files(results):
     return paths
 
 
-def _job(paths, report, cache):
+def _start(paths, report, cache):
+    """The job process (pmpipe.stages.pipeline) of the runs ``paths``, started; its output
+    goes to ``report`` with the suffix .log."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, "-m", "pmpipe.stages.pipeline", "--report", str(report),
-                          *map(str, paths)], capture_output=True, text=True, timeout=600,
-                         env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache)})
-    assert out.returncode == 0, out.stderr[-3000:]
+    with open(report.with_suffix(".log"), "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "pmpipe.stages.pipeline", "--report",
+                                 str(report), *map(str, paths)], stdout=log, stderr=log,
+                                env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache)})
+
+
+def _record(process, report):
+    """The record a job process from :func:`_start` wrote to ``report``, once it finished."""
+    try:
+        process.wait(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 0, report.with_suffix(".log").read_text()[-3000:]
     return json.loads(report.read_text())
+
+
+def _job(paths, report, cache):
+    return _record(_start(paths, report, cache), report)
 
 
 def test_a_second_process_of_the_same_sizes_compiles_nothing(tmp_path):
@@ -54,10 +69,12 @@ def test_a_second_process_of_the_same_sizes_compiles_nothing(tmp_path):
     first = _job(paths[:1], tmp_path / "first.json", cache)
     assert first["compilation"]["compiled"] > 0 and first["compilation"]["cache_hits"] == 0
     cache = shutil.copytree(cache, tmp_path / "elsewhere" / "cache")  # the cache moved
-    second = _job(paths[1:2], tmp_path / "second.json", cache)  # pmpipe run all, one run
+    # pmpipe run all of one run, and a packed job of two runs, side by side (both only read)
+    jobs = {name: (_start(runs, tmp_path / f"{name}.json", cache), tmp_path / f"{name}.json")
+            for name, runs in (("second", paths[1:2]), ("packed", paths[2:]))}
+    second, packed = (_record(*jobs[name]) for name in ("second", "packed"))
     assert second["compilation"]["compiled"] == 0, second["compilation"]
     assert second["compilation"]["cache_hits"] == first["compilation"]["programs"]
-    packed = _job(paths[2:], tmp_path / "packed.json", cache)  # a packed job of two runs
     assert packed["compilation"]["compiled"] == 0, packed["compilation"]
     assert packed["compilation"]["cache_hits"] == first["compilation"]["programs"]
     later = packed["runs"][1]["stages"]  # the job's second run: every program in memory

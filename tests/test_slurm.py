@@ -29,7 +29,9 @@ def snakemake_slurm(workdir, campaign_file, check=True, timeout=1200):
     return run_snakemake(workdir, "--profile", str(REPO / "profiles/slurm"),
                          "--configfile", str(REPO / "profiles/slurm/site.yaml"),
                          "--config", f"campaign={campaign_file}", *STATUS_CHECKS,
-                         check=check, env=slurm_env(), timeout=timeout)
+                         check=check, env=slurm_env(), timeout=timeout,
+                         main=REPO / "tests" / "slurm_snakemake.py",  # status every 2 s
+                         share_programs=False)  # each campaign compiles its own programs
 
 
 def job_count():
@@ -49,11 +51,11 @@ def two_processes_per_run(text: str) -> str:
 @pytest.fixture(scope="module")
 def quickstart(slurm, tmp_path_factory):
     """The quick-start campaign on the test cluster, 2 processes per stage (first invocation),
-    one realisation per point and a force mesh of B = 1 to keep CI short."""
+    one realisation per point, 32^3 particles and a force mesh of B = 1 to keep CI short."""
     workdir = tmp_path_factory.mktemp("slurm-quickstart")
     data = yaml.safe_load((REPO / "config/quickstart.yaml").read_text())
     data["realisations"] = 1
-    data["base"]["box"]["oversample"] = 1
+    data["base"]["box"].update(particles=32, oversample=1)
     (workdir / "quickstart.yaml").write_text(two_processes_per_run(yaml.safe_dump(data)))
     out = snakemake_slurm(workdir, "quickstart.yaml")
     return workdir, out

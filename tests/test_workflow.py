@@ -117,7 +117,7 @@ def test_report(campaign):
 
 def test_bad_campaign_stops_before_any_job(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY.replace("box_size: 64.0", "box_size: -64.0"))
-    out = snakemake(tmp_path, check=False)
+    out = snakemake(tmp_path, check=False, share_programs=False)  # no results/.jax_cache made
     assert out.returncode != 0
     assert "tiny.yaml" in out.stderr and "base.box.box_size" in out.stderr
     assert not (tmp_path / "results").exists()
