@@ -83,7 +83,8 @@ def _assert_resumed_and_complete(results, first_before, log_text):
 
 def test_signal_ahead_of_the_time_limit_requeues_a_snakemake_job_that_resumes(slurm, tmp_path):
     (tmp_path / "preempt.yaml").write_text(yaml.safe_dump(CAMPAIGN))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+    cmd = [sys.executable, str(REPO / "tests" / "slurm_snakemake.py"),  # status every 2 s
+           "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
            "--profile", str(REPO / "profiles/slurm"), "--configfile",
            str(REPO / "profiles/slurm/site.yaml"), "--config", "campaign=preempt.yaml",
            *STATUS_CHECKS]

@@ -127,12 +127,13 @@ def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
     campaign.write_run_files(camp, tmp_path / "results")
     run_dir = tmp_path / "results" / "tiny" / "tiny-fiducial-r0"
     stages.run_stage("ic", run_dir / "config.json")
-    # damage the input of the nbody stage: its displacement chunks no longer decode
+    # damage the input of the nbody stage: its displacement chunks keep their sizes (the store
+    # still looks complete when the workflow plans) but no longer decode
     chunks = [p for p in (run_dir / "ic.zarr" / "displacement").rglob("*")
               if p.is_file() and p.name != "zarr.json"]
     assert chunks
     for chunk in chunks:
-        chunk.write_bytes(b"not a compressed chunk")
+        chunk.write_bytes(b"x" * chunk.stat().st_size)
     out = snakemake_slurm(tmp_path, "tiny.yaml", check=False, timeout=600)  # never hangs
     assert out.returncode != 0
     text = out.stdout + out.stderr
