@@ -29,11 +29,12 @@ def stamps(results):
 
 
 def corrupt(array_dir):
-    """Overwrite every chunk of a stored array with bytes that do not decode."""
+    """Overwrite every chunk of a stored array with bytes that do not decode, of the chunk's
+    own size (the store still looks complete when the workflow plans; pmpipe verify finds it)."""
     chunks = [p for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json"]
     assert chunks
     for chunk in chunks:
-        chunk.write_bytes(b"not a chunk")
+        chunk.write_bytes(b"x" * chunk.stat().st_size)
 
 
 @pytest.fixture(scope="module")
