@@ -195,7 +195,7 @@ def requeue_this_job(environ=None) -> str | None:
         job = f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
     if not job:
         return None
-    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
     if done.returncode:
         return f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
     return f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"

@@ -24,8 +24,8 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

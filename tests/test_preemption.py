@@ -13,11 +13,10 @@ import time
 
 import yaml
 import zarr
-
-from pmpipe import checkpoint, stages, store
-
 from conftest import REPO
 from test_slurm import STATUS_CHECKS, slurm_env
+
+from pmpipe import checkpoint, stages, store
 
 CAMPAIGN = {
     "name": "preempt", "seed": 5,
