@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from pmpipe import stages, store
+from pmpipe import campaign, config, stages, store
 
 from conftest import TINY, finished, same_store, snakemake_tiny as snakemake
 
@@ -43,7 +43,8 @@ def packed(tmp_path_factory):
     (workdir, output of the failing invocation)."""
     workdir = tmp_path_factory.mktemp("packed")
     (workdir / "tiny.yaml").write_text(four_runs_in_one_job())
-    snakemake(workdir, "-n")  # writes the runs' config.json files
+    # the runs' config.json files, as the Snakefile writes them
+    campaign.write_run_files(config.load_campaign(workdir / "tiny.yaml"), workdir / "results")
     results = workdir / "results" / "tiny"
     stages.run_stage("ic", results / RUNS[2] / "config.json")
     corrupt(results / RUNS[2] / "ic.zarr" / "displacement")
