@@ -47,14 +47,18 @@ class Preempted(RuntimeError):
 
 def stopped(err: Preempted) -> str:
     """What a command line says when a signal stopped it: the error and, after SLURM's signal
-    ahead of the time limit (SIGUSR2), the job's own requeue (process 0 asks for it)."""
+    ahead of the time limit (SIGUSR2), the job's own requeue. Process 0 asks for it while the
+    others wait: a process that ended first would end the srun step, and with it the job, as
+    failed before the requeue."""
     from pmpipe import launch
 
     text = f"preempted: {err}"
-    if err.signum == signal.SIGUSR2 and jax.process_index() == 0:
-        requeued = launch.requeue_this_job()
-        if requeued:
-            text += f"; {requeued}"
+    if err.signum == signal.SIGUSR2:
+        if jax.process_index() == 0:
+            requeued = launch.requeue_this_job()
+            if requeued:
+                text += f"; {requeued}"
+        parallel.barrier("job requeued")
     return text
 
 

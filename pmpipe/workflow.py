@@ -26,12 +26,14 @@ RESULTS = Path("results")
 class Job:
     """One Snakemake job: the runs of a group (campaign.job_groups) whose stores are not all
     complete, run in one process; the stores it makes, (run id, stage) from each run's first
-    incomplete stage on; and its resources (SLURM plugin names with a site)."""
+    incomplete stage on; its resources (SLURM plugin names with a site); and the seconds
+    before its time limit at which it stops itself (launch.stop_ahead; 0: never)."""
 
     name: str
     run_ids: tuple[str, ...]
     stores: tuple[tuple[str, str], ...]
     resources: dict
+    stop_ahead: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,10 +117,10 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
                                                 campaign_dir / s.run_id) for s in group}
         pending = [s for s in group if todo[s.run_id]]
         if pending:
+            resources = launch.job_resources([s.run for s in pending], camp.execution, slurm_site)
             jobs.append(Job(name, tuple(s.run_id for s in pending),
                             tuple((s.run_id, stage) for s in pending for stage in todo[s.run_id]),
-                            launch.job_resources([s.run for s in pending], camp.execution,
-                                                 slurm_site)))
+                            resources, launch.stop_ahead(resources, slurm_site)))
     return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
                 run_stages, camp.base.outputs,
                 {name: tuple(s.run_id for s in group) for name, group in groups.items()},

@@ -83,6 +83,24 @@ def test_snakemake_resources_and_srun_line_of_a_multi_node_stage():
     assert one["slurm_extra"] == "--signal=USR2@60"
     local = launch.job_resources([spec.run], camp.execution, None)
     assert local["mpi"] == "" and local["gpu"] == 4
+    # SLURM signals srun steps itself; a single process runs in the batch step and stops itself
+    assert launch.stop_ahead(res, site.Site()) == 0
+    assert launch.stop_ahead(one, site.Site(signal_seconds=60)) == 60
+    assert launch.stop_ahead(one, site.Site(signal_seconds=10_000)) == one["runtime"] * 60 // 4
+    assert launch.stop_ahead(local, None) == 0
+
+
+def test_slurm_durations_and_the_job_of_this_process():
+    assert launch.slurm_seconds("9:05") == 545
+    assert launch.slurm_seconds("1:00:00\n") == 3600
+    assert launch.slurm_seconds("2-03:04:05") == 2 * 86400 + 3 * 3600 + 4 * 60 + 5
+    for text in ("UNLIMITED", "NOT_SET", "INVALID", "", "5", "1:x:00", "a-1:00:00"):
+        assert launch.slurm_seconds(text) is None, text
+    assert launch.this_job({"SLURM_JOB_ID": "12"}) == "12"
+    assert launch.this_job({"SLURM_JOB_ID": "14", "SLURM_ARRAY_JOB_ID": "12",
+                            "SLURM_ARRAY_TASK_ID": "2"}) == "12_2"
+    assert launch.this_job({}) is None and launch.time_left({}) is None
+    assert launch.signal_before_time_limit(60, {}) is None  # outside a SLURM job: no signal
 
 
 def test_site_gpus_per_node_replaces_the_campaign_s():

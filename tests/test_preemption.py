@@ -1,8 +1,9 @@
-"""Preemption on a real SLURM (tests/slurm_cluster.py): a packed job of 2-process srun steps
-signalled (SIGUSR2, as SLURM does ahead of the time limit) during the N-body of its second
-run, through `snakemake --profile profiles/slurm`, and a job array element requeued by
-`scontrol requeue`, through `pmpipe submit`, resume from the N-body's checkpoint and complete;
-the run finished before the signal is not recomputed."""
+"""Preemption on a real SLURM (tests/slurm_cluster.py). A packed job of 2-process srun steps,
+through `snakemake --profile profiles/slurm`, and a job array element, through `pmpipe
+submit`, are each stopped twice during the N-body of their second run: by SIGUSR2 (what SLURM
+sends ahead of the time limit) and by `scontrol requeue` (what a preemption does), in both
+orders. Each time the job is requeued, resumes from the N-body's checkpoint, and in the end
+completes; the run finished before the first stop is not recomputed."""
 
 import contextlib
 import os
@@ -62,17 +63,48 @@ def _release_when_requeued(job, timeout=300):
     raise AssertionError(f"job {job} was not requeued within {timeout} s")
 
 
-def _wait_for_the_second_runs_checkpoint(results, process, timeout=600):
-    """Once the second run's N-body holds a checkpoint: the first run's stores (done)."""
+def _checkpoint_steps(results):
+    """The steps of the second run's complete checkpoints."""
+    paths = (results / SECOND / checkpoint.FOLDER).glob("nbody-step*.zarr")
+    return [int(p.name.removeprefix("nbody-step").removesuffix(".zarr")) for p in paths
+            if store.is_complete(p)]
+
+
+def _checkpoint_after(results, process, after=0, timeout=600):
+    """Wait for a complete checkpoint of the second run after step ``after``."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if any(store.is_complete(p) for p in (results / SECOND / checkpoint.FOLDER).glob("*.zarr")):
-            first = _finished(results / "preempt-fiducial-r0")
-            assert all(first.values()), first
-            return first
+        if any(step > after for step in _checkpoint_steps(results)):
+            return
         assert process.poll() is None, process.communicate()[0][-3000:]
         time.sleep(0.2)
-    raise AssertionError("the second run never wrote a checkpoint")
+    raise AssertionError(f"the second run wrote no checkpoint after step {after}")
+
+
+def _stop_twice(results, process, first, then):
+    """Stop the job running the second run's N-body by ``first`` at its first checkpoint and,
+    once it resumed and wrote a later one, by ``then`` (each a function of the job id); each
+    time the job is requeued and released. Returns the first run's finished stages (done
+    before the first stop) and the job."""
+    _checkpoint_after(results, process)
+    done = _finished(results / "preempt-fiducial-r0")
+    assert all(done.values()), done
+    job = _running_job()
+    first(job)
+    _release_when_requeued(job)  # the job has ended: its last checkpoint is the stop's
+    _checkpoint_after(results, process, after=max(_checkpoint_steps(results)))  # resumed
+    assert _running_job() == job
+    then(job)
+    _release_when_requeued(job)
+    return done, job
+
+
+def _usr2(job):
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)  # SLURM, ahead of the limit
+
+
+def _requeue(job):
+    subprocess.run(["scontrol", "requeue", job], check=True)  # a preemption, an administrator
 
 
 @contextlib.contextmanager
@@ -90,14 +122,17 @@ def _started(cmd, workdir):
             process.communicate()
 
 
-def _assert_resumed_and_complete(results, first_before, log_text):
+def _assert_resumed_and_complete(results, first_before, log_text, job):
     assert "resumed after step" in log_text, log_text[-3000:]
     assert _finished(results / "preempt-fiducial-r0") == first_before  # not recomputed
     assert all(_finished(results / SECOND).values())
     assert not (results / SECOND / checkpoint.FOLDER).exists()
+    states = subprocess.run(["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert states.count("REQUEUED") == 2 and states[-1] == "COMPLETED", states  # one job, 3 runs
 
 
-def test_signal_ahead_of_the_time_limit_requeues_a_snakemake_job_that_resumes(slurm, tmp_path):
+def test_snakemake_job_signalled_then_requeued_resumes_each_time(slurm, tmp_path):
     (tmp_path / "preempt.yaml").write_text(yaml.safe_dump(CAMPAIGN))
     cmd = [sys.executable, str(REPO / "tests" / "slurm_snakemake.py"),  # status every 2 s
            "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
@@ -106,31 +141,48 @@ def test_signal_ahead_of_the_time_limit_requeues_a_snakemake_job_that_resumes(sl
            *STATUS_CHECKS]
     results = tmp_path / "results" / "preempt"
     with _started(cmd, tmp_path) as process:
-        first = _wait_for_the_second_runs_checkpoint(results, process)
-        job = _running_job()
-        subprocess.run(["scancel", "--signal=USR2", job], check=True)
-        _release_when_requeued(job)
+        first, job = _stop_twice(results, process, _usr2, _requeue)
         out, _ = process.communicate(timeout=900)
     assert process.returncode == 0, out[-5000:]
-    log = (results / "logs" / "job0000.log").read_text()  # the requeued job's
-    _assert_resumed_and_complete(results, first, log)
-    states = subprocess.run(["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
-                            capture_output=True, text=True, check=True).stdout.split()
-    assert "REQUEUED" in states and states[-1] == "COMPLETED", states  # one job, run twice
+    log = (results / "logs" / "job0000.log").read_text()  # the job's last run
+    _assert_resumed_and_complete(results, first, log, job)
 
 
-def test_scontrol_requeue_of_a_submitted_array_element_resumes(slurm, tmp_path):
+def test_submitted_array_element_requeued_then_signalled_resumes_each_time(slurm, tmp_path):
     (tmp_path / "preempt.yaml").write_text(yaml.safe_dump(CAMPAIGN))
     cmd = [sys.executable, "-m", "pmpipe.cli", "submit", "preempt.yaml", "--wait",
            "--site", str(REPO / "profiles/slurm/site.yaml")]
     results = tmp_path / "results" / "preempt"
     with _started(cmd, tmp_path) as process:
-        first = _wait_for_the_second_runs_checkpoint(results, process)
-        job = _running_job()
-        subprocess.run(["scontrol", "requeue", job], check=True)
-        _release_when_requeued(job)
+        first, job = _stop_twice(results, process, _requeue, _usr2)
         out, _ = process.communicate(timeout=900)
     assert process.returncode == 0, out[-5000:]
     logs = "".join(p.read_text() for p in (results / "logs" / "submitit").glob("*.out"))
-    _assert_resumed_and_complete(results, first, logs)
+    _assert_resumed_and_complete(results, first, logs, job)
 
+
+SIGNALLED_BY_ITSELF = """
+import signal, time
+from pmpipe import launch
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})  # kept pending for sigtimedwait
+start = time.monotonic()
+delay = launch.signal_before_time_limit(50)
+got = signal.sigtimedwait({signal.SIGUSR2}, 45)
+print(delay, got and got.si_signo, time.monotonic() - start)
+"""
+
+
+def test_a_batch_step_process_signals_itself_ahead_of_the_time_limit(slurm, tmp_path):
+    """What a single-process Snakemake job does (its stage runs in the batch step, which
+    SLURM's --signal does not reach): SIGUSR2 from itself 50 s before its 1-minute limit."""
+    (tmp_path / "self.py").write_text(SIGNALLED_BY_ITSELF)
+    out = tmp_path / "self.out"
+    subprocess.run(["sbatch", "--time=1", f"--output={out}",
+                    f"--wrap={sys.executable} {tmp_path / 'self.py'}"], cwd=tmp_path,
+                   env=slurm_env(), capture_output=True, text=True, check=True, timeout=60)
+    end = time.monotonic() + 90  # sbatch --wait would see the end up to 30 s late
+    while time.monotonic() < end and len(out.read_text().split() if out.exists() else ()) < 3:
+        time.sleep(0.5)
+    delay, signo, waited = out.read_text().split()[-3:]
+    assert int(signo) == signal.SIGUSR2, out.read_text()
+    assert 0 <= float(delay) <= 10 and float(waited) < float(delay) + 5, out.read_text()

@@ -220,8 +220,20 @@ def main(argv=None) -> int:
     parser.add_argument("config", nargs="+", help="runs' config.json files")
     parser.add_argument("--report", metavar="JSON",
                         help="write the job's record (times, physics, compilations, memory) here")
+    parser.add_argument("--stop-ahead", metavar="SECONDS", type=int, default=0,
+                        help="inside a SLURM job, signal this process (SIGUSR2: the N-body writes "
+                             "a checkpoint and the job requeues itself) SECONDS before the job's "
+                             "time limit; SLURM's own --signal reaches job steps only, not a "
+                             "stage run in the batch step")
     args = parser.parse_args(argv)
-    from pmpipe import checkpoint
+    from pmpipe import checkpoint, launch
+
+    if args.stop_ahead < 0:
+        parser.error(f"--stop-ahead must be 0 (off) or a number of seconds, not {args.stop_ahead}")
+    delay = launch.signal_before_time_limit(args.stop_ahead)
+    if delay is not None:
+        print(f"[pmpipe] SIGUSR2 to this process in {delay:.0f} s, {args.stop_ahead} s before "
+              "the job's time limit", file=sys.stderr, flush=True)
 
     try:
         outcomes = run_all(args.config, args.report)

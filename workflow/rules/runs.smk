@@ -17,9 +17,11 @@ for job in PLAN.jobs:
             PLAN.campaign_dir / f"benchmarks/{job.name}.tsv"
         params:
             report=PLAN.campaign_dir / f"benchmarks/{job.name}.json",  # pmpipe bench campaign reads it
+            stop_ahead=job.stop_ahead,  # a single-process SLURM job signals itself (launch.stop_ahead)
         threads: job.resources["cpus_per_task"]
         resources:
             **job.resources,
         shell:
             "{resources.mpi} python -m pmpipe.stages.pipeline --report {params.report} "
+            "--stop-ahead {params.stop_ahead} "
             "{input.configs} > {log} 2>&1"
