@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import config, parallel, stages  # noqa: F401
+from pmpipe import config, parallel, stages
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"pdims": [1, 2], "halo_cells": 4},
@@ -51,10 +51,11 @@ def _write_config(run_dir):
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    """ic and nbody of RUN in one process (2 host devices): the reference stores."""
+    """ic and nbody of RUN in one process (this one, on 2 of its host devices): the
+    reference stores."""
     path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
     for stage in ("ic", "nbody"):
-        _run(stage, path)
+        stages.run_stage(stage, path)
     return path.parent
 
 
