@@ -1,5 +1,5 @@
 """The `pmpipe` command: run a stage, plan a campaign, write the schema, show or verify
-stores, collect a campaign, benchmark."""
+stores, check this machine (doctor), collect a campaign, benchmark."""
 
 from __future__ import annotations
 
@@ -59,6 +59,18 @@ def _show(args) -> int:
     from pmpipe import store
 
     print(store.describe(args.store))
+    return 0
+
+
+def _doctor(args) -> int:
+    from pmpipe import doctor
+
+    facts = doctor.report()
+    if args.json:
+        json.dump(facts, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(doctor.table(facts))
     return 0
 
 
@@ -243,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--report-only", action="store_true",
                         help="leave the completion marker of damaged stores in place")
     verify.set_defaults(func=_verify)
+
+    doctor = sub.add_parser("doctor", help="JAX, devices, launcher, jaxdecomp, NCCL, MPI, SLURM and "
+                            "container of this process, and settings known to break runs")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(func=_doctor)
 
     collect = sub.add_parser("collect", help="campaign summaries.zarr and manifest.csv from its runs")
     collect.add_argument("campaign", help="campaign file (YAML or JSON)")

@@ -1,0 +1,179 @@
+"""`pmpipe doctor`: what this process would run on, and settings known to break runs.
+
+:func:`report` gathers the facts (pmpipe, Python, JAX and its devices, the launcher and process
+count, jaxdecomp, NCCL, MPI, SLURM, the Apptainer image and its labels when inside one);
+:func:`warnings` is a pure function of those facts and the environment; :func:`table` prints
+them for a person. JAX is started on this process's own devices only: `jax.distributed` is not
+initialised, so under srun each process reports its local devices.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pmpipe import parallel
+
+FIELDS = ("pmpipe", "python", "jax", "processes", "jaxdecomp", "nccl", "mpi", "slurm",
+          "container", "cuda_driver", "warnings")
+LABELS = Path("/.singularity.d/labels.json")  # where an Apptainer image keeps its %labels
+# oldest NVIDIA driver each CUDA major version of the JAX wheels runs on (NVIDIA's CUDA
+# toolkit release notes, "minimum required driver version" for Linux)
+MIN_DRIVER = {12: (525, 60, 13), 13: (580, 65, 6)}
+SLURM_RANK_VARIABLES = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _output_line(cmd: list[str], pick: str = "") -> str | None:
+    """The first line a command prints, followed by the first that contains ``pick``, or None
+    when the command is absent or fails."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line.strip() for line in (done.stdout or done.stderr).splitlines() if line.strip()]
+    if done.returncode or not lines:
+        return None
+    picked = next((line for line in lines if pick and pick in line), lines[0])
+    return " ".join((lines[0] if picked == lines[0] else f"{lines[0]} {picked}").split())
+
+
+def _jax_facts() -> dict:
+    import jax
+
+    devices = jax.local_devices()
+    return {"version": jax.__version__, "jaxlib": _version("jaxlib"),
+            "backend": jax.default_backend(),
+            "platform_version": devices[0].client.platform_version if devices else None,
+            "local_devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform}
+                              for d in devices],
+            "cuda_plugin": next((f"{name} {_version(name)}" for name in
+                                 ("jax-cuda13-plugin", "jax-cuda12-plugin") if _version(name)),
+                                None)}
+
+
+def _jaxdecomp_facts() -> dict:
+    from jaxdecomplib import _jaxdecomp
+
+    calls = sorted(_jaxdecomp.registrations())
+    return {"version": _version("jaxdecomp"), "cudecomp": bool(calls),
+            "backend": "jax",  # pmpipe's FFTs and halos take jaxdecomp's JAX path (pmpipe.fft)
+            "custom_calls": calls}
+
+
+def _container_facts(environ: Mapping[str, str]) -> dict:
+    image = environ.get("APPTAINER_CONTAINER") or environ.get("SINGULARITY_CONTAINER")
+    labels = {}
+    if image and LABELS.is_file():
+        try:
+            labels = json.loads(LABELS.read_text())
+        except (OSError, ValueError):
+            labels = {"error": f"{LABELS} could not be read as JSON"}
+    return {"inside": image is not None, "image": image, "labels": labels,
+            "apptainer": _output_line(["apptainer", "--version"])}
+
+
+def _cuda_driver() -> str | None:
+    return _output_line(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+
+
+def report(environ: Mapping[str, str] | None = None) -> dict:
+    """Every field of FIELDS: the facts of this process and the warnings they raise."""
+    environ = os.environ if environ is None else environ
+    launcher, processes = parallel.launcher_processes(environ)
+    facts = {
+        "pmpipe": {"version": _version("pmpipe"), "package": str(Path(__file__).parent)},
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "jax": _jax_facts(),
+        "processes": {"launcher": launcher, "count": processes},
+        "jaxdecomp": _jaxdecomp_facts(),
+        "nccl": _version("nvidia-nccl-cu13") or _version("nvidia-nccl-cu12"),
+        "mpi": {"mpiexec": shutil.which("mpiexec"),
+                "version": _output_line(["mpiexec", "--version"], "Version"),
+                "mpi4py": _version("mpi4py")},
+        "slurm": {"job": environ.get("SLURM_JOB_ID"), "step": environ.get("SLURM_STEP_ID"),
+                  "variables": sorted(k for k in environ if k.startswith("SLURM_"))},
+        "container": _container_facts(environ),
+        "cuda_driver": _cuda_driver(),
+    }
+    facts["warnings"] = warnings(facts, environ)
+    return facts
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...] | None:
+    numbers = re.findall(r"\d+", text or "")
+    return tuple(int(n) for n in numbers) if numbers else None
+
+
+def warnings(facts: dict, environ: Mapping[str, str]) -> list[str]:
+    """Settings known to break (multi-node) runs, each a sentence naming the setting to change."""
+    out = []
+    if environ.get("SLURM_JOB_ID") and not any(k in environ for k in SLURM_RANK_VARIABLES):
+        out.append("inside SLURM job {} without {}: the environment was cleaned (sbatch/srun "
+                   "--export=NONE, env -i, a container that does not pass SLURM_*), so a "
+                   "multi-process stage cannot find its rank; start it with srun and keep the "
+                   "SLURM_* variables".format(environ["SLURM_JOB_ID"],
+                                              ", ".join(SLURM_RANK_VARIABLES)))
+    local_tasks = int(environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0] or 1)
+    gpus = [d for d in facts["jax"]["local_devices"] if d["platform"] == "gpu"]
+    if (facts["jax"]["backend"] == "gpu" and local_tasks > 1 and len(gpus) > 1
+            and environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() != "false"):
+        out.append(f"{local_tasks} processes on this node each see {len(gpus)} GPUs and JAX "
+                   "preallocates 75 % of every GPU it sees: give each process its own GPU "
+                   "(srun --gpus-per-task=1) or set XLA_PYTHON_CLIENT_PREALLOCATE=false")
+    plugin, driver = facts["jax"]["cuda_plugin"], _version_tuple(facts["cuda_driver"])
+    major = int(re.search(r"cuda(\d+)", plugin).group(1)) if plugin else None
+    if major in MIN_DRIVER and driver is not None and driver < MIN_DRIVER[major]:
+        need = ".".join(map(str, MIN_DRIVER[major]))
+        out.append(f"NVIDIA driver {facts['cuda_driver']} is older than {need}, the oldest "
+                   f"that the CUDA {major} wheels of JAX ({plugin}) run on: update the driver or "
+                   "install JAX's wheels for an older CUDA")
+    if facts["processes"]["count"] > 1 and facts["jax"]["backend"] == "cpu" \
+            and len(facts["jax"]["local_devices"]) > 1:
+        out.append(f"{len(facts['jax']['local_devices'])} CPU devices in one of "
+                   f"{facts['processes']['count']} processes: pmpipe runs one device per process "
+                   "(XLA_FLAGS --xla_force_host_platform_device_count must be unset or 1)")
+    return out
+
+
+def table(facts: dict) -> str:
+    """The report for a person: one line a fact, then the warnings."""
+    jax, dec, cont = facts["jax"], facts["jaxdecomp"], facts["container"]
+    kinds = sorted({d["kind"] for d in jax["local_devices"]})
+    rows = [
+        ("pmpipe", f"{facts['pmpipe']['version']} ({facts['pmpipe']['package']})"),
+        ("python", f"{facts['python']['version']} ({facts['python']['executable']})"),
+        ("jax", f"{jax['version']}, jaxlib {jax['jaxlib']}, backend {jax['backend']}"
+                + (f", {jax['cuda_plugin']}" if jax["cuda_plugin"] else "")),
+        ("devices", f"{len(jax['local_devices'])} local: {', '.join(kinds) or 'none'}"),
+        ("processes", f"{facts['processes']['count']} ({facts['processes']['launcher']})"),
+        ("jaxdecomp", (f"{dec['version']}, cuDecomp {'yes' if dec['cudecomp'] else 'no'}, "
+                       f"pmpipe uses the {dec['backend']} backend")),
+        ("nccl", facts["nccl"] or "not installed"),
+        ("mpi", facts["mpi"]["version"] or "no mpiexec"),
+        ("slurm", f"job {facts['slurm']['job']}, step {facts['slurm']['step']}"
+                  if facts["slurm"]["job"] else "not in a SLURM job"),
+        ("container", f"{cont['image']} {json.dumps(cont['labels'])}" if cont["inside"]
+                      else "not in an Apptainer image"),
+        ("cuda driver", facts["cuda_driver"] or "no nvidia-smi"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    lines += [f"WARNING: {w}" for w in facts["warnings"]] or ["no warnings"]
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""`pmpipe doctor`: the JSON report has every field, in one process, under mpiexec and under
+srun; its warnings name the settings known to break runs."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from pmpipe import doctor
+
+CPU = {"backend": "cpu", "local_devices": [{"id": 0, "kind": "cpu", "platform": "cpu"}],
+       "cuda_plugin": None}
+
+
+def _doctor(*launcher, args=("--json",)):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one device a process
+    out = subprocess.run([*launcher, sys.executable, "-m", "pmpipe.cli", "doctor", *args],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _reports(text):
+    """The JSON reports of one or more processes, printed one after the other."""
+    decoder, reports, at = json.JSONDecoder(), [], 0
+    while at < len(text.rstrip()):
+        report, at = decoder.raw_decode(text, at)
+        reports.append(report)
+        while at < len(text) and text[at].isspace():
+            at += 1
+    return reports
+
+
+def test_one_process_reports_every_field_and_a_table():
+    (report,) = _reports(_doctor())
+    assert set(report) == set(doctor.FIELDS)
+    assert report["jax"]["backend"] == "cpu" and len(report["jax"]["local_devices"]) == 1
+    assert report["processes"] == {"launcher": "single", "count": 1}
+    assert report["jaxdecomp"]["version"] and report["jaxdecomp"]["backend"] == "jax"
+    assert report["container"]["inside"] is False and report["warnings"] == []
+    table = _doctor(args=())
+    for name in ("jax", "devices", "processes", "jaxdecomp", "nccl", "mpi", "container"):
+        assert any(line.startswith(name) for line in table.splitlines()), (name, table)
+    assert table.rstrip().endswith("no warnings")
+
+
+def test_two_processes_under_mpiexec_each_report_the_launch():
+    assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
+    reports = _reports(_doctor(shutil.which("mpiexec"), "-n", "2"))
+    assert [r["processes"] for r in reports] == [{"launcher": "mpi", "count": 2}] * 2
+    assert all("Version" in r["mpi"]["version"] for r in reports), reports[0]["mpi"]
+
+
+def test_two_processes_under_srun_report_the_job_and_step(slurm):
+    reports = _reports(_doctor("srun", "-n", "2", "-p", "pmpipe", "-t", "5"))
+    assert [r["processes"] for r in reports] == [{"launcher": "slurm", "count": 2}] * 2
+    assert all(r["slurm"]["job"] and r["slurm"]["step"] is not None for r in reports)
+    assert all(r["warnings"] == [] for r in reports), reports[0]["warnings"]
+
+
+def _facts(jax=CPU, processes=1, driver=None):
+    return {"jax": jax, "processes": {"launcher": "slurm", "count": processes},
+            "cuda_driver": driver}
+
+
+def test_warnings_name_the_setting_to_change():
+    assert doctor.warnings(_facts(), {}) == []
+    (cleaned,) = doctor.warnings(_facts(), {"SLURM_JOB_ID": "7"})  # SLURM_* dropped but the id
+    assert "SLURM job 7" in cleaned and "SLURM_PROCID" in cleaned
+    assert doctor.warnings(_facts(), {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0"}) == []
+    gpus = {"backend": "gpu", "cuda_plugin": "jax-cuda12-plugin 0.6.0",
+            "local_devices": [{"id": i, "kind": "H100", "platform": "gpu"} for i in range(4)]}
+    shared = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "1", "SLURM_NTASKS_PER_NODE": "4"}
+    (prealloc,) = doctor.warnings(_facts(gpus, 4, "550.54.15"), shared)
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in prealloc and "--gpus-per-task=1" in prealloc
+    assert doctor.warnings(_facts(gpus, 4, "550.54.15"),
+                           shared | {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}) == []
+    (old,) = doctor.warnings(_facts(gpus, 1, "470.82.01"), {})
+    assert "470.82.01" in old and "525.60.13" in old and "CUDA 12" in old
+    eight = dict(CPU, local_devices=CPU["local_devices"] * 8)
+    (devices,) = doctor.warnings(_facts(eight, 2), {})
+    assert "xla_force_host_platform_device_count" in devices
