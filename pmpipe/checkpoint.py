@@ -78,17 +78,17 @@ class Schedule:
     signalled: int | None = None
 
     @contextlib.contextmanager
-    def listening(self):
-        """Inside: SIGNALS are caught (remembered, the run goes on to the end of its step);
-        after: the handlers before are back, and a signal caught but not acted on raises
-        :class:`Preempted`."""
+    def listening(self, raise_after: bool = True):
+        """Inside: SIGNALS are caught (remembered, the work goes on to the end of its step);
+        after: the handlers before are back, and, with ``raise_after``, a signal caught but not
+        acted on raises :class:`Preempted`."""
         before = {sig: signal.signal(sig, self._caught) for sig in SIGNALS}
         try:
             yield self
         finally:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
-        if self.signalled is not None:
+        if self.signalled is not None and raise_after:
             raise Preempted(f"{signal.Signals(self.signalled).name} arrived after the last step; "
                             "the N-body is done, the run's next stages are not", self.signalled)
 
@@ -96,13 +96,14 @@ class Schedule:
         self.signalled = signum
 
     def stop_requested(self) -> bool:
-        """Whether a signal arrived on any process (all processes agree)."""
-        asked = self.signalled is not None
+        """Whether a signal arrived on any process. All processes agree, on the signal too
+        (``signalled`` becomes the largest number any process caught: SIGTERM over SIGUSR2)."""
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
-            asked = bool(np.any(multihost_utils.process_allgather(np.int32(asked))))
-        return asked
+            caught = multihost_utils.process_allgather(np.int32(self.signalled or 0))
+            self.signalled = int(np.max(caught)) or None
+        return self.signalled is not None
 
     def due(self, step: int) -> bool:
         """Whether a checkpoint is due after ``step`` by steps or minutes (the same answer on

@@ -130,3 +130,31 @@ def test_checkpoints_need_a_schedule():
         config.validate(config.Run, {**RUN, "checkpoints": {"keep": True}}, "x.yaml")
     run = config.Run.model_validate(RUN)
     assert config.config_hash(run) == config.config_hash(run.model_copy(update={"checkpoints": None}))
+
+
+def test_a_signal_outside_the_n_body_stops_a_packed_job_before_its_next_stage(tmp_path):
+    """Runs without checkpoints: SIGUSR2 while the first run's N-body goes on ends the stage in
+    progress, and the job (exit status 3) before the next stage; started again, the job does
+    only what is missing."""
+    paths = [_write_run(tmp_path / f"packed-r{i}", checkpoints=None, lensing=None,
+                        lightcone=None) for i in range(2)]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    job = [sys.executable, "-m", "pmpipe.stages.pipeline", *map(str, paths)]
+    first = subprocess.Popen(job, env=env, stderr=subprocess.PIPE, text=True)
+    ics = stages.store_path(paths[0].parent, "ic")
+    end = time.monotonic() + 300
+    while not store.is_complete(ics) and time.monotonic() < end:
+        assert first.poll() is None, first.stderr.read()[-3000:]
+        time.sleep(0.05)
+    first.send_signal(signal.SIGUSR2)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == checkpoint.PREEMPTED_EXIT, err[-3000:]
+    assert "preempted: SIGUSR2 arrived: stopped before stage" in err
+    assert not stages.store_path(paths[1].parent, "ic").exists()  # the second run never began
+    made = zarr.open_group(ics, mode="r").attrs["finished"]
+    second = subprocess.run(job, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert zarr.open_group(ics, mode="r").attrs["finished"] == made  # not made again
+    for path in paths:
+        assert all(store.is_complete(stages.store_path(path.parent, s))
+                   for s in ("ic", "nbody", "summaries"))

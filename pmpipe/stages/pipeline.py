@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -85,9 +86,11 @@ def compute_stage(stage: str, run_file, inputs: stages.Inputs) -> StageRecord:
                        directory_bytes(path) if jax.process_index() == 0 else 0)
 
 
-def run_one(config_path: Path, mesh_of) -> Outcome:
+def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
     """Every pending stage of one run, its fields kept on the devices between stages; a
-    preemption (checkpoint.Preempted) is not one run's failure and goes up."""
+    preemption (checkpoint.Preempted) is not one run's failure and goes up. ``guard`` (a
+    listening checkpoint.Schedule): a signal that arrived outside the N-body stops the job
+    before the next stage."""
     import jax
 
     from pmpipe import checkpoint
@@ -103,6 +106,11 @@ def run_one(config_path: Path, mesh_of) -> Outcome:
         inputs = stages.Inputs(config_path.parent, run_file,
                                mesh_of(run_file.config.parallel.pdims), keep=True)
         for stage in todo:
+            if guard is not None and guard.stop_requested():
+                raise checkpoint.Preempted(
+                    f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
+                    f"{stage} of run {run_id}, which resumes there when started again",
+                    guard.signalled)
             computed.append(compute_stage(stage, run_file, inputs))
         inputs.forget()
         skipped = tuple(s for s in names if s not in todo)
@@ -123,7 +131,7 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     ``report``, process 0 writes the job's record there as JSON (:func:`job_record`)."""
     import jax
 
-    from pmpipe import compilation, parallel
+    from pmpipe import checkpoint, compilation, parallel
 
     start = time.perf_counter()
     compilation.listen()
@@ -145,11 +153,13 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
         return meshes[pdims]
 
     outcomes = []
-    for path in paths:
-        outcome = run_one(path, mesh_of)
-        outcomes.append(outcome)
-        if jax.process_index() == 0:
-            print(summary_line(outcome), file=sys.stderr, flush=True)
+    guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
+    with guard.listening(raise_after=False):  # once every run is done, a signal changes nothing
+        for path in paths:
+            outcome = run_one(path, mesh_of, guard)
+            outcomes.append(outcome)
+            if jax.process_index() == 0:
+                print(summary_line(outcome), file=sys.stderr, flush=True)
     if report is not None and jax.process_index() == 0:
         record = job_record(outcomes, time.perf_counter() - start)
         Path(report).parent.mkdir(parents=True, exist_ok=True)
