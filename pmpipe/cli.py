@@ -71,7 +71,16 @@ def _doctor(args) -> int:
         sys.stdout.write("\n")
     else:
         print(doctor.table(facts))
-    return 0
+    if not args.check:
+        return 0
+    problems = doctor.self_check()
+    for problem in problems:
+        print(f"CHECK FAILED: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"check: every pmpipe module imports; a distributed FFT on "
+              f"{len(facts['jax']['local_devices'])} local devices agrees with numpy's",
+              file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _verify(args) -> int:
@@ -127,8 +136,9 @@ def _submit(args) -> int:
     folder = (args.logs or args.results / camp.name / "logs" / "submitit").absolute()
     if args.stage:
         if args.dry_run:
-            print(launch.sbatch_script(launch.campaign_job(camp, specs[0], slurm_site, args.stage),
-                                       folder, python=sys.executable))
+            job = launch.campaign_job(camp, specs[0], slurm_site, args.stage)
+            print(launch.sbatch_script(job, folder,
+                                       python=launch.job_python(job, slurm_site) or sys.executable))
             return 0
         campaign.write_run_files(camp, args.results)
         parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
@@ -147,9 +157,10 @@ def _submit(args) -> int:
                 print(f"{spec.run_id}: complete, not submitted")
         if args.dry_run:
             if groups:
-                print(launch.sbatch_script(launch.array_job(camp, groups, slurm_site), folder,
-                                           python=sys.executable, array_size=len(groups),
-                                           array_parallelism=args.max_parallel))
+                job = launch.array_job(camp, groups, slurm_site)
+                print(launch.sbatch_script(job, folder,
+                                           python=launch.job_python(job, slurm_site) or sys.executable,
+                                           array_size=len(groups), array_parallelism=args.max_parallel))
             return 0
         campaign.write_run_files(camp, args.results)
         parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
@@ -259,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="JAX, devices, launcher, jaxdecomp, NCCL, MPI, SLURM and "
                             "container of this process, and settings known to break runs")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--check", action="store_true",
+                        help="also import every pmpipe module and compare a distributed FFT on "
+                             "the local devices with numpy's; exit 1 on a problem")
     doctor.set_defaults(func=_doctor)
 
     collect = sub.add_parser("collect", help="campaign summaries.zarr and manifest.csv from its runs")

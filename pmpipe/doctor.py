@@ -3,7 +3,8 @@
 :func:`report` gathers the facts (pmpipe, Python, JAX and its devices, the launcher and process
 count, jaxdecomp, NCCL, MPI, SLURM, the Apptainer image and its labels when inside one);
 :func:`warnings` is a pure function of those facts and the environment; :func:`table` prints
-them for a person. JAX is started on this process's own devices only: `jax.distributed` is not
+them for a person; :func:`self_check` imports every module of pmpipe and compares a distributed
+FFT on all local devices with numpy's (an image's `%test`). JAX is started on this process's own devices only: `jax.distributed` is not
 initialised, so under srun each process reports its local devices.
 """
 
@@ -177,3 +178,41 @@ def table(facts: dict) -> str:
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     lines += [f"WARNING: {w}" for w in facts["warnings"]] or ["no warnings"]
     return "\n".join(lines)
+
+
+def _fft_mismatch(n: int = 16) -> float:
+    """Largest relative difference between |FFT|^2 summed per mode on all local devices
+    (pmpipe.fft on a mesh of them) and numpy's, for an (n, n, n) white-noise field."""
+    import jax
+    import numpy as np
+
+    from pmpipe import fft
+
+    mesh = parallel.make_mesh((1, len(jax.local_devices())), jax.local_devices())
+    field = np.random.default_rng(0).standard_normal((n, n, n)).astype(np.float32)
+    sharded = jax.device_put(field, parallel.field_sharding(mesh))
+    field_k = jax.jit(lambda x: fft.r2c(x, mesh))(sharded)
+    power = parallel.to_host(fft.mode_weights(field_k, mesh) * abs(field_k) ** 2).sum()
+    expected = (abs(np.fft.fftn(field)) ** 2).sum()
+    back = parallel.to_host(jax.jit(lambda k: fft.c2r(k, mesh))(field_k))
+    return max(abs(power / expected - 1), float(abs(back - field).max() / abs(field).max()))
+
+
+def self_check() -> list[str]:
+    """Problems found (empty when all is well): a pmpipe module that does not import, a
+    distributed FFT on the local devices that differs from numpy's by more than 1e-5."""
+    import importlib
+    import pkgutil
+
+    import pmpipe
+
+    problems = []
+    for module in pkgutil.walk_packages(pmpipe.__path__, "pmpipe."):
+        try:
+            importlib.import_module(module.name)
+        except Exception as err:  # noqa: BLE001 - every failure is reported, none stops the check
+            problems.append(f"import {module.name}: {type(err).__name__}: {err}")
+    mismatch = _fft_mismatch()
+    if not mismatch <= 1e-5:
+        problems.append(f"FFT on the local devices differs from numpy's by {mismatch:.2e} (> 1e-5)")
+    return problems

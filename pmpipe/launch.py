@@ -85,6 +85,23 @@ def srun_command(job: SlurmJob, launcher: str = "srun") -> list[str]:
             f"--cpus-per-task={job.cpus_per_task}", *gpus, *SRUN_OPTIONS]
 
 
+def container_command(site: Site | None, gpus: bool) -> list[str]:
+    """What a job's ``python -m pmpipe...`` runs in: ``apptainer exec [--nv] <options> <image>``
+    (--nv for a job with GPUs), or nothing without a site image."""
+    if site is None or site.image is None:
+        return []
+    return [*shlex.split(site.apptainer), "exec", *(["--nv"] if gpus else []),
+            *site.apptainer_options, site.image]
+
+
+def job_python(job: SlurmJob, site: Site | None) -> str | None:
+    """The Python a submitit job runs: the image's (``apptainer exec ... <image> python``) with
+    a site image, else None (submitit's default, this process's interpreter)."""
+    if site is None or site.image is None:
+        return None
+    return shlex.join([*container_command(site, job.gpus_per_node > 0), "python"])
+
+
 def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:
     """Resources by the Snakemake SLURM plugin's names. GPUs go as ``gres`` (per node: the
     plugin's ``gpu`` becomes ``--gpus``, a total per job); ``mpi`` is the srun line a rule puts
@@ -170,10 +187,10 @@ def sbatch_script(job: SlurmJob, folder: str | Path, python: str = "python",
     return slurm._make_sbatch_string(command=command, folder=folder, **params)
 
 
-def _executor(folder: Path, job: SlurmJob, array_parallelism: int | None = None):
+def _executor(folder: Path, job: SlurmJob, site: Site | None, array_parallelism: int | None = None):
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=folder)
+    executor = submitit.SlurmExecutor(folder=folder, python=job_python(job, site))
     params = submitit_parameters(job)
     if array_parallelism is not None:
         params["array_parallelism"] = array_parallelism
@@ -305,7 +322,7 @@ def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, res
             raise store.IncompleteStoreError(
                 f"{stages.store_path(run_dir, earlier)} is missing or incomplete: run the "
                 f"{earlier} stage before {stage}")
-    executor = _executor(folder, campaign_job(camp, spec, site, stage))
+    executor = _executor(folder, campaign_job(camp, spec, site, stage), site)
     return executor.submit(RunsJob(stages.run_stage), stage, str(run_dir / "config.json"))
 
 
@@ -316,7 +333,7 @@ def submit_campaign(camp: config.Campaign, groups: list[list[campaigns.RunSpec]]
     jobs, in the order of ``groups``."""
     from pmpipe.stages import pipeline
 
-    executor = _executor(folder, array_job(camp, groups, site), array_parallelism=max_parallel)
+    executor = _executor(folder, array_job(camp, groups, site), site, array_parallelism=max_parallel)
     paths = [[str(results / camp.name / spec.run_id / "config.json") for spec in group]
              for group in groups]
     return executor.map_array(RunsJob(pipeline.run_job), paths)

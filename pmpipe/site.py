@@ -1,5 +1,5 @@
 """Site settings of a SLURM cluster: partition, account, QoS, constraint, GPUs per node, extra
-sbatch options and the launcher of multi-process stages.
+sbatch options, the launcher of multi-process stages and the Apptainer image jobs run in.
 
 They come from a small YAML file (``profiles/slurm/site.yaml`` is the documented template)
 and from environment variables, which win. This module is the only place that reads them:
@@ -12,6 +12,8 @@ and from environment variables, which win. This module is the only place that re
     PMPIPE_SLURM_GPUS_PER_NODE  GPUs per node (overrides execution.devices_per_node on gpu)
     PMPIPE_SLURM_EXTRA          further sbatch options, e.g. "--exclusive --reservation=x"
     PMPIPE_SLURM_SIGNAL_SECONDS seconds before the time limit at which SLURM sends SIGUSR2
+    PMPIPE_IMAGE                the Apptainer image every job runs in
+    PMPIPE_APPTAINER            the command that runs it, e.g. "singularity"
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ ENVIRONMENT = {
     "PMPIPE_SLURM_GPUS_PER_NODE": "gpus_per_node",
     "PMPIPE_SLURM_EXTRA": "extra",
     "PMPIPE_SLURM_SIGNAL_SECONDS": "signal_seconds",
+    "PMPIPE_IMAGE": "image",
+    "PMPIPE_APPTAINER": "apptainer",
 }
 
 
@@ -54,6 +58,15 @@ class Site(BaseModel):
         300, ge=10, description="SLURM sends SIGUSR2 this many seconds before a job's time limit "
         "(sbatch --signal=USR2@s; at most a quarter of the job's time): time for the N-body to "
         "end its step and write a checkpoint; the job then requeues itself")
+    image: str | None = Field(
+        None, description="Apptainer image (.sif file or sandbox directory) every job's pmpipe "
+        "runs in, as `[srun <geometry>] apptainer exec [--nv] <options> <image> python -m "
+        "pmpipe...`; null: the Python of the job's environment")
+    apptainer: str = Field("apptainer", description="command that runs the image (apptainer, "
+                                                    "singularity, or a site's wrapper)")
+    apptainer_options: list[str] = Field(
+        default_factory=list, description="options of `apptainer exec`, e.g. --bind=/scratch "
+        "(--nv is added for jobs with GPUs)")
 
 
 def from_mapping(data: Mapping, environ: Mapping[str, str], source: str) -> Site:

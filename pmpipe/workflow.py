@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -26,14 +27,16 @@ RESULTS = Path("results")
 class Job:
     """One Snakemake job: the runs of a group (campaign.job_groups) whose stores are not all
     complete, run in one process; the stores it makes, (run id, stage) from each run's first
-    incomplete stage on; its resources (SLURM plugin names with a site); and the seconds
-    before its time limit at which it stops itself (launch.stop_ahead; 0: never)."""
+    incomplete stage on; its resources (SLURM plugin names with a site); the seconds
+    before its time limit at which it stops itself (launch.stop_ahead; 0: never); and the
+    command its pmpipe runs in (launch.container_command; empty: the job's own Python)."""
 
     name: str
     run_ids: tuple[str, ...]
     stores: tuple[tuple[str, str], ...]
     resources: dict
     stop_ahead: int = 0
+    container: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +123,8 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
             resources = launch.job_resources([s.run for s in pending], camp.execution, slurm_site)
             jobs.append(Job(name, tuple(s.run_id for s in pending),
                             tuple((s.run_id, stage) for s in pending for stage in todo[s.run_id]),
-                            resources, launch.stop_ahead(resources, slurm_site)))
+                            resources, launch.stop_ahead(resources, slurm_site),
+                            shlex.join(launch.container_command(slurm_site, bool(resources.get("gres"))))))
     return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
                 run_stages, camp.base.outputs,
                 {name: tuple(s.run_id for s in group) for name, group in groups.items()},

@@ -97,6 +97,13 @@ def snakemake_tiny(workdir, *args, check=True, share_programs=True):
                          share_programs=share_programs)
 
 
+def golden(path: Path, text: str) -> None:
+    """Assert that ``text`` is the golden file ``path``; PMPIPE_UPDATE_GOLDEN=1 rewrites it."""
+    if os.environ.get("PMPIPE_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{path} differs; PMPIPE_UPDATE_GOLDEN=1 rewrites it"
+
+
 def finished(path):
     """Completion time of a store (its 'finished' root attribute)."""
     import zarr

@@ -12,15 +12,10 @@ import pytest
 
 from pmpipe import campaign, config, launch, site
 
+from conftest import golden
+
 GOLDEN = Path(__file__).parent / "golden"
 LOGS = "/scratch/pmpipe/logs"
-
-
-def _golden(name, text):
-    path = GOLDEN / name
-    if os.environ.get("PMPIPE_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text(), f"{path} differs; PMPIPE_UPDATE_GOLDEN=1 rewrites it"
 
 
 def _nbody_job():
@@ -33,7 +28,7 @@ def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
     camp, spec, job = _nbody_job()
     res = campaign.resources(spec.run, "nbody", camp.execution)
     script = launch.sbatch_script(job, LOGS)
-    _golden("sbatch_nbody_2x4.sh", script)
+    golden(GOLDEN / "sbatch_nbody_2x4.sh", script)
     lines = script.splitlines()
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
                  "#SBATCH --cpus-per-task=8", f"#SBATCH --mem={res['mem_mb']}M",

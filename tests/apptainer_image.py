@@ -1,0 +1,162 @@
+"""Apptainer on this machine for the tests, and pmpipe's CPU image built without ``%post``.
+
+Apptainer is packaged neither in Debian bookworm nor on PyPI. The tests run the apptainer of
+Debian sid from a root made with debootstrap, entered with bubblewrap (apptainer refuses to run
+in a chroot; bubblewrap pivots into the root) with /tmp, $HOME and the repository bound at their
+own paths. Apptainer as root asks for every capability and this machine withholds
+CAP_SYS_RESOURCE, so containers run with ``--userns``; builds with ``%post`` or ``%test`` fail
+for the same reason.
+
+The image is containers/pmpipe-cpu.def built by ``apptainer build --notest --sandbox`` from a
+definition that keeps its ``%files``, ``%environment``, ``%labels``, ``%runscript``, ``%test``
+and ``%help`` but starts from a local root (``Bootstrap: localimage``) instead of running
+``%post``: that root is the definition's debootstrapped Debian with the venv that ``%post``
+makes, into which the host's pip installs what ``%post`` would (requirements/run.txt with its
+hashes, then pmpipe without dependencies). Both roots are kept in $PMPIPE_TEST_CACHE (default
+~/.cache/pmpipe-tests), keyed by what they are made from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from deffile import parse
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("PMPIPE_TEST_CACHE") or Path.home() / ".cache" / "pmpipe-tests")
+DEFINITION = REPO / "containers" / "pmpipe-cpu.def"
+MIRROR = "http://deb.debian.org/debian"
+
+
+class Unavailable(Exception):
+    """What this machine lacks to run Apptainer."""
+
+
+def _run(cmd, what: str, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)
+    if done.returncode:
+        raise Unavailable(f"{what} failed ({' '.join(map(str, cmd[:6]))} ...): "
+                          f"{(done.stderr or done.stdout)[-1500:]}")
+    return done
+
+
+def _host_tools() -> None:
+    """debootstrap and bubblewrap, installed with apt when missing."""
+    missing = [pkg for pkg, exe in (("debootstrap", "debootstrap"), ("bubblewrap", "bwrap"))
+               if shutil.which(exe) is None]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise Unavailable(f"{', '.join(missing)} missing and not root to install them with apt")
+    _run(["apt-get", "update", "-qq"], "apt-get update")
+    _run(["apt-get", "install", "-y", "-qq", *missing], f"apt-get install {' '.join(missing)}")
+
+
+def _debootstrap(dest: Path, suite: str, include: list[str], mirror: str = MIRROR) -> Path:
+    """A minimal Debian root at ``dest`` (made beside it, then renamed: complete or absent)."""
+    if dest.exists():
+        return dest
+    if os.geteuid() != 0:
+        raise Unavailable("debootstrap needs root")
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    _run(["debootstrap", "--variant=minbase", f"--include={','.join(include)}", suite,
+          str(partial), mirror], f"debootstrap {suite}", timeout=1200)
+    partial.rename(dest)
+    return dest
+
+
+def apptainer_command(folder: Path) -> list[str]:
+    """A command that runs apptainer (``[cmd, "exec", ...]`` etc.), written as a script in
+    ``folder``; installs what it needs on first use. Raises Unavailable naming what is missing."""
+    _host_tools()
+    root = _debootstrap(CACHE / "apptainer-sid", "sid", ["apptainer"])
+    if not (root / "etc" / "hosts").exists():  # apptainer binds it into every container
+        shutil.copy("/etc/hosts", root / "etc" / "hosts")
+    binds = []
+    for path in sorted({Path("/tmp"), Path.home(), REPO, CACHE}):
+        if not any(parent in binds for parent in path.parents):
+            binds.append(path)
+    script = folder / "apptainer"
+    script.write_text(
+        "#!/bin/sh\n# apptainer of a Debian sid root (tests/apptainer_image.py)\n"
+        f"exec bwrap --bind {root} / "
+        + " ".join(f"--bind {p} {p}" for p in binds)
+        + ' --proc /proc --dev-bind /dev /dev --bind /sys /sys --chdir "$PWD" apptainer "$@"\n')
+    script.chmod(0o755)
+    _run([str(script), "version"], "apptainer version")
+    return [str(script)]
+
+
+def _image_root() -> Path:
+    """The definition's Debian with the venv of %post and requirements/run.txt installed into it
+    by the host's pip (same Python minor version as the image's)."""
+    definition = parse(DEFINITION)
+    header = definition.header
+    export = REPO / "requirements" / "run.txt"
+    key = hashlib.sha256(repr(sorted(header.items())).encode() + export.read_bytes()).hexdigest()[:12]
+    dest = CACHE / f"pmpipe-cpu-root-{key}"
+    if dest.exists():
+        return dest
+    for old in CACHE.glob("pmpipe-cpu-root-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    debian = _debootstrap(CACHE / f"debian-{header['OSVersion']}-{key}", header["OSVersion"],
+                          header["Include"].split(), header.get("MirrorURL", MIRROR))
+    python = _run(["chroot", str(debian), "python3", "-c",
+                   "import sys; print(*sys.version_info[:2])"], "python3 in the image").stdout.split()
+    if tuple(map(int, python)) != sys.version_info[:2]:
+        raise Unavailable(f"the image's Python {'.'.join(python)} differs from this one's "
+                          f"{sys.version_info.major}.{sys.version_info.minor}: the host's pip cannot "
+                          "install its wheels")
+    _run(["chroot", str(debian), "python3", "-m", "venv", "/opt/pmpipe/venv"], "python3 -m venv")
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "-r", str(export),
+          "--target", str(site_packages(debian))], "pip install requirements/run.txt", timeout=1800)
+    debian.rename(dest)
+    return dest
+
+
+def site_packages(root: Path) -> Path:
+    (path,) = (root / "opt" / "pmpipe" / "venv" / "lib").glob("python3.*/site-packages")
+    return path
+
+
+def localimage_definition(root: Path) -> str:
+    """containers/pmpipe-cpu.def from ``root`` instead of its header and without %post; the
+    version label that %post adds is a %labels line."""
+    definition = parse(DEFINITION)
+    version = importlib.metadata.version("pmpipe")
+    text = f"Bootstrap: localimage\nFrom: {root}\n"
+    for name, body in definition.sections.items():
+        if name == "post":
+            continue
+        if name == "labels":
+            body += f"\n    org.opencontainers.image.version {version}"
+        text += f"\n%{name}\n{body}\n"
+    return text
+
+
+def build_cpu_image(apptainer: list[str], dest: Path, commit: str) -> Path:
+    """The CPU image as a sandbox directory ``dest``, with this checkout of pmpipe."""
+    root = _image_root()
+    spec = dest.with_suffix(".def")
+    spec.write_text(localimage_definition(root))
+    _run([*apptainer, "build", "--notest", "--build-arg", f"commit={commit}", "--sandbox",
+          str(dest), str(spec)], "apptainer build", cwd=REPO, timeout=900)
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+          str(site_packages(dest)), str(REPO)], "pip install pmpipe", timeout=600)
+    return dest
+
+
+def install(folder: Path) -> tuple[list[str] | None, str | None]:
+    """(apptainer command, None), or (None, what is missing)."""
+    try:
+        return apptainer_command(folder), None
+    except Unavailable as missing:
+        return None, str(missing)

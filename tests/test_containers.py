@@ -1,0 +1,142 @@
+"""The Apptainer definition files (containers/): their sections, labels and environment, and
+that the Python packages they install are exactly those of the lock's exports."""
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, golden, run_snakemake
+from deffile import parse
+
+GOLDEN = Path(__file__).parent / "golden"
+IMAGES = {"pmpipe-cpu.def": "run.txt", "pmpipe-gpu.def": "gpu.txt"}  # definition: its export
+VENV_PYTHON = "/opt/pmpipe/venv/bin/python"
+SOURCE = "/opt/pmpipe/src"
+
+
+def locked(export: str) -> dict[str, str]:
+    """{name: version} of every package in a requirements/ export."""
+    text = (REPO / "requirements" / export).read_text()
+    return {m[1].lower(): m[2] for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==([^ ;]+)", text, re.M)}
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_a_definition_has_every_section_and_copies_what_it_installs(name):
+    definition = parse(REPO / "containers" / name)
+    assert {"files", "post", "environment", "labels", "runscript", "test", "help"} <= set(
+        definition.sections)
+    files = dict(definition.files())
+    export = f"requirements/{IMAGES[name]}"
+    assert files == {"pyproject.toml": f"{SOURCE}/pyproject.toml", "README.md": f"{SOURCE}/README.md",
+                     "pmpipe": f"{SOURCE}/pmpipe", export: f"{SOURCE}/{export}"}
+    assert all((REPO / source).exists() for source in files)
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_a_definition_installs_exactly_its_locked_export_then_pmpipe_alone(name):
+    definition = parse(REPO / "containers" / name)
+    pip = [cmd for cmd in definition.commands("post") if "pip" in cmd]
+    assert pip == [
+        [VENV_PYTHON, "-m", "pip", "install", "--no-cache-dir", "--require-hashes",
+         "-r", f"{SOURCE}/requirements/{IMAGES[name]}"],
+        [VENV_PYTHON, "-m", "pip", "install", "--no-cache-dir", "--no-deps", SOURCE]]
+    assert ["python3", "-m", "venv", "/opt/pmpipe/venv"] in definition.commands("post")
+    assert not re.search(r"\b(conda|mamba|uv pip|easy_install)\b", definition.sections["post"])
+    assert definition.sections["environment"].strip().startswith(
+        "export PATH=/opt/pmpipe/venv/bin:$PATH")
+
+
+def test_the_exports_give_each_image_what_it_runs_on():
+    cpu, gpu, test = locked("run.txt"), locked("gpu.txt"), locked("test.txt")
+    assert {"jax", "jaxlib", "jaxdecomp", "zarr", "snakemake", "submitit"} <= set(cpu)
+    assert not {"jax-cuda13-plugin", "mpi4py", "pytest"} & set(cpu)
+    assert {"jax-cuda13-plugin", "nvidia-nccl-cu13", "mpi4py"} <= set(gpu)
+    # one resolution: a package in two exports has one version
+    for other in (gpu, test):
+        assert {k: v for k, v in other.items() if k in cpu} == cpu
+
+
+def test_the_gpu_image_s_base_matches_the_locked_cuda_wheels():
+    definition = parse(REPO / "containers" / "pmpipe-gpu.def")
+    assert definition.header["Bootstrap"] == "docker"
+    base = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu24\.04", definition.header["From"])
+    assert base, definition.header["From"]
+    gpu = locked("gpu.txt")
+    runtime = gpu["nvidia-cuda-runtime"].split(".")
+    assert [base[1], base[2]] == runtime[:2]
+    assert f"jax-cuda{base[1]}-plugin" in gpu
+
+
+def test_the_cpu_image_is_debootstrapped_debian_with_python():
+    header = parse(REPO / "containers" / "pmpipe-cpu.def").header
+    assert header["Bootstrap"] == "debootstrap" and header["OSVersion"] == "bookworm"
+    assert {"python3", "python3-venv"} <= set(header["Include"].split())
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_a_definition_labels_its_version_and_commit_and_tests_itself(name):
+    definition = parse(REPO / "containers" / name)
+    labels = definition.labels()
+    assert labels["org.opencontainers.image.title"] == name.removesuffix(".def")
+    assert labels["org.opencontainers.image.revision"] == "{{ commit }}"  # apptainer build --build-arg
+    assert 'echo "org.opencontainers.image.version $version" >> "$APPTAINER_LABELS"' in \
+        definition.sections["post"]
+    assert "python -m pmpipe.cli doctor --check" in definition.sections["test"]
+    assert 'exec python -m pmpipe.cli "$@"' in definition.sections["runscript"]
+    build = f"apptainer build --build-arg commit=$(git rev-parse HEAD) {name.removesuffix('.def')}.sif containers/{name}"
+    assert build in (REPO / "containers" / name).read_text()
+    assert build in (REPO / "containers" / "README.md").read_text()
+
+
+def test_the_gpu_image_sets_one_process_per_gpu_defaults_and_site_library_binds():
+    definition = parse(REPO / "containers" / "pmpipe-gpu.def")
+    env = definition.sections["environment"]
+    for default in ("XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-true}",
+                    "XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.90}",
+                    "NCCL_DEBUG=${NCCL_DEBUG:-WARN}",
+                    "LD_LIBRARY_PATH=/opt/site/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"):
+        assert f"export {default}" in env
+    assert ["mkdir", "-p", "/opt/site/lib"] in definition.commands("post")
+    assert "openmpi-bin" in definition.sections["post"]  # MPI with PMIx for srun --mpi=pmix
+    assert "/opt/site/lib" in (REPO / "containers" / "README.md").read_text()
+
+
+def test_the_parser_rejects_what_apptainer_would(tmp_path):
+    bad = tmp_path / "bad.def"
+    bad.write_text("Bootstrap: docker\n%post\n  true\n%postt\n  true\n")
+    with pytest.raises(ValueError, match="bad.def:4: unknown section %postt"):
+        parse(bad)
+    bad.write_text("Bootstrap docker\n")
+    with pytest.raises(ValueError, match="bad.def:1: header lines"):
+        parse(bad)
+
+
+def dry_run_commands(workdir, campaign_file) -> str:
+    """Rule, resources and shell command of every SLURM job of `snakemake --dry-run` through
+    profiles/slurm-apptainer with the golden site, paths relative to ``workdir``."""
+    out = run_snakemake(workdir, "--profile", str(REPO / "profiles/slurm-apptainer"),
+                        "--configfile", str(GOLDEN / "site_apptainer.yaml"),
+                        "--config", f"campaign={campaign_file}", "--dry-run",
+                        env={k: v for k, v in os.environ.items() if not k.startswith("PMPIPE_")},
+                        share_programs=False)
+    lines = [line.strip() for line in (out.stdout + out.stderr).splitlines()
+             if line.startswith(("rule ", "    resources:", "Shell command:"))]
+    keep = [text for block in range(0, len(lines), 3) if lines[block].startswith("rule runs_")
+            for text in lines[block:block + 3]]  # the SLURM jobs (the other rules run in snakemake)
+    return "\n".join(keep).replace(f"{workdir}/", "") + "\n"
+
+
+def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
+    """Packed single-process CPU jobs run `apptainer exec <image> python ...` in the batch step;
+    a 2-node x 4-GPU stage runs `srun <geometry> apptainer exec --nv <image> python ...`."""
+    shutil.copy(REPO / "config" / "quickstart.yaml", tmp_path)
+    shutil.copy(GOLDEN / "campaign_2x4.yaml", tmp_path)
+    text = "".join(f"# {name}\n{dry_run_commands(tmp_path, name)}"
+                   for name in ("quickstart.yaml", "campaign_2x4.yaml"))
+    golden(GOLDEN / "slurm_apptainer_commands.txt", text)
+    assert "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 --gres=gpu:4 --kill-on-bad-exit=1 " \
+        "apptainer exec --nv --bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib " \
+        "/images/pmpipe-gpu.sif python -m pmpipe.stages.pipeline" in text
