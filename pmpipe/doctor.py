@@ -21,11 +21,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pmpipe import parallel
+from pmpipe import image, parallel
 
 FIELDS = ("pmpipe", "python", "jax", "processes", "jaxdecomp", "nccl", "mpi", "slurm",
           "container", "cuda_driver", "warnings")
-LABELS = Path("/.singularity.d/labels.json")  # where an Apptainer image keeps its %labels
 # oldest NVIDIA driver each CUDA major version of the JAX wheels runs on (NVIDIA's CUDA
 # toolkit release notes, "minimum required driver version" for Linux)
 MIN_DRIVER = {12: (525, 60, 13), 13: (580, 65, 6)}
@@ -79,14 +78,8 @@ def _jaxdecomp_facts() -> dict:
 
 
 def _container_facts(environ: Mapping[str, str]) -> dict:
-    image = environ.get("APPTAINER_CONTAINER") or environ.get("SINGULARITY_CONTAINER")
-    labels = {}
-    if image and LABELS.is_file():
-        try:
-            labels = json.loads(LABELS.read_text())
-        except (OSError, ValueError):
-            labels = {"error": f"{LABELS} could not be read as JSON"}
-    return {"inside": image is not None, "image": image, "labels": labels,
+    path, labels = image.current(environ)
+    return {"inside": path is not None, "image": path, "labels": labels,
             "apptainer": _output_line(["apptainer", "--version"])}
 
 

@@ -229,7 +229,10 @@ def requeue_this_job(environ=None) -> str | None:
     job = this_job(environ)
     if not job:
         return None
-    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
+    except OSError as err:  # no SLURM client here, e.g. in an image without the site's binds
+        return f"SLURM job {job} could not be requeued: scontrol: {err.strerror}"
     if done.returncode:
         return f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
     return f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"

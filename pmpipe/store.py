@@ -48,7 +48,7 @@ import numpy as np
 import zarr
 from jax.sharding import Mesh
 
-from pmpipe import config, integrity, parallel
+from pmpipe import config, image, integrity, parallel
 
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
 FORMAT = "pmpipe-store-1"     # root attribute 'format': layout version of docs/outputs.md
@@ -93,10 +93,13 @@ def _version(package: str) -> str | None:
 
 
 def software() -> dict:
-    """Versions of pmpipe (and its git commit) and of the JAX stack."""
+    """Versions of pmpipe (and its git commit: the checkout's, or the image's revision label)
+    and of the JAX stack, and the Apptainer image the process runs in."""
+    path, labels = image.current(os.environ)
     return {
         "pmpipe_version": _version("pmpipe"),
-        "git_commit": _git_commit(),
+        "git_commit": _git_commit() or labels.get(image.REVISION),
+        "image": path,
         "jax_version": jax.__version__,
         "jaxlib_version": _version("jaxlib"),
         "jaxdecomp_version": _version("jaxdecomp"),

@@ -101,7 +101,8 @@ def _image_root() -> Path:
     definition = parse(DEFINITION)
     header = definition.header
     export = REPO / "requirements" / "run.txt"
-    key = hashlib.sha256(repr(sorted(header.items())).encode() + export.read_bytes()).hexdigest()[:12]
+    made_from = repr(sorted(header.items())).encode() + export.read_bytes() + Path(__file__).read_bytes()
+    key = hashlib.sha256(made_from).hexdigest()[:12]
     dest = CACHE / f"pmpipe-cpu-root-{key}"
     if dest.exists():
         return dest
@@ -116,8 +117,7 @@ def _image_root() -> Path:
                           f"{sys.version_info.major}.{sys.version_info.minor}: the host's pip cannot "
                           "install its wheels")
     _run(["chroot", str(debian), "python3", "-m", "venv", "/opt/pmpipe/venv"], "python3 -m venv")
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "-r", str(export),
-          "--target", str(site_packages(debian))], "pip install requirements/run.txt", timeout=1800)
+    _pip_target(debian, "--require-hashes", "-r", str(export))
     debian.rename(dest)
     return dest
 
@@ -125,6 +125,22 @@ def _image_root() -> Path:
 def site_packages(root: Path) -> Path:
     (path,) = (root / "opt" / "pmpipe" / "venv" / "lib").glob("python3.*/site-packages")
     return path
+
+
+def _pip_target(root: Path, *args: str) -> None:
+    """pip install ARGS into the venv of ``root``, as the venv's pip would: packages into its
+    site-packages, scripts (pip puts them in <target>/bin) into its bin/ run by its Python."""
+    target = site_packages(root)
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade", "--target",
+          str(target), *args], f"pip install {' '.join(args)}", timeout=1800)
+    venv_bin = root / "opt" / "pmpipe" / "venv" / "bin"
+    for script in sorted((target / "bin").glob("*")):
+        lines = script.read_text().splitlines(keepends=True)
+        if lines and lines[0].startswith("#!"):
+            lines[0] = "#!/opt/pmpipe/venv/bin/python\n"
+        (venv_bin / script.name).write_text("".join(lines))
+        (venv_bin / script.name).chmod(0o755)
+    shutil.rmtree(target / "bin", ignore_errors=True)
 
 
 def localimage_definition(root: Path) -> str:
@@ -149,8 +165,7 @@ def build_cpu_image(apptainer: list[str], dest: Path, commit: str) -> Path:
     spec.write_text(localimage_definition(root))
     _run([*apptainer, "build", "--notest", "--build-arg", f"commit={commit}", "--sandbox",
           str(dest), str(spec)], "apptainer build", cwd=REPO, timeout=900)
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-          str(site_packages(dest)), str(REPO)], "pip install pmpipe", timeout=600)
+    _pip_target(dest, str(REPO))
     return dest
 
 

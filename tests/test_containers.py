@@ -1,15 +1,21 @@
 """The Apptainer definition files (containers/): their sections, labels and environment, and
 that the Python packages they install are exactly those of the lock's exports."""
 
+import importlib.metadata
+import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-
-from conftest import REPO, golden, run_snakemake
+import yaml
+import zarr
+from conftest import REPO, TINY, golden, run_snakemake, same_store
 from deffile import parse
+
+from pmpipe import campaign, config, doctor, stages, store
 
 GOLDEN = Path(__file__).parent / "golden"
 IMAGES = {"pmpipe-cpu.def": "run.txt", "pmpipe-gpu.def": "gpu.txt"}  # definition: its export
@@ -20,7 +26,7 @@ SOURCE = "/opt/pmpipe/src"
 def locked(export: str) -> dict[str, str]:
     """{name: version} of every package in a requirements/ export."""
     text = (REPO / "requirements" / export).read_text()
-    return {m[1].lower(): m[2] for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==([^ ;]+)", text, re.M)}
+    return {m[1].lower(): m[2] for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==([^ ;]+)", text, re.MULTILINE)}
 
 
 @pytest.mark.parametrize("name", sorted(IMAGES))
@@ -140,3 +146,107 @@ def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
     assert "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 --gres=gpu:4 --kill-on-bad-exit=1 " \
         "apptainer exec --nv --bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib " \
         "/images/pmpipe-gpu.sif python -m pmpipe.stages.pipeline" in text
+
+
+@pytest.fixture(scope="module")
+def apptainer(tmp_path_factory):
+    """A command that runs apptainer (tests/apptainer_image.py), installed when missing and
+    possible. Skips with what is missing where it cannot run; under CI=true that fails."""
+    import apptainer_image
+
+    command, problem = apptainer_image.install(tmp_path_factory.mktemp("apptainer"))
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return command
+
+
+@pytest.fixture(scope="module")
+def cpu_image(apptainer, tmp_path_factory):
+    """containers/pmpipe-cpu.def built as a sandbox without %post, labelled with HEAD."""
+    import apptainer_image
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=REPO, check=True).stdout.strip()
+    image = apptainer_image.build_cpu_image(apptainer, tmp_path_factory.mktemp("image") / "pmpipe-cpu",
+                                            commit)
+    yield image, commit
+    shutil.rmtree(image, ignore_errors=True)
+
+
+def in_image(apptainer, image, *args, cwd, env=None, timeout=600):
+    """`apptainer exec --userns <image> ARGS` (this machine grants no CAP_SYS_RESOURCE)."""
+    env = {k: v for k, v in (env or os.environ).items() if k != "XLA_FLAGS"}
+    return subprocess.run([*apptainer, "exec", "--userns", str(image), *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=timeout, check=False)
+
+
+def test_the_cpu_image_passes_its_test_and_doctor_reports_it_with_its_labels(apptainer, cpu_image,
+                                                                              tmp_path):
+    image, commit = cpu_image
+    done = subprocess.run([*apptainer, "test", "--userns", str(image)], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "a distributed FFT on 2 local devices agrees with numpy's" in done.stderr
+    done = in_image(apptainer, image, "pmpipe", "doctor", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout)
+    assert set(doctor.FIELDS) <= set(facts)
+    assert facts["container"]["inside"] and facts["container"]["image"] == str(image)
+    labels = facts["container"]["labels"]
+    assert labels["org.opencontainers.image.revision"] == commit
+    assert labels["org.opencontainers.image.version"] == importlib.metadata.version("pmpipe")
+    assert facts["python"]["executable"].startswith("/opt/pmpipe/venv/")
+    assert facts["pmpipe"]["package"].startswith("/opt/pmpipe/venv/")  # the image's pmpipe
+
+
+def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny_local, tmp_path):
+    """Every stage of one run by `apptainer exec <image> python -m pmpipe.stages.pipeline`."""
+    image, commit = cpu_image
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    campaign.write_run_files(config.load_campaign(tmp_path / "tiny.yaml"), tmp_path / "results")
+    run = "tiny-fiducial-r0"
+    done = in_image(apptainer, image, "python", "-m", "pmpipe.stages.pipeline",
+                    f"results/tiny/{run}/config.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    for stage in stages.STAGES:
+        path = tmp_path / "results" / "tiny" / run / f"{stage}.zarr"
+        assert store.is_complete(path), path
+        same_store(tiny_local / "results" / "tiny" / run / f"{stage}.zarr", path)
+    attrs = zarr.open_group(tmp_path / "results" / "tiny" / run / "ic.zarr", mode="r").attrs
+    assert attrs["image"] == str(image) and attrs["git_commit"] == commit  # the image's label
+
+
+def test_the_quickstart_completes_through_the_slurm_apptainer_profile(slurm, apptainer, cpu_image,
+                                                                       tmp_path):
+    """profiles/slurm-apptainer on the test cluster with the CPU image: the quick start (one
+    realisation per point, 32^3 particles, B = 1) in one packed job whose srun step starts 2
+    processes, each in the image, that meet through jax.distributed."""
+    from test_slurm import STATUS_CHECKS, slurm_env, two_processes_per_run
+
+    image, commit = cpu_image
+    data = yaml.safe_load((REPO / "config/quickstart.yaml").read_text())
+    data["realisations"] = 1
+    data["base"]["box"].update(particles=32, oversample=1)
+    (tmp_path / "quickstart.yaml").write_text(two_processes_per_run(yaml.safe_dump(data)))
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump({"site": {
+        "image": str(image), "apptainer": apptainer[0], "apptainer_options": ["--userns"]}}))
+    out = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm-apptainer"),
+                        "--configfile", str(tmp_path / "site.yaml"), "--config",
+                        "campaign=quickstart.yaml", *STATUS_CHECKS, env=slurm_env(), timeout=1200,
+                        main=REPO / "tests" / "slurm_snakemake.py", share_programs=False)
+    assert (f"srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 "
+            f"{apptainer[0]} exec --userns {image} python -m pmpipe.stages.pipeline") in out.stdout + out.stderr
+    results = tmp_path / "results" / "quickstart"
+    runs = sorted(p.parent.name for p in results.glob("*/config.json"))
+    assert len(runs) == 3
+    for run in runs:
+        for stage in stages.STAGES:
+            path = results / run / f"{stage}.zarr"
+            assert store.is_complete(path), path
+            attrs = zarr.open_group(path, mode="r").attrs
+            assert attrs["image"] == str(image) and attrs["git_commit"] == commit
+        assert zarr.open_group(results / run / "nbody.zarr", mode="r").attrs["process_count"] == 2
+    assert "process 1 of 2 (slurm)" in (results / "logs" / "job0000.log").read_text()
+    assert (results / "summaries.zarr").exists() and (results / "report" / "peaks.png").exists()
