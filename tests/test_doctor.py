@@ -81,3 +81,13 @@ def test_warnings_name_the_setting_to_change():
     eight = dict(CPU, local_devices=CPU["local_devices"] * 8)
     (devices,) = doctor.warnings(_facts(eight, 2), {})
     assert "xla_force_host_platform_device_count" in devices
+
+
+def test_the_check_imports_every_module_and_catches_a_wrong_fft(monkeypatch):
+    from pmpipe import fft
+
+    assert doctor.self_check() == []
+    right = fft.r2c
+    monkeypatch.setattr(fft, "r2c", lambda field, mesh: right(field, mesh) * 1.001)
+    problems = doctor.self_check()
+    assert len(problems) == 1 and problems[0].startswith("FFT on the local devices differs from numpy's")
