@@ -48,15 +48,37 @@ def two_processes_per_run(text: str) -> str:
     return yaml.safe_dump(data)
 
 
-@pytest.fixture(scope="module")
-def quickstart(slurm, tmp_path_factory):
-    """The quick-start campaign on the test cluster, 2 processes per stage (first invocation),
-    one realisation per point, 32^3 particles and a force mesh of B = 1 to keep CI short."""
-    workdir = tmp_path_factory.mktemp("slurm-quickstart")
+def write_small_quickstart(workdir) -> None:
+    """The quick-start campaign as quickstart.yaml in ``workdir``, 2 processes per stage, one
+    realisation per point, 32^3 particles and a force mesh of B = 1 to keep CI short."""
     data = yaml.safe_load((REPO / "config/quickstart.yaml").read_text())
     data["realisations"] = 1
     data["base"]["box"].update(particles=32, oversample=1)
     (workdir / "quickstart.yaml").write_text(two_processes_per_run(yaml.safe_dump(data)))
+
+
+def small_quickstart_stores(results) -> dict:
+    """Root attributes of every store of the small quick start, by path; asserts that its 3
+    runs are complete, their N-body written by 2 processes, and the campaign's outputs made."""
+    runs = sorted(p.parent.name for p in results.glob("*/config.json"))
+    assert len(runs) == 3
+    attrs = {}
+    for run in runs:
+        for stage in stages.STAGES:
+            path = results / run / f"{stage}.zarr"
+            assert store.is_complete(path), path
+            attrs[path] = dict(zarr.open_group(path, mode="r").attrs)
+        assert attrs[results / run / "nbody.zarr"]["process_count"] == 2  # an srun step of 2
+    assert "process 1 of 2 (slurm)" in (results / "logs" / "job0000.log").read_text()
+    assert (results / "summaries.zarr").exists() and (results / "report" / "peaks.png").exists()
+    return attrs
+
+
+@pytest.fixture(scope="module")
+def quickstart(slurm, tmp_path_factory):
+    """The small quick start on the test cluster (first invocation)."""
+    workdir = tmp_path_factory.mktemp("slurm-quickstart")
+    write_small_quickstart(workdir)
     out = snakemake_slurm(workdir, "quickstart.yaml")
     return workdir, out
 
@@ -64,19 +86,11 @@ def quickstart(slurm, tmp_path_factory):
 def test_slurm_profile_runs_the_quickstart_campaign_with_srun_steps(quickstart):
     workdir, out = quickstart
     results = workdir / "results" / "quickstart"
-    runs = sorted(p.parent.name for p in results.glob("*/config.json"))
-    assert len(runs) == 3
-    for run in runs:
-        for stage in stages.STAGES:
-            path = results / run / f"{stage}.zarr"
-            assert store.is_complete(path), path
-        nbody = zarr.open_group(results / run / "nbody.zarr", mode="r")
-        assert nbody.attrs["process_count"] == 2  # an srun step of 2 processes wrote it
+    small_quickstart_stores(results)
     log = (results / "logs" / "job0000.log").read_text()  # the 3 runs packed into one job
     assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
     assert log.count("ic, nbody, lensing, summaries done") == 3
     assert "srun --nodes=1 --ntasks-per-node=2" in out.stdout + out.stderr
-    assert (results / "summaries.zarr").exists() and (results / "report" / "peaks.png").exists()
     assert any((workdir / "results" / ".jax_cache").iterdir())  # compiled programs shared
 
 
