@@ -240,9 +240,10 @@ class NBodyResult:
 
 def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMGrid,
            snapshots: Sequence[float] = (), table=None,
-           capture: lightcone.Capture | None = None) -> NBodyResult:
+           capture: lightcone.Capture | None = None, stop_early: bool = False) -> NBodyResult:
     """Evolve particles through the steps bounded by a_steps (numpy, from :func:`step_boundaries`)
-    in one compiled program.
+    in one compiled program; with ``stop_early`` (a stage's run) the program stops after a step
+    whose particles left the halo or whose state is not finite, and the error names it.
 
     Densities are kept at every boundary listed in ``snapshots``; with a ``capture``, each plane
     is painted from the particles drifted to its crossing time within the step that contains it.
@@ -254,7 +255,7 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
     start = time.perf_counter()
     out = evolution(cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
                     crossing_slots(a_steps, () if capture is None else capture.a), table, capture,
-                    mesh=mesh, grid=grid, n_snapshots=len(snapshots))
+                    mesh=mesh, grid=grid, n_snapshots=len(snapshots), stop_early=stop_early)
     return finish(out, a_steps, snapshots, grid, capture, start)
 
 
@@ -282,7 +283,8 @@ def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps
     """:func:`evolve` from ``state``, the state after step ``done`` (0: :func:`start_state`),
     one program call per step (the same program for every step), calling
     ``after_step(state, step)`` after each; the result equals :func:`evolve`'s to float
-    rounding."""
+    rounding. A step whose particles left the halo or whose state is not finite raises at
+    once (:func:`check_state`)."""
     a_steps = np.asarray(a_steps, dtype=np.float64)
     snapshots = tuple(float(s) for s in snapshots)
     table = cosmology.growth_table(cosmo) if table is None else table
@@ -293,6 +295,8 @@ def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps
     for step in range(done + 1, len(a_steps)):
         state = evolution_steps(cosmo, state, *args, np.int32(step - 1), mesh=mesh, grid=grid,
                                 count=1)
+        if np.any(np.asarray(state.trouble) >= 0):  # stop at the step that went wrong
+            check_state(state.trouble, state.needed, a_steps, grid.halo)
         after_step(state, step)
     return finish(state, a_steps, snapshots, grid, capture, start)
 
@@ -336,16 +340,17 @@ class State(NamedTuple):
     trouble: jax.Array
 
 
-@partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots"))
+@partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots", "stop_early"))
 def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mesh: Mesh,
-              grid: PMGrid, n_snapshots: int) -> State:
+              grid: PMGrid, n_snapshots: int, stop_early: bool = False) -> State:
     """The program of :func:`evolve`: a_steps (S + 1,) in the particles' dtype, slots from
     :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns the final
-    :class:`State`."""
+    :class:`State`; with ``stop_early`` the state after the first step with a halo overflow or
+    a non-finite state (not reverse-differentiable)."""
     table = cosmology.growth_table(cosmo) if table is None else table
     state = _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots)
     return _steps(cosmo, state, a_steps, slots, crossing, table, capture, 0, a_steps.shape[0] - 1,
-                  mesh, grid)
+                  mesh, grid, stop_early)
 
 
 @partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots"))
@@ -382,8 +387,9 @@ def _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snaps
 
 
 def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first, count: int,
-           mesh: Mesh, grid: PMGrid) -> State:
-    """Steps first + 1 .. first + count (a lax.scan) from ``state``."""
+           mesh: Mesh, grid: PMGrid, stop_early: bool = False) -> State:
+    """Steps first + 1 .. first + count from ``state``: a lax.scan, or with ``stop_early`` a loop
+    that ends after the first step with trouble (:func:`_first_trouble`)."""
     dtype = state.disp.dtype
     omega_m = jnp.asarray(cosmo.Omega_m, dtype)
     kick1, drift, kick2 = kdk_coefficients(cosmo, a_steps, table)
@@ -419,7 +425,7 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
 
     step = jax.checkpoint(partial(advance, mesh=mesh, grid=grid))
 
-    def body(state: State, xs):
+    def one_step(state: State, xs) -> State:
         disp, mom, snaps, maps, needed, trouble = state
         need = jnp.zeros((), jnp.int32)
         if capture is not None and crossing.shape[1]:
@@ -429,9 +435,25 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
         need = jnp.maximum(need, need_step)
         trouble = _first_trouble(trouble, xs["step"], need, disp, mom, grid.halo)
         return State(disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need),
-                     trouble), None
+                     trouble)
 
-    state, _ = jax.lax.scan(body, state, xs)
+    if not stop_early:
+        state, _ = jax.lax.scan(lambda state, xs: (one_step(state, xs), None), state, xs)
+        return state
+
+    # A loop that ends after the step whose particles left the halo or whose state is not
+    # finite (check_state then names it), so a broken run spends no more steps. Not
+    # reverse-differentiable; a lax.cond around the step instead deadlocked the collectives of
+    # XLA's CPU devices, which may run them in different orders inside a conditional.
+    def going(carry):
+        i, state = carry
+        return (i < count) & jnp.all(state.trouble < 0)
+
+    def next_step(carry):
+        i, state = carry
+        return i + 1, one_step(state, jax.tree.map(lambda x: x[i], xs))
+
+    _, state = jax.lax.while_loop(going, next_step, (jnp.int32(0), state))
     return state
 
 

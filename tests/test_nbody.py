@@ -155,3 +155,28 @@ def test_evolution_leaves_the_initial_state_valid():
     mesh, _, init, res = _run(8, 64.0, 1, 0.1, 1.0, 2, halo=2)
     assert not init.disp.is_deleted() and not init.mom.is_deleted()
     assert float(jnp.abs(res.disp - init.disp).max()) > 0
+
+
+def test_a_halo_overflow_stops_the_evolution_at_its_step():
+    """A stage's compiled evolution (stop_early) does no work after the step whose particles left
+    the halo: its final state is the state after that step, and the error names it."""
+    mesh = parallel.make_mesh((2, 4))
+    n, box, steps = 32, 64.0, 8
+    grid = nbody.PMGrid(n, 1, box, 1)
+    noise = ics.white_noise(1, n, mesh)
+    init = simulation.initial_conditions(COSMO, noise, simulation.power_function(COSMO), mesh, box, 0.1)
+    disp, mom = init.disp, init.mom
+    bounds = nbody.step_boundaries(0.1, 1.0, steps)
+    args = (nbody.snapshot_slots(bounds, ()), nbody.crossing_slots(bounds, ()),
+            C.growth_table(COSMO), None)
+    state = nbody.evolution(COSMO, disp, mom, bounds.astype(np.float32), *args, mesh=mesh,
+                            grid=grid, n_snapshots=0, stop_early=True)
+    beyond = int(state.trouble[0])
+    assert 0 < beyond < steps - 1  # stopped before the end
+    shorter = bounds[:beyond + 1]
+    upto = nbody.evolution(COSMO, disp, mom, shorter.astype(np.float32),
+                           nbody.snapshot_slots(shorter, ()), nbody.crossing_slots(shorter, ()),
+                           C.growth_table(COSMO), None, mesh=mesh, grid=grid, n_snapshots=0)
+    np.testing.assert_array_equal(np.asarray(state.disp), np.asarray(upto.disp))
+    with pytest.raises(painting.HaloError, match=rf"at step {beyond} of {steps} \(a = "):
+        nbody.check_state(state.trouble, state.needed, bounds, grid.halo)

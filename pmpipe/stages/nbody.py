@@ -156,7 +156,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
         with progress.timed("pm_steps"):
             result = nbody.evolve(cosmo, inputs.field("ic", "displacement"),
                                   inputs.field("ic", "momentum"), bounds, mesh, grid, snapshots,
-                                  table, plan)
+                                  table, plan, stop_early=True)
         path = _finish(run_file, run_dir, inputs, progress, result, capture, bounds, started)
     else:
         schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
