@@ -95,7 +95,8 @@ def report(environ: Mapping[str, str] | None = None) -> dict:
         "pmpipe": {"version": _version("pmpipe"), "package": str(Path(__file__).parent)},
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "jax": _jax_facts(),
-        "processes": {"launcher": launcher, "count": processes},
+        "processes": {"launcher": launcher, "count": processes,
+                      "local_device_ids": parallel.local_device_ids(environ)},
         "jaxdecomp": _jaxdecomp_facts(),
         "nccl": _version("nvidia-nccl-cu13") or _version("nvidia-nccl-cu12"),
         "mpi": {"mpiexec": shutil.which("mpiexec"),
@@ -156,7 +157,8 @@ def table(facts: dict) -> str:
         ("jax", f"{jax['version']}, jaxlib {jax['jaxlib']}, backend {jax['backend']}"
                 + (f", {jax['cuda_plugin']}" if jax["cuda_plugin"] else "")),
         ("devices", f"{len(jax['local_devices'])} local: {', '.join(kinds) or 'none'}"),
-        ("processes", f"{facts['processes']['count']} ({facts['processes']['launcher']})"),
+        ("processes", (f"{facts['processes']['count']} ({facts['processes']['launcher']}), local "
+                       f"device ids {facts['processes']['local_device_ids'] or 'all visible'}")),
         ("jaxdecomp", (f"{dec['version']}, cuDecomp {'yes' if dec['cudecomp'] else 'no'}, "
                        f"pmpipe uses the {dec['backend']} backend")),
         ("nccl", facts["nccl"] or "not installed"),

@@ -128,6 +128,32 @@ def launcher_processes(environ=None) -> tuple[str, int]:
     return "single", 1
 
 
+LOCAL_RANK_VARIABLES = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+
+
+def local_device_ids(environ=None) -> list[int] | None:
+    """The GPUs of its node that this process drives, as jax.distributed.initialize numbers
+    them among the GPUs it can see (CUDA_VISIBLE_DEVICES, else ROCR_VISIBLE_DEVICES):
+    - the launcher left one GPU visible (srun --gpus-per-task=1, --gpu-bind=single:1 or
+      map_gpu, a cgroup per task): [0], that one; JAX's own default, [SLURM_LOCALID], names a
+      GPU the process cannot see for every task but the first;
+    - all the node's GPUs visible to each of several processes (srun --ntasks-per-node=G
+      --gres=gpu:G): [local rank];
+    - one process on its node: None, every visible GPU.
+    The local rank is SLURM_LOCALID (srun), OMPI_COMM_WORLD_LOCAL_RANK (Open MPI) or
+    MPI_LOCALRANKID (MPICH)."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES", env.get("ROCR_VISIBLE_DEVICES"))
+    if visible is not None and len([v for v in visible.split(",") if v.strip()]) == 1:
+        return [0]
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", ""))
+    if per_node.split("(")[0] == "1" or (not per_node and "OMPI_COMM_WORLD_LOCAL_SIZE" in env
+                                         and env["OMPI_COMM_WORLD_LOCAL_SIZE"] == "1"):
+        return None
+    rank = next((env[v] for v in LOCAL_RANK_VARIABLES if v in env), None)
+    return [int(rank)] if rank is not None else None
+
+
 HEARTBEAT_TIMEOUT_SECONDS = 60  # a process that stops answering ends the others after this
 
 
@@ -154,6 +180,7 @@ def start_processes(total_devices: int) -> tuple[str, int]:
         # order on each process and wait for each other forever (seen with async dispatch)
         jax.config.update("jax_cpu_enable_async_dispatch", False)
         jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None,
+                                   local_device_ids=local_device_ids(),
                                    heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS)
     return launcher, processes
 

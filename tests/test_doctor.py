@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from pmpipe import doctor
 
 CPU = {"backend": "cpu", "local_devices": [{"id": 0, "kind": "cpu", "platform": "cpu"}],
@@ -36,7 +38,7 @@ def test_one_process_reports_every_field_and_a_table():
     (report,) = _reports(_doctor())
     assert set(report) == set(doctor.FIELDS)
     assert report["jax"]["backend"] == "cpu" and len(report["jax"]["local_devices"]) == 1
-    assert report["processes"] == {"launcher": "single", "count": 1}
+    assert report["processes"] == {"launcher": "single", "count": 1, "local_device_ids": None}
     assert report["jaxdecomp"]["version"] and report["jaxdecomp"]["backend"] == "jax"
     assert report["container"]["inside"] is False and report["warnings"] == []
     table = _doctor(args=())
@@ -48,13 +50,20 @@ def test_one_process_reports_every_field_and_a_table():
 def test_two_processes_under_mpiexec_each_report_the_launch():
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
     reports = _reports(_doctor(shutil.which("mpiexec"), "-n", "2"))
-    assert [r["processes"] for r in reports] == [{"launcher": "mpi", "count": 2}] * 2
+    assert sorted((r["processes"]["launcher"], r["processes"]["count"], r["processes"]["local_device_ids"])
+                  for r in reports) == [("mpi", 2, [0]), ("mpi", 2, [1])]  # MPICH's local ranks
     assert all("Version" in r["mpi"]["version"] for r in reports), reports[0]["mpi"]
 
 
-def test_two_processes_under_srun_report_the_job_and_step(slurm):
-    reports = _reports(_doctor("srun", "-n", "2", "-p", "pmpipe", "-t", "5"))
-    assert [r["processes"] for r in reports] == [{"launcher": "slurm", "count": 2}] * 2
+@pytest.mark.parametrize("binding, ids", [((), [[0], [1]]), (("--gres=gpu:2",), [[0], [1]]),
+                                           (("--gpus-per-task=1",), [[0], [0]])],
+                         ids=["no-gpus", "gres", "gpus-per-task"])
+def test_two_processes_under_srun_report_the_job_and_step(slurm, binding, ids):
+    """With the test cluster's 2 (fake) GPUs given to both tasks or one to each, every process
+    names the GPU it drives among those it sees."""
+    reports = _reports(_doctor("srun", "-n", "2", "-p", "pmpipe", "-t", "5", *binding))
+    assert sorted(r["processes"]["local_device_ids"] for r in reports) == ids
+    assert all(r["processes"]["launcher"] == "slurm" and r["processes"]["count"] == 2 for r in reports)
     assert all(r["slurm"]["job"] and r["slurm"]["step"] is not None for r in reports)
     assert all(r["warnings"] == [] for r in reports), reports[0]["warnings"]
 

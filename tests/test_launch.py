@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pmpipe import campaign, config, launch, site
+from pmpipe import campaign, config, launch, parallel, site
 
 from conftest import golden
 
@@ -163,3 +163,20 @@ def test_a_site_image_wraps_the_python_of_every_job(tmp_path):
     assert (f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 apptainer exec --nv "
             "--bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /other/pmpipe.sif python -u -m "
             f"submitit.core._submit {LOGS}\n") in out.stdout
+
+
+@pytest.mark.parametrize("environ, expected", [
+    # srun --ntasks-per-node=4 --gres=gpu:4: every task sees the node's 4 GPUs
+    ({"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, [2]),
+    # srun --ntasks-per-node=4 --gpus-per-task=1 (or --gpu-bind=single:1): each task sees its GPU
+    ({"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "2"}, [0]),
+    ({"SLURM_LOCALID": "3", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "ROCR_VISIBLE_DEVICES": "0"}, [0]),
+    # srun --ntasks-per-node=1 --gres=gpu:4: one process drives every GPU of its node
+    ({"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, None),
+    # mpiexec: the MPI library's local rank
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, [1]),
+    ({"MPI_LOCALRANKID": "1"}, [1]),
+    ({}, None),
+], ids=["gres", "gpus-per-task", "gpus-per-task-rocm", "one-per-node", "openmpi", "mpich", "none"])
+def test_local_device_ids_follow_the_launcher_s_gpu_binding(environ, expected):
+    assert parallel.local_device_ids(environ) == expected
