@@ -15,27 +15,25 @@ CPU = {"backend": "cpu", "local_devices": [{"id": 0, "kind": "cpu", "platform": 
        "cuda_plugin": None}
 
 
-def _doctor(*launcher, args=("--json",)):
+def _doctor(*launcher, args=("--json",), python=(sys.executable, "-m", "pmpipe.cli", "doctor")):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one device a process
-    out = subprocess.run([*launcher, sys.executable, "-m", "pmpipe.cli", "doctor", *args],
+    out = subprocess.run([*launcher, *python, *args],
                          capture_output=True, text=True, env=env, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
 
-def _reports(text):
-    """The JSON reports of one or more processes, printed one after the other."""
-    decoder, reports, at = json.JSONDecoder(), [], 0
-    while at < len(text.rstrip()):
-        report, at = decoder.raw_decode(text, at)
-        reports.append(report)
-        while at < len(text) and text[at].isspace():
-            at += 1
-    return reports
+def _reports_per_rank(tmp_path, *launcher):
+    """The JSON reports of the processes a launcher starts, each written to a file named by its
+    rank: a pipe shared by the processes interleaves their lines (srun), and MPICH's `-l` labels
+    chunks rather than lines."""
+    write = 'exec "$1" -m pmpipe.cli doctor --json > "$0/${SLURM_PROCID:-$PMI_RANK}.json"'
+    _doctor(*launcher, "sh", "-c", write, str(tmp_path), sys.executable, python=(), args=())
+    return [json.loads(path.read_text()) for path in sorted(tmp_path.glob("*.json"))]
 
 
 def test_one_process_reports_every_field_and_a_table():
-    (report,) = _reports(_doctor())
+    report = json.loads(_doctor())
     assert set(report) == set(doctor.FIELDS)
     assert report["jax"]["backend"] == "cpu" and len(report["jax"]["local_devices"]) == 1
     assert report["processes"] == {"launcher": "single", "count": 1, "local_device_ids": None}
@@ -47,9 +45,9 @@ def test_one_process_reports_every_field_and_a_table():
     assert table.rstrip().endswith("no warnings")
 
 
-def test_two_processes_under_mpiexec_each_report_the_launch():
+def test_two_processes_under_mpiexec_each_report_the_launch(tmp_path):
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
-    reports = _reports(_doctor(shutil.which("mpiexec"), "-n", "2"))
+    reports = _reports_per_rank(tmp_path, shutil.which("mpiexec"), "-n", "2")
     assert sorted((r["processes"]["launcher"], r["processes"]["count"], r["processes"]["local_device_ids"])
                   for r in reports) == [("mpi", 2, [0]), ("mpi", 2, [1])]  # MPICH's local ranks
     assert all("Version" in r["mpi"]["version"] for r in reports), reports[0]["mpi"]
@@ -58,10 +56,10 @@ def test_two_processes_under_mpiexec_each_report_the_launch():
 @pytest.mark.parametrize("binding, ids", [((), [[0], [1]]), (("--gres=gpu:2",), [[0], [1]]),
                                            (("--gpus-per-task=1",), [[0], [0]])],
                          ids=["no-gpus", "gres", "gpus-per-task"])
-def test_two_processes_under_srun_report_the_job_and_step(slurm, binding, ids):
+def test_two_processes_under_srun_report_the_job_and_step(slurm, tmp_path, binding, ids):
     """With the test cluster's 2 (fake) GPUs given to both tasks or one to each, every process
     names the GPU it drives among those it sees."""
-    reports = _reports(_doctor("srun", "-n", "2", "-p", "pmpipe", "-t", "5", *binding))
+    reports = _reports_per_rank(tmp_path, "srun", "-n", "2", "-p", "pmpipe", "-t", "5", *binding)
     assert sorted(r["processes"]["local_device_ids"] for r in reports) == ids
     assert all(r["processes"]["launcher"] == "slurm" and r["processes"]["count"] == 2 for r in reports)
     assert all(r["slurm"]["job"] and r["slurm"]["step"] is not None for r in reports)
