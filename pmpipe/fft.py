@@ -33,14 +33,31 @@ def c2r(field_k, mesh: Mesh):
     return jnp.fft.irfftn(field_k, s=(n, n, n))
 
 
+def modes_spec(mesh: Mesh) -> PartitionSpec:
+    """How jaxdecomp lays out the output of :func:`r2c` over a mesh of pdims (px, py): the
+    (ky, kz, kx) axes split ('x', 'y'), or for slabs (px, 1) the kz axis split over 'x'."""
+    px, py = mesh.shape["x"], mesh.shape["y"]
+    return PartitionSpec(None, "x") if py == 1 and px > 1 else PartitionSpec("x", "y")
+
+
 def wavevectors(field_k, mesh: Mesh, box_size: float):
     """(kx, ky, kz) in h/Mpc for box_size in Mpc/h, broadcastable against field_k.
 
-    The Nyquist frequency appears once, as -π N / L.
+    The Nyquist frequency appears once, as -π N / L. On several devices each vector is split
+    like the axis of field_k it lies along, so that the expressions built from them are
+    computed block by block, without gathering any of their products.
     """
     if _distributed(mesh):
-        kx, ky, kz = jaxdecomp.fftfreq3d(field_k, d=box_size / field_k.shape[0])
-        return tuple(k.astype(field_k.real.dtype) for k in (kx, ky, kz))  # includes 2π
+        spec = tuple(modes_spec(mesh)) + (None,) * 3
+        ks = jaxdecomp.fftfreq3d(field_k, d=box_size / field_k.shape[0])  # includes 2π
+
+        def laid_out_along_its_axis(k):
+            axis = next(i for i, size in enumerate(k.shape) if size > 1)
+            parts = [None, None, None]
+            parts[axis] = spec[axis]
+            return laid_out(k.astype(field_k.real.dtype), NamedSharding(mesh, PartitionSpec(*parts)))
+
+        return tuple(laid_out_along_its_axis(k) for k in ks)
     n = field_k.shape[0]
     dtype = field_k.real.dtype
     f = 2 * jnp.pi * jnp.fft.fftfreq(n, d=box_size / n).astype(dtype)

@@ -2,6 +2,8 @@
 the same results as a step-by-step loop of separately dispatched kicks, drifts and lightcone
 captures, and the program's own memory analysis."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +14,7 @@ from pmpipe import compilation, cosmology, fft, ics, lightcone, nbody, painting,
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 GRID = nbody.PMGrid(N, 2, BOX, 8)
-DIRECTIONS = np.stack([np.cos(np.arange(12.0)), np.sin(np.arange(12.0)), np.zeros(12)], axis=-1)
+RAYS_NSIDE = 2
 SNAPSHOTS = (0.5, 1.0)
 K_MAX = 0.5
 
@@ -28,8 +30,10 @@ def _setup(mesh, cosmo, seed, z_max=0.05):
     return table, init, planes, transforms, bounds
 
 
+@partial(jax.jit, static_argnames="mesh")
 def _forces(disp, omega_m, mesh):
-    """The PM force (N, N, N, 3) and density, as separate dispatches."""
+    """The PM force (N, N, N, 3) and density, a program of its own (dispatched op by op, the
+    distributed FFTs on XLA's CPU devices have aborted the process now and then)."""
     rho, _ = painting.paint(disp, mesh, GRID.mesh, BOX, GRID.halo, mass=8.0)
     pot_k = 1.5 * omega_m * fft.inverse_laplacian(fft.r2c(rho, mesh), mesh, BOX)
     force = -fft.gradient(pot_k, mesh, BOX, fft.finite_difference_kernels(pot_k, mesh, BOX))
@@ -52,7 +56,7 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
                                       GRID.halo, mass=8.0)
             flat[j] = lightcone.flat_plane(rho_j, mesh, BOX, 16, transforms[j])
             delta = lightcone.band_limited_overdensity(rho_j, mesh, BOX, K_MAX)
-            shells[j] = lightcone.shell_healpix(delta, mesh, BOX, DIRECTIONS, planes.chi_edges[j],
+            shells[j] = lightcone.shell_healpix(delta, mesh, BOX, RAYS_NSIDE, planes.chi_edges[j],
                                                 planes.chi_edges[j + 1], OBSERVER, transforms[j],
                                                 K_MAX)
         disp = disp + drift[i] * mom
@@ -67,7 +71,7 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
 
 
 def _one_program(cosmo, table, init, planes, transforms, bounds, mesh):
-    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, GRID.mesh, 16, DIRECTIONS,
+    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, GRID.mesh, 16, RAYS_NSIDE,
                                      K_MAX)
     res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, GRID, SNAPSHOTS, table, capture)
     return {"disp": res.disp, "mom": res.mom, "snap_0.5": res.snapshots[0.5],
