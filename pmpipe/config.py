@@ -131,7 +131,7 @@ class FlatSky(_Model):
 
 def _power_of_two(n: int) -> int:
     if n & (n - 1):
-        raise ValueError(f"nside must be a power of two (1, 2, 4, ..., 8192), got {n}")
+        raise ValueError(f"nside must be a power of two (1, 2, 4, ..., 2048), got {n}")
     return n
 
 
@@ -139,7 +139,8 @@ class FullSky(_Model):
     """Full-sky HEALPix maps (RING ordering)."""
 
     nside: Annotated[int, AfterValidator(_power_of_two)] = Field(
-        64, ge=1, le=8192, description="HEALPix resolution parameter, a power of two")
+        64, ge=1, le=2048, description="HEALPix resolution parameter, a power of two (the shells' "
+        "rays are traced on a finer grid, whose pixel indices are int32)")
 
 
 class SmailSources(_Model):

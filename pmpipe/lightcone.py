@@ -143,8 +143,8 @@ PLANE_BUCKET = 8  # plane arrays are padded to a multiple of this: runs whose co
 @partial(
     jax.tree_util.register_dataclass,
     data_fields=["a", "axes", "flips", "shift", "chi_lo", "dr", "source", "scale", "offset",
-                 "k_max", "directions"],
-    meta_fields=["n_cells", "n_r"])
+                 "k_max"],
+    meta_fields=["n_cells", "n_r", "rays_nside"])
 @dataclasses.dataclass(frozen=True)
 class Capture:
     """What the N-body program captures as the light cone crosses the planes: arrays of length
@@ -154,9 +154,9 @@ class Capture:
 
     a (P,) crossing scale factors; axes, flips, shift (P, 3): the planes' transforms; chi_lo,
     dr (P,) Mpc/h: start of each shell and the step of its ray samples; source, scale, offset
-    (P, 3): :func:`box_frame`; k_max (P,) h/Mpc: band limit of each shell's density;
-    directions (npix, 3) unit vectors of the full-sky rays, or None for flat planes only.
-    n_cells: slab cells of a flat plane; n_r: ray samples per shell.
+    (P, 3): :func:`box_frame`; k_max (P,) h/Mpc: band limit of each shell's density.
+    n_cells: slab cells of a flat plane; n_r: ray samples per shell; rays_nside: the HEALPix
+    grid of the full-sky rays (:func:`ray_directions`), or None for flat planes only.
     """
 
     a: jax.Array
@@ -169,16 +169,17 @@ class Capture:
     scale: jax.Array
     offset: jax.Array
     k_max: jax.Array
-    directions: jax.Array | None
     n_cells: int
     n_r: int
+    rays_nside: int | None
 
 
 def capture_plan(planes: Planes, transforms, observer, box_size: float, mesh_n: int,
-                 n_cells: int, directions=None, k_max=0.0, dtype=np.float32) -> Capture:
-    """The :class:`Capture` of ``planes`` seen through ``transforms``; with ``directions``
-    (npix, 3) the full-sky shells too, band-limited to k_max (h/Mpc; one value or one per
-    plane)."""
+                 n_cells: int, rays_nside: int | None = None, k_max=0.0,
+                 dtype=np.float32) -> Capture:
+    """The :class:`Capture` of ``planes`` seen through ``transforms``; with ``rays_nside`` the
+    full-sky shells too, sampled along the rays of that HEALPix grid and band-limited to k_max
+    (h/Mpc; one value or one per plane)."""
     n, size = len(planes), PLANE_BUCKET * math.ceil(len(planes) / PLANE_BUCKET)
     n_r = ray_samples(float(np.max(np.diff(planes.chi_edges))), box_size / mesh_n,
                       float(np.max(k_max)))
@@ -197,8 +198,7 @@ def capture_plan(planes: Planes, transforms, observer, box_size: float, mesh_n: 
         source=padded([f[0] for f in frames], np.int32),
         scale=padded([f[1] for f in frames], dtype), offset=padded([f[2] for f in frames], dtype),
         k_max=padded(np.broadcast_to(np.asarray(k_max, np.float64), (n,)), dtype),
-        directions=None if directions is None else np.asarray(directions, dtype),
-        n_cells=n_cells, n_r=n_r)
+        n_cells=n_cells, n_r=n_r, rays_nside=rays_nside)
 
 
 def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
@@ -207,8 +207,8 @@ def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
     size = capture.a.shape[0]
     flat = jax.lax.with_sharding_constraint(jnp.zeros((size, mesh_n, mesh_n), dtype),
                                             NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
-    shells = (None if capture.directions is None
-              else jnp.zeros((size, capture.directions.shape[0]), dtype))
+    shells = (None if capture.rays_nside is None
+              else jnp.zeros((size, 12 * capture.rays_nside**2), dtype))
     return flat, shells
 
 
@@ -221,9 +221,9 @@ def capture_plane(maps, rho, j, capture: Capture, mesh: Mesh, box_size: float):
     flat = jax.lax.dynamic_update_index_in_dim(flat, plane.astype(flat.dtype), j, 0)
     if shells is not None:
         delta = band_limited_overdensity(rho, mesh, box_size, capture.k_max[j])
-        shell = _shell(delta, capture.directions, capture.chi_lo[j], capture.dr[j],
-                       capture.source[j], capture.scale[j], capture.offset[j], n_r=capture.n_r,
-                       mesh=mesh)
+        shell = _shell(delta, capture.chi_lo[j], capture.dr[j], capture.source[j],
+                       capture.scale[j], capture.offset[j], n_r=capture.n_r, mesh=mesh,
+                       rays_nside=capture.rays_nside)
         shells = jax.lax.dynamic_update_index_in_dim(shells, shell.astype(shells.dtype), j, 0)
     return flat, shells
 
@@ -309,33 +309,34 @@ def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int)
     return source, scale, offset
 
 
-def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, directions,
+def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, rays_nside: int,
                   chi_lo: float, chi_hi: float, observer, transform: PlaneTransform,
                   k_max: float = math.inf):
-    """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) on HEALPix pixel centres
-    ``directions`` (npix, 3, unit vectors) of a density band-limited to k_max (h/Mpc): δ summed
+    """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) at the pixel centres of
+    the HEALPix grid ``rays_nside`` (RING) of a density band-limited to k_max (h/Mpc): δ summed
     along each ray at the middles of :func:`ray_samples` equal steps dχ, times dχ, mean over
-    the sphere removed. Returns a replicated (npix,) array."""
+    the sphere removed. Returns a replicated (12 rays_nside²,) array."""
     mesh_n = delta_compensated.shape[0]
     n_r = ray_samples(chi_hi - chi_lo, box_size / mesh_n, k_max)
     source, scale, offset = box_frame(observer, transform, box_size, mesh_n)
     dtype = np.dtype(delta_compensated.dtype)
-    return _shell(delta_compensated, directions, dtype.type(chi_lo),
-                  dtype.type((chi_hi - chi_lo) / n_r), source, scale.astype(dtype),
-                  offset.astype(dtype), n_r=n_r, mesh=mesh)
+    return _shell(delta_compensated, dtype.type(chi_lo), dtype.type((chi_hi - chi_lo) / n_r),
+                  source, scale.astype(dtype), offset.astype(dtype), n_r=n_r, mesh=mesh,
+                  rays_nside=rays_nside)
 
 
-@partial(jax.jit, static_argnames=("n_r", "mesh"))
-def _shell(delta, directions, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh):
-    """dr Σ_k δ(x_k) along every direction (npix, 3) at distances chi_lo + (k + 1/2) dr,
-    k < n_r, mean removed. Every device generates the samples one distance at a time, reads
-    those in its block and sums them per ray; the (npix,) sums are added over the devices."""
+@partial(jax.jit, static_argnames=("n_r", "mesh", "rays_nside"))
+def _shell(delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_nside: int):
+    """dr Σ_k δ(x_k) along the rays of the HEALPix grid rays_nside at distances
+    chi_lo + (k + 1/2) dr, k < n_r, mean removed. Every device makes the rays' directions
+    itself (:func:`ray_directions`), generates the samples one distance at a time, reads those
+    in its block and sums them per ray; the (npix,) sums are added over the devices."""
     mesh_n = delta.shape[0]
     pdims = pdims_of(mesh)
-    directions = directions.astype(delta.dtype)
 
-    def local(block, directions):
+    def local(block):
         padded = painting.pad_for_reading(block, pdims)
+        directions = ray_directions(rays_nside, block.dtype)
         along = directions[:, source] * scale
 
         def add_distance(total, k):
@@ -346,9 +347,47 @@ def _shell(delta, directions, chi_lo, dr, source, scale, offset, n_r: int, mesh:
         total, _ = jax.lax.scan(add_distance, zero, jnp.arange(n_r, dtype=block.dtype))
         return jax.lax.psum(total, AXES)
 
-    run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, jax.P()), out_specs=jax.P())
-    shell = run(delta, directions) * dr
+    run = jax.shard_map(local, mesh=mesh, in_specs=FIELD_SPEC, out_specs=jax.P())
+    shell = run(delta) * dr
     return shell - jnp.mean(shell)
+
+
+def ray_directions(nside: int, dtype=jnp.float32):
+    """Unit vectors (12 nside², 3) to the pixel centres of the HEALPix grid ``nside`` in RING
+    order (healpy's pix2vec), computed from the pixel indices, so that a compiled program makes
+    them where it needs them instead of receiving them. Pixel indices are int32: nside ≤ 13377."""
+    n = nside
+    npix, ncap = 12 * n * n, 2 * n * (n - 1)
+    p = jnp.arange(npix, dtype=jnp.int32)
+
+    def ring(x):
+        """(1 + isqrt(x)) // 2 for x ≥ 1 (int32), the float square root corrected by one."""
+        r = jnp.floor(jnp.sqrt(x.astype(jnp.float32))).astype(jnp.int32)
+        r = jnp.where(r * r > x, r - 1, r)
+        r = jnp.where((r + 1) * (r + 1) <= x, r + 1, r)
+        return (1 + r) // 2
+
+    north_ring = ring(1 + 2 * jnp.minimum(p, ncap))  # rings counted from the north pole (caps)
+    south_pix = npix - p
+    south_ring = ring(jnp.clip(2 * south_pix - 1, 1, 2 * ncap + 1))
+    equator = p - ncap
+    eq_ring = equator // (4 * n) + n  # rings n .. 3n counted from the north pole
+    eq_phi_index = equator % (4 * n) + 1
+    in_north, in_south = p < ncap, p >= npix - ncap
+    cap_ring = jnp.where(in_north, north_ring, south_ring)
+    cap_index = jnp.where(in_north, p + 1 - 2 * north_ring * (north_ring - 1),
+                          4 * south_ring + 1 - (south_pix - 2 * south_ring * (south_ring - 1)))
+    cap_depth = (cap_ring * cap_ring).astype(dtype) / (3 * n * n)  # 1 - |z|
+    cap_phi = (cap_index.astype(dtype) - 0.5) * (np.pi / 2) / cap_ring.astype(dtype)
+    odd = (eq_ring + n) % 2 == 1
+    eq_phi = (eq_phi_index.astype(dtype) - jnp.where(odd, 1.0, 0.5)) * (np.pi / (2 * n))
+    eq_z = (2 * n - eq_ring).astype(dtype) * (2.0 / (3 * n))
+    in_cap = in_north | in_south
+    z = jnp.where(in_cap, jnp.where(in_north, 1 - cap_depth, cap_depth - 1), eq_z)
+    sin_theta = jnp.where(in_cap, jnp.sqrt(cap_depth * (2 - cap_depth)),
+                          jnp.sqrt((1 - eq_z) * (1 + eq_z)))
+    phi = jnp.where(in_cap, cap_phi, eq_phi)
+    return jnp.stack([sin_theta * jnp.cos(phi), sin_theta * jnp.sin(phi), z], axis=-1).astype(dtype)
 
 
 @partial(jax.jit, static_argnames=("mesh", "box_size"))

@@ -7,7 +7,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmpipe import fft, ics
 from pmpipe.parallel import to_host
@@ -90,21 +90,41 @@ def _flat_wavenumbers(n: int, fov_deg: float):
     return np.hypot(ell[:, None], ell[None, :]), pixel
 
 
-@jax.jit
-def _cross_power_2d(a, b):
-    return (jnp.fft.fft2(a) * jnp.conj(jnp.fft.fft2(b))).real
-
-
 def flat_sky_cl(kappa, fov_deg: float, ell_edges, kappa2=None):
     """Binned angular (cross) power spectrum of a square flat-sky map (n, n) of side fov_deg
     degrees (a sharded or plain array). C_ℓ = Re(κ̂ κ̂2*) / A with κ̂ = Δθ² Σ κ e^{-iℓθ} and
     A the map's area (sr). Returns numpy (ell_mean, cl, modes) per bin; ℓ = 0 excluded."""
     n = kappa.shape[0]
-    ell, pixel = _flat_wavenumbers(n, fov_deg)
-    power = to_host(_cross_power_2d(kappa, kappa if kappa2 is None else kappa2)).astype(np.float64)
-    power *= pixel**4 / (n * pixel) ** 2
-    ell = np.where(ell > 0, ell, -1.0)  # the mean is no multipole
-    return _bin(ell, power, np.ones_like(power), ell_edges)
+    pixel = np.radians(fov_deg) / n
+    edges = np.asarray(ell_edges, np.float64)
+    sums = _binned_flat_power(kappa, kappa if kappa2 is None else kappa2,
+                              jnp.asarray(edges, kappa.dtype), np.float64(pixel).astype(kappa.dtype),
+                              sharding=fft.map_sharding(kappa))
+    count, psum, ell_sum = np.asarray(sums, np.float64)[:, :-1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ell_sum / count, psum / count * pixel**4 / (n * pixel) ** 2, count
+
+
+@partial(jax.jit, static_argnames="sharding")
+def _binned_flat_power(a, b, edges, pixel, sharding):
+    """Sums per ℓ bin of maps a, b (n, n) of pixel size ``pixel`` (rad): modes, Re(â b̂*) and |ℓ|
+    (3, bins + 1), bins given by edges (bins + 1,), the last column collecting ℓ = 0 and the
+    multipoles outside the edges. The transforms run on whole maps (:func:`fft.fft2`); the
+    binning runs on each device's block of the maps, so only the bin sums cross devices."""
+    n = a.shape[0]
+    power = fft.laid_out((fft.fft2(a, sharding) * jnp.conj(fft.fft2(b, sharding))).real, sharding)
+    spec = tuple(sharding.spec) + (None, None) if sharding is not None else (None, None)
+    freq = 2 * jnp.pi * jnp.fft.fftfreq(n, d=pixel).astype(a.dtype)
+    rows = fft.laid_out(freq[:, None], None if sharding is None
+                        else NamedSharding(sharding.mesh, PartitionSpec(spec[0], None)))
+    cols = fft.laid_out(freq[None, :], None if sharding is None
+                        else NamedSharding(sharding.mesh, PartitionSpec(None, spec[1])))
+    ell = jnp.sqrt(rows**2 + cols**2)
+    bins = edges.shape[0] - 1
+    idx = jnp.searchsorted(edges, ell, side="right") - 1
+    idx = jnp.where((ell > 0) & (idx >= 0) & (idx < bins), idx, bins)
+    sums = jnp.zeros(bins + 1, power.dtype)
+    return jnp.stack([sums.at[idx].add(x) for x in (jnp.ones_like(power), power, ell)])
 
 
 def full_sky_cl(alm, ell_edges, alm2=None):

@@ -30,7 +30,6 @@ from pmpipe import cosmology, ics, lightcone, nbody, simulation, stats
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 mesh = parallel.make_mesh((1, 2))
 grid = nbody.PMGrid(N, 2, BOX, 8)
-directions = np.stack([np.cos(np.arange(12.0)), np.sin(np.arange(12.0)), np.zeros(12)], axis=-1)
 
 
 def run(params, seed, a_init):
@@ -41,7 +40,7 @@ def run(params, seed, a_init):
                                          BOX, a_init, 2, table=table)
     planes = lightcone.plane_geometry(cosmo, 0.05, 32.0, table)
     transforms = lightcone.plane_transforms(seed, len(planes), grid.mesh, True)
-    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, grid.mesh, 16, directions,
+    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, grid.mesh, 16, 1,
                                      0.5)
     bounds = nbody.step_boundaries(a_init, 1.0, 3, (0.5,))
     res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, (0.5, 1.0), table, capture)

@@ -44,16 +44,13 @@ class LightconeCapture:
                                                      cfg.lightcone.randomize)
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
-        directions, self.k_max = None, np.zeros(len(self.planes))
+        rays_nside, self.k_max = None, np.zeros(len(self.planes))
         if self.nside is not None:
-            import healpy
-
-            rays = self.nside * lightcone.RAYS_PER_PIXEL_SIDE
-            directions = np.stack(healpy.pix2vec(rays, np.arange(healpy.nside2npix(rays))), axis=-1)
+            rays_nside = self.nside * lightcone.RAYS_PER_PIXEL_SIDE
             self.k_max = cfg.shell_band_limits(self.planes)
         self.capture = lightcone.capture_plan(
             self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
-            cfg.plane_cells(), directions, self.k_max, np.dtype(cfg.nbody.dtype))
+            cfg.plane_cells(), rays_nside, self.k_max, np.dtype(cfg.nbody.dtype))
         self.flat, self.alm, self.needed = {}, None, 0
 
     def receive(self, result: nbody.NBodyResult) -> None:
