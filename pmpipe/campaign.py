@@ -141,6 +141,11 @@ def write_run_files(camp: config.Campaign, results_dir: str | Path) -> list[Path
 # assumed for a GPU process (CUDA context, compiled programs).
 PARTICLE_WORDS = 64
 MESH_WORDS = 16
+# Full-sky shells: every device holds all the shells sampled so far, one word per ray of the
+# HEALPix ray grid for each (padded) plane, and while it samples a shell 9 more words per ray
+# (directions, cell coordinates, interpolation weights: the memory analysis of the compiled
+# shell program, `lightcone._shell`, at ray grids of 64 to 256 nside on CPU).
+SHELL_RAY_WORDS = 9
 PROCESS_OVERHEAD_BYTES = {"cpu": 0.6e9, "gpu": 0.5e9}
 # Time: step_s 0.034 (64³, B = 1) and 0.103 (64³, B = 2) give 9.2e-8 s per particle and 3.8e-8 s
 # per force-mesh cell; 128³ (0.321 s) runs 18 % slower than that fit, hence 1.2e-7 and 4e-8.
@@ -170,6 +175,16 @@ class Estimate:
     runtime_s: dict[str, float]
 
 
+def _shell_words(run: config.Run, planes: int) -> int:
+    """Words every device holds for the full-sky shells of a run (0 without them)."""
+    full = run.lensing.full_sky if run.lensing is not None else None
+    if full is None or planes == 0:
+        return 0
+    rays = 12 * (full.nside * lightcone.RAYS_PER_PIXEL_SIDE) ** 2
+    padded = lightcone.PLANE_BUCKET * math.ceil(planes / lightcone.PLANE_BUCKET)
+    return (padded + SHELL_RAY_WORDS) * rays
+
+
 def _halo_padding(run: config.Run) -> float:
     """Padded / unpadded size of a device's force-mesh block (halos on the split axes)."""
     mesh_n, halo = run.box.particles * run.box.oversample, run.parallel.halo_cells
@@ -188,7 +203,8 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
     plane_cells = planes * (run.box.particles * run.box.oversample) ** 2
     field_bytes = itemsize * (PARTICLE_WORDS * particles + plane_cells
                               + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
-    memory = field_bytes / (devices if gpu else 1) + PROCESS_OVERHEAD_BYTES[execution.platform]
+    memory = (field_bytes / (devices if gpu else 1) + itemsize * _shell_words(run, planes)
+              + PROCESS_OVERHEAD_BYTES[execution.platform])
     steps = len(run.step_boundaries()) - 1
     speed = devices * GPU_SPEEDUP if gpu else 1.0
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed

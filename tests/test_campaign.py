@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import time
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pmpipe import campaign, cli, config
+from pmpipe import campaign, cli, config, lightcone
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"box": {"particles": 16, "box_size": 64.0}}
@@ -125,6 +126,21 @@ def test_estimates_grow_with_particles_and_shrink_with_devices():
     cpu = config.Execution(devices_per_node=4)  # one process holds every CPU device
     assert est(run(128, (2, 2)), cpu).memory_per_device_bytes >= est(run(128), cpu).memory_per_device_bytes
     assert est(run(128, (2, 4))).nodes == 2 and est(run(128, (2, 4)), cpu).nodes == 1
+
+
+def test_estimates_count_the_full_sky_shells_on_every_device():
+    gpu = config.Execution(platform="gpu", devices_per_node=4)
+    sky = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0}}
+    flat = run(128, (2, 2), **sky, lensing={"source_redshifts": [1.0], "flat_sky": {}})
+    full = run(128, (2, 2), **sky, lensing={"source_redshifts": [1.0], "flat_sky": {},
+                                             "full_sky": {"nside": 512}})
+    padded = lightcone.PLANE_BUCKET * math.ceil(len(full.planes()) / lightcone.PLANE_BUCKET)
+    rays = 12 * (512 * lightcone.RAYS_PER_PIXEL_SIDE) ** 2
+    extra = (campaign.estimate(full, gpu).memory_per_device_bytes
+             - campaign.estimate(flat, gpu).memory_per_device_bytes)
+    assert extra == pytest.approx(4 * (padded + campaign.SHELL_RAY_WORDS) * rays)
+    more_devices = run(128, (4, 4), **sky, lensing=full.lensing.model_dump())
+    assert campaign.estimate(more_devices, gpu).memory_per_device_bytes > extra  # not split
 
 
 def test_resources():
