@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import sys
 import signal
 import subprocess
 import threading
@@ -85,21 +86,27 @@ def srun_command(job: SlurmJob, launcher: str = "srun") -> list[str]:
             f"--cpus-per-task={job.cpus_per_task}", *gpus, *SRUN_OPTIONS]
 
 
-def container_command(site: Site | None, gpus: bool) -> list[str]:
-    """What a job's ``python -m pmpipe...`` runs in: ``apptainer exec [--nv] <options> <image>``
-    (--nv for a job with GPUs), or nothing without a site image."""
-    if site is None or site.image is None:
+def wrapper_command(site: Site | None, gpus: bool) -> list[str]:
+    """What a job's ``python -m pmpipe...`` runs in, after the launcher: ``env NAME=value ...``
+    for the site's environment variables, then ``apptainer exec [--nv] <options> <image>``
+    (--nv for a job with GPUs) with a site image; nothing without either."""
+    if site is None:
         return []
-    return [*shlex.split(site.apptainer), "exec", *(["--nv"] if gpus else []),
+    env = ["env", *(f"{name}={value}" for name, value in site.env.items())] if site.env else []
+    if site.image is None:
+        return env
+    return [*env, *shlex.split(site.apptainer), "exec", *(["--nv"] if gpus else []),
             *site.apptainer_options, site.image]
 
 
 def job_python(job: SlurmJob, site: Site | None) -> str | None:
-    """The Python a submitit job runs: the image's (``apptainer exec ... <image> python``) with
-    a site image, else None (submitit's default, this process's interpreter)."""
-    if site is None or site.image is None:
+    """The Python a submitit job runs: the image's (``[env ...] apptainer exec ... <image>
+    python``) with a site image, this process's interpreter behind the site's ``env ...``
+    without one, else None (submitit's default, this process's interpreter)."""
+    wrapper = wrapper_command(site, job.gpus_per_node > 0)
+    if not wrapper:
         return None
-    return shlex.join([*container_command(site, job.gpus_per_node > 0), "python"])
+    return shlex.join([*wrapper, "python" if site.image is not None else sys.executable])
 
 
 def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:

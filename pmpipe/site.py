@@ -1,5 +1,6 @@
 """Site settings of a SLURM cluster: partition, account, QoS, constraint, GPUs per node, extra
-sbatch options, the launcher of multi-process stages and the Apptainer image jobs run in.
+sbatch options, the launcher of multi-process stages, the Apptainer image jobs run in and
+the environment variables of their processes.
 
 They come from a small YAML file (``profiles/slurm/site.yaml`` is the documented template)
 and from environment variables, which win. This module is the only place that reads them:
@@ -22,7 +23,9 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from pmpipe import config
 
@@ -67,6 +70,10 @@ class Site(BaseModel):
     apptainer_options: list[str] = Field(
         default_factory=list, description="options of `apptainer exec`, e.g. --bind=/scratch "
         "(--nv is added for jobs with GPUs)")
+    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+        default_factory=dict, description="environment variables of every job's pmpipe "
+        "processes (NCCL_*, XLA_FLAGS, ...), set by `env NAME=value` in front of the image or "
+        "the Python, after the launcher")
 
 
 def from_mapping(data: Mapping, environ: Mapping[str, str], source: str) -> Site:

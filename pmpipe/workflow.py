@@ -29,14 +29,15 @@ class Job:
     complete, run in one process; the stores it makes, (run id, stage) from each run's first
     incomplete stage on; its resources (SLURM plugin names with a site); the seconds
     before its time limit at which it stops itself (launch.stop_ahead; 0: never); and the
-    command its pmpipe runs in (launch.container_command; empty: the job's own Python)."""
+    wrapper its pmpipe runs in (launch.wrapper_command: the site's environment variables and
+    image; empty: the job's own Python)."""
 
     name: str
     run_ids: tuple[str, ...]
     stores: tuple[tuple[str, str], ...]
     resources: dict
     stop_ahead: int = 0
-    container: str = ""
+    wrapper: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,7 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
             jobs.append(Job(name, tuple(s.run_id for s in pending),
                             tuple((s.run_id, stage) for s in pending for stage in todo[s.run_id]),
                             resources, launch.stop_ahead(resources, slurm_site),
-                            shlex.join(launch.container_command(slurm_site, bool(resources.get("gres"))))))
+                            shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres"))))))
     return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
                 run_stages, camp.base.outputs,
                 {name: tuple(s.run_id for s in group) for name, group in groups.items()},

@@ -136,15 +136,16 @@ def dry_run_commands(workdir, campaign_file) -> str:
 
 
 def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
-    """Packed single-process CPU jobs run `apptainer exec <image> python ...` in the batch step;
-    a 2-node x 4-GPU stage runs `srun <geometry> apptainer exec --nv <image> python ...`."""
+    """Packed single-process CPU jobs run `env <site env> apptainer exec <image> python ...` in
+    the batch step; a 2-node x 4-GPU stage runs `srun <geometry> env <site env> apptainer exec
+    --nv <image> python ...`."""
     shutil.copy(REPO / "config" / "quickstart.yaml", tmp_path)
     shutil.copy(GOLDEN / "campaign_2x4.yaml", tmp_path)
     text = "".join(f"# {name}\n{dry_run_commands(tmp_path, name)}"
                    for name in ("quickstart.yaml", "campaign_2x4.yaml"))
     golden(GOLDEN / "slurm_apptainer_commands.txt", text)
     assert "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 --gres=gpu:4 --kill-on-bad-exit=1 " \
-        "apptainer exec --nv --bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib " \
+        "env NCCL_DEBUG=WARN NCCL_NET_GDR_LEVEL=PHB apptainer exec --nv --bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib " \
         "/images/pmpipe-gpu.sif python -m pmpipe.stages.pipeline" in text
 
 

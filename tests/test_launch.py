@@ -141,26 +141,34 @@ def test_submit_dry_run_prints_the_script_of_the_builder(tmp_path):
 
 
 def test_a_site_image_wraps_the_python_of_every_job(tmp_path):
-    """`[srun <geometry>] apptainer exec [--nv] <options> <image> python`: --nv for GPU jobs,
-    the image and command from the site file or PMPIPE_IMAGE / PMPIPE_APPTAINER."""
-    assert launch.container_command(None, True) == [] and launch.container_command(site.Site(), True) == []
+    """`[srun <geometry>] [env NAME=value ...] apptainer exec [--nv] <options> <image> python`:
+    --nv for GPU jobs, the image and command from the site file or PMPIPE_IMAGE /
+    PMPIPE_APPTAINER, the site's environment variables in front."""
+    assert launch.wrapper_command(None, True) == [] and launch.wrapper_command(site.Site(), True) == []
     s = site.load_site(GOLDEN / "site_apptainer.yaml", {"PMPIPE_APPTAINER": "singularity --silent"})
     assert s.image == "/images/pmpipe-gpu.sif"
-    assert launch.container_command(s, gpus=True) == [
-        "singularity", "--silent", "exec", "--nv", "--bind=/scratch",
-        "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib", "/images/pmpipe-gpu.sif"]
-    assert "--nv" not in launch.container_command(s, gpus=False)
+    assert launch.wrapper_command(s, gpus=True) == [
+        "env", "NCCL_DEBUG=WARN", "NCCL_NET_GDR_LEVEL=PHB", "singularity", "--silent", "exec", "--nv",
+        "--bind=/scratch", "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib", "/images/pmpipe-gpu.sif"]
+    assert "--nv" not in launch.wrapper_command(s, gpus=False)
     _, _, job = _nbody_job()
-    assert launch.job_python(job, None) is None
-    assert launch.job_python(job, s) == ("singularity --silent exec --nv --bind=/scratch "
-                                         "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /images/pmpipe-gpu.sif python")
+    assert launch.job_python(job, None) is None and launch.job_python(job, site.Site()) is None
+    assert launch.job_python(job, s) == (
+        "env NCCL_DEBUG=WARN NCCL_NET_GDR_LEVEL=PHB singularity --silent exec --nv --bind=/scratch "
+        "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /images/pmpipe-gpu.sif python")
+    bare = site.Site(env={"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"})
+    assert launch.job_python(job, bare) == shlex.join(
+        ["env", "XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true", sys.executable])
+    with pytest.raises(config.ConfigError, match="env"):
+        site.from_mapping({"env": {"NOT A NAME": "1"}}, {}, "site.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMPIPE_")}
     out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", str(GOLDEN / "campaign_2x4.yaml"),
                           "--site", str(GOLDEN / "site_apptainer.yaml"), "--stage", "nbody", "--logs",
                           LOGS, "--dry-run"], capture_output=True, text=True,
                          env={**env, "PMPIPE_IMAGE": "/other/pmpipe.sif"}, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert (f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 apptainer exec --nv "
+    assert (f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 env NCCL_DEBUG=WARN "
+            "NCCL_NET_GDR_LEVEL=PHB apptainer exec --nv "
             "--bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /other/pmpipe.sif python -u -m "
             f"submitit.core._submit {LOGS}\n") in out.stdout
 

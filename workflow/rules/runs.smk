@@ -18,11 +18,11 @@ for job in PLAN.jobs:
         params:
             report=PLAN.campaign_dir / f"benchmarks/{job.name}.json",  # pmpipe bench campaign reads it
             stop_ahead=job.stop_ahead,  # a single-process SLURM job signals itself (launch.stop_ahead)
-            container=job.container,  # apptainer exec ... <image> with a site image (launch.container_command)
+            wrapper=job.wrapper,  # env ... apptainer exec ... <image> by the site (launch.wrapper_command)
         threads: job.resources["cpus_per_task"]
         resources:
             **job.resources,
         shell:
-            "{resources.mpi} {params.container} python -m pmpipe.stages.pipeline --report {params.report} "
+            "{resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report {params.report} "
             "--stop-ahead {params.stop_ahead} "
             "{input.configs} > {log} 2>&1"
