@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import sys
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path

@@ -22,7 +22,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError

@@ -10,8 +10,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmpipe import fft, ics
-from pmpipe.parallel import to_host
 from pmpipe.painting import cic_compensation
+from pmpipe.parallel import to_host
 
 
 def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None, field2=None,

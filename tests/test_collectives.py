@@ -47,7 +47,8 @@ def _field(seed, mesh):
 
 def _power(mesh, cross):
     a, b = _field(1, mesh), _field(2, mesh) if cross else None
-    args = dict(mesh=mesh, box_size=BOX, n_bins=N // 2, compensate_cic=True, compensate_cic2=False)
+    args = {"mesh": mesh, "box_size": BOX, "n_bins": N // 2, "compensate_cic": True,
+            "compensate_cic2": False}
     program = stats._binned_power.lower(a, b, **args).compile()
     return np.concatenate(stats.power_spectrum(a, mesh, BOX, field2=b, compensate_cic=True,
                                                compensate_cic2=False)), program, 3 * (N // 2 + 1)
