@@ -7,7 +7,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from pmpipe import fft, ics
 from pmpipe.painting import cic_compensation
@@ -93,38 +93,33 @@ def _flat_wavenumbers(n: int, fov_deg: float):
 def flat_sky_cl(kappa, fov_deg: float, ell_edges, kappa2=None):
     """Binned angular (cross) power spectrum of a square flat-sky map (n, n) of side fov_deg
     degrees (a sharded or plain array). C_ℓ = Re(κ̂ κ̂2*) / A with κ̂ = Δθ² Σ κ e^{-iℓθ} and
-    A the map's area (sr). Returns numpy (ell_mean, cl, modes) per bin; ℓ = 0 excluded."""
+    A the map's area (sr). Returns numpy (ell_mean, cl, modes) per bin; ℓ = 0 excluded.
+    The multipoles and their bins are geometry, computed on the host in float64; each device
+    sums the power of its block of the map per bin."""
     n = kappa.shape[0]
-    pixel = np.radians(fov_deg) / n
+    ell, pixel = _flat_wavenumbers(n, fov_deg)
     edges = np.asarray(ell_edges, np.float64)
-    sums = _binned_flat_power(kappa, kappa if kappa2 is None else kappa2,
-                              jnp.asarray(edges, kappa.dtype), np.float64(pixel).astype(kappa.dtype),
-                              sharding=fft.map_sharding(kappa))
-    count, psum, ell_sum = np.asarray(sums, np.float64)[:, :-1]
+    bins = edges.size - 1
+    index = np.digitize(np.where(ell > 0, ell, -1.0), edges) - 1  # the mean is no multipole
+    index = np.where((index >= 0) & (index < bins), index, bins).astype(np.int32)
+    sharding = fft.map_sharding(kappa)
+    placed = (index if sharding is None
+              else jax.make_array_from_callback(index.shape, sharding, lambda block: index[block]))
+    power = to_host(_binned_flat_power(kappa, kappa if kappa2 is None else kappa2, placed,
+                                       bins=bins, sharding=sharding)).astype(np.float64)[:bins]
+    count = np.bincount(index.ravel(), minlength=bins + 1)[:bins].astype(np.float64)
+    ell_sum = np.bincount(index.ravel(), ell.ravel(), bins + 1)[:bins]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return ell_sum / count, psum / count * pixel**4 / (n * pixel) ** 2, count
+        return ell_sum / count, power / count * pixel**4 / (n * pixel) ** 2, count
 
 
-@partial(jax.jit, static_argnames="sharding")
-def _binned_flat_power(a, b, edges, pixel, sharding):
-    """Sums per ℓ bin of maps a, b (n, n) of pixel size ``pixel`` (rad): modes, Re(â b̂*) and |ℓ|
-    (3, bins + 1), bins given by edges (bins + 1,), the last column collecting ℓ = 0 and the
-    multipoles outside the edges. The transforms run on whole maps (:func:`fft.fft2`); the
-    binning runs on each device's block of the maps, so only the bin sums cross devices."""
-    n = a.shape[0]
+@partial(jax.jit, static_argnames=("bins", "sharding"))
+def _binned_flat_power(a, b, index, bins: int, sharding):
+    """Sums of Re(â b̂*) of maps a, b (n, n) per bin, index (n, n) the bin of each mode (bins:
+    none), (bins + 1,). The transforms run on whole maps (:func:`fft.fft2`); the sums on each
+    device's block, so only the bin sums cross devices."""
     power = fft.laid_out((fft.fft2(a, sharding) * jnp.conj(fft.fft2(b, sharding))).real, sharding)
-    spec = tuple(sharding.spec) + (None, None) if sharding is not None else (None, None)
-    freq = 2 * jnp.pi * jnp.fft.fftfreq(n, d=pixel).astype(a.dtype)
-    rows = fft.laid_out(freq[:, None], None if sharding is None
-                        else NamedSharding(sharding.mesh, PartitionSpec(spec[0], None)))
-    cols = fft.laid_out(freq[None, :], None if sharding is None
-                        else NamedSharding(sharding.mesh, PartitionSpec(None, spec[1])))
-    ell = jnp.sqrt(rows**2 + cols**2)
-    bins = edges.shape[0] - 1
-    idx = jnp.searchsorted(edges, ell, side="right") - 1
-    idx = jnp.where((ell > 0) & (idx >= 0) & (idx < bins), idx, bins)
-    sums = jnp.zeros(bins + 1, power.dtype)
-    return jnp.stack([sums.at[idx].add(x) for x in (jnp.ones_like(power), power, ell)])
+    return jnp.zeros(bins + 1, power.dtype).at[index].add(power)
 
 
 def full_sky_cl(alm, ell_edges, alm2=None):

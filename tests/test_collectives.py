@@ -98,10 +98,9 @@ def _flat_cl(mesh):
                            sharding) for s in (7, 8)]
     edges = stats.log_bin_edges(100, 3000, 6)
     cl = stats.flat_sky_cl(maps[0], 5.0, edges, maps[1])
-    program = stats._binned_flat_power.lower(*maps, jnp.asarray(edges, jnp.float32),
-                                             np.float32(np.radians(5.0) / n),
-                                             sharding=sharding).compile()
-    return np.concatenate(cl), program, n * n  # the transformed map; the binning: 3 x 7 sums
+    index = jax.device_put(jnp.zeros((n, n), jnp.int32), sharding)
+    program = stats._binned_flat_power.lower(*maps, index, bins=6, sharding=sharding).compile()
+    return np.concatenate(cl), program, n * n  # the transformed map; the binning: 7 sums
 
 
 OPERATIONS = {"power auto": lambda mesh: _power(mesh, False),
