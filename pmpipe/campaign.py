@@ -180,7 +180,7 @@ def _shell_words(run: config.Run, planes: int) -> int:
     full = run.lensing.full_sky if run.lensing is not None else None
     if full is None or planes == 0:
         return 0
-    rays = 12 * (full.nside * lightcone.RAYS_PER_PIXEL_SIDE) ** 2
+    rays = lightcone.healpix_pixels(lightcone.rays_nside(full.nside))
     padded = lightcone.PLANE_BUCKET * math.ceil(planes / lightcone.PLANE_BUCKET)
     return (padded + SHELL_RAY_WORDS) * rays
 
@@ -235,7 +235,7 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
         shells, alm = 0, 0
         if full is not None:
             ell_max = lightcone.healpix_ell_max(full.nside)
-            shells, alm = 12 * full.nside**2, (ell_max + 1) * (ell_max + 2) // 2
+            shells, alm = lightcone.healpix_pixels(full.nside), (ell_max + 1) * (ell_max + 2) // 2
         alm_bytes = np.dtype(np.complex64).itemsize * alm
         sizes["nbody"] += planes * (itemsize * (m**2 + shells) + alm_bytes)
         if run.lensing is not None:

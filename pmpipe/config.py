@@ -333,7 +333,7 @@ class Run(_Model):
         return lightcone.shell_band_limits(
             planes.chi_edges[1:],
             lightcone.shell_k_max(grid.particles, grid.mesh, self.box.box_size),
-            self.lensing.full_sky.nside * lightcone.RAYS_PER_PIXEL_SIDE)
+            lightcone.rays_nside(self.lensing.full_sky.nside))
 
     def _check_lightcone(self) -> None:
         """Plane thickness, time span and map geometry, before any work (errors name fields)."""

@@ -208,7 +208,7 @@ def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
     flat = jax.lax.with_sharding_constraint(jnp.zeros((size, mesh_n, mesh_n), dtype),
                                             NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
     shells = (None if capture.rays_nside is None
-              else jnp.zeros((size, 12 * capture.rays_nside**2), dtype))
+              else jnp.zeros((size, healpix_pixels(capture.rays_nside)), dtype))
     return flat, shells
 
 
@@ -243,6 +243,16 @@ def shell_k_max(particles: int, mesh_n: int, box_size: float) -> float:
 
 RAYS_PER_PIXEL_SIDE = 4  # full-sky shells are sampled on a HEALPix grid of 4 nside (16 rays a
 # pixel): the grid shell_band_limits was measured with
+
+
+def rays_nside(nside: int) -> int:
+    """The HEALPix grid along whose rays the shells of full-sky maps of ``nside`` are sampled."""
+    return nside * RAYS_PER_PIXEL_SIDE
+
+
+def healpix_pixels(nside: int) -> int:
+    """Pixels of a HEALPix map of ``nside``: 12 nside²."""
+    return 12 * nside * nside
 
 
 def shell_band_limits(chi_hi, k_mesh: float, nside_rays: int) -> np.ndarray:
@@ -357,7 +367,7 @@ def ray_directions(nside: int, dtype=jnp.float32):
     order (healpy's pix2vec), computed from the pixel indices, so that a compiled program makes
     them where it needs them instead of receiving them. Pixel indices are int32: nside ≤ 13377."""
     n = nside
-    npix, ncap = 12 * n * n, 2 * n * (n - 1)
+    npix, ncap = healpix_pixels(n), 2 * n * (n - 1)
     p = jnp.arange(npix, dtype=jnp.int32)
 
     def ring(x):

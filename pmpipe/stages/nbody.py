@@ -46,7 +46,7 @@ class LightconeCapture:
         self.nside = full.nside if full is not None else None
         rays_nside, self.k_max = None, np.zeros(len(self.planes))
         if self.nside is not None:
-            rays_nside = self.nside * lightcone.RAYS_PER_PIXEL_SIDE
+            rays_nside = lightcone.rays_nside(self.nside)
             self.k_max = cfg.shell_band_limits(self.planes)
         self.capture = lightcone.capture_plan(
             self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
