@@ -143,6 +143,23 @@ def test_estimates_count_the_full_sky_shells_on_every_device():
     assert campaign.estimate(more_devices, gpu).memory_per_device_bytes > extra  # not split
 
 
+def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
+    """SHELL_RAY_WORDS against XLA's memory analysis of the shell program (one device)."""
+    import jax.numpy as jnp
+
+    from pmpipe import parallel
+
+    rays = 64
+    transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
+    source, scale, offset = lightcone.box_frame((1.0, 2.0, 3.0), transform, 100.0, 16)
+    program = lightcone._shell.lower(
+        jnp.ones((16, 16, 16), jnp.float32), np.float32(10), np.float32(1), source,
+        scale.astype(np.float32), offset.astype(np.float32), n_r=4,
+        mesh=parallel.make_mesh((1, 1)), rays_nside=rays).compile()
+    words = program.memory_analysis().temp_size_in_bytes / 4 / lightcone.healpix_pixels(rays)
+    assert campaign.SHELL_RAY_WORDS - 1 < words <= campaign.SHELL_RAY_WORDS + 0.01
+
+
 def test_resources():
     gpu = config.Execution(platform="gpu", devices_per_node=4)
     res = campaign.resources(run(128, (2, 4)), "nbody", gpu)
