@@ -80,6 +80,33 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
             "bytes_per_particle": used / particles**3 * mesh.size}
 
 
+def step_parts(disp, mom, mesh, grid: nbody.PMGrid, omega_m: float, repeat: int = 5) -> dict:
+    """Best-of-``repeat`` seconds of one PM step of the particles ``disp``, ``mom`` (N^3 x 3,
+    sharded over ``mesh``) and of its parts, each compiled on its own: ``paint_s`` (CIC with
+    halo folding), ``read_s`` (three force components at the particles, halo filled),
+    ``fft_s`` (one r2c of the force mesh), ``c2r_s`` (one c2r) and ``fft_floor_s`` (one r2c
+    and three c2r, the transforms of a step)."""
+    m, box, halo = grid.mesh, grid.box_size, grid.halo
+    paint = jax.jit(lambda d: painting.paint(d, mesh, m, box, halo, float(grid.oversample**3)))
+    rho, _ = paint(disp)
+    force_mesh = jax.device_put(jnp.zeros((m, m, m, 3), rho.dtype), parallel.field_sharding(mesh))
+    read = jax.jit(lambda f, d: painting.read(f, d, mesh, box, halo))
+    r2c = jax.jit(lambda x: fft.r2c(x, mesh))
+    step = jax.jit(lambda d, p: nbody.advance(d, p, jnp.float32(0.01), jnp.float32(0.01),
+                                              jnp.float32(omega_m), mesh, grid))
+
+    def floor(x):
+        xk = fft.r2c(x, mesh)
+        return [fft.c2r(xk * (i + 1.0), mesh) for i in range(3)]
+
+    return {"step_s": _timed(step, disp, mom, repeat=repeat),
+            "paint_s": _timed(paint, disp, repeat=repeat),
+            "read_s": _timed(read, force_mesh, disp, repeat=repeat),
+            "fft_s": _timed(r2c, rho, repeat=repeat),
+            "c2r_s": _timed(jax.jit(lambda k: fft.c2r(k, mesh)), r2c(rho), repeat=repeat),
+            "fft_floor_s": _timed(jax.jit(floor), rho, repeat=repeat)}
+
+
 # Dynamics without radiation: JaxPM's background (jax_cosmo) has none, so --compare jaxpm is
 # like for like. The initial P(k) (Eisenstein-Hu) is that of the default cosmology.
 COSMOLOGY = cosmology.Cosmology(T_cmb=0.0)
@@ -111,25 +138,10 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         init, res = full_run()
     run_s = time.perf_counter() - t0
 
-    m = grid.mesh
-    paint = jax.jit(lambda d: painting.paint(d, mesh, m, BOX_SIZE, halo, float(oversample**3)))
-    rho, _ = paint(res.disp)
-    force_mesh = jax.device_put(jnp.zeros((m, m, m, 3), rho.dtype), parallel.field_sharding(mesh))
-    read = jax.jit(lambda f, d: painting.read(f, d, mesh, BOX_SIZE, halo))
-    r2c = jax.jit(lambda x: fft.r2c(x, mesh))
-    rho_k = r2c(rho)
-
-    step = jax.jit(lambda d, p: nbody.advance(d, p, jnp.float32(0.01), jnp.float32(0.01),
-                                              jnp.float32(cosmo.Omega_m), mesh, grid))
-
-    def floor(x):
-        xk = fft.r2c(x, mesh)
-        return [fft.c2r(xk * (i + 1.0), mesh) for i in range(3)]
-
     record = {
         "benchmark": "nbody",
         "mesh": particles,
-        "force_mesh": m,
+        "force_mesh": grid.mesh,
         "oversample": oversample,
         "steps": steps,
         "box_size": BOX_SIZE,
@@ -143,12 +155,7 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "programs_timed_run": timed.counts.programs,  # 0: the timed run compiles nothing
         "run_s": run_s,
         "evolution_s": res.seconds,  # the evolution's share of run_s, timed on its own
-        "step_s": _timed(step, res.disp, res.mom),
-        "paint_s": _timed(paint, res.disp),
-        "read_s": _timed(read, force_mesh, res.disp),
-        "fft_s": _timed(r2c, rho),
-        "c2r_s": _timed(jax.jit(lambda k: fft.c2r(k, mesh)), rho_k),
-        "fft_floor_s": _timed(jax.jit(floor), rho),
+        **step_parts(res.disp, res.mom, mesh, grid, cosmo.Omega_m),
         "jax": jax.__version__,
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
