@@ -261,8 +261,9 @@ def check_fits(camp: config.Campaign) -> None:
 
 
 def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.Execution) -> dict:
-    """Resources of a stage: ``gpu`` per node, ``nodes``, ``tasks_per_node`` (one process per
-    GPU; on cpu execution.processes_per_node), ``cpus_per_task``, ``mem_mb`` per node,
+    """Resources of a stage: ``gpu`` per node, ``nodes``, ``tasks_per_node`` (processes per
+    node, each holding an equal share of its node's devices: Execution.node_layout),
+    ``cpus_per_task``, ``mem_mb`` per node,
     ``runtime`` in minutes with the safety factor (at least MIN_RUNTIME_MINUTES), and
     ``devices`` (px py). pmpipe.launch turns them into the SLURM plugin's.
 
@@ -274,14 +275,13 @@ def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.E
         raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
     est = estimate(run, execution)
     gpu = execution.platform == "gpu"
+    tasks, per_process = execution.node_layout(est.devices)
     if gpu:
-        tasks = min(est.devices, execution.devices_per_node)
-        memory = est.memory_per_device_bytes * tasks
+        memory = est.memory_per_device_bytes * tasks * per_process
     else:  # the fields split over the processes; each process has its own overhead
-        tasks = min(est.devices, execution.processes_per_node)
         memory = est.memory_per_device_bytes + (tasks - 1) * PROCESS_OVERHEAD_BYTES["cpu"]
     return {
-        "gpu": tasks if gpu else 0,
+        "gpu": tasks * per_process if gpu else 0,
         "nodes": est.nodes,
         "tasks_per_node": tasks,
         "cpus_per_task": execution.cpus_per_task,

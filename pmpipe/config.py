@@ -650,10 +650,11 @@ class Execution(_Model):
                                 "process may use, all its XLA host devices together")
     devices_per_node: int = Field(
         1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use")
-    processes_per_node: int = Field(
-        1, ge=1, description="on cpu: processes per node (srun tasks), 1 (one process holds "
-                             "every host device) or the run's device count (one device each); "
-                             "on gpu it is one per GPU")
+    processes_per_node: int | None = Field(
+        None, ge=1, description="processes (srun tasks) per node, each holding an equal share of "
+                                "the node's devices: on gpu one per GPU by default, or 1 for "
+                                "one process that drives every GPU of its node; on cpu 1 by "
+                                "default (one process holds every host device)")
     cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
     runtime_safety: float = Field(
         3.0, ge=1, description="factor applied to the runtime estimate in resource requests")
@@ -661,6 +662,19 @@ class Execution(_Model):
         None, ge=1, description="runs packed into one job and one process, every stage of each "
                                 "(default: 8 on cpu, 16 on gpu); runs are grouped by their "
                                 "position in the design")
+
+    def node_layout(self, devices: int) -> tuple[int, int]:
+        """(processes per node, devices per process) of a run on ``devices`` devices; raises
+        ValueError when the processes cannot hold equal shares of a node's devices."""
+        gpu = self.platform == "gpu"
+        on_node = min(devices, self.devices_per_node) if gpu else devices
+        processes = min(on_node, self.processes_per_node or (on_node if gpu else 1))
+        if on_node % processes:
+            raise ValueError(
+                f"execution.processes_per_node = {self.processes_per_node} with {on_node} "
+                f"devices on a node: each process holds an equal share of its node's devices; "
+                f"choose a divisor of {on_node}")
+        return processes, on_node // processes
 
     def job_size(self) -> int:
         """Runs per job: runs_per_job, else the platform's default (RUNS_PER_JOB)."""
@@ -696,12 +710,7 @@ class Campaign(_Model):
                 f"base.parallel.pdims needs {devices} devices but execution.devices_per_node = "
                 f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
                 "or use fewer devices")
-        processes = min(devices, self.execution.processes_per_node)
-        if self.execution.platform == "cpu" and processes not in (1, devices):
-            raise ValueError(
-                f"execution.processes_per_node = {processes} with base.parallel.pdims on "
-                f"{devices} devices: on cpu either one process holds every device (1) or each "
-                f"process holds one ({devices})")
+        self.execution.node_layout(devices)
         return self
 
 

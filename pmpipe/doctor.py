@@ -96,7 +96,8 @@ def report(environ: Mapping[str, str] | None = None) -> dict:
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "jax": _jax_facts(),
         "processes": {"launcher": launcher, "count": processes,
-                      "local_device_ids": parallel.local_device_ids(environ)},
+                      "local_device_ids": parallel.local_device_ids(environ=environ),
+                      "gpu_platform": parallel.gpu_platform()},
         "jaxdecomp": _jaxdecomp_facts(),
         "nccl": _version("nvidia-nccl-cu13") or _version("nvidia-nccl-cu12"),
         "mpi": {"mpiexec": shutil.which("mpiexec"),
@@ -140,10 +141,10 @@ def warnings(facts: dict, environ: Mapping[str, str]) -> list[str]:
                    f"that the CUDA {major} wheels of JAX ({plugin}) run on: update the driver or "
                    "install JAX's wheels for an older CUDA")
     if facts["processes"]["count"] > 1 and facts["jax"]["backend"] == "cpu" \
-            and len(facts["jax"]["local_devices"]) > 1:
-        out.append(f"{len(facts['jax']['local_devices'])} CPU devices in one of "
-                   f"{facts['processes']['count']} processes: pmpipe runs one device per process "
-                   "(XLA_FLAGS --xla_force_host_platform_device_count must be unset or 1)")
+            and parallel.HOST_DEVICES_FLAG in environ.get("XLA_FLAGS", ""):
+        out.append(f"XLA_FLAGS sets {parallel.HOST_DEVICES_FLAG} in one of "
+                   f"{facts['processes']['count']} processes: each process asks for its share "
+                   "of a run's devices itself, and this setting overrides it; unset it")
     return out
 
 
@@ -158,7 +159,9 @@ def table(facts: dict) -> str:
                 + (f", {jax['cuda_plugin']}" if jax["cuda_plugin"] else "")),
         ("devices", f"{len(jax['local_devices'])} local: {', '.join(kinds) or 'none'}"),
         ("processes", (f"{facts['processes']['count']} ({facts['processes']['launcher']}), local "
-                       f"device ids {facts['processes']['local_device_ids'] or 'all visible'}")),
+                       f"device ids {facts['processes']['local_device_ids'] or 'all visible'}, "
+                       + ("GPU collectives" if facts["processes"]["gpu_platform"] else
+                          "across processes gloo CPU collectives, synchronous dispatch"))),
         ("jaxdecomp", (f"{dec['version']}, cuDecomp {'yes' if dec['cudecomp'] else 'no'}, "
                        f"pmpipe uses the {dec['backend']} backend")),
         ("nccl", facts["nccl"] or "not installed"),

@@ -6,6 +6,8 @@ devices: device (i, j) holds the block X[i*X/px:(i+1)*X/px], Y[j*Y/py:(j+1)*Y/py
 
 from __future__ import annotations
 
+import glob
+import importlib.metadata
 import os
 import re
 from pathlib import Path
@@ -131,56 +133,81 @@ def launcher_processes(environ=None) -> tuple[str, int]:
 LOCAL_RANK_VARIABLES = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 
 
-def local_device_ids(environ=None) -> list[int] | None:
-    """The GPUs of its node that this process drives, as jax.distributed.initialize numbers
-    them among the GPUs it can see (CUDA_VISIBLE_DEVICES, else ROCR_VISIBLE_DEVICES):
-    - the launcher left one GPU visible (srun --gpus-per-task=1, --gpu-bind=single:1 or
-      map_gpu, a cgroup per task): [0], that one; JAX's own default, [SLURM_LOCALID], names a
-      GPU the process cannot see for every task but the first;
-    - all the node's GPUs visible to each of several processes (srun --ntasks-per-node=G
-      --gres=gpu:G): [local rank];
-    - one process on its node: None, every visible GPU.
+def local_device_ids(per_process: int = 1, environ=None) -> list[int] | None:
+    """The ``per_process`` GPUs of its node that this process drives, as
+    jax.distributed.initialize numbers them among the GPUs it can see (CUDA_VISIBLE_DEVICES,
+    else ROCR_VISIBLE_DEVICES):
+    - the launcher left exactly its share visible (srun --gpus-per-task, --gpu-bind=single:1 or
+      map_gpu, a cgroup per task): all of them, 0 .. per_process - 1; JAX's own default,
+      [SLURM_LOCALID], names a GPU the process cannot see for every task but the first;
+    - one process on its node: None, every visible GPU;
+    - all the node's GPUs visible to each of several processes (srun --ntasks-per-node=T
+      --gres=gpu:G): the local rank's share, rank * per_process onwards.
     The local rank is SLURM_LOCALID (srun), OMPI_COMM_WORLD_LOCAL_RANK (Open MPI) or
     MPI_LOCALRANKID (MPICH)."""
     env = os.environ if environ is None else environ
     visible = env.get("CUDA_VISIBLE_DEVICES", env.get("ROCR_VISIBLE_DEVICES"))
-    if visible is not None and len([v for v in visible.split(",") if v.strip()]) == 1:
-        return [0]
+    if visible is not None and len([v for v in visible.split(",") if v.strip()]) == per_process:
+        return list(range(per_process))
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", ""))
     if per_node.split("(")[0] == "1" or (not per_node and "OMPI_COMM_WORLD_LOCAL_SIZE" in env
                                          and env["OMPI_COMM_WORLD_LOCAL_SIZE"] == "1"):
         return None
-    rank = next((env[v] for v in LOCAL_RANK_VARIABLES if v in env), None)
-    return [int(rank)] if rank is not None else None
+    rank = next((int(env[v]) for v in LOCAL_RANK_VARIABLES if v in env), None)
+    return None if rank is None else list(range(rank * per_process, (rank + 1) * per_process))
+
+
+GPU_PLUGIN_NAMES = ("cuda", "rocm")  # JAX's GPU plugins: jax_plugins entry points xla_cuda13, ...
+
+
+def gpu_platform(platforms: str | None = None, plugins=None, device_files=None) -> bool:
+    """Whether JAX will run this process on GPUs, known before JAX starts: its platforms
+    (``platforms``, default jax_platforms / JAX_PLATFORMS; empty means any) admit a GPU, a GPU
+    plugin of JAX is installed (``plugins``: names of the jax_plugins entry points) and the
+    node has a GPU device file (``device_files``: /dev/nvidia<i>, /dev/kfd)."""
+    if platforms is None:
+        platforms = jax.config.jax_platforms or ""
+    if platforms and not any(p in platforms for p in ("cuda", "rocm", "gpu")):
+        return False
+    if plugins is None:
+        plugins = [e.name for e in importlib.metadata.entry_points(group="jax_plugins")]
+    if not any(gpu in name for name in plugins for gpu in GPU_PLUGIN_NAMES):
+        return False
+    if device_files is None:
+        device_files = [*glob.glob("/dev/nvidia[0-9]*"), *glob.glob("/dev/kfd")]
+    return bool(device_files)
 
 
 HEARTBEAT_TIMEOUT_SECONDS = 60  # a process that stops answering ends the others after this
 
 
 def start_processes(total_devices: int) -> tuple[str, int]:
-    """Start JAX in this process for a run on ``total_devices`` devices: on CPU a single process
-    asks for all of them as host devices; several processes (SLURM detection under srun, mpi4py
-    under mpiexec, gloo collectives on CPU) hold one device each, as one process per GPU does.
-    Must run before JAX's first computation; later calls in the same process (several stages
-    in one job) find the processes joined already. When a process dies, JAX's coordination
-    service ends the others once its heartbeat is missed for HEARTBEAT_TIMEOUT_SECONDS (srun's
-    --kill-on-bad-exit and mpiexec end them sooner), so none waits in a collective until the
-    job's time limit. Returns (launcher, processes)."""
+    """Start JAX in this process for a run on ``total_devices`` devices, split equally over the
+    processes launched (SLURM detection under srun, mpi4py under mpiexec): one process per GPU,
+    one per node with all its GPUs, or anything between; on CPU each process asks for its share
+    as XLA host devices. Must run before JAX's first computation; later calls in the same
+    process (several stages in one job) find the processes joined already. When a process
+    dies, JAX's coordination service ends the others once its heartbeat is missed for
+    HEARTBEAT_TIMEOUT_SECONDS (srun's --kill-on-bad-exit and mpiexec end them sooner), so none
+    waits in a collective until the job's time limit. Returns (launcher, processes)."""
     launcher, processes = launcher_processes()
-    if processes > 1 and total_devices != processes:
+    if total_devices % processes:
         raise ValueError(f"parallel.pdims needs {total_devices} devices but {processes} processes "
-                         f"were launched; several processes hold one device each: launch "
-                         f"{total_devices} processes (on cpu: execution.processes_per_node = "
-                         f"{total_devices}) or one")
-    request_host_devices(total_devices if processes == 1 else 1)
+                         f"were launched; each process holds an equal share of the devices: "
+                         f"launch a divisor of {total_devices} processes "
+                         f"(execution.processes_per_node)")
+    per_process = total_devices // processes
+    request_host_devices(per_process)
     if processes > 1 and not jax.distributed.is_initialized():
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        # CPU programs run to completion in the order they are dispatched, the same order on
-        # every process: concurrent programs could enter their collectives in a different
-        # order on each process and wait for each other forever (seen with async dispatch)
-        jax.config.update("jax_cpu_enable_async_dispatch", False)
+        if not gpu_platform():
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+            # CPU programs run to completion in the order they are dispatched, the same order
+            # on every process: concurrent programs could enter their collectives in a
+            # different order on each process and wait for each other forever (seen with
+            # async dispatch)
+            jax.config.update("jax_cpu_enable_async_dispatch", False)
         jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None,
-                                   local_device_ids=local_device_ids(),
+                                   local_device_ids=local_device_ids(per_process),
                                    heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS)
     return launcher, processes
 

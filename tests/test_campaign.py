@@ -165,6 +165,12 @@ def test_resources():
     res = campaign.resources(run(128, (2, 4)), "nbody", gpu)
     assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4 and res["devices"] == 8
     assert set(res) == {"gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime", "devices"}
+    per_node = config.Execution(platform="gpu", devices_per_node=4, processes_per_node=1)
+    res = campaign.resources(run(128, (2, 4)), "nbody", per_node)  # one process drives 4 GPUs
+    assert (res["nodes"], res["tasks_per_node"], res["gpu"]) == (2, 1, 4)
+    two = campaign.resources(run(64, (2, 2)), "ic", config.Execution(devices_per_node=4,
+                                                                     processes_per_node=2))
+    assert (two["tasks_per_node"], two["gpu"], two["devices"]) == (2, 0, 4)
     cpu = campaign.resources(run(64), "ic", config.Execution())
     assert cpu["gpu"] == 0 and cpu["tasks_per_node"] == 1 and cpu["mem_mb"] >= 1000 and cpu["runtime"] >= 1
     spec = campaign.expand(make())[0]
@@ -272,9 +278,9 @@ BAD = [
     (_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
      "base.parallel.pdims needs 4 devices but execution.devices_per_node = 1 on cpu"),
     ({**_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
-      "execution": {"devices_per_node": 4, "processes_per_node": 2}},
-     "execution.processes_per_node = 2 with base.parallel.pdims on 4 devices: on cpu either one "
-     "process holds every device (1) or each process holds one (4)"),
+      "execution": {"devices_per_node": 4, "processes_per_node": 3}},
+     "execution.processes_per_node = 3 with 4 devices on a node: each process holds an equal "
+     "share of its node's devices; choose a divisor of 4"),
 ]
 
 

@@ -36,7 +36,8 @@ def test_one_process_reports_every_field_and_a_table():
     report = json.loads(_doctor())
     assert set(report) == set(doctor.FIELDS)
     assert report["jax"]["backend"] == "cpu" and len(report["jax"]["local_devices"]) == 1
-    assert report["processes"] == {"launcher": "single", "count": 1, "local_device_ids": None}
+    assert report["processes"] == {"launcher": "single", "count": 1, "local_device_ids": None,
+                                   "gpu_platform": False}  # no GPU plugin here: gloo on CPU
     assert report["jaxdecomp"]["version"] and report["jaxdecomp"]["backend"] == "jax"
     assert report["container"]["inside"] is False and report["warnings"] == []
     table = _doctor(args=())
@@ -85,9 +86,10 @@ def test_warnings_name_the_setting_to_change():
                            shared | {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}) == []
     (old,) = doctor.warnings(_facts(gpus, 1, "470.82.01"), {})
     assert "470.82.01" in old and "525.60.13" in old and "CUDA 12" in old
-    eight = dict(CPU, local_devices=CPU["local_devices"] * 8)
-    (devices,) = doctor.warnings(_facts(eight, 2), {})
-    assert "xla_force_host_platform_device_count" in devices
+    flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    assert doctor.warnings(_facts(CPU, 1), flags) == []
+    (devices,) = doctor.warnings(_facts(CPU, 2), flags)
+    assert "xla_force_host_platform_device_count" in devices and "unset it" in devices
 
 
 def test_the_check_imports_every_module_and_catches_a_wrong_fft(monkeypatch):

@@ -173,18 +173,40 @@ def test_a_site_image_wraps_the_python_of_every_job(tmp_path):
             f"submitit.core._submit {LOGS}\n") in out.stdout
 
 
-@pytest.mark.parametrize("environ, expected", [
+@pytest.mark.parametrize("per_process, environ, expected", [
     # srun --ntasks-per-node=4 --gres=gpu:4: every task sees the node's 4 GPUs
-    ({"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, [2]),
+    (1, {"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, [2]),
+    # srun --ntasks-per-node=2 --gres=gpu:4: two GPUs each, all four visible to both
+    (2, {"SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, [2, 3]),
     # srun --ntasks-per-node=4 --gpus-per-task=1 (or --gpu-bind=single:1): each task sees its GPU
-    ({"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "2"}, [0]),
-    ({"SLURM_LOCALID": "3", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "ROCR_VISIBLE_DEVICES": "0"}, [0]),
+    (1, {"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "2"}, [0]),
+    (1, {"SLURM_LOCALID": "3", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "ROCR_VISIBLE_DEVICES": "0"}, [0]),
+    # srun --ntasks-per-node=2 --gpus-per-task=2: each task sees its two GPUs
+    (2, {"SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "2,3"}, [0, 1]),
     # srun --ntasks-per-node=1 --gres=gpu:4: one process drives every GPU of its node
-    ({"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, None),
+    (4, {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+     [0, 1, 2, 3]),
+    (4, {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}, None),
     # mpiexec: the MPI library's local rank
-    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, [1]),
-    ({"MPI_LOCALRANKID": "1"}, [1]),
-    ({}, None),
-], ids=["gres", "gpus-per-task", "gpus-per-task-rocm", "one-per-node", "openmpi", "mpich", "none"])
-def test_local_device_ids_follow_the_launcher_s_gpu_binding(environ, expected):
-    assert parallel.local_device_ids(environ) == expected
+    (1, {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, [1]),
+    (1, {"MPI_LOCALRANKID": "1"}, [1]),
+    (2, {"MPI_LOCALRANKID": "1"}, [2, 3]),
+    (1, {}, None),
+], ids=["gres", "gres-two-each", "gpus-per-task", "gpus-per-task-rocm", "gpus-per-task-two",
+        "one-per-node", "one-per-node-unset", "openmpi", "mpich", "mpich-two-each", "none"])
+def test_local_device_ids_follow_the_launcher_s_gpu_binding(per_process, environ, expected):
+    assert parallel.local_device_ids(per_process, environ) == expected
+
+
+@pytest.mark.parametrize("platforms, plugins, files, expected", [
+    ("", ["xla_cuda13"], ["/dev/nvidia0"], True),
+    ("cuda,cpu", ["xla_cuda13"], ["/dev/nvidia0"], True),
+    ("", ["xla_rocm7"], ["/dev/kfd"], True),
+    ("cpu", ["xla_cuda13"], ["/dev/nvidia0"], False),  # JAX_PLATFORMS=cpu
+    ("", [], ["/dev/nvidia0"], False),  # no GPU plugin installed
+    ("", ["xla_cuda13"], [], False),  # a GPU image on a CPU node
+], ids=["cuda", "cuda-listed", "rocm", "cpu-only", "no-plugin", "no-gpu"])
+def test_the_platform_is_known_before_jax_starts(platforms, plugins, files, expected):
+    """The CPU-only settings of several processes (gloo, synchronous dispatch) are set only
+    when this is False."""
+    assert parallel.gpu_platform(platforms, plugins, files) is expected

@@ -42,10 +42,11 @@ def _run(stage, config_path, launcher=()):
     return out.stderr
 
 
-def _write_config(run_dir):
+def _write_config(run_dir, pdims=(1, 2)):
     run_dir.mkdir()
     path = run_dir / "config.json"
-    path.write_text(config.RunFile.build("mp", run_dir.name, 0, {}, config.Run.model_validate(RUN)).to_json())
+    run = config.Run.model_validate({**RUN, "parallel": {**RUN["parallel"], "pdims": list(pdims)}})
+    path.write_text(config.RunFile.build("mp", run_dir.name, 0, {}, run).to_json())
     return path
 
 
@@ -88,19 +89,35 @@ def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_pa
     assert json.loads(path.read_text())["config"]["parallel"]["pdims"] == [1, 2]
 
 
-def test_two_processes_under_srun_write_the_stores_of_one(slurm, one_process, tmp_path):
-    path = _write_config(tmp_path / "p2")
+def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process, tmp_path):
+    """One process per node with several devices: pdims (2, 2) over 2 processes under
+    mpiexec, each holding 2 host devices, against one process on (1, 2)."""
+    path = _write_config(tmp_path / "p2x2", pdims=(2, 2))
     for stage in ("ic", "nbody"):
-        log = _run(stage, path, ["srun", "-n", "2", "-p", "pmpipe", "-t", "10"])
-        assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
+        log = _run(stage, path, [shutil.which("mpiexec"), "-n", "2"])
+        assert "process 1 of 2 (mpi): 2 local of 4 devices" in log
     _assert_same_stores(one_process, path.parent, ("ic", "nbody"))
 
 
-@pytest.mark.parametrize("processes", [2, 3])
-def test_several_processes_hold_one_device_each(monkeypatch, processes):
+@pytest.mark.parametrize("binding, stage_names", [((), ("ic", "nbody")), (("--gres=gpu:2",), ("ic",)),
+                                                  (("--gpus-per-task=1",), ("ic",))],
+                         ids=["no-gpus", "gres", "gpus-per-task"])
+def test_two_processes_under_srun_write_the_stores_of_one(slurm, one_process, tmp_path, binding,
+                                                          stage_names):
+    """Under each binding of the test cluster's 2 (fake) GPUs that a CPU cluster can express
+    (none, both to each task, one per task); the device ids each gets: tests/test_doctor.py."""
+    path = _write_config(tmp_path / "p2")
+    for stage in stage_names:
+        log = _run(stage, path, ["srun", "-n", "2", "-p", "pmpipe", "-t", "10", *binding])
+        assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
+    _assert_same_stores(one_process, path.parent, stage_names)
+
+
+@pytest.mark.parametrize("processes", [3, 5])
+def test_processes_hold_equal_shares_of_the_devices(monkeypatch, processes):
     monkeypatch.setenv("PMI_SIZE", str(processes))
     with pytest.raises(ValueError, match=f"needs 4 devices but {processes} processes were "
-                                         "launched; several processes hold one device each"):
+                                         "launched; each process holds an equal share"):
         parallel.start_processes(4)
 
 
