@@ -80,26 +80,31 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
             "bytes_per_particle": used / particles**3 * mesh.size}
 
 
+def step_seconds(disp, mom, mesh, grid: nbody.PMGrid, omega_m: float, repeat: int = 5) -> float:
+    """Best-of-``repeat`` seconds of one PM step (paint, force, read, kick, drift) of the
+    particles ``disp``, ``mom`` (N^3 x 3, sharded over ``mesh``)."""
+    step = jax.jit(lambda d, p: nbody.advance(d, p, jnp.float32(0.01), jnp.float32(0.01),
+                                              jnp.float32(omega_m), mesh, grid))
+    return _timed(step, disp, mom, repeat=repeat)
+
+
 def step_parts(disp, mom, mesh, grid: nbody.PMGrid, omega_m: float, repeat: int = 5) -> dict:
-    """Best-of-``repeat`` seconds of one PM step of the particles ``disp``, ``mom`` (N^3 x 3,
-    sharded over ``mesh``) and of its parts, each compiled on its own: ``paint_s`` (CIC with
-    halo folding), ``read_s`` (three force components at the particles, halo filled),
-    ``fft_s`` (one r2c of the force mesh), ``c2r_s`` (one c2r) and ``fft_floor_s`` (one r2c
-    and three c2r, the transforms of a step)."""
+    """Best-of-``repeat`` seconds of one PM step (``step_s``, :func:`step_seconds`) and of its
+    parts, each compiled on its own: ``paint_s`` (CIC with halo folding), ``read_s`` (three
+    force components at the particles, halo filled), ``fft_s`` (one r2c of the force mesh),
+    ``c2r_s`` (one c2r) and ``fft_floor_s`` (one r2c and three c2r, the transforms of a step)."""
     m, box, halo = grid.mesh, grid.box_size, grid.halo
     paint = jax.jit(lambda d: painting.paint(d, mesh, m, box, halo, float(grid.oversample**3)))
     rho, _ = paint(disp)
     force_mesh = jax.device_put(jnp.zeros((m, m, m, 3), rho.dtype), parallel.field_sharding(mesh))
     read = jax.jit(lambda f, d: painting.read(f, d, mesh, box, halo))
     r2c = jax.jit(lambda x: fft.r2c(x, mesh))
-    step = jax.jit(lambda d, p: nbody.advance(d, p, jnp.float32(0.01), jnp.float32(0.01),
-                                              jnp.float32(omega_m), mesh, grid))
 
     def floor(x):
         xk = fft.r2c(x, mesh)
         return [fft.c2r(xk * (i + 1.0), mesh) for i in range(3)]
 
-    return {"step_s": _timed(step, disp, mom, repeat=repeat),
+    return {"step_s": step_seconds(disp, mom, mesh, grid, omega_m, repeat),
             "paint_s": _timed(paint, disp, repeat=repeat),
             "read_s": _timed(read, force_mesh, disp, repeat=repeat),
             "fft_s": _timed(r2c, rho, repeat=repeat),
@@ -111,6 +116,14 @@ def step_parts(disp, mom, mesh, grid: nbody.PMGrid, omega_m: float, repeat: int 
 # like for like. The initial P(k) (Eisenstein-Hu) is that of the default cosmology.
 COSMOLOGY = cosmology.Cosmology(T_cmb=0.0)
 POWER = simulation.power_function(cosmology.Cosmology())
+
+
+def lpt_particles(particles: int, mesh, seed: int = 0):
+    """2LPT displacements and momenta (N, N, N, 3) at A_INIT of COSMOLOGY in a BOX_SIZE box,
+    from the white noise of ``seed``, sharded over ``mesh``."""
+    noise = ics.white_noise(seed, particles, mesh)
+    init = simulation.initial_conditions(COSMOLOGY, noise, POWER, mesh, BOX_SIZE, A_INIT)
+    return init.disp, init.mom
 
 
 def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, halo: int = 8,

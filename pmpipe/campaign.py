@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from pmpipe import config, lightcone
+from pmpipe import config, decomposition, lightcone
 from pmpipe.stages import STAGES
 
 
@@ -345,6 +345,26 @@ def plan_table(camp: config.Campaign) -> str:
                  f"safety factor {camp.execution.runtime_safety}); disk {disk / 1e9:.2f} GB in "
                  f"all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items()))
     return "\n".join(lines)
+
+
+def decomposition_line(camp: config.Campaign) -> str | None:
+    """How the campaign's pdims were chosen, for ``pmpipe plan`` (None when they were given)."""
+    if camp.decomposition is None:
+        return None
+    d, box = camp.decomposition, camp.base.box
+    what = (f"decomposition: pdims {tuple(camp.base.parallel.pdims)} for {d.devices} devices at "
+            f"{box.particles * box.oversample}^3 cells")
+    if camp.pdims_source == "guessed":
+        where = (f"no sweep of {d.devices} devices in {d.file}" if d.file and d.file.exists()
+                 else f"no decomposition file {d.file or ''}".rstrip())
+        return f"{what}: guessed ({where}; measure with `pmpipe tune`)"
+    table = decomposition.load(d.file)
+    sweep = min((s for s in table.sweeps if s.devices == d.devices
+                 and s.pdims == camp.base.parallel.pdims),
+                key=lambda s: abs(s.force_mesh - box.particles * box.oversample))
+    return (f"{what}: {camp.pdims_source} in {d.file} ({table.device_kind}, {sweep.force_mesh}^3, "
+            f"{sweep.measured}: " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in
+                                             sweep.step_seconds.items()) + " a step)")
 
 
 def manifest_rows(camp: config.Campaign, results_dir: str | Path,

@@ -32,6 +32,8 @@ def _plan(args) -> int:
 
     camp = config.load_campaign(args.campaign)
     print(campaign.plan_table(camp))
+    if camp.decomposition is not None:
+        print(campaign.decomposition_line(camp))
     worst, runs, seen = {}, {}, {}  # per field: the warning of the run that resolves least
     for spec in campaign.expand(camp):
         key = json.dumps({k: v for k, v in spec.run.model_dump(mode="json").items() if k != "ic"},
@@ -44,6 +46,29 @@ def _plan(args) -> int:
                 worst[field] = (resolved, text)
     for field, (_, text) in worst.items():
         print(f"warning: {text} [{len(runs[field])} of the runs]", file=sys.stderr)
+    return 0
+
+
+def _tune(args) -> int:
+    from pmpipe import campaign, config, decomposition, parallel
+
+    wanted = (config.read_mapping(args.campaign).get("decomposition") or {}).get("devices")
+    if isinstance(wanted, int):  # host devices on CPU, before validation starts JAX
+        parallel.request_host_devices(wanted)
+    camp = config.load_campaign(args.campaign)
+    if camp.decomposition is None or camp.decomposition.file is None:
+        raise config.ConfigError(f"{args.campaign}: tune needs decomposition.devices and "
+                                 "decomposition.file (where the sweep is recorded)")
+    import jax
+
+    box, d = camp.base.box, camp.decomposition
+    sweep = decomposition.sweep(d.devices, box.particles, box.oversample,
+                                camp.base.parallel.halo_cells, args.repeat)
+    decomposition.record(d.file, jax.devices()[0].device_kind, sweep)
+    print(f"recorded in {d.file}: " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in
+                                                sweep.step_seconds.items())
+          + f" a step; fastest {decomposition.label(sweep.pdims)}")
+    print(campaign.decomposition_line(config.load_campaign(args.campaign)))
     return 0
 
 
@@ -250,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="table of a campaign's runs: devices, memory, nodes, runtime")
     plan.add_argument("campaign", help="campaign file (YAML or JSON)")
     plan.set_defaults(func=_plan)
+
+    tune = sub.add_parser("tune", help="time one PM step for every slab and pencil decomposition "
+                                       "of a campaign's devices on this machine and record the "
+                                       "fastest in its decomposition file")
+    tune.add_argument("campaign", help="campaign file with a decomposition section")
+    tune.add_argument("--repeat", type=int, default=3, help="timed steps per decomposition (best)")
+    tune.set_defaults(func=_tune)
 
     schema = sub.add_parser("schema", help="write the JSON schema of campaign files")
     schema.add_argument("--output", type=Path, default=SCHEMA_PATH, help=f"default {SCHEMA_PATH}")

@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
 
 from pmpipe import cosmology, nbody, painting, parallel, simulation
 
@@ -681,6 +681,16 @@ class Execution(_Model):
         return self.runs_per_job or RUNS_PER_JOB[self.platform]
 
 
+class Decomposition(_Model):
+    """base.parallel.pdims chosen for a device count by measurement (pmpipe.decomposition)."""
+
+    devices: int = Field(ge=1, description="devices of every run, px * py")
+    file: Path | None = Field(
+        None, description="decomposition file kept with the site settings (e.g. "
+                          "profiles/<site>/decompositions.yaml), written by `pmpipe tune`; "
+                          "without one, or without a sweep of these devices, pdims are guessed")
+
+
 class Campaign(_Model):
     """A suite of runs: a base configuration, a design that varies cosmology parameters,
     realisations (seeds) per point, and the execution platform."""
@@ -696,9 +706,21 @@ class Campaign(_Model):
     common_seeds: bool = Field(False, description="every design point uses the same realisation seeds (always so for derivatives)")
     paired: bool = Field(False, description="each realisation also runs with inverted phases (Angulo & Pontzen 2016)")
     execution: Execution = Field(default_factory=Execution)
+    decomposition: Decomposition | None = Field(
+        None, description="choose base.parallel.pdims for this many devices from recorded "
+                          "sweeps (pmpipe tune) instead of giving them")
+    _pdims_source: str = PrivateAttr("given")
+
+    @property
+    def pdims_source(self) -> str:
+        """How base.parallel.pdims were chosen: 'given', or pmpipe.decomposition.choose's
+        'recorded', 'nearest' or 'guessed'."""
+        return self._pdims_source
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.decomposition is not None:
+            self._choose_pdims()
         if self.base.ic.seed != 0:
             raise ValueError("base.ic.seed must not be set: run seeds derive from the campaign "
                              "seed and the run's position; change 'seed' instead")
@@ -712,6 +734,19 @@ class Campaign(_Model):
                 "or use fewer devices")
         self.execution.node_layout(devices)
         return self
+
+    def _choose_pdims(self) -> None:
+        from pmpipe import decomposition
+
+        if "pdims" in self.base.parallel.model_fields_set:
+            raise ValueError("base.parallel.pdims and decomposition are both given: remove one")
+        box, par = self.base.box, self.base.parallel
+        pdims, source = decomposition.choose(self.decomposition.devices, box.particles,
+                                             box.oversample, par.halo_cells, self.decomposition.file)
+        base = self.base.model_dump()
+        base["parallel"]["pdims"] = pdims
+        object.__setattr__(self, "base", Run.model_validate(base))
+        self._pdims_source = source
 
 
 def load_campaign(path: str | Path) -> Campaign:
