@@ -76,11 +76,17 @@ class Box(_Model):
 class Parallel(_Model):
     """Decomposition over devices."""
 
-    pdims: tuple[int, int] = Field((1, 1), description="devices along x and y, (px, py); px * py devices in all")
+    pdims: tuple[int, int] | Literal["auto"] = Field(
+        (1, 1), description="devices along x and y, (px, py); px * py devices in all; 'auto' "
+                            "in a campaign's base: chosen from recorded sweeps (its "
+                            "decomposition section)")
     halo_cells: int = Field(8, ge=1, description="halo width in force-mesh cells for particles that left their block")
 
     @model_validator(mode="after")
     def _positive(self):
+        if self.pdims == "auto":
+            raise ValueError("parallel.pdims 'auto' is chosen for a campaign's runs (base.parallel "
+                             "with a decomposition section: devices, file); a run needs (px, py)")
         if min(self.pdims) < 1:
             raise ValueError(f"parallel.pdims must be positive integers, got {self.pdims}")
         return self
@@ -717,6 +723,20 @@ class Campaign(_Model):
         'recorded', 'nearest' or 'guessed'."""
         return self._pdims_source
 
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_pdims(cls, data):
+        """base.parallel.pdims 'auto' is left out of the base run, to be chosen (_choose_pdims)."""
+        base = data.get("base") if isinstance(data, dict) else None
+        parallel = base.get("parallel") if isinstance(base, dict) else None
+        if not isinstance(parallel, dict) or parallel.get("pdims") != "auto":
+            return data
+        if not data.get("decomposition"):
+            raise ValueError("base.parallel.pdims 'auto' needs a decomposition section: devices "
+                             "(and file, the sweeps recorded by `pmpipe tune`)")
+        rest = {k: v for k, v in parallel.items() if k != "pdims"}
+        return {**data, "base": {**base, "parallel": rest}}
+
     @model_validator(mode="after")
     def _consistent(self):
         if self.decomposition is not None:
@@ -739,7 +759,8 @@ class Campaign(_Model):
         from pmpipe import decomposition
 
         if "pdims" in self.base.parallel.model_fields_set:
-            raise ValueError("base.parallel.pdims and decomposition are both given: remove one")
+            raise ValueError("base.parallel.pdims are given and so is a decomposition section: "
+                             "set base.parallel.pdims to 'auto' or remove the section")
         box, par = self.base.box, self.base.parallel
         pdims, source = decomposition.choose(self.decomposition.devices, box.particles,
                                              box.oversample, par.halo_cells, self.decomposition.file)

@@ -20,11 +20,11 @@ def test_candidates_split_the_grid_and_leave_room_for_the_halo():
     assert decomposition.guess([(2, 4), (4, 2)]) == (2, 4)
 
 
-def _campaign(tmp_path, file, **parallel):
+def _campaign(tmp_path, file, pdims="auto"):
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump({
         "name": "tuned", "base": {"box": {"particles": 16}, "nbody": {"steps": 2},
-                                  "parallel": {"halo_cells": 2, **parallel}},
+                                  "parallel": {"halo_cells": 2, "pdims": pdims}},
         "execution": {"devices_per_node": 8}, "decomposition": {"devices": 8, "file": str(file)}}))
     return path
 
@@ -90,5 +90,12 @@ def test_one_machine_kind_per_file_and_pdims_given_once(tmp_path):
         decomposition.record(file, "cpu", other)
     replaced = decomposition.record(file, "NVIDIA H100", other)  # same devices and mesh: replaced
     assert [s.pdims for s in replaced.sweeps] == [(8, 1)] and decomposition.load(file) == replaced
-    with pytest.raises(config.ConfigError, match="base.parallel.pdims and decomposition are both given"):
+    with pytest.raises(config.ConfigError, match="set base.parallel.pdims to 'auto' or remove"):
         config.load_campaign(_campaign(tmp_path, file, pdims=[2, 4]))
+    lone = _campaign(tmp_path, file)
+    lone.write_text(lone.read_text().split("decomposition:")[0])
+    with pytest.raises(config.ConfigError, match="'auto' needs a decomposition section"):
+        config.load_campaign(lone)
+    run = {"parallel": {"pdims": "auto"}}
+    with pytest.raises(ValueError, match="'auto' is chosen for a campaign's runs"):
+        config.Run.model_validate(run)
