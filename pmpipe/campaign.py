@@ -141,8 +141,9 @@ def write_run_files(camp: config.Campaign, results_dir: str | Path) -> list[Path
 # assumed for a GPU process (CUDA context, compiled programs).
 PARTICLE_WORDS = 64
 MESH_WORDS = 16
-# Full-sky shells: every device holds all the shells sampled so far, one word per ray of the
-# HEALPix ray grid for each (padded) plane, and while it samples a shell 9 more words per ray
+# Full-sky shells: each device keeps its share of the shells sampled so far, one word per ray
+# of the HEALPix ray grid for each (padded) plane, split over the devices
+# (`lightcone.ray_spec`), and while it samples a shell 9 more words per ray of the whole grid
 # (directions, cell coordinates, interpolation weights: the memory analysis of the compiled
 # shell program, `lightcone._shell`, at ray grids of 64 to 256 nside on CPU).
 SHELL_RAY_WORDS = 9
@@ -175,14 +176,15 @@ class Estimate:
     runtime_s: dict[str, float]
 
 
-def _shell_words(run: config.Run, planes: int) -> int:
-    """Words every device holds for the full-sky shells of a run (0 without them)."""
+def _shell_words(run: config.Run, planes: int, devices: int) -> float:
+    """Words one device holds for the full-sky shells of a run (0 without them)."""
     full = run.lensing.full_sky if run.lensing is not None else None
     if full is None or planes == 0:
         return 0
     rays = lightcone.healpix_pixels(lightcone.rays_nside(full.nside))
     padded = lightcone.PLANE_BUCKET * math.ceil(planes / lightcone.PLANE_BUCKET)
-    return (padded + SHELL_RAY_WORDS) * rays
+    share = devices if rays % devices == 0 else 1  # lightcone.ray_spec
+    return padded * rays / share + SHELL_RAY_WORDS * rays
 
 
 def _halo_padding(run: config.Run) -> float:
@@ -203,7 +205,8 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
     plane_cells = planes * (run.box.particles * run.box.oversample) ** 2
     field_bytes = itemsize * (PARTICLE_WORDS * particles + plane_cells
                               + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
-    memory = (field_bytes / (devices if gpu else 1) + itemsize * _shell_words(run, planes)
+    shells = itemsize * _shell_words(run, planes, devices) * (1 if gpu else devices)
+    memory = (field_bytes / (devices if gpu else 1) + shells
               + PROCESS_OVERHEAD_BYTES[execution.platform])
     steps = len(run.step_boundaries()) - 1
     speed = devices * GPU_SPEEDUP if gpu else 1.0

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import parallel, store
+from pmpipe import lightcone, parallel, store
 from pmpipe.nbody import State
 from pmpipe.parallel import FIELD_SPEC
 
@@ -188,7 +188,8 @@ def read(path: str | Path, mesh: Mesh, like: State) -> tuple[State, int]:
     maps = None
     if like.maps is not None:
         maps = (stack("flat", like.maps[0]),
-                None if like.maps[1] is None else read_as("shells", jax.P()))
+                None if like.maps[1] is None else read_as(
+                    "shells", jax.P(None, *lightcone.ray_spec(like.maps[1].shape[1], mesh))))
     attrs = group.attrs
     state = State(store.read_sharded(group["disp"], mesh), store.read_sharded(group["mom"], mesh),
                   stack("snaps", like.snaps), maps, np.int32(attrs["needed_halo_cells"]),

@@ -207,9 +207,18 @@ def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
     size = capture.a.shape[0]
     flat = jax.lax.with_sharding_constraint(jnp.zeros((size, mesh_n, mesh_n), dtype),
                                             NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
-    shells = (None if capture.rays_nside is None
-              else jnp.zeros((size, healpix_pixels(capture.rays_nside)), dtype))
+    if capture.rays_nside is None:
+        return flat, None
+    rays = healpix_pixels(capture.rays_nside)
+    shells = jax.lax.with_sharding_constraint(
+        jnp.zeros((size, rays), dtype), NamedSharding(mesh, jax.P(None, *ray_spec(rays, mesh))))
     return flat, shells
+
+
+def ray_spec(rays: int, mesh: Mesh) -> jax.P:
+    """How a shell's (rays,) sums lie on the devices: split over all of them (each keeps
+    rays / devices), or on every device when rays / devices is not whole."""
+    return jax.P(AXES) if rays % mesh.size == 0 else jax.P()
 
 
 def capture_plane(maps, rho, j, capture: Capture, mesh: Mesh, box_size: float):
@@ -340,7 +349,8 @@ def _shell(delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_
     """dr Σ_k δ(x_k) along the rays of the HEALPix grid rays_nside at distances
     chi_lo + (k + 1/2) dr, k < n_r, mean removed. Every device makes the rays' directions
     itself (:func:`ray_directions`), generates the samples one distance at a time, reads those
-    in its block and sums them per ray; the (npix,) sums are added over the devices."""
+    in its block and sums them per ray; the (npix,) sums are added over the devices, each
+    keeping its part of the rays (:func:`ray_spec`)."""
     mesh_n = delta.shape[0]
     pdims = pdims_of(mesh)
 
@@ -355,9 +365,12 @@ def _shell(delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_
 
         zero = jax.lax.pcast(jnp.zeros(directions.shape[0], block.dtype), AXES, to="varying")
         total, _ = jax.lax.scan(add_distance, zero, jnp.arange(n_r, dtype=block.dtype))
+        if out_spec != jax.P():
+            return jax.lax.psum_scatter(total, AXES, scatter_dimension=0, tiled=True)
         return jax.lax.psum(total, AXES)
 
-    run = jax.shard_map(local, mesh=mesh, in_specs=FIELD_SPEC, out_specs=jax.P())
+    out_spec = ray_spec(healpix_pixels(rays_nside), mesh)
+    run = jax.shard_map(local, mesh=mesh, in_specs=FIELD_SPEC, out_specs=out_spec)
     shell = run(delta) * dr
     return shell - jnp.mean(shell)
 

@@ -58,7 +58,7 @@ class LightconeCapture:
         self.needed = int(result.needed_halo)
         self.flat = {j: result.planes[j] for j in range(len(self.planes))}
         if self.nside is not None:
-            rays = np.asarray(result.shells[:len(self.planes)], np.float64)  # rows beyond: padding
+            rays = parallel.to_host(result.shells)[:len(self.planes)].astype(np.float64)  # rows beyond: padding
             self.alm = np.stack([lightcone.shell_alm(r, self.nside) for r in rays])
 
     def write(self, group, planes_kept: bool) -> None:
