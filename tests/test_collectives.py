@@ -135,3 +135,19 @@ def test_ray_directions_are_healpix_pixel_centres():
     for nside in (1, 2, 8, 64):
         ref = np.stack(healpy.pix2vec(nside, np.arange(12 * nside**2)), -1)
         assert np.abs(np.asarray(lightcone.ray_directions(nside)) - ref).max() < 1e-6
+
+
+def test_each_device_keeps_its_share_of_the_shell_rays():
+    """The per-ray sums are reduce-scattered: a device holds 1/8 of the rays of a shell, or
+    all of them when the ray count does not divide by the devices (12 rays over 8)."""
+    mesh = parallel.make_mesh((2, 4))
+    f = _field(5, mesh)
+    split = lightcone.shell_healpix(f, mesh, BOX, 8, 60.0, 100.0, OBSERVER, TRANSFORM)
+    assert split.sharding.shard_shape(split.shape) == (12 * 8**2 // 8,)
+    _, program, _ = _shell(mesh)
+    assert "reduce-scatter" in [kind for kind, _ in collectives(program)]
+    whole = lightcone.shell_healpix(f, mesh, BOX, 1, 60.0, 100.0, OBSERVER, TRANSFORM)
+    assert whole.sharding.shard_shape(whole.shape) == (12,)
+    one = lightcone.shell_healpix(_field(5, parallel.make_mesh((1, 1))), parallel.make_mesh((1, 1)),
+                                  BOX, 1, 60.0, 100.0, OBSERVER, TRANSFORM)
+    assert np.abs(np.asarray(whole) - np.asarray(one)).max() <= 1e-5 * np.abs(np.asarray(one)).max()
