@@ -159,6 +159,7 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "steps": steps,
         "box_size": BOX_SIZE,
         "pdims": list(pdims),
+        "halo": halo,
         "devices": mesh.size,
         "device_kind": jax.devices()[0].device_kind,
         "platform": jax.default_backend(),

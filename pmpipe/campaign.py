@@ -174,6 +174,7 @@ class Estimate:
     nodes: int
     memory_per_device_bytes: float
     runtime_s: dict[str, float]
+    step_s: float  # one PM step
 
 
 def _shell_words(run: config.Run, planes: int, devices: int) -> float:
@@ -194,7 +195,37 @@ def _halo_padding(run: config.Run) -> float:
 
 
 def estimate(run: config.Run, execution: config.Execution) -> Estimate:
-    """Devices, nodes, peak memory and stage runtimes of a run (model and constants above)."""
+    """Devices, nodes, peak memory, stage runtimes and the time of one PM step of a run (model
+    and constants above, scaled to execution.calibration where one is given:
+    :func:`calibration_factors`)."""
+    return _model(run, execution, *calibration_factors(execution))
+
+
+def calibration_factors(execution: config.Execution) -> tuple[float, float]:
+    """(time, memory): the step time and the memory beyond the process overhead that
+    execution.calibration measured, over what the model gives for its configuration; (1, 1)
+    without a calibration. Device memory on gpu (the CUDA context is the overhead), the
+    process's peak on cpu."""
+    record = execution.calibration_record
+    if record is None:
+        return 1.0, 1.0
+    measured = config.Run.model_validate({
+        "box": {"particles": record["mesh"], "oversample": record["oversample"],
+                "box_size": record.get("box_size", 256.0)},
+        "parallel": {"pdims": record["pdims"], "halo_cells": record["halo"]},
+        "nbody": {"steps": record["steps"]}})
+    model = _model(measured, execution, 1.0, 1.0)
+    overhead = PROCESS_OVERHEAD_BYTES[execution.platform]
+    gpu = execution.platform == "gpu"
+    peak = record["device_peak_bytes"] if gpu else record["peak_rss_bytes"] - overhead
+    return (record["step_s"] / model.step_s,
+            peak / (model.memory_per_device_bytes - overhead))
+
+
+def _model(run: config.Run, execution: config.Execution, time_factor: float,
+           memory_factor: float) -> Estimate:
+    """:func:`estimate` with the runtime beyond start-up times ``time_factor`` and the memory
+    beyond the process overhead times ``memory_factor``."""
     px, py = run.parallel.pdims
     devices, gpu = px * py, execution.platform == "gpu"
     nodes = math.ceil(devices / execution.devices_per_node) if gpu else 1
@@ -206,10 +237,10 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
     field_bytes = itemsize * (PARTICLE_WORDS * particles + plane_cells
                               + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
     shells = itemsize * _shell_words(run, planes, devices) * (1 if gpu else devices)
-    memory = (field_bytes / (devices if gpu else 1) + shells
+    memory = (memory_factor * (field_bytes / (devices if gpu else 1) + shells)
               + PROCESS_OVERHEAD_BYTES[execution.platform])
     steps = len(run.step_boundaries()) - 1
-    speed = devices * GPU_SPEEDUP if gpu else 1.0
+    speed = (devices * GPU_SPEEDUP if gpu else 1.0) / time_factor
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
     ic = IC_STEPS * (SECONDS_PER_PARTICLE_STEP + SECONDS_PER_CELL_STEP) * particles / speed
     paint = SECONDS_PER_PARTICLE_STEP * particles / speed  # a plane costs about one paint
@@ -217,7 +248,7 @@ def estimate(run: config.Run, execution: config.Execution) -> Estimate:
                "nbody": STARTUP_SECONDS + (steps + 1) * step + planes * paint,  # + forces at a_init
                "lensing": STARTUP_SECONDS + planes * SECONDS_PER_CELL_STEP * cells / speed,
                "summaries": STARTUP_SECONDS + (snapshots + 1) * SECONDS_PER_CELL_STEP * cells / speed}
-    return Estimate(devices, nodes, memory, runtime)
+    return Estimate(devices, nodes, memory, runtime, step)
 
 
 def disk_bytes(run: config.Run) -> dict[str, float]:
@@ -343,6 +374,10 @@ def plan_table(camp: config.Campaign) -> str:
                      f"{est.runtime_s['nbody'] / 60:.1f}", f"{run_disk / 1e9:.3f}"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    if camp.execution.calibration is not None:
+        time, memory = calibration_factors(camp.execution)
+        lines.append(f"model calibrated by {camp.execution.calibration}: runtime x{time:.3g}, "
+                     f"memory beyond the process overhead x{memory:.3g}")
     per_stage = {stage: f"{b / 1e9:.3f}" for stage, b in disk_bytes(specs[0].run).items()}
     lines.append(f"{len(specs)} runs, nbody {total / 60:.1f} min in all (estimate, before the "
                  f"safety factor {camp.execution.runtime_safety}); disk {disk / 1e9:.2f} GB in "

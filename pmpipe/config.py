@@ -647,6 +647,12 @@ class ListDesign(_Model):
 RUNS_PER_JOB = {"cpu": 8, "gpu": 16}
 
 
+# What a calibration record (`pmpipe bench nbody --json`) must hold: the configuration measured
+# and its step time and peak memory (device_peak_bytes on gpu, peak_rss_bytes on cpu).
+CALIBRATION_FIELDS = ("platform", "mesh", "oversample", "pdims", "halo", "steps", "step_s",
+                      "peak_rss_bytes")
+
+
 class Execution(_Model):
     """Where and how the runs execute; used for resources and `pmpipe plan`."""
 
@@ -668,6 +674,34 @@ class Execution(_Model):
         None, ge=1, description="runs packed into one job and one process, every stage of each "
                                 "(default: 8 on cpu, 16 on gpu); runs are grouped by their "
                                 "position in the design")
+    calibration: Path | None = Field(
+        None, description="a `pmpipe bench nbody --json` record measured on this platform: the "
+                          "runtime and memory model is scaled to its step time and peak memory "
+                          "(device memory on gpu, the process's on cpu)")
+    _calibration_record: dict | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _read_calibration(self):
+        if self.calibration is None:
+            return self
+        record = read_mapping(self.calibration)
+        measured = "gpu" if record.get("platform") in ("gpu", "cuda", "rocm") else record.get("platform")
+        if measured != self.platform:
+            raise ValueError(f"execution.calibration {self.calibration} was measured on "
+                             f"{record.get('platform')}, execution.platform is {self.platform}")
+        needed = CALIBRATION_FIELDS + (("device_peak_bytes",) if self.platform == "gpu" else ())
+        missing = [k for k in needed if record.get(k) is None]
+        if missing:
+            raise ValueError(f"execution.calibration {self.calibration}: the record lacks "
+                             f"{', '.join(missing)}; write it with `pmpipe bench nbody --json` "
+                             f"on the {self.platform} platform")
+        self._calibration_record = record
+        return self
+
+    @property
+    def calibration_record(self) -> dict | None:
+        """The bench record of ``calibration``, validated (None without one)."""
+        return self._calibration_record
 
     def node_layout(self, devices: int) -> tuple[int, int]:
         """(processes per node, devices per process) of a run on ``devices`` devices; raises

@@ -311,3 +311,38 @@ def test_unreadable_and_malformed_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- name: a\n")
     with pytest.raises(config.ConfigError, match="list.yaml: the top level must be a mapping"):
         config.load_campaign(tmp_path / "list.yaml")
+
+
+def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
+    """`pmpipe bench nbody --json` on this machine: the calibrated model gives that run's step
+    time and peak memory back, and scales the others by the same factors."""
+    import json
+
+    from pmpipe import cli
+
+    record_path = tmp_path / "bench.json"
+    assert cli.main(["bench", "nbody", "--mesh", "16", "--steps", "2", "--json", str(record_path)]) == 0
+    capsys.readouterr()
+    record = json.loads(record_path.read_text())
+    plain = config.Execution()
+    calibrated = config.Execution(calibration=record_path)
+    measured = run(16, nbody={"steps": 2})
+    est = campaign.estimate(measured, calibrated)
+    assert est.step_s == pytest.approx(record["step_s"], rel=1e-9)
+    assert est.memory_per_device_bytes == pytest.approx(record["peak_rss_bytes"], rel=1e-9)
+    time, memory = campaign.calibration_factors(calibrated)
+    bigger = run(64, (2, 2))
+    assert campaign.estimate(bigger, calibrated).step_s == pytest.approx(
+        time * campaign.estimate(bigger, plain).step_s, rel=1e-9)
+    overhead = campaign.PROCESS_OVERHEAD_BYTES["cpu"]
+    assert campaign.estimate(bigger, calibrated).memory_per_device_bytes - overhead == pytest.approx(
+        memory * (campaign.estimate(bigger, plain).memory_per_device_bytes - overhead), rel=1e-9)
+
+    with pytest.raises(ValueError, match=f"execution.calibration {record_path} was measured on "
+                                         "cpu, execution.platform is gpu"):
+        config.Execution(platform="gpu", calibration=record_path)
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({k: v for k, v in record.items() if k not in ("halo", "step_s")}))
+    with pytest.raises(ValueError, match="the record lacks halo, step_s; write it with `pmpipe "
+                                         "bench nbody --json` on the cpu platform"):
+        config.Execution(calibration=partial)
