@@ -85,6 +85,16 @@ def test_snakemake_resources_and_srun_line_of_a_multi_node_stage():
     assert launch.stop_ahead(local, None) == 0
 
 
+def test_one_process_per_node_drives_all_its_gpus():
+    camp, spec, _ = _nbody_job()
+    per_node = camp.model_copy(update={"execution": camp.execution.model_copy(
+        update={"processes_per_node": 1})})
+    job = launch.campaign_job(per_node, spec, site.Site(), "nbody")
+    assert shlex.split(launch.snakemake_resources(job)["mpi"]) == [
+        "srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=8", "--gres=gpu:4",
+        "--kill-on-bad-exit=1"]
+
+
 def test_slurm_durations_and_the_job_of_this_process():
     assert launch.slurm_seconds("9:05") == 545
     assert launch.slurm_seconds("1:00:00\n") == 3600
