@@ -3,31 +3,20 @@ device bins or samples its own block, and only bin sums, maps or halo faces cros
 (besides the distributed FFT's own transposes). Read off the compiled programs on 8 CPU
 devices, with the results equal to one device's."""
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from pmpipe import fft, lightcone, painting, parallel, stats
+from pmpipe.collectives import in_program
 
 N, BOX = 32, 128.0
-COLLECTIVE = re.compile(r"= (.*?) (all-gather|all-reduce|all-to-all|collective-permute|"
-                        r"reduce-scatter|collective-broadcast)(?:-start)?\(")
 
 
 def collectives(program) -> list[tuple[str, int]]:
-    """(kind, elements) of every collective in a compiled program; a tuple-shaped collective
-    counts the elements of all its parts."""
-    out = []
-    for line in program.as_text().splitlines():
-        match = COLLECTIVE.search(line)
-        if match:
-            dims = re.findall(r"[a-z]+\d*\[([\d,]*)\]", match.group(1))
-            size = sum(int(np.prod([int(d) for d in ds.split(",") if d])) for ds in dims)
-            out.append((match.group(2), size))
-    return out
+    """(kind, elements) of every collective in a compiled program."""
+    return [(kind, elements) for kind, elements, _ in in_program(program.as_text())]
 
 
 def assert_local(program, largest: int, devices: int = 8):
