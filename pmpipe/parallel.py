@@ -37,6 +37,21 @@ def make_mesh(pdims: tuple[int, int], devices=None) -> Mesh:
     return Mesh(np.asarray(devices[: px * py], dtype=object).reshape(px, py), AXES)
 
 
+def spread_devices(count: int) -> list:
+    """``count`` devices taken equally from every process (the first ones of each), process by
+    process: the devices of a mesh over part of a run of several processes."""
+    processes = jax.process_count()
+    if count % processes:
+        raise ValueError(f"{count} devices cannot be taken equally from {processes} processes: "
+                         f"use a multiple of {processes}")
+    share = count // processes
+    owned = [[d for d in jax.devices() if d.process_index == p] for p in range(processes)]
+    if any(len(devices) < share for devices in owned):
+        raise ValueError(f"{count} devices need {share} in each of {processes} processes; "
+                         f"they hold {min(len(d) for d in owned)}")
+    return [d for devices in owned for d in devices[:share]]
+
+
 def pdims_of(mesh: Mesh) -> tuple[int, int]:
     """(px, py) of a mesh made by :func:`make_mesh`."""
     return int(mesh.shape["x"]), int(mesh.shape["y"])

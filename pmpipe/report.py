@@ -51,7 +51,7 @@ def figures(campaign_dir: Path, run_ids, lensing: bool, outputs) -> list[Figure]
         for f, category in CAMPAIGN_FIGURES.items() if f != "peaks" or lensing]
 
 
-def _pyplot():
+def pyplot():
     """matplotlib's pyplot on the Agg backend (imported when a figure is drawn, not when the
     workflow lists the figures)."""
     import matplotlib
@@ -64,7 +64,7 @@ def _pyplot():
 
 def _ratio_panels():
     """A figure with a log-log panel above a ratio panel sharing the x axis."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(6, 6),
                                       gridspec_kw={"height_ratios": (2, 1)})
     bottom.axhline(1.0, color="grey", lw=0.5)
@@ -83,8 +83,8 @@ def _shade_outside(axes, low, high, label) -> None:
         ax.set_xlim(left, right)
 
 
-def _save(fig, out_path) -> None:
-    plt = _pyplot()
+def save_figure(fig, out_path) -> None:
+    plt = pyplot()
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
@@ -92,7 +92,7 @@ def _save(fig, out_path) -> None:
 
 def plot_power(summaries_path, out_path) -> None:
     """P(k) at each snapshot with linear theory and shot noise; ratio panel below."""
-    plt = _pyplot()
+    plt = pyplot()
     g = store.open_complete(summaries_path)
     a, k_mean, pk, lin = g["a"][:], g["k_mean"][:], g["pk"][:], g["pk_linear"][:]
     fig, top, bottom = _ratio_panels()
@@ -108,12 +108,12 @@ def plot_power(summaries_path, out_path) -> None:
     top.set_title(f"{g.attrs['run_id']}: matter power spectrum (dashed: linear)")
     bottom.set_xlabel("k [h/Mpc]")
     bottom.set_ylabel("P / P_lin")
-    _save(fig, out_path)
+    save_figure(fig, out_path)
 
 
 def plot_slice(nbody_path, out_path) -> None:
     """log10 ρ/ρ̄ averaged over the first SLAB_FRACTION of the box along z, last snapshot."""
-    plt = _pyplot()
+    plt = pyplot()
     g = store.open_complete(nbody_path)
     density = g["density"]
     depth = max(1, int(round(SLAB_FRACTION * density.shape[3])))
@@ -128,12 +128,12 @@ def plot_slice(nbody_path, out_path) -> None:
     ax.set_xlabel("x [Mpc/h]")
     ax.set_ylabel("y [Mpc/h]")
     ax.set_title(f"{g.attrs['run_id']}, a = {g['a'][-1]:.3g}")
-    _save(fig, out_path)
+    save_figure(fig, out_path)
 
 
 def plot_campaign(summaries_path, out_path) -> None:
     """P(k) / linear theory at the last snapshot, one line per run."""
-    plt = _pyplot()
+    plt = pyplot()
     g = store.open_complete(summaries_path)
     runs, k = g["run"][:], g["k_mean"][0]
     ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
@@ -145,13 +145,13 @@ def plot_campaign(summaries_path, out_path) -> None:
     ax.set_ylabel("P(k) / D² P_lin(k)")
     ax.set_title(f"{g.attrs['campaign']}: a = {g['a'][-1]:.3g}")
     ax.legend(fontsize="x-small", ncol=2)
-    _save(fig, out_path)
+    save_figure(fig, out_path)
 
 
 def plot_kappa(lensing_path, out_path) -> None:
     """The flat-sky κ map of the last source (the HEALPix map in Mollweide when there is no
     flat-sky map)."""
-    plt = _pyplot()
+    plt = pyplot()
     g = store.open_complete(lensing_path)
     sources = g["source"][:]
     if "kappa" in g:
@@ -201,13 +201,13 @@ def plot_cl(summaries_path, out_path) -> None:
                   "range", fontsize="medium")
     bottom.set_xlabel("ℓ")
     bottom.set_ylabel("C_ℓ / C_ℓ,lin")
-    _save(fig, out_path)
+    save_figure(fig, out_path)
 
 
 def plot_peaks(summaries_path, out_path) -> None:
     """Peak counts and κ PDF of the last source at the first smoothing scale, averaged over
     the runs of each cosmology (runs with the same design parameters)."""
-    plt = _pyplot()
+    plt = pyplot()
     g = store.open_complete(summaries_path)
     suffix = "" if "peaks" in g else "_healpix"
     kappa, runs = g["kappa"][:], g["run"][:]
@@ -227,7 +227,7 @@ def plot_peaks(summaries_path, out_path) -> None:
     left.legend(fontsize="small")
     scale = g["smoothing"][0]
     fig.suptitle(f"{g.attrs['campaign']}: source {g['source'][-1]}, smoothing {scale:g} arcmin")
-    _save(fig, out_path)
+    save_figure(fig, out_path)
 
 
 def make_figures(campaign_dir: str | Path, paths) -> None:
