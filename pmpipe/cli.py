@@ -257,6 +257,47 @@ def _bench_campaign(args) -> int:
     return 0
 
 
+def _bench_scaling(args) -> int:
+    import logging
+
+    from pmpipe import bench, config, parallel, scaling
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    _, processes = parallel.launcher_processes()
+    devices = sorted({d for d in args.devices if d % processes == 0})
+    if len(devices) < len(set(args.devices)):
+        logging.getLogger(__name__).info("--devices: %d processes measure %s devices", processes,
+                                         " ".join(map(str, devices)) or "no")
+    if not devices:
+        raise config.ConfigError(f"--devices {' '.join(map(str, args.devices))}: each count must "
+                                 f"be a multiple of the {processes} processes launched")
+    try:  # the options checked before JAX starts
+        scaling.plan(args.mesh, devices, args.oversample, args.halo, args.scaling,
+                     args.decompositions)
+    except ValueError as err:
+        raise config.ConfigError(str(err)) from None
+    parallel.start_processes(max(devices))
+    import jax
+
+    if max(devices) > jax.device_count():
+        raise config.ConfigError(f"--devices {max(devices)}: {jax.device_count()} devices are "
+                                 f"visible to the {processes} process(es)")
+    record = scaling.run(args.mesh, devices, args.oversample, args.halo, args.repeat,
+                         args.scaling, args.decompositions)
+    if args.trace:
+        record["trace"] = scaling.traced_steps(record, args.trace, args.trace_steps)
+    if jax.process_index() != 0:
+        return 0
+    if args.json:
+        bench.write_json(record, args.json)
+    if args.plot:
+        scaling.plot(record, args.plot)
+    print(scaling.table(record))
+    if args.trace:
+        print(scaling.trace_table(record["trace"]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pmpipe import nbody
     from pmpipe.stages import STAGES
@@ -366,6 +407,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--pmwd", metavar="DIR", help="folder that holds the pmwd package")
     bench.add_argument("--json", metavar="PATH", help="also write the record to PATH")
     bench.set_defaults(func=_bench)
+    scaling = targets.add_parser(
+        "scaling", help="strong and weak scaling of one PM step and its parts (paint, FFT, read) "
+                        "over device counts, slabs and pencils: a table, JSON and a plot")
+    scaling.add_argument("--mesh", type=int, required=True,
+                         help="particles per side, N (weak scaling: on the fewest devices)")
+    scaling.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8],
+                         help="device counts (default 1 2 4 8; with several processes, the "
+                              "multiples of their number); on CPU the processes ask XLA for them")
+    scaling.add_argument("--scaling", nargs="+", choices=["strong", "weak"],
+                         default=["strong", "weak"], help="which scalings (default both)")
+    scaling.add_argument("--decompositions", nargs="+", choices=["slab", "pencil"],
+                         default=["slab", "pencil"], help="which decompositions (default both)")
+    scaling.add_argument("--oversample", type=int, default=1, help="force mesh / particle grid, B")
+    scaling.add_argument("--halo", type=int, default=4, help="halo cells (default 4)")
+    scaling.add_argument("--repeat", type=int, default=3, help="timed calls per part, best kept")
+    scaling.add_argument("--json", metavar="PATH", help="write the record to PATH")
+    scaling.add_argument("--plot", metavar="PNG", help="draw time and efficiency to PNG")
+    scaling.add_argument("--trace", metavar="DIR",
+                         help="write a JAX profiler trace of PM steps on the most devices to DIR "
+                              "and print its time by category")
+    scaling.add_argument("--trace-steps", type=int, default=3, help="steps traced (default 3)")
+    scaling.set_defaults(func=_bench_scaling)
     steps = targets.add_parser("steps", help="P(k) of S steps equal in a, ln a and D1 against "
                                              "a converged reference from the same ICs")
     force = targets.add_parser("force", help="P(k) of N particles with force meshes B = 1, "
