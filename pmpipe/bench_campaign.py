@@ -37,7 +37,7 @@ def default_snakefile() -> Path:
     """The Snakefile of the checkout pmpipe is installed from."""
     import pmpipe
 
-    return Path(list(pmpipe.__path__)[0]).resolve().parent / "Snakefile"
+    return Path(next(iter(pmpipe.__path__))).resolve().parent / "Snakefile"
 
 
 def run_snakemake(campaign_file: Path, profile: Path, workdir: Path, snakefile: Path,

@@ -27,7 +27,6 @@ def _run(args) -> int:
 
 def _plan(args) -> int:
     from pmpipe import campaign, config
-
     from pmpipe.stages import lensing
 
     camp = config.load_campaign(args.campaign)
@@ -200,7 +199,7 @@ def _submit(args) -> int:
     for label, job in zip(labels, jobs):
         try:
             job.results()  # one result per task (process)
-        except Exception as err:  # submitit raises its own errors for failed or lost jobs
+        except Exception as err:  # noqa: BLE001  submitit raises its own errors for failed or lost jobs
             failed += 1
             print(f"error: {label}: SLURM job {job.job_id} failed ({type(err).__name__}); "
                   f"log: {job.paths.stdout}", file=sys.stderr)

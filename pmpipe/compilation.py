@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Self
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -130,7 +131,7 @@ class CompileCounter:
             raise RuntimeError("CompileCounter.counts before start()")
         return (totals() if self._end is None else self._end) - self._start
 
-    def __enter__(self) -> CompileCounter:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -14,9 +14,17 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pmpipe import cosmology, nbody, painting, parallel, simulation
 
@@ -434,7 +442,7 @@ class RunFile(_Model):
         return self
 
     @classmethod
-    def build(cls, campaign: str, run_id: str, index: int, parameters: dict, run: Run) -> "RunFile":
+    def build(cls, campaign: str, run_id: str, index: int, parameters: dict, run: Run) -> RunFile:
         return cls(campaign=campaign, run_id=run_id, index=index, parameters=parameters,
                    config=run, config_hash=config_hash(run))
 

@@ -339,7 +339,7 @@ _SIGMA8_K = (1e-5, 1e2, 4096)  # k range (h/Mpc) and points for the σ8 integral
 def linear_power_eisenstein_hu(cosmo: Cosmology, k, wiggles: bool = True):
     """Linear P(k) at a = 1 in (Mpc/h)^3 from the Eisenstein-Hu transfer function, normalised to σ8."""
     kk = jnp.logspace(math.log10(_SIGMA8_K[0]), math.log10(_SIGMA8_K[1]), _SIGMA8_K[2])
-    shape = lambda q: q**cosmo.n_s * transfer_eisenstein_hu(cosmo, q, wiggles) ** 2  # noqa: E731
+    shape = lambda q: q**cosmo.n_s * transfer_eisenstein_hu(cosmo, q, wiggles) ** 2
     norm = (cosmo.sigma8 / sigma_r(kk, shape(kk), 8.0)) ** 2
     return norm * shape(jnp.asarray(k))
 
@@ -408,7 +408,7 @@ class LinearPower:
     (one of POWER_KINDS) is static, the cosmology and the table (k_table, p_table: (T,) arrays,
     kind 'table' only) are leaves, so compiled programs take them as arguments."""
 
-    kind: str = dataclasses.field(metadata=dict(static=True))
+    kind: str = dataclasses.field(metadata={"static": True})
     cosmo: Cosmology
     k_table: jax.Array | None = None
     p_table: jax.Array | None = None

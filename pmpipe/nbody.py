@@ -91,9 +91,9 @@ def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
     table = cosmology.growth_table(cosmo) if table is None else table
     a0, a1 = a_steps[:-1], a_steps[1:]
     ah = 0.5 * (a0 + a1)
-    gp = lambda a: _growth_momentum(cosmo, a, table)  # noqa: E731
-    gf = lambda a: _growth_force(cosmo, a, table)  # noqa: E731
-    d1 = lambda a: cosmology.growth_factor(cosmo, a, table)  # noqa: E731
+    gp = lambda a: _growth_momentum(cosmo, a, table)
+    gf = lambda a: _growth_force(cosmo, a, table)
+    d1 = lambda a: cosmology.growth_factor(cosmo, a, table)
     kick1 = (gp(ah) - gp(a0)) / gf(a0)
     drift = (d1(a1) - d1(a0)) / gp(ah)
     kick2 = (gp(a1) - gp(ah)) / gf(a1)
@@ -104,7 +104,7 @@ def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
     """Drift factor from a0 to a_stop (a0 < a_stop <= a1) with the momentum of the step a0 -> a1,
     (D1(a_stop) - D1(a0)) / G_p(a_h): the FastPM drift stopped part-way (arrays broadcast)."""
     table = cosmology.growth_table(cosmo) if table is None else table
-    d1 = lambda a: cosmology.growth_factor(cosmo, a, table)  # noqa: E731
+    d1 = lambda a: cosmology.growth_factor(cosmo, a, table)
     return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1), table)
 
 

@@ -12,9 +12,10 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 AXES = ("x", "y")
 FIELD_SPEC = P("x", "y")

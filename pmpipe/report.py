@@ -116,7 +116,7 @@ def plot_slice(nbody_path, out_path) -> None:
     plt = pyplot()
     g = store.open_complete(nbody_path)
     density = g["density"]
-    depth = max(1, int(round(SLAB_FRACTION * density.shape[3])))
+    depth = max(1, round(SLAB_FRACTION * density.shape[3]))
     slab = np.asarray(density[-1, :, :, :depth], dtype=np.float64).mean(axis=2)
     x = g["x"][:]
     spacing = x[1] - x[0]

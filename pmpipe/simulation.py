@@ -81,7 +81,7 @@ def simulate(cosmo: cosmology.Cosmology, noise, mesh: Mesh, grid: nbody.PMGrid, 
     if not isinstance(power, cosmology.LinearPower):
         power = jax.tree_util.Partial(power)
     table = cosmology.growth_table(cosmo)
-    snaps = tuple(sorted(set(float(s) for s in snapshots) | {float(a_final)}))
+    snaps = tuple(sorted({float(s) for s in snapshots} | {float(a_final)}))
     bounds = nbody.step_boundaries(a_init, a_final, steps, snaps)
     start = time.perf_counter()
     fields, out = _simulation(cosmo, noise, a_init, table, power, bounds.astype(noise.dtype),

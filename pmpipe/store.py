@@ -69,7 +69,7 @@ class StoreWriteError(RuntimeError):
 
 def now() -> str:
     """Current UTC time, ISO 8601 with seconds."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _git_commit() -> str | None:
@@ -441,8 +441,9 @@ def _put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: in
         _release(nbytes)
         return
     left = [len(pieces)]
+    lock = threading.Lock()
 
-    def done(_, lock=threading.Lock()):
+    def done(_):
         with lock:
             left[0] -= 1
             last = left[0] == 0

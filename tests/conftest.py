@@ -9,14 +9,14 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                                    "--xla_backend_optimization_level=1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
 PDIMS_8 = [(2, 4), (4, 2), (1, 8), (8, 1)]
 REPO = Path(__file__).resolve().parent.parent

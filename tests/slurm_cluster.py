@@ -111,8 +111,8 @@ def slurm_conf(state: Path, ports: dict, cpus: int, memory_mb: int) -> str:
         "AccountingStorageTRES=gres/gpu",
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
-        f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} "
-        f"Gres=gpu:{GPUS} State=UNKNOWN",
+        (f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} "
+        f"Gres=gpu:{GPUS} State=UNKNOWN"),
         f"PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP",
         "",
     ])
@@ -178,9 +178,9 @@ class Cluster:
         return json.loads(self.pids_file.read_text()) if self.pids_file.exists() else {}
 
     def _spawn(self, name: str, cmd: list[str], **kw) -> None:
-        log = open(self.state / f"{name}.out", "ab")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+        with open(self.state / f"{name}.out", "ab") as log:  # the daemon keeps its own copy
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, **kw)
         pids = self._pids()
         pids[name] = proc.pid
         self.pids_file.write_text(json.dumps(pids))

@@ -37,7 +37,6 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
     import sys
 
     import yaml
-
     from conftest import REPO, TINY
 
     data = yaml.safe_load(TINY)

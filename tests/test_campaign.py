@@ -118,7 +118,7 @@ def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s
 
 def test_estimates_grow_with_particles_and_shrink_with_devices():
     gpu = config.Execution(platform="gpu", devices_per_node=4)
-    est = lambda r, ex=gpu: campaign.estimate(r, ex)  # noqa: E731
+    est = lambda r, ex=gpu: campaign.estimate(r, ex)
     assert est(run(64)).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
     assert est(run(128, (2, 2))).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
     assert est(run(128, (2, 2))).runtime_s["nbody"] < est(run(128)).runtime_s["nbody"]
@@ -263,8 +263,8 @@ BAD = [
     (_with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}),
      "design.parameters.omega_m.[key]: Input should be 'Omega_m', 'Omega_b', 'h'"),
     (_with("design", {"kind": "grid", "parameters": {"Omega_m": [0.3, -0.1]}}),
-     "design point p0001 (design parameters Omega_m = -0.1): invalid configuration\n"
-     "  cosmology.Omega_m: Input should be greater than 0"),
+     ("design point p0001 (design parameters Omega_m = -0.1): invalid configuration\n"
+     "  cosmology.Omega_m: Input should be greater than 0")),
     (_with("design", {"kind": "latin_hypercube", "samples": 2, "parameters": {"Omega_b": [0.4, 0.5]}}),
      "must be smaller than cosmology.Omega_m"),
     (_with("design", {"kind": "list", "points": [{"name": "a"}, {"name": "a"}]}),
@@ -281,8 +281,8 @@ BAD = [
      "base.parallel.pdims needs 4 devices but execution.devices_per_node = 1 on cpu"),
     ({**_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
       "execution": {"devices_per_node": 4, "processes_per_node": 3}},
-     "execution.processes_per_node = 3 with 4 devices on a node: each process holds an equal "
-     "share of its node's devices; choose a divisor of 4"),
+     ("execution.processes_per_node = 3 with 4 devices on a node: each process holds an equal "
+     "share of its node's devices; choose a divisor of 4")),
 ]
 
 

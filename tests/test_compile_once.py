@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import yaml
+from conftest import TINY
 
 from pmpipe import config
-
-from conftest import TINY
 
 COSMOLOGIES = [  # Omega_m, sigma8, h, n_s, w0, wa: every run differs in all of them
     {"Omega_m": 0.30, "sigma8": 0.80, "h": 0.67, "n_s": 0.96, "w0": -1.0, "wa": 0.0},

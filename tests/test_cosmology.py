@@ -1,7 +1,6 @@
+import astropy.units as u
 import numpy as np
 import pytest
-
-import astropy.units as u
 from astropy.cosmology import FlatLambdaCDM, Flatw0waCDM
 
 from pmpipe import cosmology as C
@@ -11,7 +10,7 @@ A = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0])
 
 
 def _astropy(c: C.Cosmology):
-    kw = dict(H0=100 * c.h, Om0=c.Omega_m, Tcmb0=c.T_cmb, Neff=c.N_eff, m_nu=0 * u.eV, Ob0=c.Omega_b)
+    kw = {"H0": 100 * c.h, "Om0": c.Omega_m, "Tcmb0": c.T_cmb, "Neff": c.N_eff, "m_nu": 0 * u.eV, "Ob0": c.Omega_b}
     if c.w0 == -1 and c.wa == 0:
         return FlatLambdaCDM(**kw)
     return Flatw0waCDM(w0=c.w0, wa=c.wa, **kw)

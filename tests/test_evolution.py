@@ -8,9 +8,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import rel_diff
-from pmpipe import compilation, cosmology, fft, ics, lightcone, nbody, painting, parallel, simulation
+
+from pmpipe import (
+    compilation,
+    cosmology,
+    fft,
+    ics,
+    lightcone,
+    nbody,
+    painting,
+    parallel,
+    simulation,
+)
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 GRID = nbody.PMGrid(N, 2, BOX, 8)

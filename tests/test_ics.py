@@ -1,8 +1,8 @@
 import jax
 import numpy as np
 import pytest
-
 from conftest import PDIMS_8, rel_diff
+
 from pmpipe import cosmology as C
 from pmpipe import fft, ics, parallel, stats
 
@@ -31,7 +31,7 @@ def test_fixed_amplitude_field_reproduces_input_power():
     mesh = parallel.make_mesh((1, 1))
     noise = ics.white_noise(7, N, mesh)
     delta = ics.linear_density(noise, power, L, mesh, fixed_amplitude=True)
-    k, pk, count = stats.power_spectrum(delta, mesh, L)
+    _k, pk, count = stats.power_spectrum(delta, mesh, L)
     expected = _mode_averaged_input(mesh, ics.linear_modes(noise, power, L, mesh))
     assert np.all(count > 0)
     np.testing.assert_allclose(pk, expected, rtol=1e-3)

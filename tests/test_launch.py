@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import golden
 
 from pmpipe import campaign, config, launch, parallel, site
-
-from conftest import golden
 
 GOLDEN = Path(__file__).parent / "golden"
 LOGS = "/scratch/pmpipe/logs"
@@ -39,8 +38,8 @@ def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
         assert line in lines, line
     assert res["mem_mb"] > 4 * 1000 and res["runtime"] >= campaign.MIN_RUNTIME_MINUTES
     srun = [line for line in lines if line.startswith("srun ")]
-    assert srun == [f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 "
-                    f"python -u -m submitit.core._submit {LOGS}"]
+    assert srun == [(f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 "
+                    f"python -u -m submitit.core._submit {LOGS}")]
 
 
 def test_array_script_runs_groups_of_runs_with_bounded_parallelism():

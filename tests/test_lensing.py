@@ -4,15 +4,14 @@ and bad lensing input."""
 
 import math
 
+import healpy
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pyccl
 import pytest
 
-from pmpipe import config, cosmology, lensing, lightcone, parallel, painting
-
-import pyccl  # noqa: E402  (a test dependency, pyproject [test])
-import healpy  # noqa: E402
+from pmpipe import config, cosmology, lensing, lightcone, painting, parallel
 
 C_KM_S = 299792.458
 

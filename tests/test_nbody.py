@@ -2,8 +2,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import PDIMS_8, rel_diff
+
 from pmpipe import cosmology as C
 from pmpipe import ics, lpt, nbody, painting, parallel, simulation, stats
 
@@ -22,8 +22,8 @@ def _run(n, box, oversample, a_init, a_final, steps, pdims=(1, 1), seed=1, fixed
 
 def test_linear_growth_in_a_gigaparsec_box():
     a0, a1 = 0.1, 1.0
-    mesh, grid, init, res = _run(64, 1000.0, 2, a0, a1, 10, fixed=True, snapshots=(a0,))
-    k, p_init, _ = stats.power_spectrum(res.snapshots[a0] - 1, mesh, grid.box_size)
+    mesh, grid, _init, res = _run(64, 1000.0, 2, a0, a1, 10, fixed=True, snapshots=(a0,))
+    _k, p_init, _ = stats.power_spectrum(res.snapshots[a0] - 1, mesh, grid.box_size)
     _, p_final, _ = stats.power_spectrum(res.snapshots[a1] - 1, mesh, grid.box_size)
     growth = (C.growth_factor(COSMO, a1) / C.growth_factor(COSMO, a0)) ** 2
     ratio = p_final / (float(growth) * p_init)
@@ -37,7 +37,7 @@ def test_pm_agrees_with_2lpt_at_early_times():
     n, box = 32, 256.0
     k_cut = np.pi * n / box / 3
     mesh = parallel.make_mesh((1, 1))
-    power = lambda k: C.linear_power_eisenstein_hu(COSMO, k) * (k < k_cut)  # noqa: E731
+    power = lambda k: C.linear_power_eisenstein_hu(COSMO, k) * (k < k_cut)
     init, res = simulation.simulate(COSMO, ics.white_noise(1, n, mesh), mesh,
                                     nbody.PMGrid(n, 2, box, 4), a0, a1, 10, power=power)
     disp_lpt, _ = lpt.lpt_state(COSMO, init.s1, init.s2, a1)
@@ -48,7 +48,7 @@ def test_pm_agrees_with_2lpt_at_early_times():
 
 def test_step_convergence_10_vs_40_steps():
     box, n = 256.0, 32
-    _, grid, _, r10 = _run(n, box, 2, 0.1, 1.0, 10)
+    _, _grid, _, r10 = _run(n, box, 2, 0.1, 1.0, 10)
     mesh, _, _, r40 = _run(n, box, 2, 0.1, 1.0, 40)
     k, p10, _ = stats.power_spectrum(r10.snapshots[1.0] - 1, mesh, box)
     _, p40, _ = stats.power_spectrum(r40.snapshots[1.0] - 1, mesh, box)
@@ -65,7 +65,7 @@ def single_device_run():
 @pytest.mark.parametrize("pdims", PDIMS_8)
 def test_same_universe_on_8_devices(pdims, single_device_run):
     _, _, init1, res1 = single_device_run
-    mesh, _, init8, res8 = _run(32, 256.0, 1, 0.1, 1.0, 10, pdims=pdims, halo=4)
+    _mesh, _, init8, res8 = _run(32, 256.0, 1, 0.1, 1.0, 10, pdims=pdims, halo=4)
     assert len(res8.disp.addressable_shards) == 8
     assert rel_diff(init8.delta_linear, init1.delta_linear) <= 1e-5
     assert rel_diff(init8.disp, init1.disp) <= 1e-5
@@ -111,8 +111,8 @@ def test_fastpm_factors_exact_for_linear_growth():
     """One KDK step of a pure growing mode with the exact linear force reproduces D1."""
     table = C.growth_table(COSMO)
     a = jnp.array([0.1, 0.6])
-    k1, dr, k2 = nbody.kdk_coefficients(COSMO, a, table)
-    d = lambda x: C.growth_factor(COSMO, x, table)  # noqa: E731
+    k1, dr, _k2 = nbody.kdk_coefficients(COSMO, a, table)
+    d = lambda x: C.growth_factor(COSMO, x, table)
     s = 1.0
     x = d(0.1) * s
     p = a[0] ** 2 * C.E(COSMO, a[0]) * C.growth_factor_derivative(COSMO, a[0], table) * s
@@ -152,7 +152,7 @@ def test_gradients_match_finite_differences_float64():
 
 def test_evolution_leaves_the_initial_state_valid():
     """The steps update the particle state in place (donated buffers), never the caller's."""
-    mesh, _, init, res = _run(8, 64.0, 1, 0.1, 1.0, 2, halo=2)
+    _mesh, _, init, res = _run(8, 64.0, 1, 0.1, 1.0, 2, halo=2)
     assert not init.disp.is_deleted() and not init.mom.is_deleted()
     assert float(jnp.abs(res.disp - init.disp).max()) > 0
 

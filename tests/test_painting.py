@@ -2,8 +2,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import PDIMS_8, rel_diff
+
 from pmpipe import painting, parallel
 
 N, L = 16, 64.0
@@ -114,7 +114,7 @@ def test_cic_compensation_flattens_window():
     rho, _ = painting.paint(disp, mesh, n, L, 1)
     delta = rho - 1
     _, p_raw, _ = stats.power_spectrum(delta, mesh, L)
-    k, p_comp, _ = stats.power_spectrum(delta, mesh, L, compensate_cic=True)
+    _k, p_comp, _ = stats.power_spectrum(delta, mesh, L, compensate_cic=True)
     shot = L**3 / n**3
     mid = slice(2, n // 4)
     assert np.abs(p_comp[mid] / shot - 1).max() < 0.25

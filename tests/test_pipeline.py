@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import yaml
+from conftest import TINY, finished, same_store
+from conftest import snakemake_tiny as snakemake
 
 from pmpipe import campaign, config, stages, store
-
-from conftest import TINY, finished, same_store, snakemake_tiny as snakemake
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
 

@@ -10,10 +10,9 @@ import sys
 import pytest
 import yaml
 import zarr
+from conftest import REPO, TINY, run_snakemake, same_store
 
 from pmpipe import campaign, config, stages, store
-
-from conftest import REPO, TINY, run_snakemake, same_store
 
 STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
                  "--seconds-between-status-checks", "2")

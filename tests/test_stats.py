@@ -1,14 +1,14 @@
 """Estimators against fields of known spectrum, and the same statistics on 1 and 8 devices."""
 
+import healpy
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from pmpipe import lightcone, painting, parallel, stats
-
-import healpy  # noqa: E402
 
 
 def gaussian_field(n, box, power, seed):
@@ -22,7 +22,7 @@ def gaussian_field(n, box, power, seed):
 
 def test_power_spectrum_of_a_gaussian_field_is_recovered_within_its_scatter():
     n, box = 48, 200.0
-    power = lambda k: 1e3 * k**-1.5 * np.exp(-((k / 0.6) ** 2))  # noqa: E731
+    power = lambda k: 1e3 * k**-1.5 * np.exp(-((k / 0.6) ** 2))
     field = gaussian_field(n, box, power, 0)
     k, pk, modes = stats.power_spectrum(jnp.asarray(field), parallel.make_mesh((1, 1)), box)
     ratio = pk / power(k)
@@ -42,7 +42,7 @@ def test_poisson_catalogue_gives_flat_shot_noise_after_compensation():
     shot = box**3 / n**3
     nyquist = np.pi * n / box
     lower, upper = k < 0.25 * nyquist, (k >= 0.25 * nyquist) & (k < 0.5 * nyquist)
-    mean = lambda sel: np.sum(pk[sel] * modes[sel]) / np.sum(modes[sel]) / shot  # noqa: E731
+    mean = lambda sel: np.sum(pk[sel] * modes[sel]) / np.sum(modes[sel]) / shot
     # dividing by the CIC window leaves the aliased images of the shot noise (Jing 2005): a few
     # per cent at half the Nyquist frequency
     assert abs(mean(lower | upper) - 1) < 0.05
@@ -73,7 +73,7 @@ def flat_gaussian_map(n, fov_deg, cl, seed):
 
 def test_flat_sky_cl_of_a_gaussian_map_is_recovered():
     n, fov = 128, 10.0
-    cl = lambda ell: 1e-9 * (ell / 100.0) ** -1.2  # noqa: E731
+    cl = lambda ell: 1e-9 * (ell / 100.0) ** -1.2
     edges = stats.log_bin_edges(80, 2000, 8)
     ell, measured, modes = stats.flat_sky_cl(jnp.asarray(flat_gaussian_map(n, fov, cl, 4)), fov, edges)
     ratio = measured / cl(ell)
@@ -93,7 +93,7 @@ def test_flat_sky_cl_of_patches_cut_from_a_larger_field_is_unbiased():
     4 sigma of the mean over 160 patches (16 from each of 10 fields of 4 x 4 map sizes) plus
     2 % (the patch's edges add 1.1-1.8 % above 10 fundamentals for this spectrum)."""
     n, fov, tiles = 64, 10.0, 4
-    cl = lambda ell: 1e-9 * (ell / 100.0) ** -1.2  # noqa: E731
+    cl = lambda ell: 1e-9 * (ell / 100.0) ** -1.2
     edges = stats.log_bin_edges(2 * np.pi / np.radians(fov), np.pi * n / np.radians(fov), 12)
     ratios = []
     for seed in range(10):

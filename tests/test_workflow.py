@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 import zarr
+from conftest import REPO, TINY, finished, run_snakemake
+from conftest import snakemake_tiny as snakemake
 
 from pmpipe import store
-
-from conftest import REPO, TINY, finished, run_snakemake, snakemake_tiny as snakemake
 
 STAGES = ("ic", "nbody", "lensing", "summaries")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+
 from pmpipe import config, cosmology, lensing, lightcone, resolution, store
 from pmpipe.stages import Inputs, Progress, main, store_path
 
@@ -57,8 +58,8 @@ def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=Non
         flat = cfg.lensing.flat_sky
         fov = np.radians(flat.field_of_view)
         maps[""] = (mesh, resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov, np.pi * flat.pixels / fov,
-                    f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
-                    f"{flat.field_of_view:g} deg field",
+                    (f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
+                    f"{flat.field_of_view:g} deg field"),
                     f"map: the Nyquist multipole of its {flat.pixels} pixels")
     if cfg.lensing.full_sky is not None:
         ell_max = lightcone.healpix_ell_max(cfg.lensing.full_sky.nside)
@@ -115,10 +116,10 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
             change = ("lower lensing.full_sky.nside to "
                       f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}")
         if reach > far * resolved:
-            out[field] = (resolved, f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
+            out[field] = (resolved, (f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
                           f"the maps to {resolved:.0f} at most (source {srcs[best][0]}; "
                           f"k_max_valid = {k_valid:.3g} h/Mpc): {change}, or raise box.particles "
-                          "or box.oversample (docs/lensing.md)")
+                          "or box.oversample (docs/lensing.md)"))
     return out
 
 

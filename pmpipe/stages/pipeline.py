@@ -117,7 +117,7 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
     except checkpoint.Preempted:  # the job is about to end: so does this process
         raise
-    except Exception as err:  # one run's failure must not stop the other runs of the job
+    except Exception as err:  # noqa: BLE001  one run's failure must not stop the other runs of the job
         if jax.process_index() == 0:
             print(f"[pmpipe run {run_id}] traceback:\n{traceback.format_exc()}", file=sys.stderr)
         line = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__

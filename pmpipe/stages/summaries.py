@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from jax.sharding import Mesh
-
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 
 from pmpipe import config, cosmology, lensing, lightcone, painting, resolution, stats, store
 from pmpipe.parallel import FIELD_SPEC
@@ -100,7 +98,7 @@ def write_initial_correlation(group, cfg: config.Run, inputs: Inputs, n_bins: in
                                          compensate_cic=True, compensate_cic2=False)
     k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
     beyond = k_centre > np.pi * n / box_size  # past the particle grid's Nyquist frequency
-    mask = lambda x: np.where(beyond, np.nan, x)  # noqa: E731
+    mask = lambda x: np.where(beyond, np.nan, x)
     dims = ("k",)
     store.write_array(group, "pk_final_particles", mask(p_final), dims, "(Mpc/h)^3",
                       "P(k) at a_final of the particles painted on the particle grid, CIC divided out")

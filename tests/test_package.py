@@ -1,0 +1,23 @@
+"""The package as a whole: ruff finds nothing with the rules of pyproject.toml ([tool.ruff]),
+and it reports its version."""
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_ruff_finds_nothing_in_the_package_and_the_tests():
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache",
+                          "--output-format", "concise", "pmpipe", "tests"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_the_package_reports_the_version_of_its_project():
+    import tomllib
+
+    import pmpipe
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert pmpipe.__version__ == project["version"]
