@@ -11,7 +11,7 @@ whose PIDs are kept in ``<state>/pids.json``. The partition is ``pmpipe``, the a
 ``srun`` inside a Snakemake job step finds no ``SLURM_CONF`` (the jobstep drops every SLURM_*
 variable), so the configuration is written to /etc/slurm, marked as written by this script;
 a configuration there that this script did not write is never touched. Debian bookworm's
-``slurm-wlm`` 22.05 is what this was written against (../shared/DESIGN.md, Facts).
+``slurm-wlm`` 22.05 is the SLURM it runs.
 """
 
 from __future__ import annotations
