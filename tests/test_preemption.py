@@ -127,8 +127,13 @@ def _assert_resumed_and_complete(results, first_before, log_text, job):
     assert _finished(results / "preempt-fiducial-r0") == first_before  # not recomputed
     assert all(_finished(results / SECOND).values())
     assert not (results / SECOND / checkpoint.FOLDER).exists()
-    states = subprocess.run(["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    end = time.monotonic() + 60  # the accounting may close the last run after the job ended
+    while True:
+        states = subprocess.run(["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        if states[-1:] not in (["RUNNING"], ["COMPLETING"]) or time.monotonic() > end:
+            break
+        time.sleep(0.5)
     assert states.count("REQUEUED") == 2 and states[-1] == "COMPLETED", states  # one job, 3 runs
 
 
