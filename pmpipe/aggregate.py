@@ -8,18 +8,18 @@ from pathlib import Path
 import numpy as np
 
 from pmpipe import campaign as campaigns
-from pmpipe import config, stages, store
+from pmpipe import stages, store, validation
 
 
 def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
     """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries stores
     (each must be complete and made from the run's current config.json); returns the folder."""
-    camp = config.load_campaign(campaign_file)
+    camp = campaigns.load(campaign_file)
     specs = campaigns.expand(camp)
     campaign_dir = Path(results) / camp.name
     run_dirs = [campaign_dir / spec.run_id for spec in specs]
     groups = [store.open_complete(stages.store_path(d, "summaries"),
-                                  config.load_run_file(d / "config.json").config_hash)
+                                  validation.load_run_file(d / "config.json").config_hash)
               for d in run_dirs]
     first = groups[0]
     started = store.now()

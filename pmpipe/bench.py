@@ -25,7 +25,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe import compilation, cosmology, fft, ics, nbody, painting, parallel, simulation, stats
+from pmpipe import (
+    compilation,
+    cosmology,
+    domain,
+    fft,
+    ics,
+    nbody,
+    painting,
+    parallel,
+    simulation,
+    stats,
+    timesteps,
+)
 
 BOX_SIZE = 256.0
 A_INIT = 0.1
@@ -68,7 +80,7 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
     """The compiled evolution's memory analysis: arguments, temporaries and outputs (bytes)
     and arguments plus temporaries per particle."""
     grid = nbody.PMGrid(particles, oversample, BOX_SIZE, halo)
-    bounds = nbody.step_boundaries(A_INIT, 1.0, steps, (1.0,))
+    bounds = timesteps.step_boundaries(A_INIT, 1.0, steps, (1.0,))
     state = jax.ShapeDtypeStruct((particles,) * 3 + (3,), jnp.float32,
                                  sharding=parallel.field_sharding(mesh))
     stats = nbody.evolution.lower(
@@ -139,7 +151,7 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
     JaxPM peer and the accuracy of both against a converged JaxPM reference; compare='pmwd'
     adds pmwd's run of the same job (from the Python path or ``pmwd_path``)."""
     mesh = parallel.make_mesh(pdims)
-    parallel.check_divisible(particles, pdims)
+    domain.check_divisible(particles, pdims)
     cosmo = COSMOLOGY
     grid = nbody.PMGrid(particles, oversample, BOX_SIZE, halo)
     noise = ics.white_noise(seed, particles, mesh)

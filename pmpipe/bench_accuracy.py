@@ -19,7 +19,7 @@ import time
 import jax
 import numpy as np
 
-from pmpipe import cosmology, ics, nbody, painting, parallel, simulation, stats
+from pmpipe import config, cosmology, ics, nbody, painting, parallel, simulation, stats, timesteps
 from pmpipe.bench import A_INIT, COSMOLOGY, POWER, accuracy
 
 FORCE_TOLERANCES = (0.02, 0.05, 0.10)  # power deficits at which bench force reports k
@@ -56,7 +56,7 @@ def bench_steps(particles: int, box_size: float, steps: int, reference_steps: in
     noise = ics.white_noise(seed, particles, mesh)
 
     def run(n_steps, spacing):
-        bounds = nbody.step_boundaries(A_INIT, 1.0, n_steps, (), spacing, _growth)
+        bounds = timesteps.step_boundaries(A_INIT, 1.0, n_steps, (), spacing, _growth)
         return _final_particles(noise, grid, bounds, mesh)
 
     t0 = time.perf_counter()
@@ -67,7 +67,7 @@ def bench_steps(particles: int, box_size: float, steps: int, reference_steps: in
               "reference_spacing": "log_a", "seed": seed,
               "reference_error": accuracy(half, reference, mesh, halo, box_size),
               "spacings": {}}
-    for spacing in nbody.STEP_SPACINGS:
+    for spacing in config.STEP_SPACINGS:
         disp, seconds = run(steps, spacing)
         record["spacings"][spacing] = accuracy(disp, reference, mesh, halo, box_size) | {
             "evolution_s": seconds}
@@ -86,7 +86,7 @@ def bench_force(particles: int, box_size: float, steps: int, oversamples=(1, 2),
     ratio per k bin up to N's Nyquist frequency and the largest k (h/Mpc, and over that
     frequency) below which every bin is within each of FORCE_TOLERANCES."""
     mesh = parallel.make_mesh((1, 1))
-    bounds = nbody.step_boundaries(A_INIT, 1.0, steps, (), spacing, _growth)
+    bounds = timesteps.step_boundaries(A_INIT, 1.0, steps, (), spacing, _growth)
     k_nyquist = np.pi * particles / box_size
     grid_n = 2 * particles
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pmpipe import config
+from pmpipe import campaign, config
 from pmpipe.stages import pipeline
 
 PHASES = ("white_noise", "lpt", "pm_steps", "lensing", "statistics")
@@ -107,7 +107,7 @@ def bench_campaign(campaign_file: str | Path, profile: str | Path = "profiles/lo
 
     parallel.use_host_only()  # the campaign's jobs get the accelerators
     campaign_file, profile = Path(campaign_file).resolve(), Path(profile).resolve()
-    camp = config.load_campaign(campaign_file)  # a bad file fails here, before any work
+    camp = campaign.load(campaign_file)  # a bad file fails here, before any work
     if not profile.is_dir():
         raise config.ConfigError(f"--profile {profile}: no such Snakemake profile folder")
     snakefile = Path(snakefile).resolve() if snakefile else default_snakefile()

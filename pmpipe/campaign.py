@@ -18,12 +18,295 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from pmpipe import config, decomposition, lightcone
+from pmpipe import config, decomposition, seeds, sky, validation
 from pmpipe.stages import STAGES
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "list")
+DESIGN_PARAMETERS = tuple(config.Cosmology.model_fields)  # design parameters are cosmology fields
+ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
+
+
+def _not_empty(parameters: dict) -> dict:
+    if not parameters:
+        raise ValueError("empty design: name at least one cosmology parameter "
+                         f"({', '.join(DESIGN_PARAMETERS)})")
+    return parameters
+
+
+def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:
+    if not bounds[0] < bounds[1]:
+        raise ValueError("parameter range inverted or empty: give [low, high] with low < high")
+    return bounds
+
+
+def _positive_step(step: float) -> float:
+    if not step > 0:
+        raise ValueError("the derivative step must be > 0")
+    return step
+
+
+Values = Annotated[list[float], Field(min_length=1)]
+Range = Annotated[tuple[float, float], AfterValidator(_increasing)]
+Step = Annotated[float, AfterValidator(_positive_step)]
+
+
+class FiducialDesign(config.StrictModel):
+    """One point: the base configuration."""
+
+    kind: Literal["fiducial"]
+
+
+class GridDesign(config.StrictModel):
+    """Cartesian product of parameter values."""
+
+    kind: Literal["grid"]
+    parameters: Annotated[dict[ParameterName, Values], AfterValidator(_not_empty)] = Field(
+        description="values of each cosmology parameter (its units); every combination is a "
+                    "design point, the last parameter varying fastest")
+
+
+class SampledDesign(config.StrictModel):
+    """Quasi-random samples (scipy.stats.qmc, scrambled, seeded by the campaign seed) in a box
+    of parameter ranges."""
+
+    kind: Literal["latin_hypercube", "sobol"]
+    parameters: Annotated[dict[ParameterName, Range], AfterValidator(_not_empty)] = Field(
+        description="[low, high] range of each cosmology parameter (its units)")
+    samples: int = Field(ge=1, description="number of design points (a power of 2 for sobol)")
+
+    @field_validator("samples")
+    @classmethod
+    def _sobol_power_of_two(cls, samples: int, info: ValidationInfo) -> int:
+        if info.data.get("kind") == "sobol" and samples & (samples - 1):
+            low = 1 << (samples.bit_length() - 1)
+            raise ValueError(f"Sobol samples must be a power of 2 for the sequence's balance "
+                             f"properties: use {low} or {2 * low}, or kind latin_hypercube")
+        return samples
+
+
+class DerivativesDesign(config.StrictModel):
+    """Fiducial point plus, for each parameter, a minus and a plus point (central differences);
+    all points share the fiducial seeds."""
+
+    kind: Literal["derivatives"]
+    parameters: Annotated[dict[ParameterName, Step], AfterValidator(_not_empty)] = Field(
+        description="step of each cosmology parameter (its units): points at fiducial - step "
+                    "and fiducial + step")
+
+
+class Point(config.StrictModel):
+    """A named design point."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="point label used in the run id")
+    parameters: dict[ParameterName, float] = Field(
+        default_factory=dict, description="cosmology parameters of the point (their units); "
+                                          "the others come from base.cosmology")
+
+
+class ListDesign(config.StrictModel):
+    """Explicit, named points."""
+
+    kind: Literal["list"]
+    points: list[Point] = Field(min_length=1, description="the design points, each with a unique name")
+
+    @field_validator("points")
+    @classmethod
+    def _unique(cls, points: list[Point]) -> list[Point]:
+        names = [p.name for p in points]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate point name(s) {', '.join(duplicates)} would give "
+                             "duplicate run ids; every point needs its own name")
+        return points
+
+
+# Runs per job by platform. One process compiles once for all its runs, so larger groups
+# amortise start-up and compilation (about 10 s a process on 2 CPU cores); smaller groups lose
+# less work to a failed job and let a campaign spread over more nodes. A 256^3 run takes
+# seconds on a GPU, so 16 of them still make a job of minutes; on CPU 8 runs of 64^3 do.
+RUNS_PER_JOB = {"cpu": 8, "gpu": 16}
+
+
+# What a calibration record (`pmpipe bench nbody --json`) must hold: the configuration measured
+# and its step time and peak memory (device_peak_bytes on gpu, peak_rss_bytes on cpu).
+CALIBRATION_FIELDS = ("platform", "mesh", "oversample", "pdims", "halo", "steps", "step_s",
+                      "peak_rss_bytes")
+
+
+class Execution(config.StrictModel):
+    """Where and how the runs execute; used for resources and `pmpipe plan`."""
+
+    platform: Literal["cpu", "gpu"] = Field("cpu", description="devices the stages run on")
+    device_memory_gb: float = Field(
+        16.0, gt=0, description="memory of one device in GB (1e9 bytes); on cpu the memory one "
+                                "process may use, all its XLA host devices together")
+    devices_per_node: int = Field(
+        1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use")
+    processes_per_node: int | None = Field(
+        None, ge=1, description="processes (srun tasks) per node, each holding an equal share of "
+                                "the node's devices: on gpu one per GPU by default, or 1 for "
+                                "one process that drives every GPU of its node; on cpu 1 by "
+                                "default (one process holds every host device)")
+    cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
+    runtime_safety: float = Field(
+        3.0, ge=1, description="factor applied to the runtime estimate in resource requests")
+    runs_per_job: int | None = Field(
+        None, ge=1, description="runs packed into one job and one process, every stage of each "
+                                "(default: 8 on cpu, 16 on gpu); runs are grouped by their "
+                                "position in the design")
+    calibration: Path | None = Field(
+        None, description="a `pmpipe bench nbody --json` record measured on this platform: the "
+                          "runtime and memory model is scaled to its step time and peak memory "
+                          "(device memory on gpu, the process's on cpu)")
+    _calibration_record: dict | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _read_calibration(self):
+        if self.calibration is None:
+            return self
+        record = config.read_mapping(self.calibration)
+        measured = "gpu" if record.get("platform") in ("gpu", "cuda", "rocm") else record.get("platform")
+        if measured != self.platform:
+            raise ValueError(f"execution.calibration {self.calibration} was measured on "
+                             f"{record.get('platform')}, execution.platform is {self.platform}")
+        needed = CALIBRATION_FIELDS + (("device_peak_bytes",) if self.platform == "gpu" else ())
+        missing = [k for k in needed if record.get(k) is None]
+        if missing:
+            raise ValueError(f"execution.calibration {self.calibration}: the record lacks "
+                             f"{', '.join(missing)}; write it with `pmpipe bench nbody --json` "
+                             f"on the {self.platform} platform")
+        self._calibration_record = record
+        return self
+
+    @property
+    def calibration_record(self) -> dict | None:
+        """The bench record of ``calibration``, validated (None without one)."""
+        return self._calibration_record
+
+    def node_layout(self, devices: int) -> tuple[int, int]:
+        """(processes per node, devices per process) of a run on ``devices`` devices; raises
+        ValueError when the processes cannot hold equal shares of a node's devices."""
+        gpu = self.platform == "gpu"
+        on_node = min(devices, self.devices_per_node) if gpu else devices
+        processes = min(on_node, self.processes_per_node or (on_node if gpu else 1))
+        if on_node % processes:
+            raise ValueError(
+                f"execution.processes_per_node = {self.processes_per_node} with {on_node} "
+                f"devices on a node: each process holds an equal share of its node's devices; "
+                f"choose a divisor of {on_node}")
+        return processes, on_node // processes
+
+    def job_size(self) -> int:
+        """Runs per job: runs_per_job, else the platform's default (RUNS_PER_JOB)."""
+        return self.runs_per_job or RUNS_PER_JOB[self.platform]
+
+
+class Decomposition(config.StrictModel):
+    """base.parallel.pdims chosen for a device count by measurement (pmpipe.decomposition)."""
+
+    devices: int = Field(ge=1, description="devices of every run, px * py")
+    file: Path | None = Field(
+        None, description="decomposition file kept with the site settings (e.g. "
+                          "profiles/<site>/decompositions.yaml), written by `pmpipe tune`; "
+                          "without one, or without a sweep of these devices, pdims are guessed")
+
+
+class Campaign(config.StrictModel):
+    """A suite of runs: a base configuration, a design that varies cosmology parameters,
+    realisations (seeds) per point, and the execution platform."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="campaign name: results/<name>/, run ids <name>-<point>-r<i>")
+    seed: int = Field(0, ge=0, description="campaign seed; run seeds derive from it and the run's position")
+    base: config.Run = Field(default_factory=config.Run, description="configuration shared by every run; "
+                                                       "base.ic.seed stays unset (seeds are derived)")
+    design: FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign = Field(
+        default_factory=lambda: FiducialDesign(kind="fiducial"), discriminator="kind",
+        description="how the runs vary: fiducial, grid, latin_hypercube, sobol, derivatives, list")
+    realisations: int = Field(1, ge=1, description="seeds (independent white-noise fields) per design point")
+    common_seeds: bool = Field(False, description="every design point uses the same realisation seeds (always so for derivatives)")
+    paired: bool = Field(False, description="each realisation also runs with inverted phases (Angulo & Pontzen 2016)")
+    execution: Execution = Field(default_factory=Execution)
+    decomposition: Decomposition | None = Field(
+        None, description="choose base.parallel.pdims for this many devices from recorded "
+                          "sweeps (pmpipe tune) instead of giving them")
+    _pdims_source: str = PrivateAttr("given")
+
+    @property
+    def pdims_source(self) -> str:
+        """How base.parallel.pdims were chosen: 'given', or pmpipe.decomposition.choose's
+        'recorded', 'nearest' or 'guessed'."""
+        return self._pdims_source
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_pdims(cls, data):
+        """base.parallel.pdims 'auto' is left out of the base run, to be chosen (_choose_pdims)."""
+        base = data.get("base") if isinstance(data, dict) else None
+        parallel = base.get("parallel") if isinstance(base, dict) else None
+        if not isinstance(parallel, dict) or parallel.get("pdims") != "auto":
+            return data
+        if not data.get("decomposition"):
+            raise ValueError("base.parallel.pdims 'auto' needs a decomposition section: devices "
+                             "(and file, the sweeps recorded by `pmpipe tune`)")
+        rest = {k: v for k, v in parallel.items() if k != "pdims"}
+        return {**data, "base": {**base, "parallel": rest}}
+
+    @field_validator("base")
+    @classmethod
+    def _simulable(cls, base: config.Run) -> config.Run:
+        validation.check_run(base)
+        return base
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.decomposition is not None:
+            self._choose_pdims()
+        if self.base.ic.seed != 0:
+            raise ValueError("base.ic.seed must not be set: run seeds derive from the campaign "
+                             "seed and the run's position; change 'seed' instead")
+        if self.base.ic.paired:
+            raise ValueError("base.ic.paired must not be set: use 'paired: true' at the top level")
+        devices = self.base.parallel.pdims[0] * self.base.parallel.pdims[1]
+        if self.execution.platform == "cpu" and devices > self.execution.devices_per_node:
+            raise ValueError(
+                f"base.parallel.pdims needs {devices} devices but execution.devices_per_node = "
+                f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
+                "or use fewer devices")
+        self.execution.node_layout(devices)
+        return self
+
+    def _choose_pdims(self) -> None:
+        if "pdims" in self.base.parallel.model_fields_set:
+            raise ValueError("base.parallel.pdims are given and so is a decomposition section: "
+                             "set base.parallel.pdims to 'auto' or remove the section")
+        box, par = self.base.box, self.base.parallel
+        pdims, source = decomposition.choose(self.decomposition.devices, box.particles,
+                                             box.oversample, par.halo_cells, self.decomposition.file)
+        base = self.base.model_dump()
+        base["parallel"]["pdims"] = pdims
+        object.__setattr__(self, "base", self._simulable(config.Run.model_validate(base)))
+        self._pdims_source = source
+
+
+def load(path: str | Path) -> Campaign:
+    """Read and validate a campaign file (YAML or JSON), every expanded run included."""
+    camp = config.validate(Campaign, config.read_mapping(path), path, {"design": DESIGN_KINDS})
+    expand(camp, source=str(path))
+    return camp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +325,7 @@ class RunSpec:
     run: config.Run
 
 
-def design_points(camp: config.Campaign) -> list[tuple[str, dict[str, float]]]:
+def design_points(camp: Campaign) -> list[tuple[str, dict[str, float]]]:
     """(label, cosmology parameters) of each design point, in a fixed order."""
     design = camp.design
     if design.kind == "fiducial":
@@ -70,25 +353,19 @@ def design_points(camp: config.Campaign) -> list[tuple[str, dict[str, float]]]:
     return [(f"p{i:04d}", {n: float(v) for n, v in zip(names, row)}) for i, row in enumerate(values)]
 
 
-def derive_seed(campaign_seed: int, index: int) -> int:
-    """32-bit seed of run position index: fold_in(key(campaign_seed), index)."""
-    import jax
-
-    key = jax.random.fold_in(jax.random.key(campaign_seed), index)
-    return int(jax.random.bits(key, dtype=np.uint32))
-
-
 def _point_run(base: dict, label: str, parameters: dict[str, float], source: str) -> config.Run:
-    """The base run with a design point's cosmology; ConfigError naming the point otherwise."""
+    """The base run with a design point's cosmology, checked; ConfigError naming the point
+    otherwise."""
+    values = ", ".join(f"{k} = {v:.6g}" for k, v in parameters.items())
+    where = f"{source}: design point {label} (design parameters {values})"
     try:
-        return config.Run.model_validate({**base, "cosmology": {**base["cosmology"], **parameters}})
+        run = config.Run.model_validate({**base, "cosmology": {**base["cosmology"], **parameters}})
     except ValidationError as err:
-        values = ", ".join(f"{k} = {v:.6g}" for k, v in parameters.items())
-        raise config.ConfigError(config.format_errors(
-            f"{source}: design point {label} (design parameters {values})", err)) from None
+        raise config.ConfigError(config.format_errors(where, err)) from None
+    return validation.checked(run, where)
 
 
-def expand(camp: config.Campaign, source: str = "campaign") -> list[RunSpec]:
+def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
     """Every run of the campaign, in design order; raises ConfigError naming source (the
     campaign file) when a point's parameters make an invalid run."""
     common = camp.common_seeds or camp.design.kind == "derivatives"
@@ -97,7 +374,7 @@ def expand(camp: config.Campaign, source: str = "campaign") -> list[RunSpec]:
     for p, (label, parameters) in enumerate(design_points(camp)):
         run = _point_run(base, label, parameters, source)
         for r in range(camp.realisations):
-            seed = derive_seed(camp.seed, r if common else p * camp.realisations + r)
+            seed = seeds.derive_seed(camp.seed, r if common else p * camp.realisations + r)
             for paired in (False, True) if camp.paired else (False,):
                 run_id = f"{camp.name}-{label}-r{r}" + ("-paired" if paired else "")
                 ic = run.ic.model_copy(update={"seed": seed, "paired": paired})
@@ -110,12 +387,12 @@ def expand(camp: config.Campaign, source: str = "campaign") -> list[RunSpec]:
     return specs
 
 
-def run_file(camp: config.Campaign, spec: RunSpec) -> config.RunFile:
+def run_file(camp: Campaign, spec: RunSpec) -> config.RunFile:
     """The config.json content of a run."""
     return config.RunFile.build(camp.name, spec.run_id, spec.index, spec.parameters, spec.run)
 
 
-def write_run_files(camp: config.Campaign, results_dir: str | Path) -> list[Path]:
+def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
     """Write results_dir/<campaign>/<run_id>/config.json for every run, leaving files whose
     content is unchanged untouched (Snakemake compares mtimes); returns the paths."""
     paths = []
@@ -182,8 +459,8 @@ def _shell_words(run: config.Run, planes: int, devices: int) -> float:
     full = run.lensing.full_sky if run.lensing is not None else None
     if full is None or planes == 0:
         return 0
-    rays = lightcone.healpix_pixels(lightcone.rays_nside(full.nside))
-    padded = lightcone.PLANE_BUCKET * math.ceil(planes / lightcone.PLANE_BUCKET)
+    rays = sky.healpix_pixels(sky.rays_nside(full.nside))
+    padded = sky.PLANE_BUCKET * math.ceil(planes / sky.PLANE_BUCKET)
     share = devices if rays % devices == 0 else 1  # lightcone.ray_spec
     return padded * rays / share + SHELL_RAY_WORDS * rays
 
@@ -194,14 +471,14 @@ def _halo_padding(run: config.Run) -> float:
     return math.prod(1 + 2 * halo / (mesh_n // p) if p > 1 else 1 for p in run.parallel.pdims)
 
 
-def estimate(run: config.Run, execution: config.Execution) -> Estimate:
+def estimate(run: config.Run, execution: Execution) -> Estimate:
     """Devices, nodes, peak memory, stage runtimes and the time of one PM step of a run (model
     and constants above, scaled to execution.calibration where one is given:
     :func:`calibration_factors`)."""
     return _model(run, execution, *calibration_factors(execution))
 
 
-def calibration_factors(execution: config.Execution) -> tuple[float, float]:
+def calibration_factors(execution: Execution) -> tuple[float, float]:
     """(time, memory): the step time and the memory beyond the process overhead that
     execution.calibration measured, over what the model gives for its configuration; (1, 1)
     without a calibration. Device memory on gpu (the CUDA context is the overhead), the
@@ -222,7 +499,7 @@ def calibration_factors(execution: config.Execution) -> tuple[float, float]:
             peak / (model.memory_per_device_bytes - overhead))
 
 
-def _model(run: config.Run, execution: config.Execution, time_factor: float,
+def _model(run: config.Run, execution: Execution, time_factor: float,
            memory_factor: float) -> Estimate:
     """:func:`estimate` with the runtime beyond start-up times ``time_factor`` and the memory
     beyond the process overhead times ``memory_factor``."""
@@ -232,14 +509,14 @@ def _model(run: config.Run, execution: config.Execution, time_factor: float,
     itemsize = 8 if run.nbody.dtype == "float64" else 4
     particles, cells = run.box.particles**3, (run.box.particles * run.box.oversample) ** 3
     snapshots = len(set(run.nbody.snapshots) | {run.nbody.a_final})
-    planes = len(run.planes()) if run.lightcone is not None else 0
+    planes = len(validation.planes(run)) if run.lightcone is not None else 0
     plane_cells = planes * (run.box.particles * run.box.oversample) ** 2
     field_bytes = itemsize * (PARTICLE_WORDS * particles + plane_cells
                               + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
     shells = itemsize * _shell_words(run, planes, devices) * (1 if gpu else devices)
     memory = (memory_factor * (field_bytes / (devices if gpu else 1) + shells)
               + PROCESS_OVERHEAD_BYTES[execution.platform])
-    steps = len(run.step_boundaries()) - 1
+    steps = validation.step_count(run)
     speed = (devices * GPU_SPEEDUP if gpu else 1.0) / time_factor
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
     ic = IC_STEPS * (SECONDS_PER_PARTICLE_STEP + SECONDS_PER_CELL_STEP) * particles / speed
@@ -264,12 +541,12 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
     nbody = snapshots * density + (6 * n**3 if out.particles else 0)
     sizes = {"ic": itemsize * ic, "nbody": itemsize * nbody, "lensing": 0.0, "summaries": 0.0}
     if run.lightcone is not None and out.lightcone:
-        planes = len(run.planes())
+        planes = len(validation.planes(run))
         full = run.lensing.full_sky if run.lensing else None
         shells, alm = 0, 0
         if full is not None:
-            ell_max = lightcone.healpix_ell_max(full.nside)
-            shells, alm = lightcone.healpix_pixels(full.nside), (ell_max + 1) * (ell_max + 2) // 2
+            ell_max = sky.healpix_ell_max(full.nside)
+            shells, alm = sky.healpix_pixels(full.nside), (ell_max + 1) * (ell_max + 2) // 2
         alm_bytes = np.dtype(np.complex64).itemsize * alm
         sizes["nbody"] += planes * (itemsize * (m**2 + shells) + alm_bytes)
         if run.lensing is not None:
@@ -280,7 +557,7 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
             if stage != "lensing" or run.lensing is not None}
 
 
-def check_fits(camp: config.Campaign) -> None:
+def check_fits(camp: Campaign) -> None:
     """Raise ConfigError naming the first run whose memory estimate exceeds the device memory."""
     hint = ("use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
             if camp.execution.platform == "gpu" else
@@ -294,7 +571,7 @@ def check_fits(camp: config.Campaign) -> None:
                 f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {hint}")
 
 
-def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.Execution) -> dict:
+def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: Execution) -> dict:
     """Resources of a stage: ``gpu`` per node, ``nodes``, ``tasks_per_node`` (processes per
     node, each holding an equal share of its node's devices: Execution.node_layout),
     ``cpus_per_task``, ``mem_mb`` per node,
@@ -326,7 +603,7 @@ def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: config.E
     }
 
 
-def job_resources(runs: list[config.Run], execution: config.Execution) -> dict:
+def job_resources(runs: list[config.Run], execution: Execution) -> dict:
     """Resources of a job that runs every stage of ``runs`` in one process: the largest
     memory of its stages, and one start-up plus every run's stage runtimes (same keys as
     :func:`resources`)."""
@@ -355,7 +632,7 @@ def parameter_names(specs: list[RunSpec]) -> list[str]:
     return list(dict.fromkeys(name for spec in specs for name in spec.parameters))
 
 
-def plan_table(camp: config.Campaign) -> str:
+def plan_table(camp: Campaign) -> str:
     """Plain-text table of the runs: id, parameters, seed, devices, nodes, memory per device,
     nbody runtime; checks first that every run fits."""
     check_fits(camp)
@@ -385,7 +662,7 @@ def plan_table(camp: config.Campaign) -> str:
     return "\n".join(lines)
 
 
-def decomposition_line(camp: config.Campaign) -> str | None:
+def decomposition_line(camp: Campaign) -> str | None:
     """How the campaign's pdims were chosen, for ``pmpipe plan`` (None when they were given)."""
     if camp.decomposition is None:
         return None
@@ -405,7 +682,7 @@ def decomposition_line(camp: config.Campaign) -> str | None:
                                              sweep.step_seconds.items()) + " a step)")
 
 
-def manifest_rows(camp: config.Campaign, results_dir: str | Path,
+def manifest_rows(camp: Campaign, results_dir: str | Path,
                   status: Callable[[Path], str]) -> list[dict]:
     """One row per run: id, index, point, realisation, paired, seed, each design parameter
     (empty where a point does not set it), run folder, config hash and status(run folder)."""
@@ -421,7 +698,7 @@ def manifest_rows(camp: config.Campaign, results_dir: str | Path,
     return rows
 
 
-def write_manifest(camp: config.Campaign, path: str | Path, status: Callable[[Path], str]) -> None:
+def write_manifest(camp: Campaign, path: str | Path, status: Callable[[Path], str]) -> None:
     """Write manifest.csv at path = <results>/<campaign>/manifest.csv, next to the run folders."""
     path = Path(path)
     if path.parent.name != camp.name:
@@ -437,7 +714,7 @@ def write_manifest(camp: config.Campaign, path: str | Path, status: Callable[[Pa
 def campaign_schema() -> dict:
     """JSON schema (draft 2020-12) of campaign files."""
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            **config.Campaign.model_json_schema()}
+            **Campaign.model_json_schema()}
 
 
 def write_schema(path: str | Path) -> None:

@@ -26,10 +26,10 @@ def _run(args) -> int:
 
 
 def _plan(args) -> int:
-    from pmpipe import campaign, config
+    from pmpipe import campaign
     from pmpipe.stages import lensing
 
-    camp = config.load_campaign(args.campaign)
+    camp = campaign.load(args.campaign)
     print(campaign.plan_table(camp))
     if camp.decomposition is not None:
         print(campaign.decomposition_line(camp))
@@ -54,7 +54,7 @@ def _tune(args) -> int:
     wanted = (config.read_mapping(args.campaign).get("decomposition") or {}).get("devices")
     if isinstance(wanted, int):  # host devices on CPU, before validation starts JAX
         parallel.request_host_devices(wanted)
-    camp = config.load_campaign(args.campaign)
+    camp = campaign.load(args.campaign)
     if camp.decomposition is None or camp.decomposition.file is None:
         raise config.ConfigError(f"{args.campaign}: tune needs decomposition.devices and "
                                  "decomposition.file (where the sweep is recorded)")
@@ -67,7 +67,7 @@ def _tune(args) -> int:
     print(f"recorded in {d.file}: " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in
                                                 sweep.step_seconds.items())
           + f" a step; fastest {decomposition.label(sweep.pdims)}")
-    print(campaign.decomposition_line(config.load_campaign(args.campaign)))
+    print(campaign.decomposition_line(campaign.load(args.campaign)))
     return 0
 
 
@@ -142,7 +142,7 @@ def _submit(args) -> int:
 
     from pmpipe import aggregate, campaign, config, launch, parallel, site, stages
 
-    camp = config.load_campaign(args.campaign)
+    camp = campaign.load(args.campaign)
     campaign.check_fits(camp)
     slurm_site = site.load_site(args.site, os.environ)
     specs = campaign.expand(camp)
@@ -298,7 +298,7 @@ def _bench_scaling(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pmpipe import nbody
+    from pmpipe import config
     from pmpipe.stages import STAGES
 
     parser = argparse.ArgumentParser(prog="pmpipe", description="Cosmological PM simulation suites")
@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="force meshes B to measure")
     force.add_argument("--reference-oversample", type=int, default=2,
                        help="force mesh B of the 2N-particle reference")
-    force.add_argument("--spacing", default="a", choices=nbody.STEP_SPACINGS,
+    force.add_argument("--spacing", default="a", choices=config.STEP_SPACINGS,
                        help="what the steps are equal in")
     return parser
 

@@ -1,39 +1,40 @@
-"""Validated configuration of one simulation (pydantic v2, unknown keys rejected).
+"""Configuration of one simulation: pydantic v2 models (unknown keys rejected), the files
+they are read from and the errors that name file and field.
 
-Validation happens once, here, before any expensive work; the physics modules then receive
-plain frozen parameters (:meth:`Run.cosmology_params`, :meth:`Run.pm_grid`).
+This module checks what a configuration says on its own; it imports no physics and no JAX.
+The checks that need a run's physics (distances, step times, the P(k) table, the device split)
+are :mod:`pmpipe.validation`'s, and the physics inputs are built from a validated run by
+:mod:`pmpipe.derive`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-from functools import partial
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-import numpy as np
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 
-from pmpipe import cosmology, nbody, painting, parallel, simulation
+STEP_SPACINGS = ("a", "log_a", "growth")  # what a number of N-body steps is equal in
+POWER_KINDS = ("eisenstein_hu", "eisenstein_hu_nowiggle", "table")  # linear P(k) sources
 
 
-class _Model(BaseModel):
+class StrictModel(BaseModel):
+    """A configuration section: unknown keys, infinities and NaNs rejected; frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class Cosmology(_Model):
+class Cosmology(StrictModel):
     """Flat ΛCDM / w0waCDM parameters."""
 
     Omega_m: float = Field(0.3111, gt=0, le=1, description="total matter density today (CDM + baryons), dimensionless")
@@ -54,14 +55,11 @@ class Cosmology(_Model):
             )
         return self
 
-    def params(self) -> cosmology.Cosmology:
-        return cosmology.Cosmology(**self.model_dump())
 
-
-class Power(_Model):
+class Power(StrictModel):
     """Linear matter power spectrum at a = 1."""
 
-    kind: Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "table"] = Field(
+    kind: Literal[POWER_KINDS] = Field(
         "eisenstein_hu", description="Eisenstein & Hu (1998) fit with or without BAO, normalised to sigma8, or a table")
     table: Path | None = Field(
         None, description="file of k [h/Mpc] and P(k) [(Mpc/h)^3] columns as CAMB / CLASS write them (kind 'table')")
@@ -73,7 +71,7 @@ class Power(_Model):
         return self
 
 
-class Box(_Model):
+class Box(StrictModel):
     """Simulation volume and resolution."""
 
     box_size: float = Field(256.0, gt=0, description="comoving side of the periodic box in Mpc/h")
@@ -81,7 +79,7 @@ class Box(_Model):
     oversample: int = Field(1, ge=1, le=4, description="force mesh cells per particle spacing, B (mesh = B N per side)")
 
 
-class Parallel(_Model):
+class Parallel(StrictModel):
     """Decomposition over devices."""
 
     pdims: tuple[int, int] | Literal["auto"] = Field(
@@ -100,7 +98,7 @@ class Parallel(_Model):
         return self
 
 
-class IC(_Model):
+class IC(StrictModel):
     """Initial conditions."""
 
     seed: int = Field(0, ge=0, description="seed of the white noise (same seed, same universe on any device mesh)")
@@ -110,12 +108,12 @@ class IC(_Model):
     paired: bool = Field(False, description="invert the phases (the partner of a pair)")
 
 
-class NBody(_Model):
+class NBody(StrictModel):
     """Particle-mesh evolution."""
 
     a_final: float = Field(1.0, gt=0, le=1, description="scale factor at the end of the run")
     steps: int | list[float] = Field(10, description="number of steps, or the scale factors bounding them")
-    spacing: Literal[nbody.STEP_SPACINGS] = Field(
+    spacing: Literal[STEP_SPACINGS] = Field(
         "a", description="what a number of steps is equally spaced in: the scale factor a, ln a, "
         "or the linear growth factor D1 (docs/validation.md gives the accuracy of each)")
     snapshots: list[float] = Field(default_factory=list, description="scale factors at which the density is kept (a_final always)")
@@ -125,7 +123,7 @@ class NBody(_Model):
 NAME_PATTERN_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$"
 
 
-class Lightcone(_Model):
+class Lightcone(StrictModel):
     """Planes of the past light cone, captured during the N-body (pmpipe.lightcone)."""
 
     z_max: float = Field(1.0, gt=0, le=20, description="largest source redshift: planes reach at least the comoving distance of z_max")
@@ -136,7 +134,7 @@ class Lightcone(_Model):
     randomize: bool = Field(True, description="rotate and shift the box at random for every plane (seeded by ic.seed)")
 
 
-class FlatSky(_Model):
+class FlatSky(StrictModel):
     """Square flat-sky maps around the line of sight."""
 
     field_of_view: float = Field(5.0, gt=0, le=60, description="side of the map in degrees")
@@ -149,7 +147,7 @@ def _power_of_two(n: int) -> int:
     return n
 
 
-class FullSky(_Model):
+class FullSky(StrictModel):
     """Full-sky HEALPix maps (RING ordering)."""
 
     nside: Annotated[int, AfterValidator(_power_of_two)] = Field(
@@ -157,7 +155,7 @@ class FullSky(_Model):
         "rays are traced on a finer grid, whose pixel indices are int32)")
 
 
-class SmailSources(_Model):
+class SmailSources(StrictModel):
     """Parametric n(z) ∝ z^alpha exp(-(z/z0)^beta) (Smail et al. 1994), cut at lightcone.z_max."""
 
     kind: Literal["smail"]
@@ -167,7 +165,7 @@ class SmailSources(_Model):
     beta: float = Field(1.5, gt=0, description="exponential cut-off index")
 
 
-class TableSources(_Model):
+class TableSources(StrictModel):
     """Tabulated n(z): redshifts and densities of any normalisation."""
 
     kind: Literal["table"]
@@ -187,7 +185,7 @@ class TableSources(_Model):
         return self
 
 
-class Lensing(_Model):
+class Lensing(StrictModel):
     """Born convergence and shear maps from the lightcone planes (pmpipe.lensing)."""
 
     source_redshifts: list[float] = Field(
@@ -215,14 +213,14 @@ class Lensing(_Model):
         return [f"z={z:g}" for z in self.source_redshifts] + [d.name for d in self.distributions]
 
 
-class ShapeNoise(_Model):
+class ShapeNoise(StrictModel):
     """Gaussian shape noise added to κ before smoothing."""
 
     sigma_e: float = Field(0.26, gt=0, description="ellipticity dispersion per component")
     n_gal: float = Field(30.0, gt=0, description="galaxies per square arcminute")
 
 
-class Summaries(_Model):
+class Summaries(StrictModel):
     """Summary statistics of each snapshot and of the lensing maps."""
 
     pk_bins: int | None = Field(
@@ -244,7 +242,7 @@ class Summaries(_Model):
         return self
 
 
-class Outputs(_Model):
+class Outputs(StrictModel):
     """What a run's stores keep. Summaries are always written; the ICs can always be made
     again from the seed and the config. A field that is not stored still reaches the later
     stages of the run when they run in the same process (``pmpipe run all``, the workflow)."""
@@ -263,7 +261,7 @@ class Outputs(_Model):
                                        "mantissa bits (bit rounding, then zstd); null: exact")
 
 
-class Checkpoints(_Model):
+class Checkpoints(StrictModel):
     """Checkpoints of the N-body (pmpipe.checkpoint): its state, step and what it captured so
     far, written every few steps or minutes and on SIGTERM / SIGUSR2, so that a killed or
     preempted run resumes where it stopped. The steps then run one program call each."""
@@ -282,7 +280,7 @@ class Checkpoints(_Model):
         return self
 
 
-class Run(_Model):
+class Run(StrictModel):
     """One simulation: everything needed to produce its ICs, N-body output and summaries."""
 
     cosmology: Cosmology = Field(default_factory=Cosmology)
@@ -303,12 +301,7 @@ class Run(_Model):
     @model_validator(mode="after")
     def _consistent(self):
         n, pdims = self.box.particles, self.parallel.pdims
-        parallel.check_divisible(n, pdims)
-        painting.check_halo_fits(n * self.box.oversample, pdims, self.parallel.halo_cells)
-        self.step_boundaries()
-        if self.power.kind == "table":
-            cosmology.load_power_table(self.power.table, *self.k_range())
-        elif self.cosmology.T_cmb <= 0:
+        if self.power.kind != "table" and self.cosmology.T_cmb <= 0:
             raise ValueError(f"cosmology.T_cmb must be > 0 for power.kind {self.power.kind!r} "
                              "(the Eisenstein-Hu transfer function depends on it); use "
                              "power.kind 'table' to run without radiation")
@@ -323,46 +316,28 @@ class Run(_Model):
             raise ValueError("lensing needs lightcone planes: add a lightcone section")
         return self
 
+    def mesh_cells(self) -> int:
+        """Force-mesh cells per side: box.particles times box.oversample."""
+        return self.box.particles * self.box.oversample
+
     def plane_thickness(self) -> float:
         """Comoving thickness of a lightcone plane in Mpc/h."""
         return self.lightcone.plane_thickness or self.box.box_size
 
     def plane_cells(self) -> int:
         """Force-mesh cells across a lightcone plane."""
-        return round(self.plane_thickness() / (self.box.box_size / self.pm_grid().mesh))
-
-    def planes(self):
-        """The lightcone's planes (pmpipe.lightcone.Planes)."""
-        from pmpipe import lightcone
-
-        return lightcone.plane_geometry(self.cosmology_params(), self.lightcone.z_max, self.plane_thickness())
-
-    def shell_band_limits(self, planes=None) -> np.ndarray:
-        """Band limit (h/Mpc) of each plane's full-sky shell (pmpipe.lightcone.shell_band_limits
-        for this box, mesh and nside)."""
-        from pmpipe import lightcone
-
-        planes = self.planes() if planes is None else planes
-        grid = self.pm_grid()
-        return lightcone.shell_band_limits(
-            planes.chi_edges[1:],
-            lightcone.shell_k_max(grid.particles, grid.mesh, self.box.box_size),
-            lightcone.rays_nside(self.lensing.full_sky.nside))
+        return round(self.plane_thickness() / (self.box.box_size / self.mesh_cells()))
 
     def _check_lightcone(self) -> None:
-        """Plane thickness, time span and map geometry, before any work (errors name fields)."""
-        box, cell = self.box.box_size, self.box.box_size / self.pm_grid().mesh
+        """Plane thickness, final time and source redshifts (errors name fields); the checks
+        that need distances are :func:`pmpipe.validation.check_run`'s."""
+        box, cell = self.box.box_size, self.box.box_size / self.mesh_cells()
         thickness = self.plane_thickness()
         if thickness > box * (1 + 1e-9) or abs(thickness / cell - round(thickness / cell)) > 1e-6 or thickness < cell:
             raise ValueError(f"lightcone.plane_thickness = {thickness} Mpc/h must be a whole number of "
                              f"force-mesh cells ({cell:g} Mpc/h) between {cell:g} and box.box_size = {box}")
         if abs(self.nbody.a_final - 1.0) > 1e-9:
             raise ValueError(f"a lightcone needs nbody.a_final = 1 (the observer is at z = 0), got {self.nbody.a_final}")
-        planes = self.planes()
-        chi_far = float(planes.chi_edges[-1])
-        if float(planes.a[-1]) <= self.ic.a_init:
-            raise ValueError(f"lightcone.z_max = {self.lightcone.z_max} reaches back before the initial "
-                             f"conditions (ic.a_init = {self.ic.a_init}); lower z_max or a_init")
         if self.lensing is None:
             return
         lens = self.lensing
@@ -374,45 +349,6 @@ class Run(_Model):
             if d.kind == "table" and any(n > 0 and z > self.lightcone.z_max for z, n in zip(d.z, d.n)):
                 raise ValueError(f"lensing.distributions '{d.name}' has sources beyond the lightcone "
                                  f"(n > 0 at z > lightcone.z_max = {self.lightcone.z_max})")
-        if lens.flat_sky is not None:
-            fov = math.radians(lens.flat_sky.field_of_view)
-            if chi_far * fov > box:
-                widest = math.degrees(box / chi_far)
-                raise ValueError(
-                    f"lensing.flat_sky.field_of_view = {lens.flat_sky.field_of_view} deg is wider than the "
-                    f"box allows: at the first plane the light cone crosses (the farthest, chi = "
-                    f"{chi_far:.0f} Mpc/h) it spans {chi_far * fov:.0f} Mpc/h > box.box_size = {box}; "
-                    f"use at most {widest:.2f} deg, a larger box or a lower lightcone.z_max")
-
-    def k_range(self) -> tuple[float, float]:
-        """Smallest and largest |k| (h/Mpc) of the particle grid's modes."""
-        k_f = 2 * math.pi / self.box.box_size
-        return k_f, math.sqrt(3) * k_f * (self.box.particles // 2)
-
-    def cosmology_params(self) -> cosmology.Cosmology:
-        return self.cosmology.params()
-
-    def linear_power(self):
-        """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc]."""
-        table = None
-        if self.power.kind == "table":
-            table = cosmology.load_power_table(self.power.table, *self.k_range())
-        return simulation.power_function(self.cosmology_params(), self.power.kind, table)
-
-    def step_boundaries(self) -> np.ndarray:
-        """Scale factors bounding the N-body's steps, snapshots included
-        (pmpipe.nbody.step_boundaries)."""
-        growth = None
-        if self.nbody.spacing == "growth" and isinstance(self.nbody.steps, int):
-            cosmo = self.cosmology_params()
-            table = cosmology.growth_table(cosmo)
-            growth = partial(cosmology.on_host, cosmology.growth_factor, cosmo, table=table)
-        return nbody.step_boundaries(self.ic.a_init, self.nbody.a_final, self.nbody.steps,
-                                     self.nbody.snapshots, self.nbody.spacing, growth)
-
-    def pm_grid(self) -> nbody.PMGrid:
-        return nbody.PMGrid(self.box.particles, self.box.oversample, self.box.box_size,
-                            self.parallel.halo_cells)
 
 
 def config_hash(run: Run) -> str:
@@ -423,7 +359,7 @@ def config_hash(run: Run) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-class RunFile(_Model):
+class RunFile(StrictModel):
     """Content of ``results/<campaign>/<run_id>/config.json``: one resolved run of a campaign."""
 
     campaign: str = Field(description="campaign name")
@@ -454,13 +390,20 @@ class ConfigError(ValueError):
     """A configuration file that does not validate; the message names file and fields."""
 
 
-def format_errors(source: str, err: ValidationError) -> str:
-    """One line per problem: file, dotted field path, message and the value given."""
+def invalid(source: str, field: str, message: str) -> ConfigError:
+    """A ConfigError of one problem, laid out as :func:`format_errors` lays out its lines."""
+    return ConfigError(f"{source}: invalid configuration\n  {field}: {message}")
+
+
+def format_errors(source: str, err: ValidationError, unions: Mapping[str, Collection[str]] = {}) -> str:
+    """One line per problem: file, dotted field path, message and the value given. ``unions``
+    maps a top-level field holding a tagged union to its tags, which are left out of the path
+    (design.grid.parameters reads design.parameters)."""
     lines = [f"{source}: invalid configuration"]
     for e in err.errors():
         parts = [str(x) for x in e["loc"]]
-        if parts[:1] == ["design"] and len(parts) > 1:  # drop the union tag: design.grid.x -> design.x
-            parts = [p for i, p in enumerate(parts) if not (i == 1 and p in DESIGN_KINDS)]
+        if len(parts) > 1 and parts[1] in unions.get(parts[0], ()):
+            del parts[1]
         loc = ".".join(parts) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         shown = e["type"] != "missing" and not isinstance(e["input"], dict) and len(repr(e["input"])) <= 80
@@ -527,295 +470,11 @@ def _check_size(data, path: Path) -> None:
                 stack.append((item, depth + 1))
 
 
-def validate(model: type[BaseModel], data: dict, source: str | Path):
-    """model.model_validate(data), with errors turned into a ConfigError naming source and fields."""
+def validate(model: type[BaseModel], data: dict, source: str | Path,
+             unions: Mapping[str, Collection[str]] = {}):
+    """model.model_validate(data), with errors turned into a ConfigError naming source and
+    fields (:func:`format_errors`)."""
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_errors(str(source), err)) from None
-
-
-def load_run(path: str | Path) -> Run:
-    """Read and validate a run configuration from JSON or YAML."""
-    return validate(Run, read_mapping(path), path)
-
-
-def load_run_file(path: str | Path) -> RunFile:
-    """Read and validate a run's config.json as written for a campaign."""
-    return validate(RunFile, read_mapping(path), path)
-
-
-# ---------------------------------------------------------------------------------------------
-# Campaigns: a design of runs (pmpipe.campaign expands them)
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "list")
-DESIGN_PARAMETERS = tuple(Cosmology.model_fields)  # design parameters are cosmology fields
-ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
-
-
-def _not_empty(parameters: dict) -> dict:
-    if not parameters:
-        raise ValueError("empty design: name at least one cosmology parameter "
-                         f"({', '.join(DESIGN_PARAMETERS)})")
-    return parameters
-
-
-def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:
-    if not bounds[0] < bounds[1]:
-        raise ValueError("parameter range inverted or empty: give [low, high] with low < high")
-    return bounds
-
-
-def _positive_step(step: float) -> float:
-    if not step > 0:
-        raise ValueError("the derivative step must be > 0")
-    return step
-
-
-Values = Annotated[list[float], Field(min_length=1)]
-Range = Annotated[tuple[float, float], AfterValidator(_increasing)]
-Step = Annotated[float, AfterValidator(_positive_step)]
-
-
-class FiducialDesign(_Model):
-    """One point: the base configuration."""
-
-    kind: Literal["fiducial"]
-
-
-class GridDesign(_Model):
-    """Cartesian product of parameter values."""
-
-    kind: Literal["grid"]
-    parameters: Annotated[dict[ParameterName, Values], AfterValidator(_not_empty)] = Field(
-        description="values of each cosmology parameter (its units); every combination is a "
-                    "design point, the last parameter varying fastest")
-
-
-class SampledDesign(_Model):
-    """Quasi-random samples (scipy.stats.qmc, scrambled, seeded by the campaign seed) in a box
-    of parameter ranges."""
-
-    kind: Literal["latin_hypercube", "sobol"]
-    parameters: Annotated[dict[ParameterName, Range], AfterValidator(_not_empty)] = Field(
-        description="[low, high] range of each cosmology parameter (its units)")
-    samples: int = Field(ge=1, description="number of design points (a power of 2 for sobol)")
-
-    @field_validator("samples")
-    @classmethod
-    def _sobol_power_of_two(cls, samples: int, info: ValidationInfo) -> int:
-        if info.data.get("kind") == "sobol" and samples & (samples - 1):
-            low = 1 << (samples.bit_length() - 1)
-            raise ValueError(f"Sobol samples must be a power of 2 for the sequence's balance "
-                             f"properties: use {low} or {2 * low}, or kind latin_hypercube")
-        return samples
-
-
-class DerivativesDesign(_Model):
-    """Fiducial point plus, for each parameter, a minus and a plus point (central differences);
-    all points share the fiducial seeds."""
-
-    kind: Literal["derivatives"]
-    parameters: Annotated[dict[ParameterName, Step], AfterValidator(_not_empty)] = Field(
-        description="step of each cosmology parameter (its units): points at fiducial - step "
-                    "and fiducial + step")
-
-
-class Point(_Model):
-    """A named design point."""
-
-    name: str = Field(pattern=NAME_PATTERN, description="point label used in the run id")
-    parameters: dict[ParameterName, float] = Field(
-        default_factory=dict, description="cosmology parameters of the point (their units); "
-                                          "the others come from base.cosmology")
-
-
-class ListDesign(_Model):
-    """Explicit, named points."""
-
-    kind: Literal["list"]
-    points: list[Point] = Field(min_length=1, description="the design points, each with a unique name")
-
-    @field_validator("points")
-    @classmethod
-    def _unique(cls, points: list[Point]) -> list[Point]:
-        names = [p.name for p in points]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate point name(s) {', '.join(duplicates)} would give "
-                             "duplicate run ids; every point needs its own name")
-        return points
-
-
-# Runs per job by platform. One process compiles once for all its runs, so larger groups
-# amortise start-up and compilation (about 10 s a process on 2 CPU cores); smaller groups lose
-# less work to a failed job and let a campaign spread over more nodes. A 256^3 run takes
-# seconds on a GPU, so 16 of them still make a job of minutes; on CPU 8 runs of 64^3 do.
-RUNS_PER_JOB = {"cpu": 8, "gpu": 16}
-
-
-# What a calibration record (`pmpipe bench nbody --json`) must hold: the configuration measured
-# and its step time and peak memory (device_peak_bytes on gpu, peak_rss_bytes on cpu).
-CALIBRATION_FIELDS = ("platform", "mesh", "oversample", "pdims", "halo", "steps", "step_s",
-                      "peak_rss_bytes")
-
-
-class Execution(_Model):
-    """Where and how the runs execute; used for resources and `pmpipe plan`."""
-
-    platform: Literal["cpu", "gpu"] = Field("cpu", description="devices the stages run on")
-    device_memory_gb: float = Field(
-        16.0, gt=0, description="memory of one device in GB (1e9 bytes); on cpu the memory one "
-                                "process may use, all its XLA host devices together")
-    devices_per_node: int = Field(
-        1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use")
-    processes_per_node: int | None = Field(
-        None, ge=1, description="processes (srun tasks) per node, each holding an equal share of "
-                                "the node's devices: on gpu one per GPU by default, or 1 for "
-                                "one process that drives every GPU of its node; on cpu 1 by "
-                                "default (one process holds every host device)")
-    cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
-    runtime_safety: float = Field(
-        3.0, ge=1, description="factor applied to the runtime estimate in resource requests")
-    runs_per_job: int | None = Field(
-        None, ge=1, description="runs packed into one job and one process, every stage of each "
-                                "(default: 8 on cpu, 16 on gpu); runs are grouped by their "
-                                "position in the design")
-    calibration: Path | None = Field(
-        None, description="a `pmpipe bench nbody --json` record measured on this platform: the "
-                          "runtime and memory model is scaled to its step time and peak memory "
-                          "(device memory on gpu, the process's on cpu)")
-    _calibration_record: dict | None = PrivateAttr(None)
-
-    @model_validator(mode="after")
-    def _read_calibration(self):
-        if self.calibration is None:
-            return self
-        record = read_mapping(self.calibration)
-        measured = "gpu" if record.get("platform") in ("gpu", "cuda", "rocm") else record.get("platform")
-        if measured != self.platform:
-            raise ValueError(f"execution.calibration {self.calibration} was measured on "
-                             f"{record.get('platform')}, execution.platform is {self.platform}")
-        needed = CALIBRATION_FIELDS + (("device_peak_bytes",) if self.platform == "gpu" else ())
-        missing = [k for k in needed if record.get(k) is None]
-        if missing:
-            raise ValueError(f"execution.calibration {self.calibration}: the record lacks "
-                             f"{', '.join(missing)}; write it with `pmpipe bench nbody --json` "
-                             f"on the {self.platform} platform")
-        self._calibration_record = record
-        return self
-
-    @property
-    def calibration_record(self) -> dict | None:
-        """The bench record of ``calibration``, validated (None without one)."""
-        return self._calibration_record
-
-    def node_layout(self, devices: int) -> tuple[int, int]:
-        """(processes per node, devices per process) of a run on ``devices`` devices; raises
-        ValueError when the processes cannot hold equal shares of a node's devices."""
-        gpu = self.platform == "gpu"
-        on_node = min(devices, self.devices_per_node) if gpu else devices
-        processes = min(on_node, self.processes_per_node or (on_node if gpu else 1))
-        if on_node % processes:
-            raise ValueError(
-                f"execution.processes_per_node = {self.processes_per_node} with {on_node} "
-                f"devices on a node: each process holds an equal share of its node's devices; "
-                f"choose a divisor of {on_node}")
-        return processes, on_node // processes
-
-    def job_size(self) -> int:
-        """Runs per job: runs_per_job, else the platform's default (RUNS_PER_JOB)."""
-        return self.runs_per_job or RUNS_PER_JOB[self.platform]
-
-
-class Decomposition(_Model):
-    """base.parallel.pdims chosen for a device count by measurement (pmpipe.decomposition)."""
-
-    devices: int = Field(ge=1, description="devices of every run, px * py")
-    file: Path | None = Field(
-        None, description="decomposition file kept with the site settings (e.g. "
-                          "profiles/<site>/decompositions.yaml), written by `pmpipe tune`; "
-                          "without one, or without a sweep of these devices, pdims are guessed")
-
-
-class Campaign(_Model):
-    """A suite of runs: a base configuration, a design that varies cosmology parameters,
-    realisations (seeds) per point, and the execution platform."""
-
-    name: str = Field(pattern=NAME_PATTERN, description="campaign name: results/<name>/, run ids <name>-<point>-r<i>")
-    seed: int = Field(0, ge=0, description="campaign seed; run seeds derive from it and the run's position")
-    base: Run = Field(default_factory=Run, description="configuration shared by every run; "
-                                                       "base.ic.seed stays unset (seeds are derived)")
-    design: FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign = Field(
-        default_factory=lambda: FiducialDesign(kind="fiducial"), discriminator="kind",
-        description="how the runs vary: fiducial, grid, latin_hypercube, sobol, derivatives, list")
-    realisations: int = Field(1, ge=1, description="seeds (independent white-noise fields) per design point")
-    common_seeds: bool = Field(False, description="every design point uses the same realisation seeds (always so for derivatives)")
-    paired: bool = Field(False, description="each realisation also runs with inverted phases (Angulo & Pontzen 2016)")
-    execution: Execution = Field(default_factory=Execution)
-    decomposition: Decomposition | None = Field(
-        None, description="choose base.parallel.pdims for this many devices from recorded "
-                          "sweeps (pmpipe tune) instead of giving them")
-    _pdims_source: str = PrivateAttr("given")
-
-    @property
-    def pdims_source(self) -> str:
-        """How base.parallel.pdims were chosen: 'given', or pmpipe.decomposition.choose's
-        'recorded', 'nearest' or 'guessed'."""
-        return self._pdims_source
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto_pdims(cls, data):
-        """base.parallel.pdims 'auto' is left out of the base run, to be chosen (_choose_pdims)."""
-        base = data.get("base") if isinstance(data, dict) else None
-        parallel = base.get("parallel") if isinstance(base, dict) else None
-        if not isinstance(parallel, dict) or parallel.get("pdims") != "auto":
-            return data
-        if not data.get("decomposition"):
-            raise ValueError("base.parallel.pdims 'auto' needs a decomposition section: devices "
-                             "(and file, the sweeps recorded by `pmpipe tune`)")
-        rest = {k: v for k, v in parallel.items() if k != "pdims"}
-        return {**data, "base": {**base, "parallel": rest}}
-
-    @model_validator(mode="after")
-    def _consistent(self):
-        if self.decomposition is not None:
-            self._choose_pdims()
-        if self.base.ic.seed != 0:
-            raise ValueError("base.ic.seed must not be set: run seeds derive from the campaign "
-                             "seed and the run's position; change 'seed' instead")
-        if self.base.ic.paired:
-            raise ValueError("base.ic.paired must not be set: use 'paired: true' at the top level")
-        devices = self.base.parallel.pdims[0] * self.base.parallel.pdims[1]
-        if self.execution.platform == "cpu" and devices > self.execution.devices_per_node:
-            raise ValueError(
-                f"base.parallel.pdims needs {devices} devices but execution.devices_per_node = "
-                f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
-                "or use fewer devices")
-        self.execution.node_layout(devices)
-        return self
-
-    def _choose_pdims(self) -> None:
-        from pmpipe import decomposition
-
-        if "pdims" in self.base.parallel.model_fields_set:
-            raise ValueError("base.parallel.pdims are given and so is a decomposition section: "
-                             "set base.parallel.pdims to 'auto' or remove the section")
-        box, par = self.base.box, self.base.parallel
-        pdims, source = decomposition.choose(self.decomposition.devices, box.particles,
-                                             box.oversample, par.halo_cells, self.decomposition.file)
-        base = self.base.model_dump()
-        base["parallel"]["pdims"] = pdims
-        object.__setattr__(self, "base", Run.model_validate(base))
-        self._pdims_source = source
-
-
-def load_campaign(path: str | Path) -> Campaign:
-    """Read and validate a campaign file (YAML or JSON), every expanded run included."""
-    from pmpipe import campaign  # campaign imports this module
-
-    camp = validate(Campaign, read_mapping(path), path)
-    campaign.expand(camp, source=str(path))
-    return camp
+        raise ConfigError(format_errors(str(source), err, unions)) from None

@@ -17,17 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Physical constants (SI), used once to get the photon density.
-_SIGMA_SB = 5.670374419e-8  # W m^-2 K^-4
-_C_SI = 299792458.0  # m / s
-_G_SI = 6.67430e-11  # m^3 kg^-1 s^-2
-_MPC_M = 3.0856775814913673e22  # m
-C_KM_S = 299792.458  # speed of light, km / s
-HUBBLE_DISTANCE = C_KM_S / 100.0  # c / H0 in Mpc/h
+from pmpipe import background, config
+from pmpipe.background import E2, HUBBLE_DISTANCE, omega_de, omega_radiation
 
 # Growth tables: RK4 in ln a from A_TABLE_MIN to 1.
 A_TABLE_MIN = 1e-5
 N_TABLE = 1024
+
+_DEFAULTS = config.Cosmology()
 
 
 @jax.tree_util.register_dataclass
@@ -38,45 +35,18 @@ class Cosmology:
     Omega_m: total matter density today (CDM + baryons); Omega_b: baryons; h: H0 / 100 km/s/Mpc;
     n_s: primordial tilt; sigma8: rms linear density in 8 Mpc/h spheres at a = 1;
     w0, wa: CPL dark energy equation of state; T_cmb: CMB temperature in K (0 drops radiation);
-    N_eff: effective number of massless neutrino species.
+    N_eff: effective number of massless neutrino species. Defaults: a run's (pmpipe.config).
     """
 
-    Omega_m: float = 0.3111
-    Omega_b: float = 0.0490
-    h: float = 0.6766
-    n_s: float = 0.9665
-    sigma8: float = 0.8102
-    w0: float = -1.0
-    wa: float = 0.0
-    T_cmb: float = 2.7255
-    N_eff: float = 3.046
-
-
-def omega_radiation(cosmo: Cosmology):
-    """Ω_r today: photons at T_cmb plus N_eff massless neutrino species."""
-    rho_crit = 3.0 * (1e5 / _MPC_M) ** 2 / (8.0 * math.pi * _G_SI)  # kg/m^3 for h = 1
-    omega_gamma_h2_per_T4 = 4.0 * _SIGMA_SB / _C_SI**3 / rho_crit
-    omega_gamma = omega_gamma_h2_per_T4 * cosmo.T_cmb**4 / cosmo.h**2
-    return omega_gamma * (1.0 + cosmo.N_eff * 7.0 / 8.0 * (4.0 / 11.0) ** (4.0 / 3.0))
-
-
-def omega_de(cosmo: Cosmology):
-    """Dark energy density today, closing a flat universe."""
-    return 1.0 - cosmo.Omega_m - omega_radiation(cosmo)
-
-
-def _de_scaling(cosmo: Cosmology, a):
-    """ρ_de(a) / ρ_de(1) for the CPL equation of state."""
-    return a ** (-3.0 * (1.0 + cosmo.w0 + cosmo.wa)) * jnp.exp(-3.0 * cosmo.wa * (1.0 - a))
-
-
-def E2(cosmo: Cosmology, a):
-    """(H(a) / H0)^2."""
-    return (
-        omega_radiation(cosmo) * a**-4
-        + cosmo.Omega_m * a**-3
-        + omega_de(cosmo) * _de_scaling(cosmo, a)
-    )
+    Omega_m: float = _DEFAULTS.Omega_m
+    Omega_b: float = _DEFAULTS.Omega_b
+    h: float = _DEFAULTS.h
+    n_s: float = _DEFAULTS.n_s
+    sigma8: float = _DEFAULTS.sigma8
+    w0: float = _DEFAULTS.w0
+    wa: float = _DEFAULTS.wa
+    T_cmb: float = _DEFAULTS.T_cmb
+    N_eff: float = _DEFAULTS.N_eff
 
 
 def E(cosmo: Cosmology, a):
@@ -90,7 +60,7 @@ def dlnE_dlna(cosmo: Cosmology, a):
     num = (
         -4.0 * omega_radiation(cosmo) * a**-4
         - 3.0 * cosmo.Omega_m * a**-3
-        + omega_de(cosmo) * _de_scaling(cosmo, a) * dde
+        + omega_de(cosmo) * background.de_scaling(cosmo, a) * dde
     )
     return 0.5 * num / E2(cosmo, a)
 
@@ -342,52 +312,6 @@ def linear_power_eisenstein_hu(cosmo: Cosmology, k, wiggles: bool = True):
     shape = lambda q: q**cosmo.n_s * transfer_eisenstein_hu(cosmo, q, wiggles) ** 2
     norm = (cosmo.sigma8 / sigma_r(kk, shape(kk), 8.0)) ** 2
     return norm * shape(jnp.asarray(k))
-
-
-class PowerTableError(ValueError):
-    """A tabulated P(k) file that cannot be used."""
-
-
-def load_power_table(path, k_min: float, k_max: float):
-    """Read a linear P(k) table at a = 1 as CAMB or CLASS write it.
-
-    Columns: k in h/Mpc, P in (Mpc/h)^3 (further columns are ignored); lines starting with '#'
-    are comments. The table must be finite, positive, strictly increasing in k and cover
-    [k_min, k_max] (h/Mpc), the wavenumbers the mesh needs. Returns (k, P) as float64 numpy arrays.
-    """
-    try:
-        data = np.loadtxt(path, comments="#", ndmin=2, dtype=np.float64)
-    except (OSError, ValueError) as err:
-        raise PowerTableError(f"power spectrum table {path}: cannot be read as numbers ({err})")
-    if data.shape[0] < 4 or data.shape[1] < 2:
-        raise PowerTableError(
-            f"power spectrum table {path}: needs at least 4 rows of two columns (k [h/Mpc], "
-            f"P [(Mpc/h)^3]), found shape {data.shape}"
-        )
-    k, pk = data[:, 0], data[:, 1]
-    for name, col in (("k", k), ("P", pk)):
-        bad = ~np.isfinite(col)
-        if bad.any():
-            raise PowerTableError(
-                f"power spectrum table {path}: column {name} has non-finite values "
-                f"(first at row {int(np.argmax(bad)) + 1})"
-            )
-        if (col <= 0).any():
-            raise PowerTableError(
-                f"power spectrum table {path}: column {name} must be > 0 "
-                f"(row {int(np.argmax(col <= 0)) + 1} has {col[col <= 0][0]:g})"
-            )
-    if (np.diff(k) <= 0).any():
-        row = int(np.argmax(np.diff(k) <= 0)) + 2
-        raise PowerTableError(
-            f"power spectrum table {path}: k must be strictly increasing (row {row} is not)"
-        )
-    if k[0] > k_min or k[-1] < k_max:
-        raise PowerTableError(
-            f"power spectrum table {path}: covers k = [{k[0]:.4g}, {k[-1]:.4g}] h/Mpc but the mesh "
-            f"needs [{k_min:.4g}, {k_max:.4g}] h/Mpc; extend the table or change box_size / particles"
-        )
-    return k, pk
 
 
 @jax.jit

@@ -18,10 +18,10 @@ from pathlib import Path
 import yaml
 from pydantic import Field, model_validator
 
-from pmpipe import config, painting
+from pmpipe import config, domain
 
 
-class Sweep(config._Model):
+class Sweep(config.StrictModel):
     """One sweep: seconds of one PM step per decomposition, the fastest chosen."""
 
     devices: int = Field(ge=1, description="devices of the run, px * py")
@@ -47,7 +47,7 @@ class Sweep(config._Model):
         return self
 
 
-class Decompositions(config._Model):
+class Decompositions(config.StrictModel):
     """A decomposition file: the sweeps of one device kind."""
 
     device_kind: str = Field(description="jax.devices()[0].device_kind of the machine measured")
@@ -68,7 +68,7 @@ def candidates(devices: int, particles: int, oversample: int, halo: int) -> list
         if px * py != devices or particles % px or particles % py:
             continue
         try:
-            painting.check_halo_fits(particles * oversample, (px, py), halo)
+            domain.check_halo_fits(particles * oversample, (px, py), halo)
         except ValueError:
             continue
         out.append((px, py))

@@ -54,7 +54,7 @@ class SlurmJob:
         return self.nodes * self.tasks_per_node
 
 
-def site_execution(execution: config.Execution, site: Site | None) -> config.Execution:
+def site_execution(execution: campaigns.Execution, site: Site | None) -> campaigns.Execution:
     """The campaign's execution section with the site's GPUs per node (gpu platform only)."""
     if site is not None and site.gpus_per_node and execution.platform == "gpu":
         return execution.model_copy(update={"devices_per_node": site.gpus_per_node})
@@ -137,7 +137,7 @@ def workflow_resources(res: dict, name: str, site: Site | None) -> dict:
     return snakemake_resources(slurm_job(name, res, site), site.launcher)
 
 
-def job_resources(runs: list[config.Run], execution: config.Execution, site: Site | None) -> dict:
+def job_resources(runs: list[config.Run], execution: campaigns.Execution, site: Site | None) -> dict:
     """Snakemake resources of a job that runs every stage of ``runs`` in one process."""
     return workflow_resources(campaigns.job_resources(runs, site_execution(execution, site)),
                               "runs", site)
@@ -205,14 +205,14 @@ def _executor(folder: Path, job: SlurmJob, site: Site | None, array_parallelism:
     return executor
 
 
-def campaign_job(camp: config.Campaign, spec: campaigns.RunSpec, site: Site | None,
+def campaign_job(camp: campaigns.Campaign, spec: campaigns.RunSpec, site: Site | None,
                  stage: str) -> SlurmJob:
     """The job of one stage of a run."""
     res = campaigns.resources(spec.run, stage, site_execution(camp.execution, site))
     return slurm_job(f"pmpipe-{stage}-{spec.run_id}", res, site)
 
 
-def array_job(camp: config.Campaign, groups: list[list[campaigns.RunSpec]],
+def array_job(camp: campaigns.Campaign, groups: list[list[campaigns.RunSpec]],
               site: Site | None) -> SlurmJob:
     """The job of each element of a campaign's array, one element per group of runs that
     run in one process (sized for the largest group; the design varies cosmology only)."""
@@ -320,7 +320,7 @@ class RunsJob:
         return submitit.helpers.DelayedSubmission(self, *args)
 
 
-def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, results: Path,
+def submit_stage(camp: campaigns.Campaign, spec: campaigns.RunSpec, stage: str, results: Path,
                  folder: Path, site: Site | None):
     """Submit one stage of one run (its inputs must be complete); returns the submitit job."""
     run_dir = results / camp.name / spec.run_id
@@ -336,7 +336,7 @@ def submit_stage(camp: config.Campaign, spec: campaigns.RunSpec, stage: str, res
     return executor.submit(RunsJob(stages.run_stage), stage, str(run_dir / "config.json"))
 
 
-def submit_campaign(camp: config.Campaign, groups: list[list[campaigns.RunSpec]], results: Path,
+def submit_campaign(camp: campaigns.Campaign, groups: list[list[campaigns.RunSpec]], results: Path,
                     folder: Path, site: Site | None, max_parallel: int):
     """Submit the groups of runs as one job array (at most ``max_parallel`` elements at a
     time); each element runs every stage of its runs in one process. Returns the submitit

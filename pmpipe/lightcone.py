@@ -16,8 +16,8 @@ their own mean removed:
   extent, sharded like the meshes, CIC-painted (the transverse CIC window stays in: the lensing
   stage divides it out when it interpolates);
 - full sky: a HEALPix map (RING) of the shell and its harmonic coefficients, band-limited to
-  ℓ ≤ :func:`healpix_ell_max` = 3 nside - 1 (:func:`shell_alm`): the density, CIC-compensated
-  and band-limited in 3D to :func:`shell_band_limits` (so that the shell holds no multipoles
+  ℓ ≤ :func:`pmpipe.sky.healpix_ell_max` = 3 nside - 1 (:func:`shell_alm`): the density, CIC-compensated
+  and band-limited in 3D to :func:`pmpipe.sky.shell_band_limits` (so that the shell holds no multipoles
   the rays cannot sample), is sampled by trilinear interpolation along the rays of a finer
   HEALPix grid (:func:`ray_samples` per ray); the harmonic coefficients of that map up to
   3 nside - 1 are the shell's, and the map is their synthesis at nside (:func:`healpix_map`).
@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import cosmology, fft, painting
+from pmpipe import cosmology, fft, painting, sky
 from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
 
 
@@ -78,28 +78,12 @@ def plane_transforms(seed: int, n_planes: int, mesh_n: int, randomize: bool) -> 
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class Planes:
-    """Plane geometry: edges (P + 1,) and centres (P,) in Mpc/h, crossing scale factors a (P,),
-    ordered from the observer outwards."""
-
-    chi_edges: np.ndarray
-    chi: np.ndarray
-    a: np.ndarray
-
-    def __len__(self) -> int:
-        return self.chi.size
-
-
-def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None) -> Planes:
+def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None) -> sky.Planes:
     """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
     table = cosmology.growth_table(cosmo) if table is None else table
     chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
-    n = max(1, math.ceil(chi_max / thickness - 1e-9))
-    edges = np.arange(n + 1) * thickness
-    centres = 0.5 * (edges[1:] + edges[:-1])
-    a = cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, centres, table)
-    return Planes(edges, centres, a)
+    return sky.planes(chi_max, thickness, partial(
+        cosmology.on_host, cosmology.scale_factor_at_distance, cosmo, table=table))
 
 
 def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: PlaneTransform):
@@ -136,8 +120,7 @@ def _flat_plane(delta, axes, flips, shift, mesh: Mesh, box_size: float, n_cells:
     return jax.lax.with_sharding_constraint(plane, NamedSharding(mesh, FIELD_SPEC))
 
 
-PLANE_BUCKET = 8  # plane arrays are padded to a multiple of this: runs whose cosmologies give
-# a few planes more or less still share one compiled evolution
+
 
 
 @partial(
@@ -148,7 +131,7 @@ PLANE_BUCKET = 8  # plane arrays are padded to a multiple of this: runs whose co
 @dataclasses.dataclass(frozen=True)
 class Capture:
     """What the N-body program captures as the light cone crosses the planes: arrays of length
-    P (padded to a multiple of PLANE_BUCKET; padding planes have a = 0 and are never crossed),
+    P (padded to a multiple of sky.PLANE_BUCKET; padding planes have a = 0 and are never crossed),
     arguments of the program, and static sizes. The real planes come first; their number is
     no part of the program, so runs whose cosmologies give a few planes more or less share it.
 
@@ -174,13 +157,13 @@ class Capture:
     rays_nside: int | None
 
 
-def capture_plan(planes: Planes, transforms, observer, box_size: float, mesh_n: int,
+def capture_plan(planes: sky.Planes, transforms, observer, box_size: float, mesh_n: int,
                  n_cells: int, rays_nside: int | None = None, k_max=0.0,
                  dtype=np.float32) -> Capture:
     """The :class:`Capture` of ``planes`` seen through ``transforms``; with ``rays_nside`` the
     full-sky shells too, sampled along the rays of that HEALPix grid and band-limited to k_max
     (h/Mpc; one value or one per plane)."""
-    n, size = len(planes), PLANE_BUCKET * math.ceil(len(planes) / PLANE_BUCKET)
+    n, size = len(planes), sky.PLANE_BUCKET * math.ceil(len(planes) / sky.PLANE_BUCKET)
     n_r = ray_samples(float(np.max(np.diff(planes.chi_edges))), box_size / mesh_n,
                       float(np.max(k_max)))
     frames = [box_frame(observer, t, box_size, mesh_n) for t in transforms]
@@ -209,7 +192,7 @@ def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
                                             NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
     if capture.rays_nside is None:
         return flat, None
-    rays = healpix_pixels(capture.rays_nside)
+    rays = sky.healpix_pixels(capture.rays_nside)
     shells = jax.lax.with_sharding_constraint(
         jnp.zeros((size, rays), dtype), NamedSharding(mesh, jax.P(None, *ray_spec(rays, mesh))))
     return flat, shells
@@ -244,43 +227,7 @@ def plane_offsets(observer, transform: PlaneTransform) -> tuple[float, float]:
                  for j in range(2))
 
 
-def shell_k_max(particles: int, mesh_n: int, box_size: float) -> float:
-    """Band limit (h/Mpc) the mesh sets for the full-sky shells: the particle grid's Nyquist
-    frequency, at most half the mesh's."""
-    return math.pi / box_size * min(particles, mesh_n / 2)
 
-
-RAYS_PER_PIXEL_SIDE = 4  # full-sky shells are sampled on a HEALPix grid of 4 nside (16 rays a
-# pixel): the grid shell_band_limits was measured with
-
-
-def rays_nside(nside: int) -> int:
-    """The HEALPix grid along whose rays the shells of full-sky maps of ``nside`` are sampled."""
-    return nside * RAYS_PER_PIXEL_SIDE
-
-
-def healpix_pixels(nside: int) -> int:
-    """Pixels of a HEALPix map of ``nside``: 12 nside²."""
-    return 12 * nside * nside
-
-
-def shell_band_limits(chi_hi, k_mesh: float, nside_rays: int) -> np.ndarray:
-    """Band limit (h/Mpc) of each shell's density, shells ending at chi_hi (P,) Mpc/h: at most
-    k_mesh (:func:`shell_k_max`), and at most 3 nside_rays / χ_hi, so that no multipole above
-    about 3 nside_rays reaches the rays of a HEALPix grid of nside_rays, where point sampling
-    would alias it onto large angles. With rays at RAYS_PER_PIXEL_SIDE nside = 4 nside, the
-    shell's multipoles up to 3 nside - 1 are within 1.4 % of an alias-free sampling
-    (tests/test_lensing.py; measured on a Gaussian field at 1150 and 2180 Mpc/h: at
-    6 nside_rays / χ_hi aliasing adds 5-65 %, at 2 nside_rays / χ_hi the cut takes the shell's
-    radial modes and the low multipoles lose up to 7 %)."""
-    chi_hi = np.asarray(chi_hi, np.float64)
-    return np.minimum(k_mesh, 3.0 * nside_rays / np.maximum(chi_hi, 1e-30))
-
-
-def healpix_ell_max(nside: int) -> int:
-    """Band limit of pmpipe's full-sky maps of ``nside``: the highest multipole of their
-    harmonic coefficients, 3 nside - 1."""
-    return 3 * nside - 1
 
 
 def shell_alm(rays, nside: int) -> np.ndarray:
@@ -289,7 +236,7 @@ def shell_alm(rays, nside: int) -> np.ndarray:
     iterations; the monopole set to 0."""
     import healpy
 
-    alm = healpy.map2alm(np.asarray(rays, np.float64), lmax=healpix_ell_max(nside), iter=3)
+    alm = healpy.map2alm(np.asarray(rays, np.float64), lmax=sky.healpix_ell_max(nside), iter=3)
     alm[0] = 0.0
     return alm
 
@@ -300,7 +247,7 @@ def healpix_map(alm, nside: int) -> np.ndarray:
     has a pixel mean of about 1e-4 of its largest value); no pixel window."""
     import healpy
 
-    out = healpy.alm2map(np.asarray(alm, np.complex128), nside, lmax=healpix_ell_max(nside))
+    out = healpy.alm2map(np.asarray(alm, np.complex128), nside, lmax=sky.healpix_ell_max(nside))
     return out - out.mean()
 
 
@@ -369,7 +316,7 @@ def _shell(delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_
             return jax.lax.psum_scatter(total, AXES, scatter_dimension=0, tiled=True)
         return jax.lax.psum(total, AXES)
 
-    out_spec = ray_spec(healpix_pixels(rays_nside), mesh)
+    out_spec = ray_spec(sky.healpix_pixels(rays_nside), mesh)
     run = jax.shard_map(local, mesh=mesh, in_specs=FIELD_SPEC, out_specs=out_spec)
     shell = run(delta) * dr
     return shell - jnp.mean(shell)
@@ -380,7 +327,7 @@ def ray_directions(nside: int, dtype=jnp.float32):
     order (healpy's pix2vec), computed from the pixel indices, so that a compiled program makes
     them where it needs them instead of receiving them. Pixel indices are int32: nside ≤ 13377."""
     n = nside
-    npix, ncap = healpix_pixels(n), 2 * n * (n - 1)
+    npix, ncap = sky.healpix_pixels(n), 2 * n * (n - 1)
     p = jnp.arange(npix, dtype=jnp.int32)
 
     def ring(x):

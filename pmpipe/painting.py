@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import Mesh
 
-from pmpipe import fft
+from pmpipe import domain, fft
 from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
 
 
@@ -195,20 +195,10 @@ def pad_for_reading(block, pdims: tuple[int, int], halo: int = 1):
     return block
 
 
-def check_halo_fits(mesh_n: int, pdims: tuple[int, int], halo: int) -> None:
-    """Reject a halo outside 1 .. block width along a split axis (before any work starts)."""
-    for p, name in zip(pdims, ("x", "y")):
-        if p > 1 and not 0 < halo <= mesh_n // p:
-            raise ValueError(
-                f"parallel.halo_cells = {halo} must be between 1 and the block width "
-                f"{mesh_n // p} cells along {name} (mesh {mesh_n} over {p} devices)"
-            )
-
-
 def _splits(mesh: Mesh, mesh_n: int, halo: int):
     """Which axes are split over devices, and pdims."""
     pdims = pdims_of(mesh)
-    check_halo_fits(mesh_n, pdims, halo)
+    domain.check_halo_fits(mesh_n, pdims, halo)
     return (pdims[0] > 1, pdims[1] > 1, False), pdims
 
 

@@ -63,16 +63,6 @@ def field_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, FIELD_SPEC)
 
 
-def check_divisible(n: int, pdims: tuple[int, int], field: str = "box.particles") -> None:
-    """Raise when an n-per-side grid cannot be split evenly over pdims."""
-    px, py = pdims
-    if n % px or n % py:
-        raise ValueError(
-            f"{field} = {n} is not divisible by parallel.pdims = ({px}, {py}); "
-            f"choose a grid size that is a multiple of both {px} and {py}"
-        )
-
-
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 

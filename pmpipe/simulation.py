@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import cosmology, fft, ics, lpt, nbody
+from pmpipe import config, cosmology, fft, ics, lpt, nbody, timesteps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +34,8 @@ class Initial:
 def power_function(cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu",
                    table=None) -> cosmology.LinearPower:
     """P(k) at a = 1 as a callable of k [h/Mpc]: kind 'eisenstein_hu', 'eisenstein_hu_nowiggle',
-    or 'table' with table = (k, P) arrays from :func:`pmpipe.cosmology.load_power_table`."""
-    if kind not in cosmology.POWER_KINDS:
+    or 'table' with table = (k, P) arrays from :func:`pmpipe.power_table.load_power_table`."""
+    if kind not in config.POWER_KINDS:
         raise ValueError(
             f"power.kind must be 'eisenstein_hu', 'eisenstein_hu_nowiggle' or 'table', got {kind!r}"
         )
@@ -82,7 +82,7 @@ def simulate(cosmo: cosmology.Cosmology, noise, mesh: Mesh, grid: nbody.PMGrid, 
         power = jax.tree_util.Partial(power)
     table = cosmology.growth_table(cosmo)
     snaps = tuple(sorted({float(s) for s in snapshots} | {float(a_final)}))
-    bounds = nbody.step_boundaries(a_init, a_final, steps, snaps)
+    bounds = timesteps.step_boundaries(a_init, a_final, steps, snaps)
     start = time.perf_counter()
     fields, out = _simulation(cosmo, noise, a_init, table, power, bounds.astype(noise.dtype),
                               nbody.snapshot_slots(bounds, snaps), mesh=mesh, grid=grid,

@@ -103,7 +103,7 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
     Runs are packed into jobs of execution.runs_per_job by their position in the design; a job
     holds the runs of its group that are not complete, so a finished run is never redone."""
     path = campaign_file(snakemake_config)
-    camp = config.load_campaign(path)
+    camp = campaigns.load(path)
     campaigns.check_fits(camp)
     specs = campaigns.expand(camp)
     campaigns.write_run_files(camp, results)

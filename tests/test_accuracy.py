@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from pmpipe import bench_accuracy, cosmology, lensing, nbody, resolution, simulation
+from pmpipe import bench_accuracy, cosmology, lensing, resolution, simulation, timesteps
 
 STEP_TOLERANCE = 0.01  # docs/validation.md: measured 0.37-0.56 % for 10 steps at 32^3, 128 Mpc/h
 
 
 def test_step_spacings_are_equal_in_their_variable():
-    log_a = nbody.step_boundaries(0.1, 1.0, 5, spacing="log_a")
+    log_a = timesteps.step_boundaries(0.1, 1.0, 5, spacing="log_a")
     np.testing.assert_allclose(np.diff(np.log(log_a)), math.log(10) / 5, rtol=1e-12)
     cosmo = cosmology.Cosmology()
     table = cosmology.growth_table(cosmo)
@@ -20,14 +20,14 @@ def test_step_spacings_are_equal_in_their_variable():
     def growth(a):
         return cosmology.on_host(cosmology.growth_factor, cosmo, a, table)
 
-    bounds = nbody.step_boundaries(0.1, 1.0, 8, (0.5,), spacing="growth", growth=growth)
+    bounds = timesteps.step_boundaries(0.1, 1.0, 8, (0.5,), spacing="growth", growth=growth)
     d1 = growth(np.delete(bounds, np.flatnonzero(np.isclose(bounds, 0.5))))
     np.testing.assert_allclose(np.diff(d1), (d1[-1] - d1[0]) / 8, rtol=1e-4)
     assert np.isclose(bounds, 0.5).any()  # the snapshot became a boundary
     with pytest.raises(ValueError, match="nbody.spacing must be one of a, log_a, growth"):
-        nbody.step_boundaries(0.1, 1.0, 5, spacing="sqrt_a")
+        timesteps.step_boundaries(0.1, 1.0, 5, spacing="sqrt_a")
     with pytest.raises(ValueError, match="needs the run's growth factor"):
-        nbody.step_boundaries(0.1, 1.0, 5, spacing="growth")
+        timesteps.step_boundaries(0.1, 1.0, 5, spacing="growth")
 
 
 def test_ten_steps_of_every_spacing_match_a_converged_reference():

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import yaml
 
-from pmpipe import campaign, cli, config, lightcone
+from pmpipe import campaign, cli, config, lightcone, seeds, sky, validation
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"box": {"particles": 16, "box_size": 64.0}}
 
 
 def make(**fields):
-    return config.Campaign.model_validate({"name": "c", "seed": 1, "base": SMALL, **fields})
+    return campaign.Campaign.model_validate({"name": "c", "seed": 1, "base": SMALL, **fields})
 
 
 def test_grid_is_the_cartesian_product():
@@ -42,7 +42,7 @@ def test_quasi_random_samples_are_in_range_and_deterministic(kind):
         assert sorted(np.floor((values[:, 0] - 0.25) / 0.1 * 8).astype(int)) == list(range(8))
     again = campaign.expand(make(design=design))
     assert [s.parameters for s in again] == [s.parameters for s in specs]
-    other = campaign.expand(config.Campaign.model_validate(
+    other = campaign.expand(campaign.Campaign.model_validate(
         {"name": "c", "seed": 2, "base": SMALL, "design": design}))
     assert [s.parameters for s in other] != [s.parameters for s in specs]
     assert specs[0].run.cosmology.Omega_m == specs[0].parameters["Omega_m"]
@@ -79,7 +79,7 @@ def test_pairs_and_common_seeds():
 def test_seeds_are_stable():
     """Seeds depend only on the campaign seed and the run position (fold_in), never on time."""
     first = [s.seed for s in campaign.expand(make(realisations=3))]
-    assert first == [campaign.derive_seed(1, i) for i in range(3)]
+    assert first == [seeds.derive_seed(1, i) for i in range(3)]
     assert first == [s.seed for s in campaign.expand(make(realisations=3))]
 
 
@@ -91,13 +91,13 @@ def test_run_files_are_rewritten_only_when_they_change(tmp_path):
     time.sleep(0.01)
     campaign.write_run_files(camp, tmp_path)
     assert [p.stat().st_mtime_ns for p in paths] == mtimes
-    loaded = config.load_run_file(paths[1])
+    loaded = validation.load_run_file(paths[1])
     assert loaded.run_id == "c-fiducial-r1" and loaded.config.ic.seed == campaign.expand(camp)[1].seed
     assert loaded.config_hash == config.config_hash(loaded.config)
-    changed = config.Campaign.model_validate(
+    changed = campaign.Campaign.model_validate(
         {"name": "c", "seed": 1, "base": {"box": {"particles": 16, "box_size": 32.0}}, "realisations": 2})
     campaign.write_run_files(changed, tmp_path)
-    assert config.load_run_file(paths[0]).config.box.box_size == 32.0
+    assert validation.load_run_file(paths[0]).config.box.box_size == 32.0
 
 
 def run(particles=64, pdims=(1, 1), **sections):
@@ -109,7 +109,7 @@ def run(particles=64, pdims=(1, 1), **sections):
                          [(64, 1, 0.67, 0.48, 0.034), (64, 2, 0.78, 1.11, 0.103), (128, 1, 1.17, 3.70, 0.321)])
 def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s, step_s):
     """`pmpipe bench nbody` on 2 CPU cores (2LPT + 10 steps, docs/performance.md)."""
-    est = campaign.estimate(run(particles, box={"oversample": oversample}), config.Execution())
+    est = campaign.estimate(run(particles, box={"oversample": oversample}), campaign.Execution())
     assert peak_gb * 1e9 < est.memory_per_device_bytes < 1.15 * peak_gb * 1e9
     nbody_s = est.runtime_s["nbody"] - campaign.STARTUP_SECONDS
     assert 10 * step_s < nbody_s < 1.5 * 10 * step_s
@@ -117,29 +117,29 @@ def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s
 
 
 def test_estimates_grow_with_particles_and_shrink_with_devices():
-    gpu = config.Execution(platform="gpu", devices_per_node=4)
+    gpu = campaign.Execution(platform="gpu", devices_per_node=4)
     est = lambda r, ex=gpu: campaign.estimate(r, ex)
     assert est(run(64)).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
     assert est(run(128, (2, 2))).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
     assert est(run(128, (2, 2))).runtime_s["nbody"] < est(run(128)).runtime_s["nbody"]
     assert est(run(64)).runtime_s["nbody"] < est(run(64, nbody={"steps": 20})).runtime_s["nbody"]
-    cpu = config.Execution(devices_per_node=4)  # one process holds every CPU device
+    cpu = campaign.Execution(devices_per_node=4)  # one process holds every CPU device
     assert est(run(128, (2, 2)), cpu).memory_per_device_bytes >= est(run(128), cpu).memory_per_device_bytes
     assert est(run(128, (2, 4))).nodes == 2 and est(run(128, (2, 4)), cpu).nodes == 1
 
 
 def test_estimates_count_the_full_sky_shells_split_over_the_devices():
-    gpu = config.Execution(platform="gpu", devices_per_node=4)
-    sky = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0}}
-    flat = run(128, (2, 2), **sky, lensing={"source_redshifts": [1.0], "flat_sky": {}})
-    full = run(128, (2, 2), **sky, lensing={"source_redshifts": [1.0], "flat_sky": {},
-                                             "full_sky": {"nside": 512}})
-    padded = lightcone.PLANE_BUCKET * math.ceil(len(full.planes()) / lightcone.PLANE_BUCKET)
-    rays = 12 * (512 * lightcone.RAYS_PER_PIXEL_SIDE) ** 2
+    gpu = campaign.Execution(platform="gpu", devices_per_node=4)
+    cone = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0}}
+    flat = run(128, (2, 2), **cone, lensing={"source_redshifts": [1.0], "flat_sky": {}})
+    full = run(128, (2, 2), **cone, lensing={"source_redshifts": [1.0], "flat_sky": {},
+                                              "full_sky": {"nside": 512}})
+    padded = sky.PLANE_BUCKET * math.ceil(len(validation.planes(full)) / sky.PLANE_BUCKET)
+    rays = 12 * (512 * sky.RAYS_PER_PIXEL_SIDE) ** 2
     extra = (campaign.estimate(full, gpu).memory_per_device_bytes
              - campaign.estimate(flat, gpu).memory_per_device_bytes)
     assert extra == pytest.approx(4 * (padded * rays / 4 + campaign.SHELL_RAY_WORDS * rays))
-    cpu = config.Execution(devices_per_node=4)  # one process: 4 shares, 4 samplers
+    cpu = campaign.Execution(devices_per_node=4)  # one process: 4 shares, 4 samplers
     extra_cpu = (campaign.estimate(full, cpu).memory_per_device_bytes
                  - campaign.estimate(flat, cpu).memory_per_device_bytes)
     assert extra_cpu == pytest.approx(4 * (padded * rays + 4 * campaign.SHELL_RAY_WORDS * rays))
@@ -158,37 +158,37 @@ def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
         jnp.ones((16, 16, 16), jnp.float32), np.float32(10), np.float32(1), source,
         scale.astype(np.float32), offset.astype(np.float32), n_r=4,
         mesh=parallel.make_mesh((1, 1)), rays_nside=rays).compile()
-    words = program.memory_analysis().temp_size_in_bytes / 4 / lightcone.healpix_pixels(rays)
+    words = program.memory_analysis().temp_size_in_bytes / 4 / sky.healpix_pixels(rays)
     assert campaign.SHELL_RAY_WORDS - 1 < words <= campaign.SHELL_RAY_WORDS + 0.01
 
 
 def test_resources():
-    gpu = config.Execution(platform="gpu", devices_per_node=4)
+    gpu = campaign.Execution(platform="gpu", devices_per_node=4)
     res = campaign.resources(run(128, (2, 4)), "nbody", gpu)
     assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4 and res["devices"] == 8
     assert set(res) == {"gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime", "devices"}
-    per_node = config.Execution(platform="gpu", devices_per_node=4, processes_per_node=1)
+    per_node = campaign.Execution(platform="gpu", devices_per_node=4, processes_per_node=1)
     res = campaign.resources(run(128, (2, 4)), "nbody", per_node)  # one process drives 4 GPUs
     assert (res["nodes"], res["tasks_per_node"], res["gpu"]) == (2, 1, 4)
-    two = campaign.resources(run(64, (2, 2)), "ic", config.Execution(devices_per_node=4,
+    two = campaign.resources(run(64, (2, 2)), "ic", campaign.Execution(devices_per_node=4,
                                                                      processes_per_node=2))
     assert (two["tasks_per_node"], two["gpu"], two["devices"]) == (2, 0, 4)
-    cpu = campaign.resources(run(64), "ic", config.Execution())
+    cpu = campaign.resources(run(64), "ic", campaign.Execution())
     assert cpu["gpu"] == 0 and cpu["tasks_per_node"] == 1 and cpu["mem_mb"] >= 1000 and cpu["runtime"] >= 1
     spec = campaign.expand(make())[0]
-    assert campaign.resources(spec, "summaries", config.Execution()) == campaign.resources(
-        spec.run, "summaries", config.Execution())
+    assert campaign.resources(spec, "summaries", campaign.Execution()) == campaign.resources(
+        spec.run, "summaries", campaign.Execution())
     with pytest.raises(ValueError, match="unknown stage 'raytrace'"):
-        campaign.resources(spec, "raytrace", config.Execution())
+        campaign.resources(spec, "raytrace", campaign.Execution())
 
 
 def test_check_fits_and_plan():
-    huge = config.Campaign.model_validate({"name": "big", "base": {"box": {"particles": 512}},
+    huge = campaign.Campaign.model_validate({"name": "big", "base": {"box": {"particles": 512}},
                                            "execution": {"device_memory_gb": 1}})
     with pytest.raises(config.ConfigError, match=r"big-fiducial-r0 needs about .* GB per device but "
                        r"execution.device_memory_gb = 1\.0; on cpu .* fewer particles"):
         campaign.check_fits(huge)
-    on_gpu = huge.model_copy(update={"execution": config.Execution(platform="gpu", device_memory_gb=1)})
+    on_gpu = huge.model_copy(update={"execution": campaign.Execution(platform="gpu", device_memory_gb=1)})
     with pytest.raises(config.ConfigError, match=r"use more devices \(base.parallel.pdims\)"):
         campaign.check_fits(on_gpu)
     table = campaign.plan_table(make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}}))
@@ -222,7 +222,7 @@ def test_schema_command_writes_the_schema(tmp_path):
 
 @pytest.mark.parametrize("path", sorted((REPO / "config").rglob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_campaigns_load_and_expand(path):
-    camp = config.load_campaign(path)
+    camp = campaign.load(path)
     assert campaign.expand(camp)
     campaign.plan_table(camp)
 
@@ -291,7 +291,7 @@ def test_bad_campaign_files_name_the_file_and_field(tmp_path, data, message):
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(config.ConfigError) as err:
-        config.load_campaign(path)
+        campaign.load(path)
     text = str(err.value)
     assert message in text, text
     assert str(path) in text, text
@@ -299,18 +299,18 @@ def test_bad_campaign_files_name_the_file_and_field(tmp_path, data, message):
 
 def test_json_campaign_files_load(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps(GOOD))
-    assert config.load_campaign(tmp_path / "c.json") == config.Campaign.model_validate(GOOD)
+    assert campaign.load(tmp_path / "c.json") == campaign.Campaign.model_validate(GOOD)
 
 
 def test_unreadable_and_malformed_files(tmp_path):
     with pytest.raises(config.ConfigError, match="missing.yaml: cannot be read"):
-        config.load_campaign(tmp_path / "missing.yaml")
+        campaign.load(tmp_path / "missing.yaml")
     (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
     with pytest.raises(config.ConfigError, match="bad.yaml: not valid YAML"):
-        config.load_campaign(tmp_path / "bad.yaml")
+        campaign.load(tmp_path / "bad.yaml")
     (tmp_path / "list.yaml").write_text("- name: a\n")
     with pytest.raises(config.ConfigError, match="list.yaml: the top level must be a mapping"):
-        config.load_campaign(tmp_path / "list.yaml")
+        campaign.load(tmp_path / "list.yaml")
 
 
 def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
@@ -324,8 +324,8 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
     assert cli.main(["bench", "nbody", "--mesh", "16", "--steps", "2", "--json", str(record_path)]) == 0
     capsys.readouterr()
     record = json.loads(record_path.read_text())
-    plain = config.Execution()
-    calibrated = config.Execution(calibration=record_path)
+    plain = campaign.Execution()
+    calibrated = campaign.Execution(calibration=record_path)
     measured = run(16, nbody={"steps": 2})
     est = campaign.estimate(measured, calibrated)
     assert est.step_s == pytest.approx(record["step_s"], rel=1e-9)
@@ -340,9 +340,9 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
 
     with pytest.raises(ValueError, match=f"execution.calibration {record_path} was measured on "
                                          "cpu, execution.platform is gpu"):
-        config.Execution(platform="gpu", calibration=record_path)
+        campaign.Execution(platform="gpu", calibration=record_path)
     partial = tmp_path / "partial.json"
     partial.write_text(json.dumps({k: v for k, v in record.items() if k not in ("halo", "step_s")}))
     with pytest.raises(ValueError, match="the record lacks halo, step_s; write it with `pmpipe "
                                          "bench nbody --json` on the cpu platform"):
-        config.Execution(calibration=partial)
+        campaign.Execution(calibration=partial)

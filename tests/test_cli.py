@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from pmpipe import cli, stages
+from pmpipe import cli, stages, validation
 
 CAMPAIGN = {"name": "cli", "seed": 4, "base": {"box": {"particles": 16, "box_size": 64.0},
                                                "nbody": {"steps": 2}},
@@ -24,14 +24,14 @@ def test_plan_prints_a_table_and_fails_early_when_a_run_does_not_fit(tmp_path, c
 
 
 def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
-    from pmpipe import campaign, config
+    from pmpipe import campaign
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(CAMPAIGN))
-    configs = campaign.write_run_files(config.load_campaign(path), tmp_path / "results")
+    configs = campaign.write_run_files(campaign.load(path), tmp_path / "results")
     for cfg in configs:
-        for stage in stages.run_stages(config.load_run_file(cfg).config):
+        for stage in stages.run_stages(validation.load_run_file(cfg).config):
             assert cli.main(["run", stage, str(cfg)]) == 0
     assert cli.main(["run", "lensing", str(cfg)]) == 2  # this campaign has no lensing
     assert "has no lensing section" in capsys.readouterr().err

@@ -42,7 +42,7 @@ def run(params, seed, a_init):
     transforms = lightcone.plane_transforms(seed, len(planes), grid.mesh, True)
     capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, grid.mesh, 16, 1,
                                      0.5)
-    bounds = nbody.step_boundaries(a_init, 1.0, 3, (0.5,))
+    bounds = timesteps.step_boundaries(a_init, 1.0, 3, (0.5,))
     res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, (0.5, 1.0), table, capture)
     flat, shells = np.asarray(res.planes)[:len(planes)], np.asarray(res.shells)[:len(planes)]
     k, pk, _ = stats.power_spectrum(res.snapshots[1.0], mesh, BOX, compensate_cic=True)

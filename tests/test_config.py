@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from pmpipe import config
+from pmpipe import config, derive, validation
 from pmpipe import cosmology as C
 
 
@@ -14,9 +14,9 @@ def _write(tmp_path, data, name="run.json"):
 
 
 def test_defaults_validate_and_convert(tmp_path):
-    run = config.load_run(_write(tmp_path, {"box": {"particles": 32}}))
-    assert run.pm_grid().mesh == 32
-    assert run.cosmology_params() == C.Cosmology()
+    run = validation.load_run(_write(tmp_path, {"box": {"particles": 32}}))
+    assert derive.pm_grid(run).mesh == 32
+    assert derive.cosmology_params(run) == C.Cosmology()
 
 
 def _table(tmp_path, k_max=10.0):
@@ -58,7 +58,7 @@ BAD = [
 def test_bad_input_names_the_field(tmp_path, data, message):
     path = _write(tmp_path, data)
     with pytest.raises(config.ConfigError) as err:
-        config.load_run(path)
+        validation.load_run(path)
     text = str(err.value)
     assert str(path) in text
     assert message in text, text
@@ -69,13 +69,13 @@ def test_power_table_not_covering_the_mesh(tmp_path):
     path = _write(tmp_path, {"power": {"kind": "table", "table": str(table)},
                              "box": {"particles": 64, "box_size": 256.0}})
     with pytest.raises(config.ConfigError, match="covers k"):
-        config.load_run(path)
+        validation.load_run(path)
 
 
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(config.ConfigError, match="cannot be read"):
-        config.load_run(tmp_path / "nope.json")
+        validation.load_run(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(config.ConfigError, match="not valid JSON"):
-        config.load_run(bad)
+        validation.load_run(bad)

@@ -15,7 +15,7 @@ import zarr
 from conftest import REPO, TINY, golden, run_snakemake, same_store
 from deffile import parse
 
-from pmpipe import campaign, config, doctor, stages, store
+from pmpipe import campaign, doctor, stages, store
 
 GOLDEN = Path(__file__).parent / "golden"
 IMAGES = {"pmpipe-cpu.def": "run.txt", "pmpipe-gpu.def": "gpu.txt"}  # definition: its export
@@ -206,7 +206,7 @@ def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny
     """Every stage of one run by `apptainer exec <image> python -m pmpipe.stages.pipeline`."""
     image, commit = cpu_image
     (tmp_path / "tiny.yaml").write_text(TINY)
-    campaign.write_run_files(config.load_campaign(tmp_path / "tiny.yaml"), tmp_path / "results")
+    campaign.write_run_files(campaign.load(tmp_path / "tiny.yaml"), tmp_path / "results")
     run = "tiny-fiducial-r0"
     done = in_image(apptainer, image, "python", "-m", "pmpipe.stages.pipeline",
                     f"results/tiny/{run}/config.json", cwd=tmp_path)

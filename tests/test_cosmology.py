@@ -4,6 +4,7 @@ import pytest
 from astropy.cosmology import FlatLambdaCDM, Flatw0waCDM
 
 from pmpipe import cosmology as C
+from pmpipe import power_table
 
 PLANCK = C.Cosmology()
 A = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0])
@@ -107,7 +108,7 @@ def _good_rows():
 
 def test_power_table_roundtrip(tmp_path):
     rows = _good_rows()
-    k, pk = C.load_power_table(_write(tmp_path, rows), 1e-3, 5.0)
+    k, pk = power_table.load_power_table(_write(tmp_path, rows), 1e-3, 5.0)
     kq = np.array([0.01, 0.1, 1.0])
     got = np.asarray(C.interp_power(kq, k, pk))
     np.testing.assert_allclose(got, np.asarray(C.linear_power_eisenstein_hu(PLANCK, kq)), rtol=2e-3)
@@ -125,13 +126,13 @@ def test_power_table_roundtrip(tmp_path):
 )
 def test_bad_power_tables_are_rejected(tmp_path, mutate, message):
     path = _write(tmp_path, mutate(_good_rows()))
-    with pytest.raises(C.PowerTableError, match=message) as err:
-        C.load_power_table(path, 1e-3, 5.0)
+    with pytest.raises(power_table.PowerTableError, match=message) as err:
+        power_table.load_power_table(path, 1e-3, 5.0)
     assert str(path) in str(err.value)
 
 
 def test_unreadable_power_table(tmp_path):
     path = tmp_path / "pk.txt"
     path.write_text("k P\nfoo bar\n")
-    with pytest.raises(C.PowerTableError, match="cannot be read"):
-        C.load_power_table(path, 1e-3, 5.0)
+    with pytest.raises(power_table.PowerTableError, match="cannot be read"):
+        power_table.load_power_table(path, 1e-3, 5.0)

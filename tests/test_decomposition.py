@@ -32,7 +32,7 @@ def _campaign(tmp_path, file, pdims="auto"):
 def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
     file = tmp_path / "site" / "decompositions.yaml"
     path = _campaign(tmp_path, file)
-    guessed = config.load_campaign(path)
+    guessed = campaign.load(path)
     assert (guessed.base.parallel.pdims, guessed.pdims_source) == ((8, 1), "guessed")
     assert "guessed (no decomposition file" in campaign.decomposition_line(guessed)
 
@@ -43,7 +43,7 @@ def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
     assert set(sweep.step_seconds) == {"1x8", "2x4", "4x2", "8x1"}
     assert decomposition.label(sweep.pdims) == min(sweep.step_seconds, key=sweep.step_seconds.get)
 
-    camp = config.load_campaign(path)
+    camp = campaign.load(path)
     assert (camp.base.parallel.pdims, camp.pdims_source) == (sweep.pdims, "recorded")
     assert all(s.run.parallel.pdims == sweep.pdims for s in campaign.expand(camp))
     capsys.readouterr()
@@ -54,7 +54,7 @@ def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
     bigger = _campaign(tmp_path, file)
     text = bigger.read_text().replace("particles: 16", "particles: 32")
     bigger.write_text(text)
-    nearest = config.load_campaign(bigger)  # the 16^3 sweep stands in for 32^3
+    nearest = campaign.load(bigger)  # the 16^3 sweep stands in for 32^3
     assert (nearest.base.parallel.pdims, nearest.pdims_source) == (sweep.pdims, "nearest")
 
 
@@ -79,7 +79,7 @@ def test_a_bad_decomposition_file_names_the_file_and_field(tmp_path, data, messa
         decomposition.load(file)
     assert message in str(err.value)
     with pytest.raises(config.ConfigError, match="decompositions.yaml"):  # also through a campaign
-        config.load_campaign(_campaign(tmp_path, file))
+        campaign.load(_campaign(tmp_path, file))
 
 
 def test_one_machine_kind_per_file_and_pdims_given_once(tmp_path):
@@ -91,11 +91,11 @@ def test_one_machine_kind_per_file_and_pdims_given_once(tmp_path):
     replaced = decomposition.record(file, "NVIDIA H100", other)  # same devices and mesh: replaced
     assert [s.pdims for s in replaced.sweeps] == [(8, 1)] and decomposition.load(file) == replaced
     with pytest.raises(config.ConfigError, match="set base.parallel.pdims to 'auto' or remove"):
-        config.load_campaign(_campaign(tmp_path, file, pdims=[2, 4]))
+        campaign.load(_campaign(tmp_path, file, pdims=[2, 4]))
     lone = _campaign(tmp_path, file)
     lone.write_text(lone.read_text().split("decomposition:")[0])
     with pytest.raises(config.ConfigError, match="'auto' needs a decomposition section"):
-        config.load_campaign(lone)
+        campaign.load(lone)
     run = {"parallel": {"pdims": "auto"}}
     with pytest.raises(ValueError, match="'auto' is chosen for a campaign's runs"):
         config.Run.model_validate(run)

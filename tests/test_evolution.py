@@ -20,6 +20,8 @@ from pmpipe import (
     painting,
     parallel,
     simulation,
+    sky,
+    timesteps,
 )
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
@@ -36,7 +38,7 @@ def _setup(mesh, cosmo, seed, z_max=0.05):
                                          table=table)
     planes = lightcone.plane_geometry(cosmo, z_max, 32.0, table)
     transforms = lightcone.plane_transforms(seed, len(planes), GRID.mesh, True)
-    bounds = nbody.step_boundaries(0.1, 1.0, 3, SNAPSHOTS)
+    bounds = timesteps.step_boundaries(0.1, 1.0, 3, SNAPSHOTS)
     return table, init, planes, transforms, bounds
 
 
@@ -102,7 +104,7 @@ def test_evolution_is_one_program_equal_to_step_by_step(pdims):
     assert counter.counts.programs == 0, counter.counts.names
     reference = _step_by_step(cosmo, *setup, mesh)
     real = len(setup[2])
-    assert 3 <= real < len(warm_setup[2]) and ours["planes"].shape[0] % lightcone.PLANE_BUCKET == 0
+    assert 3 <= real < len(warm_setup[2]) and ours["planes"].shape[0] % sky.PLANE_BUCKET == 0
     assert float(jnp.max(jnp.abs(ours["planes"][real:]))) == 0.0  # padding planes never crossed
     ours.update(planes=ours["planes"][:real], shells=ours["shells"][:real])
     for key, expected in reference.items():
@@ -116,7 +118,7 @@ def test_memory_of_the_evolution_per_particle():
     mesh = parallel.make_mesh((1, 1))
     grid = nbody.PMGrid(n, 1, 256.0, 4)
     cosmo = cosmology.Cosmology()
-    bounds = nbody.step_boundaries(0.1, 1.0, steps, (1.0,))
+    bounds = timesteps.step_boundaries(0.1, 1.0, steps, (1.0,))
     state = jax.ShapeDtypeStruct((n, n, n, 3), jnp.float32)
     compiled = nbody.evolution.lower(
         cosmo, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),

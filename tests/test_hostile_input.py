@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pmpipe import campaign, config, cosmology
+from pmpipe import campaign, config, derive, power_table, validation
 
 BASE_RUN = {
     "box": {"box_size": 64.0, "particles": 16, "oversample": 1},
@@ -99,8 +99,8 @@ def _rejected_naming_the_file(err, path):
 
 
 def test_the_unchanged_configurations_are_valid(tmp_path):
-    assert config.load_campaign(_write(tmp_path, BASE_CAMPAIGN)).name == "hostile"
-    assert config.load_run(_write(tmp_path, BASE_RUN)).box.particles == 16
+    assert campaign.load(_write(tmp_path, BASE_CAMPAIGN)).name == "hostile"
+    assert validation.load_run(_write(tmp_path, BASE_RUN)).box.particles == 16
 
 
 @SETTINGS
@@ -108,7 +108,7 @@ def test_the_unchanged_configurations_are_valid(tmp_path):
 def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(tmp_path, changes, suffix):
     path = _write(tmp_path, _mutate(BASE_CAMPAIGN, changes), suffix)
     try:
-        camp = config.load_campaign(path)
+        camp = campaign.load(path)
     except config.ConfigError as err:
         _rejected_naming_the_file(err, path)
         return
@@ -129,15 +129,15 @@ def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(tmp_p
 def test_generated_run_configs_are_accepted_or_rejected_naming_file_and_field(tmp_path, changes):
     path = _write(tmp_path, _mutate(BASE_RUN, changes))
     try:
-        run = config.load_run(path)
+        run = validation.load_run(path)
     except config.ConfigError as err:
         _rejected_naming_the_file(err, path)
         return
     event("accepted")
-    bounds = run.step_boundaries()
+    bounds = derive.step_boundaries(run)
     assert np.all(np.isfinite(bounds)) and np.all(np.diff(bounds) > 0)
     if run.lightcone is not None:
-        planes = run.planes()
+        planes = derive.planes(run)
         assert np.all(np.isfinite(planes.chi_edges)) and len(planes) >= 1
 
 
@@ -155,8 +155,8 @@ def test_generated_power_tables_are_used_or_rejected_naming_the_file(tmp_path, r
     path = tmp_path / "pk.txt"
     path.write_text("# k P\n" + "\n".join(" ".join(str(v) for v in row) for row in rows) + "\n")
     try:
-        k, pk = cosmology.load_power_table(path, 0.01, 0.5)
-    except cosmology.PowerTableError as err:
+        k, pk = power_table.load_power_table(path, 0.01, 0.5)
+    except power_table.PowerTableError as err:
         event("rejected")
         assert str(path) in str(err)
         return
@@ -176,7 +176,7 @@ def test_generated_redshift_distributions_are_accepted_or_rejected_naming_the_fi
     data["lensing"]["distributions"] = [{"kind": "table", "name": "nz", "z": z, "n": n}]
     path = _write(tmp_path, data)
     try:
-        run = config.load_run(path)
+        run = validation.load_run(path)
     except config.ConfigError as err:
         _rejected_naming_the_file(err, path)
         assert "lensing.distributions" in str(err)
@@ -192,7 +192,7 @@ def test_names_cannot_leave_the_results_folder(tmp_path, name):
                  BASE_CAMPAIGN | {"design": {"kind": "list", "points": [{"name": name, "Omega_m": 0.3}]}}):
         path = _write(tmp_path, data)
         with pytest.raises(config.ConfigError, match="name"):
-            config.load_campaign(path)
+            campaign.load(path)
 
 
 def test_unsafe_or_oversized_yaml_is_refused_before_it_is_used(tmp_path):
@@ -200,23 +200,23 @@ def test_unsafe_or_oversized_yaml_is_refused_before_it_is_used(tmp_path):
     unsafe = tmp_path / "unsafe.yaml"
     unsafe.write_text(f"name: !!python/object/apply:os.system ['touch {marker}']\nseed: 1\n")
     with pytest.raises(config.ConfigError, match="not valid YAML"):
-        config.load_campaign(unsafe)
+        campaign.load(unsafe)
     assert not marker.exists()
     laughs = ["lol0: &lol0 [x, x, x, x, x, x, x, x, x, x]"]
     laughs += [f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 10)}]" for i in range(1, 9)]
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("\n".join(laughs) + "\n")
     with pytest.raises(config.ConfigError, match="more than 100000 values"):
-        config.load_campaign(bomb)
+        campaign.load(bomb)
     deep = tmp_path / "deep.json"
     deep.write_text('{"name": ' + "[" * 100 + "]" * 100 + "}")
     with pytest.raises(config.ConfigError, match="nested deeper"):
-        config.load_campaign(deep)
+        campaign.load(deep)
     big = tmp_path / "big.yaml"
     big.write_text("name: x\n" + "# padding\n" * 200_000)
     with pytest.raises(config.ConfigError, match="at most"):
-        config.load_campaign(big)
+        campaign.load(big)
     infinite = tmp_path / "inf.yaml"
     infinite.write_text(yaml.safe_dump(BASE_CAMPAIGN | {"base": BASE_RUN | {"box": {"box_size": math.inf}}}))
     with pytest.raises(config.ConfigError, match="base.box.box_size"):
-        config.load_campaign(infinite)
+        campaign.load(infinite)

@@ -18,7 +18,7 @@ LOGS = "/scratch/pmpipe/logs"
 
 
 def _nbody_job():
-    camp = config.load_campaign(GOLDEN / "campaign_2x4.yaml")
+    camp = campaign.load(GOLDEN / "campaign_2x4.yaml")
     spec = campaign.expand(camp)[0]
     return camp, spec, launch.campaign_job(camp, spec, site.load_site(GOLDEN / "site.yaml", {}), "nbody")
 
@@ -43,7 +43,7 @@ def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
 
 
 def test_array_script_runs_groups_of_runs_with_bounded_parallelism():
-    camp = config.load_campaign(GOLDEN / "campaign_2x4.yaml").model_copy(
+    camp = campaign.load(GOLDEN / "campaign_2x4.yaml").model_copy(
         update={"realisations": 5})
     specs = campaign.expand(camp)
     groups = list(campaign.job_groups(specs, 2).values())

@@ -11,7 +11,17 @@ import numpy as np
 import pyccl
 import pytest
 
-from pmpipe import config, cosmology, lensing, lightcone, painting, parallel
+from pmpipe import (
+    config,
+    cosmology,
+    derive,
+    lensing,
+    lightcone,
+    painting,
+    parallel,
+    sky,
+    validation,
+)
 
 C_KM_S = 299792.458
 
@@ -26,7 +36,7 @@ def test_thin_plane_matches_the_born_formula():
     """A plane 1 Mpc/h thick with a sinusoidal surface density: κ = 3/2 Ω_m (H0/c)^2
     χ_p (χ_s - χ_p) / (χ_s a_p) Σ(χ_p θ), distances from pyccl."""
     cfg = config.Cosmology()
-    cosmo, ccl = cfg.params(), ccl_cosmology(cfg)
+    cosmo, ccl = derive.cosmology_params(config.Run(cosmology=cfg)), ccl_cosmology(cfg)
     z_s, chi_p, box, m = 1.0, 1000.0, 400.0, 64
     chi_s = float(cosmology.comoving_distance(cosmo, 1 / (1 + z_s)))
     assert abs(chi_s / (pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h) - 1) < 1e-4
@@ -51,7 +61,7 @@ def test_thin_plane_matches_the_born_formula():
 
 
 def test_source_distributions_weight_planes_by_lensing_efficiency():
-    cosmo = config.Cosmology().params()
+    cosmo = derive.cosmology_params(config.Run())
     edges = np.linspace(0, 2400, 13)
     z = np.linspace(0, 1.2, 400)
     chi, w = lensing.source_distribution(cosmo, z, lensing.smail(z, 0.5, 2.0, 1.5))
@@ -84,7 +94,7 @@ def test_full_sky_shear_round_trip():
     """κ → (γ1, γ2) maps → κ from the shear's E modes returns κ's coefficients for ℓ ≥ 2, and
     a κ of a single (ℓ, m = 0) mode gives γ2 = 0 (healpy's U)."""
     nside = 32
-    lmax = lightcone.healpix_ell_max(nside)
+    lmax = sky.healpix_ell_max(nside)
     cl = np.where(np.arange(lmax + 1) >= 2, 1.0 / (np.arange(lmax + 1) + 10.0) ** 2, 0.0)
     np.random.seed(2)
     alm = healpy.synalm(cl, lmax=lmax, new=True)
@@ -199,7 +209,7 @@ def test_bad_lensing_input_is_rejected_naming_the_field(tmp_path, lens, field, w
 
     path.write_text(yaml.safe_dump(BASE | {"lensing": lens}))
     with pytest.raises(config.ConfigError) as err:
-        config.load_run(path)
+        validation.load_run(path)
     message = str(err.value)
     assert str(path) in message and field in message and words in message
 
@@ -212,8 +222,8 @@ def test_lightcone_geometry_is_checked():
     with pytest.raises(config.ConfigError, match="needs lightcone"):
         config.validate(config.Run, {"lensing": {}}, "x.yaml")
     run = config.validate(config.Run, BASE | {"lensing": {}}, "x.yaml")
-    planes = run.planes()
-    assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(run.cosmology_params(), 0.5))
+    planes = derive.planes(run)
+    assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(derive.cosmology_params(run), 0.5))
     thickness = run.box.box_size  # the default: one box
     assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(planes.chi_edges[-1] / thickness)
 
@@ -232,7 +242,7 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
     cosmo = cosmology.Cosmology()
     delta = ics.linear_density(ics.white_noise(3, n, mesh), simulation.power_function(cosmo),
                                box, mesh)
-    k_mesh = lightcone.shell_k_max(n, n, box)
+    k_mesh = sky.shell_k_max(n, n, box)
     transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
     observer = (0.3 * box, 0.5 * box, 0.7 * box)
     edges = np.array([2, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96])
@@ -243,12 +253,12 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
                                                   transform), np.float64)
 
     for lo, hi in ((1152.0, 1280.0), (2176.0, 2304.0)):
-        ray_nside = nside * lightcone.RAYS_PER_PIXEL_SIDE
-        k_shell = float(lightcone.shell_band_limits([hi], k_mesh, ray_nside)[0])
+        ray_nside = nside * sky.RAYS_PER_PIXEL_SIDE
+        k_shell = float(sky.shell_band_limits([hi], k_mesh, ray_nside)[0])
         assert k_shell < k_mesh  # the shell's own band limit is what is tested
         alm = lightcone.shell_alm(rays(k_shell, ray_nside, lo, hi), nside)
         ell, cl, modes = stats.full_sky_cl(alm, edges)
-        ell_max = lightcone.healpix_ell_max(nside)
+        ell_max = sky.healpix_ell_max(nside)
         assert edges[-1] == ell_max + 1
         reference = healpy.alm2cl(healpy.map2alm(rays(k_mesh, 512, lo, hi), lmax=ell_max, iter=3))
         ell_all = np.arange(ell_max + 1, dtype=float)

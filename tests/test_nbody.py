@@ -5,7 +5,7 @@ import pytest
 from conftest import PDIMS_8, rel_diff
 
 from pmpipe import cosmology as C
-from pmpipe import ics, lpt, nbody, painting, parallel, simulation, stats
+from pmpipe import ics, lpt, nbody, painting, parallel, simulation, stats, timesteps
 
 COSMO = C.Cosmology()
 
@@ -86,7 +86,7 @@ def test_nan_in_the_state_stops_the_run_naming_step_and_a():
     grid = nbody.PMGrid(n, 1, box, 4)
     disp = jnp.zeros((n, n, n, 3), jnp.float32)
     mom = disp.at[3, 4, 5, 0].set(jnp.nan)
-    bounds = nbody.step_boundaries(0.1, 1.0, 3)
+    bounds = timesteps.step_boundaries(0.1, 1.0, 3)
     with pytest.raises(nbody.NumericalError, match=r"after step 0 of 3 \(a = 0\.1\).*nbody\.steps"):
         nbody.evolve(COSMO, disp, mom, bounds, mesh, grid)
     trouble = np.array([2, -1])  # a halo shortfall first, then nothing else
@@ -96,15 +96,15 @@ def test_nan_in_the_state_stops_the_run_naming_step_and_a():
 
 
 def test_step_boundaries():
-    b = nbody.step_boundaries(0.1, 1.0, 9, snapshots=(0.5, 0.55))
+    b = timesteps.step_boundaries(0.1, 1.0, 9, snapshots=(0.5, 0.55))
     assert b[0] == 0.1 and b[-1] == 1.0 and 0.5 in b and 0.55 in b and len(b) == 11
-    np.testing.assert_allclose(nbody.step_boundaries(0.1, 0.5, [0.1, 0.2, 0.5]), [0.1, 0.2, 0.5])
+    np.testing.assert_allclose(timesteps.step_boundaries(0.1, 0.5, [0.1, 0.2, 0.5]), [0.1, 0.2, 0.5])
     with pytest.raises(ValueError, match="nbody.a_final"):
-        nbody.step_boundaries(0.5, 0.5, 10)
+        timesteps.step_boundaries(0.5, 0.5, 10)
     with pytest.raises(ValueError, match="strictly increasing"):
-        nbody.step_boundaries(0.1, 0.5, [0.1, 0.3, 0.2, 0.5])
+        timesteps.step_boundaries(0.1, 0.5, [0.1, 0.3, 0.2, 0.5])
     with pytest.raises(ValueError, match="nbody.snapshots"):
-        nbody.step_boundaries(0.1, 0.5, 4, snapshots=(0.7,))
+        timesteps.step_boundaries(0.1, 0.5, 4, snapshots=(0.7,))
 
 
 def test_fastpm_factors_exact_for_linear_growth():
@@ -166,7 +166,7 @@ def test_a_halo_overflow_stops_the_evolution_at_its_step():
     noise = ics.white_noise(1, n, mesh)
     init = simulation.initial_conditions(COSMO, noise, simulation.power_function(COSMO), mesh, box, 0.1)
     disp, mom = init.disp, init.mom
-    bounds = nbody.step_boundaries(0.1, 1.0, steps)
+    bounds = timesteps.step_boundaries(0.1, 1.0, steps)
     args = (nbody.snapshot_slots(bounds, ()), nbody.crossing_slots(bounds, ()),
             C.growth_table(COSMO), None)
     state = nbody.evolution(COSMO, disp, mom, bounds.astype(np.float32), *args, mesh=mesh,

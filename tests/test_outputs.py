@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import campaign, config, stages, store
+from pmpipe import campaign, config, stages, store, validation
 from pmpipe.stages import pipeline
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
@@ -106,7 +106,7 @@ def test_ics_not_kept_are_made_again_from_the_seed(runs, tmp_path):
 
 @pytest.mark.parametrize("name", ["full", "lean"])
 def test_plan_disk_estimate_equals_the_arrays_written(runs, name):
-    run_file = config.load_run_file(runs[name] / "config.json")
+    run_file = validation.load_run_file(runs[name] / "config.json")
     estimate = campaign.disk_bytes(run_file.config)
     for stage in ("ic", "nbody", "lensing"):  # summaries: small arrays only
         group = zarr.open_group(runs[name] / f"{stage}.zarr", mode="r")

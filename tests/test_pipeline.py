@@ -11,7 +11,7 @@ import yaml
 from conftest import TINY, finished, same_store
 from conftest import snakemake_tiny as snakemake
 
-from pmpipe import campaign, config, stages, store
+from pmpipe import campaign, stages, store
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
 
@@ -44,7 +44,7 @@ def packed(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("packed")
     (workdir / "tiny.yaml").write_text(four_runs_in_one_job())
     # the runs' config.json files, as the Snakefile writes them
-    campaign.write_run_files(config.load_campaign(workdir / "tiny.yaml"), workdir / "results")
+    campaign.write_run_files(campaign.load(workdir / "tiny.yaml"), workdir / "results")
     results = workdir / "results" / "tiny"
     stages.run_stage("ic", results / RUNS[2] / "config.json")
     corrupt(results / RUNS[2] / "ic.zarr" / "displacement")

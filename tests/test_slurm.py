@@ -12,7 +12,7 @@ import yaml
 import zarr
 from conftest import REPO, TINY, run_snakemake, same_store
 
-from pmpipe import campaign, config, stages, store
+from pmpipe import campaign, stages, store
 
 STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
                  "--seconds-between-status-checks", "2")
@@ -136,7 +136,7 @@ def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tm
 def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
     (tmp_path / "tiny.yaml").write_text(two_processes_per_run(TINY.replace("realisations: 2",
                                                                            "realisations: 1")))
-    camp = config.load_campaign(tmp_path / "tiny.yaml")
+    camp = campaign.load(tmp_path / "tiny.yaml")
     campaign.write_run_files(camp, tmp_path / "results")
     run_dir = tmp_path / "results" / "tiny" / "tiny-fiducial-r0"
     stages.run_stage("ic", run_dir / "config.json")

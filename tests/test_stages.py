@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from pmpipe import config, parallel, stages, store
+from pmpipe import config, parallel, stages, store, validation
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"halo_cells": 4},
@@ -31,7 +31,7 @@ def _write_run(run_dir, pdims=(1, 1), **overrides):
 
 
 def _run_all(config_path):
-    run = config.load_run_file(config_path).config
+    run = validation.load_run_file(config_path).config
     return [stages.run_stage(stage, config_path) for stage in stages.run_stages(run)]
 
 
@@ -72,7 +72,7 @@ def test_stores_open_with_labels_units_and_coordinates(runs):
 
 def test_provenance_and_config_hash(runs):
     run_dir = runs[2, 2]
-    run_file = config.load_run_file(run_dir / "config.json")
+    run_file = validation.load_run_file(run_dir / "config.json")
     for stage in stages.STAGES:
         attrs = xr.open_zarr(stages.store_path(run_dir, stage)).attrs
         assert attrs["config_hash"] == run_file.config_hash

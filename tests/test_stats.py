@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pmpipe import lightcone, painting, parallel, stats
+from pmpipe import painting, parallel, sky, stats
 
 
 def gaussian_field(n, box, power, seed):
@@ -113,7 +113,7 @@ def test_full_sky_cl_of_gaussian_coefficients_is_recovered_in_bins():
     within 5σ of the input spectrum; the cross spectrum of a map with itself is its C_ℓ and
     with an independent one is consistent with zero."""
     nside = 32
-    ell = np.arange(lightcone.healpix_ell_max(nside) + 1)
+    ell = np.arange(sky.healpix_ell_max(nside) + 1)
     cl = np.where(ell > 1, 1e-8 / (ell + 1.0) ** 1.5, 0)
     np.random.seed(5)
     alm = healpy.synalm(cl, lmax=ell[-1], new=True)

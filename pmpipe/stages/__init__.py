@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from pmpipe import validation
+
 STAGES = ("ic", "nbody", "lensing", "summaries")
 
 
@@ -146,28 +148,25 @@ def start(config_paths) -> tuple[str, int]:
     Under srun or mpiexec with several processes, joins them first (parallel.start_processes);
     on CPU each process's share of the run's px * py devices comes from XLA_FLAGS (set here
     when absent, before JAX starts its backend). The device count comes from the first file's
-    pdims, read before validation (validation itself runs JAX). Compiled programs go to and
+    pdims (the file is validated and checked first: a bad one stops the launch). Compiled
+    programs go to and
     come from the persistent compilation cache that JAX_COMPILATION_CACHE_DIR names (the
     workflow sets it), else the one of the results folder (results/.jax_cache for
     results/<campaign>/<run>/config.json). Returns (launcher, processes).
     """
-    from pmpipe import config, parallel
+    from pmpipe import parallel
 
+    pdims = validation.load_run_file(config_paths[0]).config.parallel.pdims
     parallel.use_compilation_cache(Path(config_paths[0]).absolute().parent.parent.parent
                                    / ".jax_cache")
-    raw = config.read_mapping(config_paths[0])
-    pdims = raw.get("config", {}).get("parallel", {}).get("pdims", (1, 1))
-    valid = isinstance(pdims, list | tuple) and all(isinstance(p, int) and p > 0 for p in pdims)
-    return parallel.start_processes(math.prod(pdims) if valid else 1)
+    return parallel.start_processes(math.prod(pdims))
 
 
 def load(config_path: str | Path):
     """The validated run file (config.RunFile); float64 runs switch JAX to 64-bit."""
     import jax
 
-    from pmpipe import config
-
-    run_file = config.load_run_file(config_path)
+    run_file = validation.load_run_file(config_path)
     if run_file.config.nbody.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     return run_file
@@ -258,10 +257,10 @@ def run_status(run_dir: str | Path) -> str:
     """'complete' when the store of each of the run's stages is complete, else '<last complete
     stage> done' or 'planned' (a store without its completion marker counts as absent). The
     stages come from the run's config.json (all of them when it is missing)."""
-    from pmpipe import config, store
+    from pmpipe import store
 
     config_path = Path(run_dir) / "config.json"
-    stages = run_stages(config.load_run_file(config_path).config) if config_path.exists() else STAGES
+    stages = run_stages(validation.load_run_file(config_path).config) if config_path.exists() else STAGES
     done = [s for s in stages if store.is_complete(store_path(run_dir, s))]
     if len(done) == len(stages):
         return "complete"

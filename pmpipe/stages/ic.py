@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import config, cosmology, ics, simulation, store
+from pmpipe import config, cosmology, derive, ics, simulation, store
 from pmpipe.stages import Inputs, Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 
@@ -24,13 +24,13 @@ def compute(cfg: config.Run, mesh, progress: Progress | None = None) -> simulati
     import jax
 
     timed = progress.timed if progress is not None else (lambda _: contextlib.nullcontext())
-    cosmo = cfg.cosmology_params()
+    cosmo = derive.cosmology_params(cfg)
     with timed("white_noise"):
         noise = jax.block_until_ready(
             ics.white_noise(cfg.ic.seed, cfg.box.particles, mesh, np.dtype(cfg.nbody.dtype)))
     with timed("lpt"):
         init = simulation.initial_conditions(
-            cosmo, noise, cfg.linear_power(), mesh, cfg.box.box_size, cfg.ic.a_init,
+            cosmo, noise, derive.linear_power(cfg), mesh, cfg.box.box_size, cfg.ic.a_init,
             cfg.ic.lpt_order, cfg.ic.fixed_amplitude, cfg.ic.paired, cosmology.growth_table(cosmo))
         jax.block_until_ready((init.delta_linear, init.disp, init.mom))
     return init

@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe import config, cosmology, lensing, lightcone, resolution, store
+from pmpipe import config, cosmology, derive, lensing, lightcone, resolution, sky, store
 from pmpipe.stages import Inputs, Progress, main, store_path
 
 REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
@@ -45,7 +45,7 @@ def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=Non
     """Per map ('' flat sky, '_healpix' full sky) the resolved multipoles of every source
     (pmpipe.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
     shells band-limited to shell_k_max (h/Mpc per plane; default: the run's)."""
-    power, box = cfg.linear_power(), cfg.box
+    power, box = derive.linear_power(cfg), cfg.box
 
     thickness = cfg.plane_thickness()
 
@@ -62,8 +62,8 @@ def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=Non
                     f"{flat.field_of_view:g} deg field"),
                     f"map: the Nyquist multipole of its {flat.pixels} pixels")
     if cfg.lensing.full_sky is not None:
-        ell_max = lightcone.healpix_ell_max(cfg.lensing.full_sky.nside)
-        band = np.asarray(cfg.shell_band_limits() if shell_k_max is None else shell_k_max)
+        ell_max = sky.healpix_ell_max(cfg.lensing.full_sky.nside)
+        band = np.asarray(derive.shell_band_limits(cfg, derive.planes(cfg)) if shell_k_max is None else shell_k_max)
 
         def shell(k, plane):
             return np.where(k <= band[plane], mesh(k, plane, SHELL_OVERSAMPLING), 0.0)
@@ -94,10 +94,10 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
     change)."""
     if cfg.lensing is None:
         return {}
-    cosmo = cfg.cosmology_params()
+    cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
     srcs = sources(cfg, cosmo, table)
-    ranges = valid_ranges(cfg, cosmo, table, srcs, cfg.planes().chi_edges)
+    ranges = valid_ranges(cfg, cosmo, table, srcs, derive.planes(cfg).chi_edges)
     k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
     out = {}
     for suffix, rows in ranges.items():
@@ -111,7 +111,7 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
                       f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}")
         else:
             nside = cfg.lensing.full_sky.nside
-            reach = lightcone.healpix_ell_max(nside)
+            reach = sky.healpix_ell_max(nside)
             field = f"lensing.full_sky.nside = {nside}"
             change = ("lower lensing.full_sky.nside to "
                       f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}")
@@ -132,7 +132,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
                          "(add lightcone and lensing sections to its campaign's base)")
     started = store.now()
     nb = inputs.store("nbody")
-    cosmo = cfg.cosmology_params()
+    cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
@@ -184,7 +184,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
             shear = [lensing.healpix_shear(a, nside) for a in kappa_alm]
         progress(f"full-sky maps: {len(srcs)} sources, nside {nside}")
         attrs = {"grid_name": "HEALPix", "nside": nside, "nest": False,
-                 "ell_band_limit": lightcone.healpix_ell_max(nside), "pixel_window": "none"}
+                 "ell_band_limit": sky.healpix_ell_max(nside), "pixel_window": "none"}
         for name, data, long_name in (
                 ("kappa_healpix", kappa_hp, "Born convergence"),
                 ("gamma1_healpix", np.stack([g[0] for g in shear]), "shear, first component (healpy Q)"),
@@ -196,7 +196,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
             store.write_array(group, "kappa_healpix_alm", kappa_alm.astype(np.complex64),
                               ("source", "alm"), "1",
                               "harmonic coefficients of the Born convergence (healpy's ordering)",
-                              ell_max=lightcone.healpix_ell_max(nside), ordering="healpy")
+                              ell_max=sky.healpix_ell_max(nside), ordering="healpy")
         inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
         inputs.keep("lensing", "kappa_healpix_alm", kappa_alm)
     store.mark_complete(group)

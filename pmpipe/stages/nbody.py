@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import checkpoint, config, cosmology, lightcone, nbody, parallel, store
+from pmpipe import checkpoint, config, cosmology, derive, lightcone, nbody, parallel, sky, store
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import Inputs, Progress, main, store_path
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
@@ -38,16 +38,16 @@ class LightconeCapture:
 
     def __init__(self, cfg: config.Run):
         self.cfg = cfg
-        self.grid = grid = cfg.pm_grid()
-        self.planes = cfg.planes()
+        self.grid = grid = derive.pm_grid(cfg)
+        self.planes = derive.planes(cfg)
         self.transforms = lightcone.plane_transforms(cfg.ic.seed, len(self.planes), self.grid.mesh,
                                                      cfg.lightcone.randomize)
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
         rays_nside, self.k_max = None, np.zeros(len(self.planes))
         if self.nside is not None:
-            rays_nside = lightcone.rays_nside(self.nside)
-            self.k_max = cfg.shell_band_limits(self.planes)
+            rays_nside = sky.rays_nside(self.nside)
+            self.k_max = derive.shell_band_limits(cfg, self.planes)
         self.capture = lightcone.capture_plan(
             self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
             cfg.plane_cells(), rays_nside, self.k_max, np.dtype(cfg.nbody.dtype))
@@ -100,7 +100,7 @@ class LightconeCapture:
         for j in range(len(planes)):
             store.write_blocks(array, self.flat[j], (j,))
         if self.nside is not None:
-            ell_max = lightcone.healpix_ell_max(self.nside)
+            ell_max = sky.healpix_ell_max(self.nside)
             shells = np.stack([lightcone.healpix_map(a, self.nside) for a in self.alm])
             store.write_array(group, "lightcone_healpix", shells.astype(np.float32),
                               ("plane", "pixel"), "Mpc/h",
@@ -142,9 +142,9 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     ic = inputs.store("ic")
     a_init, a_final = float(ic.attrs["a_init"]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
-    bounds = cfg.step_boundaries()
-    grid = cfg.pm_grid()
-    cosmo = cfg.cosmology_params()
+    bounds = derive.step_boundaries(cfg)
+    grid = derive.pm_grid(cfg)
+    cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
     progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.mesh}^3 mesh")
     capture = LightconeCapture(cfg) if cfg.lightcone is not None else None
@@ -210,7 +210,7 @@ def _finish(run_file, run_dir, inputs: Inputs, progress: Progress, result: nbody
     cfg, mesh = run_file.config, inputs.mesh
     a_init, a_final = float(bounds[0]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
-    grid = cfg.pm_grid()
+    grid = derive.pm_grid(cfg)
     if capture is not None:
         capture.receive(result)
     progress(f"evolved {len(bounds) - 1} steps"

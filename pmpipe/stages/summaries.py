@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import config, cosmology, lensing, lightcone, painting, resolution, stats, store
+from pmpipe import config, cosmology, derive, lensing, painting, resolution, sky, stats, store
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import Inputs, Progress, main, store_path
 
@@ -27,7 +27,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     started = store.now()
     nb = inputs.store("nbody")
     a = np.asarray(nb["a"][:], dtype=np.float64)
-    box_size, n_mesh = cfg.box.box_size, cfg.pm_grid().mesh
+    box_size, n_mesh = cfg.box.box_size, derive.pm_grid(cfg).mesh
     n_bins = cfg.summaries.pk_bins or n_mesh // 2
     spectra = []
     for i in range(a.size):
@@ -37,11 +37,11 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
                                                      compensate_cic=cfg.summaries.compensate_cic)
         spectra.append(pk)
         progress(f"P(k) at a = {a[i]:.4f}")
-    cosmo = cfg.cosmology_params()
+    cosmo = derive.cosmology_params(cfg)
     growth = np.asarray(cosmology.growth_factor(cosmo, a, cosmology.growth_table(cosmo)), np.float64)
     k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
     k_eval = np.where(np.isfinite(k_mean), k_mean, k_centre)
-    linear = growth[:, None] ** 2 * np.asarray(cfg.linear_power()(k_eval), np.float64)[None, :]
+    linear = growth[:, None] ** 2 * np.asarray(derive.linear_power(cfg)(k_eval), np.float64)[None, :]
     shot_noise = box_size**3 / cfg.box.particles**3
     path = store_path(run_dir, "summaries")
     group = store.create(path, store.provenance(run_file, "summaries", mesh, started))
@@ -121,7 +121,7 @@ def ell_edges_flat(cfg: config.Run) -> np.ndarray:
 
 def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
     """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive)."""
-    ell_max = lightcone.healpix_ell_max(cfg.lensing.full_sky.nside)
+    ell_max = sky.healpix_ell_max(cfg.lensing.full_sky.nside)
     return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
 
 
@@ -148,7 +148,7 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
     store.write_coordinate(group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin")
     store.write_array(group, "kappa_lo", edges[:-1], ("kappa",), "1", "lower edge of the kappa bin")
     store.write_array(group, "kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
-    cosmo = cfg.cosmology_params()
+    cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
     from pmpipe.stages.lensing import sources as source_distributions
 
@@ -177,7 +177,7 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
                                                summ.shape_noise.n_gal) for i in range(len(sources))]
         maps.append(("_healpix", ell_edges_healpix(cfg), kappa, noise, spectra,
                      stats.smooth_healpix, stats.peak_counts_healpix))
-    power = cfg.linear_power()
+    power = derive.linear_power(cfg)
     for suffix, ell_edges, kappa, noise, spectra, smooth, peaks_of in maps:
         ell_dim = "ell" + suffix
         store.write_coordinate(group, ell_dim, np.sqrt(ell_edges[1:] * ell_edges[:-1]), "1",

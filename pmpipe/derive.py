@@ -1,0 +1,57 @@
+"""The physics inputs of a validated run: its cosmology, PM grid, step times, linear P(k) and
+lightcone planes, built once by the stages from :class:`pmpipe.config.Run` (checked by
+:mod:`pmpipe.validation`)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from pmpipe import config, cosmology, lightcone, nbody, power_table, simulation, sky, timesteps
+from pmpipe.validation import k_range
+
+
+def cosmology_params(run: config.Run) -> cosmology.Cosmology:
+    """The run's cosmology as the physics' pytree."""
+    return cosmology.Cosmology(**run.cosmology.model_dump())
+
+
+def pm_grid(run: config.Run) -> nbody.PMGrid:
+    """Particles, force-mesh oversampling, box and halo of the run."""
+    return nbody.PMGrid(run.box.particles, run.box.oversample, run.box.box_size,
+                        run.parallel.halo_cells)
+
+
+def linear_power(run: config.Run) -> cosmology.LinearPower:
+    """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc]."""
+    table = None
+    if run.power.kind == "table":
+        table = power_table.load_power_table(run.power.table, *k_range(run))
+    return simulation.power_function(cosmology_params(run), run.power.kind, table)
+
+
+def step_boundaries(run: config.Run, table=None) -> np.ndarray:
+    """Scale factors bounding the N-body's steps, snapshots included
+    (:func:`pmpipe.timesteps.step_boundaries`; ``table``: the cosmology's growth table)."""
+    growth = None
+    if run.nbody.spacing == "growth" and isinstance(run.nbody.steps, int):
+        cosmo = cosmology_params(run)
+        table = cosmology.growth_table(cosmo) if table is None else table
+        growth = partial(cosmology.on_host, cosmology.growth_factor, cosmo, table=table)
+    return timesteps.step_boundaries(run.ic.a_init, run.nbody.a_final, run.nbody.steps,
+                                     run.nbody.snapshots, run.nbody.spacing, growth)
+
+
+def planes(run: config.Run, table=None) -> sky.Planes:
+    """The lightcone's planes (:func:`pmpipe.lightcone.plane_geometry`)."""
+    return lightcone.plane_geometry(cosmology_params(run), run.lightcone.z_max,
+                                    run.plane_thickness(), table)
+
+
+def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
+    """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.sky.shell_band_limits`
+    for this box, mesh and nside)."""
+    return sky.shell_band_limits(
+        found.chi_edges[1:], sky.shell_k_max(run.box.particles, run.mesh_cells(), run.box.box_size),
+        sky.rays_nside(run.lensing.full_sky.nside))

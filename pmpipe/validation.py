@@ -1,0 +1,96 @@
+"""Checks of a run that need its physics: the device split, the step times, the P(k) table
+and the lightcone's distances. Made on the host without JAX, so that a campaign is checked
+whole before any work starts; errors name the file and the field."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+
+from pmpipe import background, config, domain, power_table, sky, timesteps
+
+
+def k_range(run: config.Run) -> tuple[float, float]:
+    """Smallest and largest |k| (h/Mpc) of the particle grid's modes."""
+    k_f = 2 * math.pi / run.box.box_size
+    return k_f, math.sqrt(3) * k_f * (run.box.particles // 2)
+
+
+def planes(run: config.Run) -> sky.Planes:
+    """The lightcone's planes from host distances (within 1e-5 of the N-body's, which come
+    from JAX's growth table: :func:`pmpipe.derive.planes`)."""
+    z_max = run.lightcone.z_max
+    return sky.planes(float(background.comoving_distance(run.cosmology, 1.0 / (1.0 + z_max))),
+                      run.plane_thickness(),
+                      partial(background.scale_factor_at_distance, run.cosmology))
+
+
+def step_count(run: config.Run) -> int:
+    """The N-body's steps, snapshots included; with spacing 'growth' counted as if equal in a
+    (a snapshot may then add one step more or less)."""
+    return len(_step_boundaries(run)) - 1
+
+
+def _step_boundaries(run: config.Run):
+    spacing = run.nbody.spacing
+    if spacing == "growth" and isinstance(run.nbody.steps, int):
+        spacing = "a"  # D1 needs the growth table; the checks do not depend on the spacing
+    return timesteps.step_boundaries(run.ic.a_init, run.nbody.a_final, run.nbody.steps,
+                                     run.nbody.snapshots, spacing)
+
+
+def check_run(run: config.Run) -> None:
+    """Raise ValueError, naming the fields, when the run cannot be simulated as configured."""
+    n, pdims = run.box.particles, run.parallel.pdims
+    domain.check_divisible(n, pdims)
+    domain.check_halo_fits(run.mesh_cells(), pdims, run.parallel.halo_cells)
+    _step_boundaries(run)
+    if run.power.kind == "table":
+        power_table.load_power_table(run.power.table, *k_range(run))
+    if run.lightcone is not None:
+        _check_planes(run)
+
+
+def _check_planes(run: config.Run) -> None:
+    """The planes reach back no further than the ICs, and flat maps fit in the box."""
+    found = planes(run)
+    chi_far, box = float(found.chi_edges[-1]), run.box.box_size
+    if float(found.a[-1]) <= run.ic.a_init:
+        raise ValueError(f"lightcone.z_max = {run.lightcone.z_max} reaches back before the initial "
+                         f"conditions (ic.a_init = {run.ic.a_init}); lower z_max or a_init")
+    flat = run.lensing.flat_sky if run.lensing is not None else None
+    if flat is not None and chi_far * math.radians(flat.field_of_view) > box:
+        widest = math.degrees(box / chi_far)
+        raise ValueError(
+            f"lensing.flat_sky.field_of_view = {flat.field_of_view} deg is wider than the "
+            f"box allows: at the first plane the light cone crosses (the farthest, chi = "
+            f"{chi_far:.0f} Mpc/h) it spans {chi_far * math.radians(flat.field_of_view):.0f} "
+            f"Mpc/h > box.box_size = {box}; use at most {widest:.2f} deg, a larger box or a "
+            "lower lightcone.z_max")
+
+
+def checked(run: config.Run, source: str | Path, field: str = "(top level)") -> config.Run:
+    """run, once :func:`check_run` passes; else a ConfigError naming source and field."""
+    try:
+        check_run(run)
+    except ValueError as err:
+        raise config.invalid(str(source), field, str(err)) from None
+    return run
+
+
+def validate_run(data: dict, source: str | Path) -> config.Run:
+    """A run configuration validated and checked (ConfigError naming source and fields)."""
+    return checked(config.validate(config.Run, data, source), source)
+
+
+def load_run(path: str | Path) -> config.Run:
+    """Read, validate and check a run configuration from JSON or YAML."""
+    return validate_run(config.read_mapping(path), path)
+
+
+def load_run_file(path: str | Path) -> config.RunFile:
+    """Read, validate and check a run's config.json as written for a campaign."""
+    run_file = config.validate(config.RunFile, config.read_mapping(path), path)
+    checked(run_file.config, path, "config")
+    return run_file
