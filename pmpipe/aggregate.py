@@ -9,13 +9,14 @@ import numpy as np
 
 from pmpipe import campaign as campaigns
 from pmpipe import stages, store, validation
+from pmpipe.stages import runner
 
 
 def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
     """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries stores
     (each must be complete and made from the run's current config.json); returns the folder."""
     camp = campaigns.load(campaign_file)
-    specs = campaigns.expand(camp)
+    specs = list(camp.runs)
     campaign_dir = Path(results) / camp.name
     run_dirs = [campaign_dir / spec.run_id for spec in specs]
     groups = [store.open_complete(stages.store_path(d, "summaries"),
@@ -51,5 +52,5 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
                           source.attrs["units"], source.attrs["long_name"],
                           coordinates=per_run, **extra)
     store.mark_complete(out)
-    campaigns.write_manifest(camp, campaign_dir / "manifest.csv", stages.run_status)
+    campaigns.write_manifest(camp, campaign_dir / "manifest.csv", runner.run_status)
     return campaign_dir

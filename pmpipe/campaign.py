@@ -244,6 +244,13 @@ class Campaign(config.StrictModel):
         None, description="choose base.parallel.pdims for this many devices from recorded "
                           "sweeps (pmpipe tune) instead of giving them")
     _pdims_source: str = PrivateAttr("given")
+    _runs: tuple[RunSpec, ...] = PrivateAttr(())
+
+    @property
+    def runs(self) -> tuple[RunSpec, ...]:
+        """Every run of the campaign in design order (:func:`expand`), expanded once when the
+        campaign is validated."""
+        return self._runs
 
     @property
     def pdims_source(self) -> str:
@@ -272,7 +279,7 @@ class Campaign(config.StrictModel):
         return base
 
     @model_validator(mode="after")
-    def _consistent(self):
+    def _consistent(self, info: ValidationInfo):
         if self.decomposition is not None:
             self._choose_pdims()
         if self.base.ic.seed != 0:
@@ -287,6 +294,7 @@ class Campaign(config.StrictModel):
                 f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
                 "or use fewer devices")
         self.execution.node_layout(devices)
+        self._runs = tuple(expand(self, (info.context or {}).get("source", "campaign")))
         return self
 
     def _choose_pdims(self) -> None:
@@ -304,9 +312,7 @@ class Campaign(config.StrictModel):
 
 def load(path: str | Path) -> Campaign:
     """Read and validate a campaign file (YAML or JSON), every expanded run included."""
-    camp = config.validate(Campaign, config.read_mapping(path), path, {"design": DESIGN_KINDS})
-    expand(camp, source=str(path))
-    return camp
+    return config.validate(Campaign, config.read_mapping(path), path, {"design": DESIGN_KINDS})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,7 +373,8 @@ def _point_run(base: dict, label: str, parameters: dict[str, float], source: str
 
 def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
     """Every run of the campaign, in design order; raises ConfigError naming source (the
-    campaign file) when a point's parameters make an invalid run."""
+    campaign file) when a point's parameters make an invalid run. A validated campaign holds
+    them (:attr:`Campaign.runs`)."""
     common = camp.common_seeds or camp.design.kind == "derivatives"
     base = camp.base.model_dump()
     specs = []
@@ -396,7 +403,7 @@ def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
     """Write results_dir/<campaign>/<run_id>/config.json for every run, leaving files whose
     content is unchanged untouched (Snakemake compares mtimes); returns the paths."""
     paths = []
-    for spec in expand(camp):
+    for spec in camp.runs:
         path = Path(results_dir) / camp.name / spec.run_id / "config.json"
         text = run_file(camp, spec).to_json()
         if not path.exists() or path.read_text() != text:
@@ -563,7 +570,7 @@ def check_fits(camp: Campaign) -> None:
             if camp.execution.platform == "gpu" else
             "on cpu all devices share one process: use fewer particles (base.box.particles) or "
             "raise execution.device_memory_gb if the machine has that memory")
-    for spec in expand(camp):
+    for spec in camp.runs:
         need = estimate(spec.run, camp.execution).memory_per_device_bytes
         if need > camp.execution.device_memory_gb * 1e9:
             raise config.ConfigError(
@@ -636,7 +643,7 @@ def plan_table(camp: Campaign) -> str:
     """Plain-text table of the runs: id, parameters, seed, devices, nodes, memory per device,
     nbody runtime; checks first that every run fits."""
     check_fits(camp)
-    specs = expand(camp)
+    specs = list(camp.runs)
     names = parameter_names(specs)
     header = ["run_id", *names, "seed", "devices", "nodes", "GB/device", "nbody min", "disk GB"]
     rows, total, disk = [], 0.0, 0.0
@@ -686,7 +693,7 @@ def manifest_rows(camp: Campaign, results_dir: str | Path,
                   status: Callable[[Path], str]) -> list[dict]:
     """One row per run: id, index, point, realisation, paired, seed, each design parameter
     (empty where a point does not set it), run folder, config hash and status(run folder)."""
-    specs = expand(camp)
+    specs = list(camp.runs)
     names = parameter_names(specs)
     rows = []
     for spec in specs:

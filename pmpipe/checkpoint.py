@@ -50,12 +50,12 @@ def stopped(err: Preempted) -> str:
     ahead of the time limit (SIGUSR2), the job's own requeue. Process 0 asks for it while the
     others wait: a process that ended first would end the srun step, and with it the job, as
     failed before the requeue."""
-    from pmpipe import launch
+    from pmpipe import slurm_job
 
     text = f"preempted: {err}"
     if err.signum == signal.SIGUSR2:
         if jax.process_index() == 0:
-            requeued = launch.requeue_this_job()
+            requeued = slurm_job.requeue_this_job()
             if requeued:
                 text += f"; {requeued}"
         parallel.barrier("job requeued")

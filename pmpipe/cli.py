@@ -12,7 +12,8 @@ SCHEMA_PATH = Path("workflow/schemas/campaign.schema.json")
 
 
 def _run(args) -> int:
-    from pmpipe import config, stages
+    from pmpipe import config
+    from pmpipe.stages import runner
 
     if args.stage == "all":
         from pmpipe.stages import pipeline
@@ -21,7 +22,7 @@ def _run(args) -> int:
     if len(args.config) != 1:
         raise config.ConfigError(f"pmpipe run {args.stage} takes one config.json (got {len(args.config)}); "
                            "'pmpipe run all' takes several")
-    return stages.run_checked(args.stage, args.config[0])
+    return runner.run_checked(args.stage, args.config[0])
 
 
 
@@ -34,7 +35,7 @@ def _plan(args) -> int:
     if camp.decomposition is not None:
         print(campaign.decomposition_line(camp))
     worst, runs, seen = {}, {}, {}  # per field: the warning of the run that resolves least
-    for spec in campaign.expand(camp):
+    for spec in camp.runs:
         key = json.dumps({k: v for k, v in spec.run.model_dump(mode="json").items() if k != "ic"},
                          sort_keys=True)  # seeds change no range: one check per design point
         if key not in seen:
@@ -140,12 +141,13 @@ def _collect(args) -> int:
 def _submit(args) -> int:
     import os
 
-    from pmpipe import aggregate, campaign, config, launch, parallel, site, stages
+    from pmpipe import aggregate, campaign, config, launch, parallel, site
+    from pmpipe.stages import runner
 
     camp = campaign.load(args.campaign)
     campaign.check_fits(camp)
     slurm_site = site.load_site(args.site, os.environ)
-    specs = campaign.expand(camp)
+    specs = list(camp.runs)
     if args.run:
         known = {s.run_id for s in specs}
         unknown = [r for r in args.run if r not in known]
@@ -172,8 +174,8 @@ def _submit(args) -> int:
         campaign_dir = args.results / camp.name
         chosen = {s.run_id for s in specs}
         groups = [[s for s in group if s.run_id in chosen and
-                   stages.run_status(campaign_dir / s.run_id) != "complete"]
-                  for group in campaign.job_groups(campaign.expand(camp),
+                   runner.run_status(campaign_dir / s.run_id) != "complete"]
+                  for group in campaign.job_groups(camp.runs,
                                                    camp.execution.job_size()).values()]
         groups = [g for g in groups if g]
         for spec in specs:

@@ -473,8 +473,13 @@ def _check_size(data, path: Path) -> None:
 def validate(model: type[BaseModel], data: dict, source: str | Path,
              unions: Mapping[str, Collection[str]] = {}):
     """model.model_validate(data), with errors turned into a ConfigError naming source and
-    fields (:func:`format_errors`)."""
+    fields (:func:`format_errors`). Validators read the source from the context's
+    ``source``; a ConfigError they raise, which names its file and fields already, is raised
+    as it is."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={"source": str(source)})
     except ValidationError as err:
+        for e in err.errors():
+            if isinstance(e.get("ctx", {}).get("error"), ConfigError):
+                raise e["ctx"]["error"] from None
         raise ConfigError(format_errors(str(source), err, unions)) from None

@@ -4,11 +4,12 @@ lightcone planes, built once by the stages from :class:`pmpipe.config.Run` (chec
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 
 import numpy as np
 
-from pmpipe import config, cosmology, lightcone, nbody, power_table, simulation, sky, timesteps
+from pmpipe import config, cosmology, ics, lightcone, nbody, power_table, simulation, sky, timesteps
 from pmpipe.validation import k_range
 
 
@@ -55,3 +56,22 @@ def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
     return sky.shell_band_limits(
         found.chi_edges[1:], sky.shell_k_max(run.box.particles, run.mesh_cells(), run.box.box_size),
         sky.rays_nside(run.lensing.full_sky.nside))
+
+
+def initial_conditions(run: config.Run, mesh, timed=None) -> simulation.Initial:
+    """The run's ICs on the devices of ``mesh``: white noise, linear density at a = 1 and the
+    LPT particle state at a_init. ``timed(phase)``, a context manager, times the phases
+    'white_noise' and 'lpt' (pmpipe.stages.runner.Progress.timed); each waits for its results."""
+    import jax
+
+    timed = timed or (lambda _: contextlib.nullcontext())
+    cosmo = cosmology_params(run)
+    with timed("white_noise"):
+        noise = jax.block_until_ready(
+            ics.white_noise(run.ic.seed, run.box.particles, mesh, np.dtype(run.nbody.dtype)))
+    with timed("lpt"):
+        init = simulation.initial_conditions(
+            cosmo, noise, linear_power(run), mesh, run.box.box_size, run.ic.a_init,
+            run.ic.lpt_order, run.ic.fixed_amplitude, run.ic.paired, cosmology.growth_table(cosmo))
+        jax.block_until_ready((init.delta_linear, init.disp, init.mom))
+    return init

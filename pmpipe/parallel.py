@@ -17,6 +17,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from pmpipe import compilation_cache
+
 AXES = ("x", "y")
 FIELD_SPEC = P("x", "y")
 
@@ -85,39 +87,13 @@ def use_host_only() -> None:
     jax.config.update("jax_platforms", "cpu")
 
 
-COMPILATION_CACHE = "JAX_COMPILATION_CACHE_DIR"
-# How the persistent cache works for pmpipe (each also set in the environment, for the
-# processes started, unless the environment sets it already):
-CACHE_SETTINGS = {
-    # store every program, however fast it compiled (JAX's default: 1 s) and small it is
-    # (-1: no minimum, which JAX's cache set-up may not raise, as it may raise its default 0)
-    "jax_persistent_cache_min_compile_time_secs": 0.0,
-    "jax_persistent_cache_min_entry_size_bytes": -1,
-    # jaxdecomp's FFTs are custom_partitioning calls that name their Python callback by its
-    # address, different in every process: with it in the key, no program with a distributed
-    # FFT would ever be found again. Without it the calls still differ by what surrounds them
-    # (the inverse transform's normalisation), shapes and sharding rules
-    "jax_remove_custom_partitioning_ptr_from_cache_key": True,
-    # JAX writes the cache folder's path into the compile options of XLA's GPU autotuning
-    # cache, and so into every key: a cache copied or moved (a new working directory, a
-    # node-local copy) would never be hit. The compiled programs themselves are cached
-    "jax_persistent_cache_enable_xla_caches": "none",
-}
-
-
 def use_compilation_cache(folder: str | Path) -> Path:
     """JAX's persistent compilation cache in ``folder`` for this process and every process it
-    starts, unless JAX_COMPILATION_CACHE_DIR names a folder already (that one is used).
-
-    With CACHE_SETTINGS, every program pmpipe compiles is stored, so the processes of runs of
-    one size load their XLA programs instead of compiling them again (the runs' parameters
-    are arguments of the programs). Process 0 writes entries; an entry that cannot be read is
-    compiled again (JAX warns). Returns the folder in use."""
-    path = Path(os.environ.get(COMPILATION_CACHE) or Path(folder).absolute())
-    os.environ[COMPILATION_CACHE] = str(path)
-    for name, value in CACHE_SETTINGS.items():
-        if name.upper() not in os.environ:  # else JAX read the user's setting at import
-            os.environ[name.upper()] = str(value)
+    starts (:func:`pmpipe.compilation_cache.share`); returns the folder in use."""
+    preset = {name for name in compilation_cache.SETTINGS if name.upper() in os.environ}
+    path = compilation_cache.share(folder)
+    for name, value in compilation_cache.SETTINGS.items():
+        if name not in preset:  # else JAX read the user's setting at import
             jax.config.update(name, value)
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_enable_compilation_cache", True)

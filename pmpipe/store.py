@@ -42,13 +42,16 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jax
 import numpy as np
 import zarr
-from jax.sharding import Mesh
 
-from pmpipe import config, image, integrity, parallel
+from pmpipe import config, image, integrity
+
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import Mesh
 
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
 FORMAT = "pmpipe-store-1"     # root attribute 'format': layout version of docs/outputs.md
@@ -95,6 +98,8 @@ def _version(package: str) -> str | None:
 def software() -> dict:
     """Versions of pmpipe (and its git commit: the checkout's, or the image's revision label)
     and of the JAX stack, and the Apptainer image the process runs in."""
+    import jax
+
     path, labels = image.current(os.environ)
     return {
         "pmpipe_version": _version("pmpipe"),
@@ -108,6 +113,10 @@ def software() -> dict:
 
 def provenance(run_file: config.RunFile, stage: str, mesh: Mesh, started: str) -> dict:
     """Root attributes of a stage store: what made it, from which config, where and when."""
+    import jax
+
+    from pmpipe import parallel
+
     devices = mesh.devices.reshape(-1)
     return {
         "format": FORMAT,
@@ -129,6 +138,8 @@ def provenance(run_file: config.RunFile, stage: str, mesh: Mesh, started: str) -
 
 def _writer() -> bool:
     """Whether this process writes metadata and replicated data (process 0 of the run)."""
+    import jax
+
     return jax.process_index() == 0
 
 
@@ -142,6 +153,8 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     2**-(k+1); float32 has 23, float64 52), which zstd then compresses: lossy, smaller on disk.
     Small arrays (coordinates, summaries) stay exact. The codecs are in each array's metadata
     (``array.metadata.codecs``)."""
+    from pmpipe import parallel
+
     path = Path(path)
     if keepbits is not None and not (isinstance(keepbits, int) and 0 <= keepbits <= 52):
         raise ValueError(f"keepbits must be an integer from 0 to 52 or None, not {keepbits!r}")
@@ -190,6 +203,8 @@ def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, di
     :func:`block_chunks` of a sharded array (with 1 for stacked leading axes) for arrays written
     block by block. Codecs: :func:`codecs` with the store's keepbits. Text (numpy 'U' dtypes)
     is stored as variable-length UTF-8 strings."""
+    from pmpipe import parallel
+
     if len(dims) != len(shape):
         raise ValueError(f"{name}: {len(dims)} dimension names for a {len(shape)}-d array")
     dtype = str if np.dtype(dtype).kind == "U" else np.dtype(dtype)
@@ -227,6 +242,8 @@ def write_blocks(array: zarr.Array, data, leading: tuple[int, ...] = ()) -> None
     threads (:func:`flush` and :func:`mark_complete` wait for them). A block that is not made
     of whole chunks of array is written at once instead, after the store's pending writes
     (two threads writing parts of one chunk would lose data)."""
+    import jax
+
     leading = tuple(leading)
     if isinstance(data, jax.Array) and not data.is_fully_replicated:
         shards = [s for s in data.addressable_shards if s.replica_id == 0]
@@ -254,6 +271,8 @@ def block_chunks(data, max_bytes: int | None = None) -> tuple[int, ...]:
     The block is cut along its leading axis first (into the fewest equal pieces that fit),
     then the next axis if one index of the leading axis is still too large, and so on: every
     chunk is then one contiguous piece of the block's memory, written without a copy."""
+    import jax
+
     max_bytes = MAX_CHUNK_BYTES if max_bytes is None else max_bytes
     itemsize = np.dtype(data.dtype).itemsize
     if not isinstance(data, jax.Array):
@@ -498,6 +517,10 @@ def mark_complete(group: zarr.Group) -> None:
     Waits for this process's pending writes first and checksums the chunks it wrote. When
     one of them failed (on any process), no marker is written and StoreWriteError is raised
     (naming the array on the process where it failed)."""
+    import jax
+
+    from pmpipe import parallel
+
     key = _key(group)
     errors = _wait(key)
     ledger = _state(key).ledger
@@ -615,6 +638,10 @@ def open_complete(path: str | Path, config_hash: str | None = None) -> zarr.Grou
 def read_sharded(array: zarr.Array, mesh: Mesh, leading: tuple[int, ...] = ()) -> jax.Array:
     """array[leading] (an (X, Y, ...) block) as a JAX array sharded over mesh, each device
     reading only its own block."""
+    import jax
+
+    from pmpipe import parallel
+
     shape = tuple(array.shape[len(leading):])
     return jax.make_array_from_callback(shape, parallel.field_sharding(mesh),
                                         lambda index: array[tuple(leading) + tuple(index)])

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pmpipe import campaign as campaigns
 from pmpipe import config, launch, site, stages, store
+from pmpipe.stages import runner
 
 DEFAULT_CAMPAIGN = Path("config/quickstart.yaml")
 RESULTS = Path("results")
@@ -105,7 +106,7 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
     path = campaign_file(snakemake_config)
     camp = campaigns.load(path)
     campaigns.check_fits(camp)
-    specs = campaigns.expand(camp)
+    specs = list(camp.runs)
     campaigns.write_run_files(camp, results)
     campaign_dir = results / camp.name
     if prune and not locked:
@@ -117,7 +118,7 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
     slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
     jobs, groups = [], campaigns.job_groups(specs, camp.execution.job_size())
     for name, group in groups.items():
-        todo = {s.run_id: stages.pending_stages(s.run, config.config_hash(s.run),
+        todo = {s.run_id: runner.pending_stages(s.run, config.config_hash(s.run),
                                                 campaign_dir / s.run_id) for s in group}
         pending = [s for s in group if todo[s.run_id]]
         if pending:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import golden
 
-from pmpipe import campaign, config, launch, parallel, site
+from pmpipe import campaign, config, launch, parallel, site, slurm_job
 
 GOLDEN = Path(__file__).parent / "golden"
 LOGS = "/scratch/pmpipe/logs"
@@ -95,16 +95,16 @@ def test_one_process_per_node_drives_all_its_gpus():
 
 
 def test_slurm_durations_and_the_job_of_this_process():
-    assert launch.slurm_seconds("9:05") == 545
-    assert launch.slurm_seconds("1:00:00\n") == 3600
-    assert launch.slurm_seconds("2-03:04:05") == 2 * 86400 + 3 * 3600 + 4 * 60 + 5
+    assert slurm_job.slurm_seconds("9:05") == 545
+    assert slurm_job.slurm_seconds("1:00:00\n") == 3600
+    assert slurm_job.slurm_seconds("2-03:04:05") == 2 * 86400 + 3 * 3600 + 4 * 60 + 5
     for text in ("UNLIMITED", "NOT_SET", "INVALID", "", "5", "1:x:00", "a-1:00:00"):
-        assert launch.slurm_seconds(text) is None, text
-    assert launch.this_job({"SLURM_JOB_ID": "12"}) == "12"
-    assert launch.this_job({"SLURM_JOB_ID": "14", "SLURM_ARRAY_JOB_ID": "12",
+        assert slurm_job.slurm_seconds(text) is None, text
+    assert slurm_job.this_job({"SLURM_JOB_ID": "12"}) == "12"
+    assert slurm_job.this_job({"SLURM_JOB_ID": "14", "SLURM_ARRAY_JOB_ID": "12",
                             "SLURM_ARRAY_TASK_ID": "2"}) == "12_2"
-    assert launch.this_job({}) is None and launch.time_left({}) is None
-    assert launch.signal_before_time_limit(60, {}) is None  # outside a SLURM job: no signal
+    assert slurm_job.this_job({}) is None and slurm_job.time_left({}) is None
+    assert slurm_job.signal_before_time_limit(60, {}) is None  # outside a SLURM job: no signal
 
 
 def test_site_gpus_per_node_replaces_the_campaign_s():

@@ -13,7 +13,8 @@ import numpy as np
 import pyccl
 import zarr
 
-from pmpipe import config, stages
+from pmpipe import config
+from pmpipe.stages import runner
 
 RUN = {"box": {"box_size": 256.0, "particles": 64, "oversample": 2},
        "ic": {"fixed_amplitude": True}, "nbody": {"steps": 10}, "parallel": {"halo_cells": 8},
@@ -34,7 +35,7 @@ def _simulate(root, seed):
     path = run_dir / "config.json"
     path.write_text(config.RunFile.build("limber", run_dir.name, 0, {}, run).to_json())
     for stage in ("ic", "nbody", "lensing", "summaries"):
-        stages.run_stage(stage, path)
+        runner.run_stage(stage, path)
     return zarr.open_group(run_dir / "summaries.zarr", mode="r"), run
 
 

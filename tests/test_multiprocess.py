@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import config, parallel, stages
+from pmpipe import config, parallel
+from pmpipe.stages import runner
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"pdims": [1, 2], "halo_cells": 4},
@@ -56,7 +57,7 @@ def one_process(tmp_path_factory):
     reference stores."""
     path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
     for stage in ("ic", "nbody"):
-        stages.run_stage(stage, path)
+        runner.run_stage(stage, path)
     return path.parent
 
 

@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 from pmpipe import campaign, config, stages, store, validation
-from pmpipe.stages import pipeline
+from pmpipe.stages import pipeline, runner
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"pdims": [2, 2], "halo_cells": 4},
@@ -89,16 +89,16 @@ def test_summaries_do_not_depend_on_what_the_stores_keep(runs):
 
 def test_a_stage_that_needs_what_was_not_kept_says_which_setting(runs, tmp_path):
     with pytest.raises(store.IncompleteStoreError, match=r"density at full resolution \(outputs.density"):
-        stages.run_stage("summaries", runs["lean"] / "config.json")
-    assert stages.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
+        runner.run_stage("summaries", runs["lean"] / "config.json")
+    assert runner.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
 
 
 def test_ics_not_kept_are_made_again_from_the_seed(runs, tmp_path):
     """nbody run alone on a store with the linear density only equals the packed run."""
     path = _write_run(tmp_path / "lean", LEAN)
-    stages.run_stage("ic", path)
+    runner.run_stage("ic", path)
     assert "displacement" not in _arrays(tmp_path / "lean", "ic")
-    stages.run_stage("nbody", path)
+    runner.run_stage("nbody", path)
     ours = zarr.open_group(tmp_path / "lean" / "nbody.zarr", mode="r")["density"][:]
     packed = zarr.open_group(runs["lean"] / "nbody.zarr", mode="r")["density"][:]
     np.testing.assert_allclose(ours, packed, rtol=1e-5, atol=1e-6)

@@ -168,10 +168,10 @@ def test_submitted_array_element_requeued_then_signalled_resumes_each_time(slurm
 
 SIGNALLED_BY_ITSELF = """
 import signal, time
-from pmpipe import launch
+from pmpipe import slurm_job
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})  # kept pending for sigtimedwait
 start = time.monotonic()
-delay = launch.signal_before_time_limit(50)
+delay = slurm_job.signal_before_time_limit(50)
 got = signal.sigtimedwait({signal.SIGUSR2}, 45)
 print(delay, got and got.si_signo, time.monotonic() - start)
 """

@@ -13,6 +13,7 @@ import zarr
 from conftest import REPO, TINY, run_snakemake, same_store
 
 from pmpipe import campaign, stages, store
+from pmpipe.stages import runner
 
 STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
                  "--seconds-between-status-checks", "2")
@@ -139,7 +140,7 @@ def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
     camp = campaign.load(tmp_path / "tiny.yaml")
     campaign.write_run_files(camp, tmp_path / "results")
     run_dir = tmp_path / "results" / "tiny" / "tiny-fiducial-r0"
-    stages.run_stage("ic", run_dir / "config.json")
+    runner.run_stage("ic", run_dir / "config.json")
     # damage the input of the nbody stage: its displacement chunks keep their sizes (the store
     # still looks complete when the workflow plans) but no longer decode
     chunks = [p for p in (run_dir / "ic.zarr" / "displacement").rglob("*")

@@ -10,6 +10,7 @@ import xarray as xr
 import zarr
 
 from pmpipe import config, parallel, stages, store, validation
+from pmpipe.stages import runner
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"halo_cells": 4},
@@ -32,7 +33,7 @@ def _write_run(run_dir, pdims=(1, 1), **overrides):
 
 def _run_all(config_path):
     run = validation.load_run_file(config_path).config
-    return [stages.run_stage(stage, config_path) for stage in stages.run_stages(run)]
+    return [runner.run_stage(stage, config_path) for stage in stages.run_stages(run)]
 
 
 @pytest.fixture(scope="module")
@@ -107,15 +108,15 @@ def test_stores_do_not_depend_on_the_device_mesh(runs):
 
 def test_store_without_marker_is_never_consumed(runs, tmp_path, capsys):
     path = _write_run(tmp_path / "run", (1, 1))
-    stages.run_stage("ic", path)
+    runner.run_stage("ic", path)
     ic = zarr.open_group(tmp_path / "run" / "ic.zarr", mode="r+")
     del ic.attrs[store.COMPLETE]
     assert not store.is_complete(tmp_path / "run" / "ic.zarr")
-    assert stages.run_checked("nbody", path) == 2
+    assert runner.run_checked("nbody", path) == 2
     err = capsys.readouterr().err
     assert "ic.zarr has no completion marker" in err
     assert not (tmp_path / "run" / "nbody.zarr").exists()
-    assert stages.run_status(tmp_path / "run") == "planned"
+    assert runner.run_status(tmp_path / "run") == "planned"
     assert "INCOMPLETE" in store.describe(tmp_path / "run" / "ic.zarr")
 
 
@@ -127,11 +128,11 @@ def test_store_of_another_config_is_refused(runs, tmp_path):
 
     shutil.copytree(src / "ic.zarr", run_dir / "ic.zarr")
     with pytest.raises(store.IncompleteStoreError, match="was made from config"):
-        stages.run_stage("nbody", path)
+        runner.run_stage("nbody", path)
 
 
 def test_run_status_and_describe(runs):
-    assert stages.run_status(runs[1, 1]) == "complete"
+    assert runner.run_status(runs[1, 1]) == "complete"
     text = store.describe(runs[1, 1] / "nbody.zarr")
     assert "complete" in text and "density (a, x, y, z) [2 x 16 x 16 x 16]" in text
 
@@ -141,7 +142,7 @@ def test_bad_run_file_names_file_and_field(tmp_path, capsys):
     data = json.loads(path.read_text())
     data["config"]["ic"]["seed"] = 5  # valid, but not the config the hash was made from
     path.write_text(json.dumps(data))
-    assert stages.run_checked("ic", path) == 2
+    assert runner.run_checked("ic", path) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "config_hash" in err
     assert not (tmp_path / "run" / "ic.zarr").exists()

@@ -7,38 +7,16 @@ Writes ``ic.zarr`` (docs/outputs.md): ``linear_density`` (x, y, z) on the partic
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from pmpipe import config, cosmology, derive, ics, simulation, store
-from pmpipe.stages import Inputs, Progress, main, store_path
+from pmpipe import config, derive, store
+from pmpipe.stages import store_path
+from pmpipe.stages.inputs import Inputs, ic_fields
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
-
-
-def compute(cfg: config.Run, mesh, progress: Progress | None = None) -> simulation.Initial:
-    """The run's ICs on the devices: white noise, linear density at a = 1 and the LPT particle
-    state at a_init (timed as the physics phases 'white_noise' and 'lpt')."""
-    import jax
-
-    timed = progress.timed if progress is not None else (lambda _: contextlib.nullcontext())
-    cosmo = derive.cosmology_params(cfg)
-    with timed("white_noise"):
-        noise = jax.block_until_ready(
-            ics.white_noise(cfg.ic.seed, cfg.box.particles, mesh, np.dtype(cfg.nbody.dtype)))
-    with timed("lpt"):
-        init = simulation.initial_conditions(
-            cosmo, noise, derive.linear_power(cfg), mesh, cfg.box.box_size, cfg.ic.a_init,
-            cfg.ic.lpt_order, cfg.ic.fixed_amplitude, cfg.ic.paired, cosmology.growth_table(cosmo))
-        jax.block_until_ready((init.delta_linear, init.disp, init.mom))
-    return init
-
-
-def fields(init: simulation.Initial) -> dict:
-    """The ICs' arrays by their names in ic.zarr."""
-    return {"linear_density": init.delta_linear, "displacement": init.disp, "momentum": init.mom}
+from pmpipe.stages.runner import Progress, main
 
 
 def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
@@ -47,7 +25,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     cfg, mesh = run_file.config, inputs.mesh
     started = store.now()
     n, box_size, a_init = cfg.box.particles, cfg.box.box_size, cfg.ic.a_init
-    init = compute(cfg, mesh, progress)
+    init = derive.initial_conditions(cfg, mesh, progress.timed)
     progress(f"{cfg.ic.lpt_order}LPT at a = {a_init} on {n}^3 particles")
     path = store_path(run_dir, "ic")
     group = store.create(path, store.provenance(run_file, "ic", mesh, started)
@@ -64,7 +42,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
         write_lagrangian_coordinates(group, n, box_size)
         write_particles(group, init.disp, init.mom, a_init)
     store.mark_complete(group)
-    for name, data in fields(init).items():
+    for name, data in ic_fields(init).items():
         inputs.keep("ic", name, data)
     return path
 

@@ -16,7 +16,9 @@ import jax
 import numpy as np
 
 from pmpipe import config, cosmology, derive, lensing, lightcone, resolution, sky, store
-from pmpipe.stages import Inputs, Progress, main, store_path
+from pmpipe.stages import store_path
+from pmpipe.stages.inputs import Inputs
+from pmpipe.stages.runner import Progress, main
 
 REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
 

@@ -20,8 +20,10 @@ from jax.sharding import Mesh
 
 from pmpipe import checkpoint, config, cosmology, derive, lightcone, nbody, parallel, sky, store
 from pmpipe.parallel import FIELD_SPEC
-from pmpipe.stages import Inputs, Progress, main, store_path
+from pmpipe.stages import store_path
+from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
+from pmpipe.stages.runner import Progress, main
 
 
 def mesh_node_positions(grid: nbody.PMGrid) -> np.ndarray:

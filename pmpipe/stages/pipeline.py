@@ -26,6 +26,8 @@ import traceback
 from pathlib import Path
 
 from pmpipe import stages
+from pmpipe.stages import runner
+from pmpipe.stages.inputs import Inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,15 +69,15 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def compute_stage(stage: str, run_file, inputs: stages.Inputs) -> StageRecord:
+def compute_stage(stage: str, run_file, inputs: Inputs) -> StageRecord:
     """Run one stage and record its time, physics phases, compilations and store size."""
     import jax
 
     from pmpipe import compilation, store
 
-    progress = stages.Progress(stage, run_file.run_id, jax.process_index())
+    progress = runner.Progress(stage, run_file.run_id, jax.process_index())
     before, written, start = compilation.totals(), store.write_totals(), time.perf_counter()
-    path = stages.execute(stage, run_file, inputs, progress)
+    path = runner.execute(stage, run_file, inputs, progress)
     seconds, counts = time.perf_counter() - start, compilation.totals() - before
     written = store.write_totals() - written
     progress(f"{counts.summary()}")
@@ -99,11 +101,11 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
     run_id, stage = config_path.parent.name, None
     computed: list[StageRecord] = []
     try:
-        run_file = stages.load(config_path)
+        run_file = runner.load(config_path)
         run_id = run_file.run_id
-        todo = stages.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
+        todo = runner.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
         names = stages.run_stages(run_file.config)
-        inputs = stages.Inputs(config_path.parent, run_file,
+        inputs = Inputs(config_path.parent, run_file,
                                mesh_of(run_file.config.parallel.pdims), keep=True)
         for stage in todo:
             if guard is not None and guard.stop_requested():
@@ -136,7 +138,7 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     start = time.perf_counter()
     compilation.listen()
     paths = [Path(p) for p in config_paths]
-    launcher, processes = stages.start(paths)
+    launcher, processes = runner.start(paths)
     if processes > 1:
         print(f"[pmpipe] process {jax.process_index()} of {processes} ({launcher}): "
               f"{jax.local_device_count()} local of {jax.device_count()} devices",
@@ -236,11 +238,11 @@ def main(argv=None) -> int:
                              "time limit; SLURM's own --signal reaches job steps only, not a "
                              "stage run in the batch step")
     args = parser.parse_args(argv)
-    from pmpipe import checkpoint, launch
+    from pmpipe import checkpoint, slurm_job
 
     if args.stop_ahead < 0:
         parser.error(f"--stop-ahead must be 0 (off) or a number of seconds, not {args.stop_ahead}")
-    delay = launch.signal_before_time_limit(args.stop_ahead)
+    delay = slurm_job.signal_before_time_limit(args.stop_ahead)
     if delay is not None:
         print(f"[pmpipe] SIGUSR2 to this process in {delay:.0f} s, {args.stop_ahead} s before "
               "the job's time limit", file=sys.stderr, flush=True)

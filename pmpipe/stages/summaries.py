@@ -18,7 +18,9 @@ from jax.sharding import Mesh, NamedSharding
 
 from pmpipe import config, cosmology, derive, lensing, painting, resolution, sky, stats, store
 from pmpipe.parallel import FIELD_SPEC
-from pmpipe.stages import Inputs, Progress, main, store_path
+from pmpipe.stages import store_path
+from pmpipe.stages.inputs import Inputs
+from pmpipe.stages.runner import Progress, main
 
 
 def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:

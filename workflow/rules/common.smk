@@ -5,15 +5,13 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from pmpipe import parallel
+from pmpipe import compilation_cache
 from pmpipe import report as pmreport
 from pmpipe import workflow as pmw
 
-# Snakemake's own process computes seeds and geometry with JAX on the CPU: on a GPU machine it
-# must not take the GPUs' memory from the jobs it starts
-parallel.use_host_only()
-# compiled XLA programs shared by every job process of every campaign (docs/workflow.md)
-parallel.use_compilation_cache(pmw.RESULTS / ".jax_cache")
+# Snakemake's own process starts no JAX: it validates and expands the campaign on the host.
+# Compiled XLA programs are shared by every job process of every campaign (docs/workflow.md)
+compilation_cache.share(pmw.RESULTS / ".jax_cache")
 PLAN = pmw.prepare(config, locked=pmw.snakemake_locked(Path(".snakemake")),
                    prune=workflow.is_main_process)
 validate(PLAN.campaign_data, str(Path(workflow.basedir) / "workflow/schemas/campaign.schema.json"),

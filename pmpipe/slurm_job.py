@@ -1,0 +1,76 @@
+"""The SLURM job this process runs in: its id, its time left, a signal ahead of its time limit
+and its requeue (``scontrol`` and ``squeue`` of the job's own SLURM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+
+
+def this_job(environ=None) -> str | None:
+    """The id of the SLURM job this process runs in (<array>_<index> for an array element),
+    or None outside a SLURM job."""
+    environ = os.environ if environ is None else environ
+    if environ.get("SLURM_ARRAY_JOB_ID") and environ.get("SLURM_ARRAY_TASK_ID"):
+        return f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
+    return environ.get("SLURM_JOB_ID") or None
+
+
+def requeue_this_job(environ=None) -> str | None:
+    """``scontrol requeue`` of the SLURM job this process runs in; what happened, or None
+    outside a SLURM job."""
+    job = this_job(environ)
+    if not job:
+        return None
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
+    except OSError as err:  # no SLURM client here, e.g. in an image without the site's binds
+        return f"SLURM job {job} could not be requeued: scontrol: {err.strerror}"
+    if done.returncode:
+        return f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
+    return f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"
+
+
+def slurm_seconds(text: str) -> int | None:
+    """Seconds of a SLURM duration as squeue prints it ([days-]hours:minutes:seconds,
+    minutes:seconds); None for UNLIMITED, NOT_SET, INVALID or anything else."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not (days == "" or days.isdigit()) or not 2 <= len(parts) <= 3 \
+            or not all(p.isdigit() for p in parts):
+        return None
+    seconds = 0
+    for part in parts:
+        seconds = 60 * seconds + int(part)
+    return seconds + 86400 * int(days or 0)
+
+
+def time_left(environ=None) -> int | None:
+    """Seconds until the time limit of the SLURM job this process runs in (squeue's %L), or
+    None outside a job, without a limit, or when squeue does not answer."""
+    job = this_job(environ)
+    if not job:
+        return None
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True,
+                              text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return slurm_seconds(done.stdout) if done.returncode == 0 else None
+
+
+def signal_before_time_limit(lead_s: int, environ=None) -> float | None:
+    """Inside a SLURM job, send this process SIGUSR2 ``lead_s`` seconds before the job's time
+    limit, as ``sbatch --signal=USR2@lead_s`` does for the job's steps: a stage run in the
+    batch step (a single-process Snakemake job) is not one of them. Returns the seconds until
+    the signal, or None (no job, no limit, lead_s 0)."""
+    left = time_left(environ) if lead_s > 0 else None
+    if left is None:
+        return None
+    delay = max(0.0, float(left - lead_s))
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGUSR2))
+    timer.daemon = True
+    timer.start()
+    return delay

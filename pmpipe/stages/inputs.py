@@ -1,0 +1,93 @@
+"""The arrays a stage reads from the run's earlier stages: kept in this process, or read from
+their stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pmpipe.stages import store_path
+
+
+def ic_fields(init) -> dict:
+    """The arrays of the ICs (simulation.Initial) by their names in ic.zarr."""
+    return {"linear_density": init.delta_linear, "displacement": init.disp, "momentum": init.mom}
+
+
+# Which outputs setting (config.Outputs) decides whether a stage's store holds an array
+STORED_BY = {"density": "outputs.density", "displacement": "outputs.particles",
+             "momentum": "outputs.particles", "lightcone_density": "outputs.lightcone",
+             "lightcone_healpix": "outputs.lightcone", "lightcone_healpix_alm": "outputs.lightcone",
+             "kappa": "outputs.lightcone", "kappa_healpix": "outputs.lightcone",
+             "kappa_healpix_alm": "outputs.lightcone"}
+
+
+class Inputs:
+    """The arrays a stage reads from the run's earlier stages.
+
+    An array that an earlier stage ran in this process and kept (``keep``) is handed over
+    as it is (a field stays on the devices), once: the next stage takes it without a round
+    trip through the store, and whether or not the store keeps it (config.Outputs). Every
+    other array, and every attribute, comes from the stage's complete store, made from this
+    run's config; ICs that ic.zarr does not keep are made again from the seed."""
+
+    def __init__(self, run_dir: str | Path, run_file, mesh, keep: bool = False):
+        self.run_dir, self.run_file, self.mesh = Path(run_dir), run_file, mesh
+        self.keeping = keep
+        self._kept: dict[tuple, object] = {}
+        self._groups: dict[str, object] = {}
+
+    def keep(self, stage: str, name: str, data, leading: tuple[int, ...] = ()) -> None:
+        """Hold ``data`` (``stage``'s array ``name`` at ``leading``) for a later stage."""
+        if self.keeping:
+            self._kept[stage, name, tuple(leading)] = data
+
+    def store(self, stage: str):
+        """The complete store of ``stage`` (zarr group); IncompleteStoreError otherwise."""
+        from pmpipe import store
+
+        if stage not in self._groups:
+            self._groups[stage] = store.open_complete(store_path(self.run_dir, stage),
+                                                      self.run_file.config_hash)
+        return self._groups[stage]
+
+    def _take(self, stage: str, name: str, leading: tuple[int, ...]):
+        """The kept array, else None; ICs the store lacks are made again (and kept) first."""
+        key = (stage, name, tuple(leading))
+        if key not in self._kept and stage == "ic" and name not in self.store("ic"):
+            from pmpipe import derive
+
+            init = derive.initial_conditions(self.run_file.config, self.mesh)
+            for kept, data in ic_fields(init).items():
+                self._kept.setdefault(("ic", kept, ()), data)
+        return self._kept.pop(key, None)
+
+    def _stored(self, stage: str, name: str):
+        """The stored array; IncompleteStoreError when the store does not keep it whole."""
+        group = self.store(stage)
+        if name not in group or group[name].attrs.get("downsampled", 1) > 1:
+            from pmpipe import store
+
+            setting = STORED_BY.get(name, "outputs")
+            raise store.IncompleteStoreError(
+                f"{store_path(self.run_dir, stage)} does not keep {name} at full resolution "
+                f"({setting} of the run's config): run the run's stages together, "
+                f"pmpipe run all {self.run_dir / 'config.json'}")
+        return group[name]
+
+    def field(self, stage: str, name: str, leading: tuple[int, ...] = ()):
+        """``stage``'s array ``name`` at ``leading`` as a JAX array sharded over the mesh."""
+        from pmpipe import store
+
+        kept = self._take(stage, name, leading)
+        if kept is not None:
+            return kept
+        return store.read_sharded(self._stored(stage, name), self.mesh, leading)
+
+    def array(self, stage: str, name: str):
+        """``stage``'s (small, replicated) array ``name`` as numpy."""
+        kept = self._take(stage, name, ())
+        return kept if kept is not None else self._stored(stage, name)[:]
+
+    def forget(self) -> None:
+        """Drop every kept array and open store."""
+        self._kept, self._groups = {}, {}
