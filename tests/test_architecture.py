@@ -98,8 +98,8 @@ print(json.dumps({"loaded": loaded, "runs": len(plan.run_ids),
 
 def test_configuration_modules_and_campaign_planning_import_no_jax(tmp_path):
     imported = subprocess.run(
-        [sys.executable, "-c", f"import sys; import {', '.join(CONFIGURATION)}; "
-                               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"],
+        [sys.executable, "-c", (f"import sys; import {', '.join(CONFIGURATION)}; "
+                               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))")],
         capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
     assert imported.stdout.strip() == "[]", imported.stdout
     planned = subprocess.run([sys.executable, "-c", LOAD_EVERY_CAMPAIGN, str(tmp_path)],
