@@ -8,6 +8,9 @@ import json
 import sys
 from pathlib import Path
 
+from pmpipe import log
+
+LOG = log.get(__name__)
 SCHEMA_PATH = Path("workflow/schemas/campaign.schema.json")
 
 
@@ -45,7 +48,7 @@ def _plan(args) -> int:
             if field not in worst or resolved < worst[field][0]:
                 worst[field] = (resolved, text)
     for field, (_, text) in worst.items():
-        print(f"warning: {text} [{len(runs[field])} of the runs]", file=sys.stderr)
+        LOG.warning("warning: %s [%d of the runs]", text, len(runs[field]))
     return 0
 
 
@@ -100,11 +103,10 @@ def _doctor(args) -> int:
         return 0
     problems = doctor.self_check()
     for problem in problems:
-        print(f"CHECK FAILED: {problem}", file=sys.stderr)
+        LOG.error("CHECK FAILED: %s", problem)
     if not problems:
-        print(f"check: every pmpipe module imports; a distributed FFT on "
-              f"{len(facts['jax']['local_devices'])} local devices agrees with numpy's",
-              file=sys.stderr)
+        LOG.info("check: every pmpipe module imports; a distributed FFT on %d local devices "
+                 "agrees with numpy's", len(facts["jax"]["local_devices"]))
     return 1 if problems else 0
 
 
@@ -126,7 +128,7 @@ def _verify(args) -> int:
     if failed and not args.report_only:
         summary += ("; damaged stores lost their completion marker: the next snakemake (or "
                     "pmpipe run) makes them again")
-    print(summary, file=sys.stderr)
+    LOG.info("%s", summary)
     return 1 if failed else 0
 
 
@@ -203,8 +205,8 @@ def _submit(args) -> int:
             job.results()  # one result per task (process)
         except Exception as err:  # noqa: BLE001  submitit raises its own errors for failed or lost jobs
             failed += 1
-            print(f"error: {label}: SLURM job {job.job_id} failed ({type(err).__name__}); "
-                  f"log: {job.paths.stdout}", file=sys.stderr)
+            LOG.error("error: %s: SLURM job %s failed (%s); log: %s", label, job.job_id,
+                      type(err).__name__, job.paths.stdout)
     if failed:
         return 1
     if not args.stage and not args.run:
@@ -249,7 +251,7 @@ def _bench_campaign(args) -> int:
         record = bench_campaign.bench_campaign(args.campaign, args.profile, args.workdir,
                                                args.cores, args.snakefile)
     except bench_campaign.CampaignFailed as err:
-        print(f"error: {err}", file=sys.stderr)
+        LOG.error("error: %s", err)
         return 1
     if args.json:
         bench.write_json(record, args.json)
@@ -458,10 +460,11 @@ def main(argv=None) -> int:
     from pmpipe import config, store
 
     args = build_parser().parse_args(argv)
+    log.configure()
     try:
         return args.func(args)
     except (config.ConfigError, store.IncompleteStoreError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        LOG.error("error: %s", err)
         return 2
 
 

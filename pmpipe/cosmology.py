@@ -92,6 +92,11 @@ def _table_rhs(cosmo: Cosmology, lna, y):
 
 
 @jax.jit
+def table_for(cosmo: Cosmology, table=None):
+    """``table``, or the cosmology's :func:`growth_table` when it is None."""
+    return growth_table(cosmo) if table is None else table
+
+
 def growth_table(cosmo: Cosmology):
     """Tabulate growth and distance on a uniform ln a grid from A_TABLE_MIN to 1.
 
@@ -152,7 +157,7 @@ def _hermite(x, xs, ys, dys):
 
 def _lookup(cosmo: Cosmology, a, table, name):
     """Interpolate table[name] (and its ln-a derivative) at scale factor(s) a."""
-    t = growth_table(cosmo) if table is None else table
+    t = table_for(cosmo, table)
     lna = jnp.log(jnp.asarray(a, dtype=t["lna"].dtype))
     return _hermite(lna, t["lna"], t[name], t["d" + name])
 
@@ -199,7 +204,7 @@ def comoving_distance(cosmo: Cosmology, a, table=None):
 @jax.jit
 def scale_factor_at_distance(cosmo: Cosmology, chi, table=None):
     """Inverse of :func:`comoving_distance`: a(χ) for χ in Mpc/h (two Newton refinements)."""
-    t = growth_table(cosmo) if table is None else table
+    t = table_for(cosmo, table)
     chi = jnp.asarray(chi, dtype=t["lna"].dtype)
     lna = jnp.interp(-chi, -t["chi"], t["lna"])
     for _ in range(2):
@@ -322,14 +327,11 @@ def interp_power(k, k_table, p_table):
     return jnp.where(k > 0, jnp.exp(lnp), 0.0)
 
 
-POWER_KINDS = ("eisenstein_hu", "eisenstein_hu_nowiggle", "table")
-
-
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True, eq=False)
 class LinearPower:
     """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc] and a pytree: the kind
-    (one of POWER_KINDS) is static, the cosmology and the table (k_table, p_table: (T,) arrays,
+    (one of pmpipe.config.POWER_KINDS) is static, the cosmology and the table (k_table, p_table: (T,) arrays,
     kind 'table' only) are leaves, so compiled programs take them as arguments."""
 
     kind: str = dataclasses.field(metadata={"static": True})

@@ -9,7 +9,18 @@ from functools import partial
 
 import numpy as np
 
-from pmpipe import config, cosmology, ics, lightcone, nbody, power_table, simulation, sky, timesteps
+from pmpipe import (
+    config,
+    cosmology,
+    ics,
+    lensing,
+    lightcone,
+    nbody,
+    power_table,
+    simulation,
+    sky,
+    timesteps,
+)
 from pmpipe.validation import k_range
 
 
@@ -37,9 +48,8 @@ def step_boundaries(run: config.Run, table=None) -> np.ndarray:
     (:func:`pmpipe.timesteps.step_boundaries`; ``table``: the cosmology's growth table)."""
     growth = None
     if run.nbody.spacing == "growth" and isinstance(run.nbody.steps, int):
-        cosmo = cosmology_params(run)
-        table = cosmology.growth_table(cosmo) if table is None else table
-        growth = partial(cosmology.on_host, cosmology.growth_factor, cosmo, table=table)
+        growth = partial(cosmology.on_host, cosmology.growth_factor, cosmology_params(run),
+                         table=table)
     return timesteps.step_boundaries(run.ic.a_init, run.nbody.a_final, run.nbody.steps,
                                      run.nbody.snapshots, run.nbody.spacing, growth)
 
@@ -75,3 +85,24 @@ def initial_conditions(run: config.Run, mesh, timed=None) -> simulation.Initial:
             run.ic.lpt_order, run.ic.fixed_amplitude, run.ic.paired, cosmology.growth_table(cosmo))
         jax.block_until_ready((init.delta_linear, init.disp, init.mom))
     return init
+
+
+REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
+
+
+def sources(run: config.Run, cosmo: cosmology.Cosmology, table) -> list[tuple]:
+    """(label, mean redshift, comoving distances (Mpc/h), weights) of every source of the run's
+    lensing section, in store order."""
+    out = []
+    for z in run.lensing.source_redshifts:
+        chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z), table), np.float64)
+        out.append((f"z={z:g}", z, np.atleast_1d(chi), np.ones(1)))
+    for dist in run.lensing.distributions:
+        if dist.kind == "smail":
+            z = np.linspace(0.0, run.lightcone.z_max, REDSHIFT_SAMPLES)
+            n = lensing.smail(z, dist.z0, dist.alpha, dist.beta)
+        else:
+            z, n = np.asarray(dist.z), np.asarray(dist.n)
+        chi, weights = lensing.source_distribution(cosmo, z, n, table)
+        out.append((dist.name, float(np.sum(weights * z)), chi, weights))
+    return out

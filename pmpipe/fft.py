@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import jaxdecomp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
@@ -60,9 +61,17 @@ def wavevectors(field_k, mesh: Mesh, box_size: float):
         return tuple(laid_out_along_its_axis(k) for k in ks)
     n = field_k.shape[0]
     dtype = field_k.real.dtype
-    f = 2 * jnp.pi * jnp.fft.fftfreq(n, d=box_size / n).astype(dtype)
-    fz = 2 * jnp.pi * jnp.fft.rfftfreq(n, d=box_size / n).astype(dtype)
+    f = angular_frequencies(n, box_size / n, jnp, dtype)
+    fz = angular_frequencies(n, box_size / n, jnp, dtype, real=True)
     return f[:, None, None], f[None, :, None], fz[None, None, :]
+
+
+def angular_frequencies(n: int, spacing: float, xp=np, dtype=None, real: bool = False):
+    """2π times the sample frequencies of n points ``spacing`` apart on a periodic grid: the
+    wavenumbers (n,), or with ``real`` the (n // 2 + 1,) of a real transform's last axis, in
+    inverse units of spacing; numpy float64, or ``xp`` = jax.numpy arrays of ``dtype``."""
+    freq = (xp.fft.rfftfreq if real else xp.fft.fftfreq)(n, d=spacing)
+    return 2 * xp.pi * (freq if dtype is None else freq.astype(dtype))
 
 
 def gradient_kernels(field_k, mesh: Mesh, box_size: float):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import cosmology, fft
+from pmpipe import cosmology, fft, painting
 from pmpipe.parallel import FIELD_SPEC
 
 LENSING_PREFACTOR = 1.5 / cosmology.HUBBLE_DISTANCE**2  # 3/2 (H0/c)^2 in (h/Mpc)^2, times Ω_m
@@ -77,14 +77,14 @@ def pixel_centres(fov_deg: float, pixels: int) -> np.ndarray:
 def _fourier_matrix(positions, mesh_n: int, box_size: float, dtype):
     """exp(i k x) for positions (n,) in Mpc/h and the grid's wavenumbers (M,), numpy of the
     complex dtype that goes with the real ``dtype``."""
-    k = 2 * np.pi * np.fft.fftfreq(mesh_n, d=box_size / mesh_n)
+    k = fft.angular_frequencies(mesh_n, box_size / mesh_n)
     return np.exp(1j * positions[:, None] * k[None, :]).astype(np.result_type(dtype, np.complex64))
 
 
 def _cic_window_2d(mesh_n: int, box_size: float):
     """CIC window sinc²(k_x Δ/2) sinc²(k_y Δ/2) of a periodic (M, M) grid."""
-    k = 2 * np.pi * np.fft.fftfreq(mesh_n, d=box_size / mesh_n)
-    w = np.sinc(k * box_size / mesh_n / (2 * np.pi)) ** 2
+    cell = box_size / mesh_n
+    w = painting.cic_window_1d(fft.angular_frequencies(mesh_n, cell), cell, np)
     return w[:, None] * w[None, :]
 
 
@@ -101,7 +101,7 @@ def map_band_limit(mesh_n: int, box_size: float, chi: float, pixel: float):
     """(M, M) mask of a plane's modes at distance chi (Mpc/h) that a flat map of pixels of
     ``pixel`` rad holds: |k_x| and |k_y| at most the map's Nyquist multipole π / pixel over chi.
     Reading the plane without the modes above would fold them onto lower multipoles."""
-    k = np.abs(2 * np.pi * np.fft.fftfreq(mesh_n, d=box_size / mesh_n))
+    k = np.abs(fft.angular_frequencies(mesh_n, box_size / mesh_n))
     keep = k <= np.pi / pixel / chi
     return keep[:, None] & keep[None, :]
 

@@ -80,7 +80,7 @@ def plane_transforms(seed: int, n_planes: int, mesh_n: int, randomize: bool) -> 
 
 def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None) -> sky.Planes:
     """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
-    table = cosmology.growth_table(cosmo) if table is None else table
+    table = cosmology.table_for(cosmo, table)
     chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
     return sky.planes(chi_max, thickness, partial(
         cosmology.on_host, cosmology.scale_factor_at_distance, cosmo, table=table))

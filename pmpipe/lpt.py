@@ -36,7 +36,7 @@ def lpt_displacements(delta_k, mesh: Mesh, box_size: float, order: int = 2):
 
 def lpt_state(cosmo: cosmology.Cosmology, s1, s2, a, table=None):
     """Displacement and momentum (Mpc/h) of particles at scale factor a from LPT fields."""
-    table = cosmology.growth_table(cosmo) if table is None else table
+    table = cosmology.table_for(cosmo, table)
     d1 = cosmology.growth_factor(cosmo, a, table)
     f1 = cosmology.growth_rate(cosmo, a, table)
     a2e = a**2 * cosmology.E(cosmo, a)

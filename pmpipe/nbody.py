@@ -88,7 +88,7 @@ def _growth_force(cosmo, a, table):
 def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
     """FastPM factors per step i (a_i -> a_{i+1}, midpoint a_h): first half kick, drift and
     second half kick, each of shape (S,) for a_steps (S + 1,)."""
-    table = cosmology.growth_table(cosmo) if table is None else table
+    table = cosmology.table_for(cosmo, table)
     a0, a1 = a_steps[:-1], a_steps[1:]
     ah = 0.5 * (a0 + a1)
     gp = lambda a: _growth_momentum(cosmo, a, table)
@@ -103,7 +103,7 @@ def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
 def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
     """Drift factor from a0 to a_stop (a0 < a_stop <= a1) with the momentum of the step a0 -> a1,
     (D1(a_stop) - D1(a0)) / G_p(a_h): the FastPM drift stopped part-way (arrays broadcast)."""
-    table = cosmology.growth_table(cosmo) if table is None else table
+    table = cosmology.table_for(cosmo, table)
     d1 = lambda a: cosmology.growth_factor(cosmo, a, table)
     return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1), table)
 
@@ -209,7 +209,7 @@ def start_state(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid
     first half-kick). With ShapeDtypeStructs for disp and mom, its shapes only."""
     a_steps = np.asarray(a_steps, dtype=np.float64)
     snapshots = tuple(float(s) for s in snapshots)
-    table = cosmology.growth_table(cosmo) if table is None else table
+    table = cosmology.table_for(cosmo, table)
     args = (cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
             table, capture)
     static = {"mesh": mesh, "grid": grid, "n_snapshots": len(snapshots)}
@@ -230,7 +230,7 @@ def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps
     once (:func:`check_state`)."""
     a_steps = np.asarray(a_steps, dtype=np.float64)
     snapshots = tuple(float(s) for s in snapshots)
-    table = cosmology.growth_table(cosmo) if table is None else table
+    table = cosmology.table_for(cosmo, table)
     dtype = state.disp.dtype
     args = (a_steps.astype(dtype), snapshot_slots(a_steps, snapshots),
             crossing_slots(a_steps, () if capture is None else capture.a), table, capture)
@@ -290,7 +290,7 @@ def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mes
     :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns the final
     :class:`State`; with ``stop_early`` the state after the first step with a halo overflow or
     a non-finite state (not reverse-differentiable)."""
-    table = cosmology.growth_table(cosmo) if table is None else table
+    table = cosmology.table_for(cosmo, table)
     state = _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots)
     return _steps(cosmo, state, a_steps, slots, crossing, table, capture, 0, a_steps.shape[0] - 1,
                   mesh, grid, stop_early)

@@ -255,13 +255,18 @@ def read(field, disp, mesh: Mesh, box_size: float, halo: int):
     return run(field, disp)
 
 
+def cic_window_1d(k, cell: float, xp=jnp):
+    """The CIC assignment window along one axis, sinc²(k Δ / 2), at wavenumbers k for cells of
+    Δ = ``cell`` (k in inverse units of cell); numpy arrays with ``xp`` = numpy."""
+    return xp.sinc(k * (cell / 2) / xp.pi) ** 2
+
+
 def cic_window(field_k, mesh: Mesh, box_size: float):
     """The CIC assignment window W(k) = Π_i sinc²(k_i Δ / 2), Δ = L / N, broadcastable to field_k."""
-    n = field_k.shape[0]
-    half_cell = box_size / (2 * n)
+    cell = box_size / field_k.shape[0]
     window = 1.0
     for k in fft.wavevectors(field_k, mesh, box_size):
-        window = window * jnp.sinc(k * half_cell / jnp.pi) ** 2
+        window = window * cic_window_1d(k, cell)
     return window
 
 

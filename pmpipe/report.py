@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import store
+from pmpipe import log, store
 
 SLAB_FRACTION = 0.1  # part of the box along z averaged in the density slice
+
+LOG = log.get(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,10 +256,11 @@ def main(argv=None) -> int:
                         help="PNG files to draw: <campaign_dir>/report/<run>/{pk,slice,kappa,cl}.png "
                              "and <campaign_dir>/report/{pk_ratio,peaks}.png")
     args = parser.parse_args(argv)
+    log.configure()
     try:
         make_figures(args.campaign_dir, args.figures)
     except (store.IncompleteStoreError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        LOG.error("error: %s", err)
         return 2
     return 0
 

@@ -86,7 +86,7 @@ def _bin(x, values, weights, edges):
 def _flat_wavenumbers(n: int, fov_deg: float):
     """|ℓ| (n, n) of an n x n flat-sky map of side fov_deg degrees, and the pixel size (rad)."""
     pixel = np.radians(fov_deg) / n
-    ell = 2 * np.pi * np.fft.fftfreq(n, d=pixel)
+    ell = fft.angular_frequencies(n, pixel)
     return np.hypot(ell[:, None], ell[None, :]), pixel
 
 

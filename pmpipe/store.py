@@ -37,7 +37,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -47,11 +46,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from pmpipe import config, image, integrity
+from pmpipe import config, image, integrity, log
 
 if TYPE_CHECKING:
     import jax
     from jax.sharding import Mesh
+
+LOG = log.get(__name__)
+
 
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
 FORMAT = "pmpipe-store-1"     # root attribute 'format': layout version of docs/outputs.md
@@ -388,8 +390,8 @@ def _finish_at_exit() -> None:
     they belong to have no completion marker)."""
     for key in list(_states):
         for name, error in _wait(key):
-            print(f"pmpipe.store: writing array {name!r} of {key} failed: "
-                  f"{type(error).__name__}: {error}", file=sys.stderr)
+            LOG.error("pmpipe.store: writing array %r of %s failed: %s: %s", name, key,
+                      type(error).__name__, error)
 
 
 def _reserve(nbytes: int) -> None:

@@ -13,12 +13,14 @@ import dataclasses
 import os
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
 from pmpipe import campaign as campaigns
-from pmpipe import config, launch, site, stages, store
+from pmpipe import config, launch, log, site, stages, store
 from pmpipe.stages import runner
+
+LOG = log.get(__name__)
+
 
 DEFAULT_CAMPAIGN = Path("config/quickstart.yaml")
 RESULTS = Path("results")
@@ -112,8 +114,8 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
     if prune and not locked:
         for spec in specs:
             for removed, why in prune_incomplete(campaign_dir / spec.run_id):
-                print(f"pmpipe: removed {removed}: it {'; '.join(why)}, so it is recomputed",
-                      file=sys.stderr)
+                LOG.warning("pmpipe: removed %s: it %s, so it is recomputed", removed,
+                            "; ".join(why))
     run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
     slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
     jobs, groups = [], campaigns.job_groups(specs, camp.execution.job_size())

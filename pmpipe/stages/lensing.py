@@ -20,26 +20,6 @@ from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.runner import Progress, main
 
-REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
-
-
-def sources(cfg: config.Run, cosmo, table):
-    """(label, mean redshift, comoving distances, weights) of every source in store order."""
-    out = []
-    for z in cfg.lensing.source_redshifts:
-        chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z), table), np.float64)
-        out.append((f"z={z:g}", z, np.atleast_1d(chi), np.ones(1)))
-    for dist in cfg.lensing.distributions:
-        if dist.kind == "smail":
-            z = np.linspace(0.0, cfg.lightcone.z_max, REDSHIFT_SAMPLES)
-            n = lensing.smail(z, dist.z0, dist.alpha, dist.beta)
-        else:
-            z, n = np.asarray(dist.z), np.asarray(dist.n)
-        chi, weights = lensing.source_distribution(cosmo, z, n, table)
-        out.append((dist.name, float(np.sum(weights * z)), chi, weights))
-    return out
-
-
 SHELL_OVERSAMPLING = 4  # full-sky shells' rays see nearly every line-of-sight mode
 
 
@@ -98,7 +78,7 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
         return {}
     cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
-    srcs = sources(cfg, cosmo, table)
+    srcs = derive.sources(cfg, cosmo, table)
     ranges = valid_ranges(cfg, cosmo, table, srcs, derive.planes(cfg).chi_edges)
     k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
     out = {}
@@ -138,7 +118,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     table = cosmology.growth_table(cosmo)
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
-    srcs = sources(cfg, cosmo, table)
+    srcs = derive.sources(cfg, cosmo, table)
     weights = np.stack([lensing.plane_weights(cosmo, edges, c, w, table) for _, _, c, w in srcs])
     path = store_path(run_dir, "lensing")
     maps_kept = cfg.outputs.lightcone

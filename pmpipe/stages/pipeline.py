@@ -25,10 +25,11 @@ import time
 import traceback
 from pathlib import Path
 
-from pmpipe import stages
+from pmpipe import log, stages
 from pmpipe.stages import runner
 from pmpipe.stages.inputs import Inputs
 
+LOG = log.get(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class StageRecord:
@@ -75,7 +76,7 @@ def compute_stage(stage: str, run_file, inputs: Inputs) -> StageRecord:
 
     from pmpipe import compilation, store
 
-    progress = runner.Progress(stage, run_file.run_id, jax.process_index())
+    progress = runner.Progress(stage, run_file.run_id)
     before, written, start = compilation.totals(), store.write_totals(), time.perf_counter()
     path = runner.execute(stage, run_file, inputs, progress)
     seconds, counts = time.perf_counter() - start, compilation.totals() - before
@@ -121,7 +122,7 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         raise
     except Exception as err:  # noqa: BLE001  one run's failure must not stop the other runs of the job
         if jax.process_index() == 0:
-            print(f"[pmpipe run {run_id}] traceback:\n{traceback.format_exc()}", file=sys.stderr)
+            LOG.error("[pmpipe run %s] traceback:\n%s", run_id, traceback.format_exc())
         line = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
         return Outcome(config_path, run_id, tuple(computed), (), time.perf_counter() - start,
                        error=line, failed_stage=stage)
@@ -140,9 +141,9 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     paths = [Path(p) for p in config_paths]
     launcher, processes = runner.start(paths)
     if processes > 1:
-        print(f"[pmpipe] process {jax.process_index()} of {processes} ({launcher}): "
-              f"{jax.local_device_count()} local of {jax.device_count()} devices",
-              file=sys.stderr, flush=True)
+        LOG.info("[pmpipe] process %d of %d (%s): %d local of %d devices", jax.process_index(),
+                 processes, launcher, jax.local_device_count(), jax.device_count(),
+                 extra=log.EVERY_PROCESS)
     meshes = {}  # the one device mesh of the job, by pdims
 
     def mesh_of(pdims):
@@ -160,8 +161,7 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
         for path in paths:
             outcome = run_one(path, mesh_of, guard)
             outcomes.append(outcome)
-            if jax.process_index() == 0:
-                print(summary_line(outcome), file=sys.stderr, flush=True)
+            LOG.info("%s", summary_line(outcome))
     if report is not None and jax.process_index() == 0:
         record = job_record(outcomes, time.perf_counter() - start)
         Path(report).parent.mkdir(parents=True, exist_ok=True)
@@ -240,22 +240,23 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from pmpipe import checkpoint, slurm_job
 
+    log.configure()
     if args.stop_ahead < 0:
         parser.error(f"--stop-ahead must be 0 (off) or a number of seconds, not {args.stop_ahead}")
     delay = slurm_job.signal_before_time_limit(args.stop_ahead)
     if delay is not None:
-        print(f"[pmpipe] SIGUSR2 to this process in {delay:.0f} s, {args.stop_ahead} s before "
-              "the job's time limit", file=sys.stderr, flush=True)
+        LOG.info("[pmpipe] SIGUSR2 to this process in %.0f s, %d s before the job's time limit",
+                 delay, args.stop_ahead, extra=log.EVERY_PROCESS)
 
     try:
         outcomes = run_all(args.config, args.report)
     except checkpoint.Preempted as err:
-        print(checkpoint.stopped(err), file=sys.stderr)
+        LOG.error("%s", checkpoint.stopped(err))
         return checkpoint.PREEMPTED_EXIT
     failed = [o for o in outcomes if o.error is not None]
     if failed:
-        print(f"error: {len(failed)} of {len(outcomes)} runs failed: "
-              f"{', '.join(o.run_id for o in failed)}", file=sys.stderr)
+        LOG.error("error: %d of %d runs failed: %s", len(failed), len(outcomes),
+                  ", ".join(o.run_id for o in failed))
         return 1
     return 0
 

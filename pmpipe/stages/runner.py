@@ -8,25 +8,24 @@ import argparse
 import contextlib
 import importlib
 import math
-import sys
 import time
 from pathlib import Path
 
-from pmpipe import validation
+from pmpipe import log, validation
 from pmpipe.stages import STAGES, run_stages, store_path
 from pmpipe.stages.inputs import Inputs
 
+LOG = log.get(__name__)
 
 class Progress:
-    """Progress lines on stderr: '[pmpipe <stage> <run_id>] <message> (<elapsed> s)', from
-    process 0 only unless a line is meant for every process; and the seconds the stage spent in
-    each phase of the physics (``physics``: white_noise, lpt, pm_steps (the evolution with its
-    lightcone capture), lensing, statistics)."""
+    """Progress lines of a stage, log records '[pmpipe <stage> <run_id>] <message> (<elapsed>
+    s)' (shown from one process: pmpipe.log); and the seconds the stage spent in each phase of
+    the physics (``physics``: white_noise, lpt, pm_steps (the evolution with its lightcone
+    capture), lensing, statistics)."""
 
-    def __init__(self, stage: str, run_id: str, process: int = 0):
+    def __init__(self, stage: str, run_id: str):
         self.prefix = f"[pmpipe {stage} {run_id}]"
         self.start = time.perf_counter()
-        self.shown = process == 0
         self.physics: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -40,9 +39,9 @@ class Progress:
             self.physics[phase] = self.physics.get(phase, 0.0) + time.perf_counter() - start
 
     def __call__(self, message: str, every_process: bool = False) -> None:
-        if self.shown or every_process:
-            elapsed = time.perf_counter() - self.start
-            print(f"{self.prefix} {message} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+        elapsed = time.perf_counter() - self.start
+        LOG.info("%s %s (%.1f s)", self.prefix, message, elapsed,
+                 extra=log.EVERY_PROCESS if every_process else None)
 
 
 def start(config_paths) -> tuple[str, int]:
@@ -57,12 +56,16 @@ def start(config_paths) -> tuple[str, int]:
     workflow sets it), else the one of the results folder (results/.jax_cache for
     results/<campaign>/<run>/config.json). Returns (launcher, processes).
     """
+    import jax
+
     from pmpipe import parallel
 
     pdims = validation.load_run_file(config_paths[0]).config.parallel.pdims
     parallel.use_compilation_cache(Path(config_paths[0]).absolute().parent.parent.parent
                                    / ".jax_cache")
-    return parallel.start_processes(math.prod(pdims))
+    launched = parallel.start_processes(math.prod(pdims))
+    log.configure(jax.process_index())
+    return launched
 
 
 def load(config_path: str | Path):
@@ -96,7 +99,7 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
         raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
     launcher, processes = start([config_path])
     run_file = load(config_path)
-    progress = Progress(stage, run_file.run_id, jax.process_index())
+    progress = Progress(stage, run_file.run_id)
     if processes > 1:
         progress(f"process {jax.process_index()} of {processes} ({launcher}): "
                  f"{jax.local_device_count()} local of {jax.device_count()} devices",
@@ -116,13 +119,13 @@ def run_checked(stage: str, config_path: str | Path) -> int:
         run_stage(stage, config_path)
     except (config.ConfigError, store.IncompleteStoreError, painting.HaloError,
             nbody.NumericalError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        LOG.error("error: %s", err)
         return 2
     except (store.StoreWriteError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        LOG.error("error: %s", err)
         return 1
     except checkpoint.Preempted as err:
-        print(checkpoint.stopped(err), file=sys.stderr)
+        LOG.error("%s", checkpoint.stopped(err))
         return checkpoint.PREEMPTED_EXIT
     return 0
 
@@ -132,6 +135,7 @@ def main(stage: str, argv=None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m pmpipe.stages.{stage}",
                                      description=f"run the {stage} stage of one simulation")
     parser.add_argument("config", help="the run's config.json (results/<campaign>/<run_id>/config.json)")
+    log.configure()
     return run_checked(stage, parser.parse_args(argv).config)
 
 

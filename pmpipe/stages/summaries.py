@@ -152,9 +152,7 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
     store.write_array(group, "kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
     cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
-    from pmpipe.stages.lensing import sources as source_distributions
-
-    srcs = source_distributions(cfg, cosmo, table)
+    srcs = derive.sources(cfg, cosmo, table)
     maps = []
     if cfg.lensing.flat_sky is not None:
         flat = cfg.lensing.flat_sky

@@ -5,13 +5,14 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from pmpipe import compilation_cache
+from pmpipe import compilation_cache, log
 from pmpipe import report as pmreport
 from pmpipe import workflow as pmw
 
 # Snakemake's own process starts no JAX: it validates and expands the campaign on the host.
 # Compiled XLA programs are shared by every job process of every campaign (docs/workflow.md)
 compilation_cache.share(pmw.RESULTS / ".jax_cache")
+log.configure()  # pmpipe's warnings (stores removed to be recomputed) on stderr
 PLAN = pmw.prepare(config, locked=pmw.snakemake_locked(Path(".snakemake")),
                    prune=workflow.is_main_process)
 validate(PLAN.campaign_data, str(Path(workflow.basedir) / "workflow/schemas/campaign.schema.json"),
