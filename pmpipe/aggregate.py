@@ -48,7 +48,7 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
         source = first[name]
         dims = ("run",) + tuple(source.metadata.dimension_names)
         extra = {k: v for k, v in source.attrs.items() if k not in ("units", "long_name")}
-        store.write_array(out, name, np.stack([g[name][:] for g in groups]), dims,
+        store.write_array(out, name, np.stack([np.asarray(g[name][:]) for g in groups]), dims,
                           source.attrs["units"], source.attrs["long_name"],
                           coordinates=per_run, **extra)
     store.mark_complete(out)

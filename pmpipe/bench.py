@@ -87,6 +87,8 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
         COSMOLOGY, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),
         nbody.crossing_slots(bounds, ()), cosmology.growth_table(COSMOLOGY), None, mesh=mesh,
         grid=grid, n_snapshots=1).compile().memory_analysis()
+    if stats is None:
+        raise RuntimeError(f"XLA gives no memory analysis of the compiled step on {jax.devices()[0].platform}")
     used = stats.argument_size_in_bytes + stats.temp_size_in_bytes
     return {"argument_bytes": stats.argument_size_in_bytes,
             "temp_bytes": stats.temp_size_in_bytes, "output_bytes": stats.output_size_in_bytes,

@@ -15,6 +15,7 @@ grid; force: on the 2N grid, the window divided out).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -62,7 +63,7 @@ def bench_steps(particles: int, box_size: float, steps: int, reference_steps: in
     t0 = time.perf_counter()
     reference, _ = run(reference_steps, "log_a")
     half, _ = run(reference_steps // 2, "log_a")
-    record = {"benchmark": "steps", "particles": particles, "box_size": box_size,
+    record: dict[str, Any] = {"benchmark": "steps", "particles": particles, "box_size": box_size,
               "oversample": oversample, "steps": steps, "reference_steps": reference_steps,
               "reference_spacing": "log_a", "seed": seed,
               "reference_error": accuracy(half, reference, mesh, halo, box_size),

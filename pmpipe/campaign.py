@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -302,8 +302,9 @@ class Campaign(config.StrictModel):
             raise ValueError("base.parallel.pdims are given and so is a decomposition section: "
                              "set base.parallel.pdims to 'auto' or remove the section")
         box, par = self.base.box, self.base.parallel
-        pdims, source = decomposition.choose(self.decomposition.devices, box.particles,
-                                             box.oversample, par.halo_cells, self.decomposition.file)
+        chosen = config.section(self.decomposition, "decomposition")
+        pdims, source = decomposition.choose(chosen.devices, box.particles, box.oversample,
+                                             par.halo_cells, chosen.file)
         base = self.base.model_dump()
         base["parallel"]["pdims"] = pdims
         object.__setattr__(self, "base", self._simulable(config.Run.model_validate(base)))
@@ -377,7 +378,7 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
     them (:attr:`Campaign.runs`)."""
     common = camp.common_seeds or camp.design.kind == "derivatives"
     base = camp.base.model_dump()
-    specs = []
+    specs: list[RunSpec] = []
     for p, (label, parameters) in enumerate(design_points(camp)):
         run = _point_run(base, label, parameters, source)
         for r in range(camp.realisations):
@@ -543,8 +544,12 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
     n, m = run.box.particles, run.box.particles * run.box.oversample
     ic = {"all": 7, "linear": 1, "none": 0}[out.ic] * n**3
     snapshots = len(set(run.nbody.snapshots) | {run.nbody.a_final})
-    density = {"full": m**3, "none": 0}.get(out.density, None)
-    density = (m // out.density) ** 3 if density is None else density
+    if out.density == "full":
+        density = m**3
+    elif out.density == "none":
+        density = 0
+    else:
+        density = (m // out.density) ** 3
     nbody = snapshots * density + (6 * n**3 if out.particles else 0)
     sizes = {"ic": itemsize * ic, "nbody": itemsize * nbody, "lensing": 0.0, "summaries": 0.0}
     if run.lightcone is not None and out.lightcone:
@@ -624,7 +629,7 @@ def job_resources(runs: list[config.Run], execution: Execution) -> dict:
                            math.ceil((STARTUP_SECONDS + work) * execution.runtime_safety / 60))}
 
 
-def job_groups(specs: list[RunSpec], size: int) -> dict[str, list[RunSpec]]:
+def job_groups(specs: Sequence[RunSpec], size: int) -> dict[str, list[RunSpec]]:
     """Runs packed into jobs of ``size`` by their position in the design: ``job0000`` holds
     runs 0 .. size - 1, and so on. Runs added at the end of a design join the last group or
     new ones; no earlier run changes group."""
@@ -680,7 +685,7 @@ def decomposition_line(camp: Campaign) -> str | None:
         where = (f"no sweep of {d.devices} devices in {d.file}" if d.file and d.file.exists()
                  else f"no decomposition file {d.file or ''}".rstrip())
         return f"{what}: guessed ({where}; measure with `pmpipe tune`)"
-    table = decomposition.load(d.file)
+    table = decomposition.load(config.section(d.file, "decomposition.file"))
     sweep = min((s for s in table.sweeps if s.devices == d.devices
                  and s.pdims == camp.base.parallel.pdims),
                 key=lambda s: abs(s.force_mesh - box.particles * box.oversample))

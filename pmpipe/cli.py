@@ -37,7 +37,10 @@ def _plan(args) -> int:
     print(campaign.plan_table(camp))
     if camp.decomposition is not None:
         print(campaign.decomposition_line(camp))
-    worst, runs, seen = {}, {}, {}  # per field: the warning of the run that resolves least
+    # per field: the warning of the run that resolves least, and the runs it concerns
+    worst: dict[str, tuple[float, str]] = {}
+    runs: dict[str, list[str]] = {}
+    seen: dict[str, dict] = {}
     for spec in camp.runs:
         key = json.dumps({k: v for k, v in spec.run.model_dump(mode="json").items() if k != "ic"},
                          sort_keys=True)  # seeds change no range: one check per design point
@@ -56,15 +59,16 @@ def _tune(args) -> int:
     from pmpipe import campaign, config, decomposition, parallel
 
     wanted = (config.read_mapping(args.campaign).get("decomposition") or {}).get("devices")
-    if isinstance(wanted, int):  # host devices on CPU, before validation starts JAX
+    if isinstance(wanted, int):  # host devices on CPU, before JAX starts
         parallel.request_host_devices(wanted)
     camp = campaign.load(args.campaign)
-    if camp.decomposition is None or camp.decomposition.file is None:
+    d = camp.decomposition
+    if d is None or d.file is None:
         raise config.ConfigError(f"{args.campaign}: tune needs decomposition.devices and "
                                  "decomposition.file (where the sweep is recorded)")
     import jax
 
-    box, d = camp.base.box, camp.decomposition
+    box = camp.base.box
     sweep = decomposition.sweep(d.devices, box.particles, box.oversample,
                                 camp.base.parallel.halo_cells, args.repeat)
     decomposition.record(d.file, jax.devices()[0].device_kind, sweep)

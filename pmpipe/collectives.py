@@ -51,6 +51,15 @@ def in_program(hlo_text: str) -> list[tuple[str, int, int]]:
     return out
 
 
+def program_text(compiled) -> str:
+    """The HLO text of a compiled program (jax.stages.Compiled); RuntimeError when XLA keeps
+    none."""
+    text = compiled.as_text()
+    if text is None:
+        raise RuntimeError("XLA gives no text of the compiled program")
+    return text
+
+
 def bytes_by_kind(hlo_text: str) -> dict[str, int]:
     """Operand bytes of a program's collectives summed per kind (kinds present only)."""
     total: dict[str, int] = {}

@@ -71,11 +71,11 @@ class _Totals:
         elif event == CACHE_WRITE_EVENT:
             self._add(misses=1)
 
-    def on_duration(self, event: str, seconds: float, **kwargs) -> None:
+    def on_duration(self, event: str, duration_secs: float, **kwargs) -> None:
         if event == BACKEND_COMPILE_EVENT:
             name = str(kwargs.get("fun_name", "?"))
             hit, self.thread.hit = getattr(self.thread, "hit", False), False
-            self._add(programs=1, seconds=seconds, names=(name,),
+            self._add(programs=1, seconds=duration_secs, names=(name,),
                       compiled_names=() if hit else (name,))
 
     def _add(self, programs=0, hits=0, misses=0, seconds=0.0, names=(), compiled_names=()):
@@ -112,11 +112,11 @@ class CompileCounter:
     """Counts of the programs compiled between :meth:`start` and :meth:`stop` (or inside a
     ``with`` block); ``counts`` is live while counting, fixed after stopping."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._start: Counts | None = None
         self._end: Counts | None = None
 
-    def start(self) -> CompileCounter:
+    def start(self) -> Self:
         listen()
         self._start, self._end = totals(), None
         return self

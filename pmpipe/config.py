@@ -13,19 +13,34 @@ import hashlib
 import json
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 
-STEP_SPACINGS = ("a", "log_a", "growth")  # what a number of N-body steps is equal in
-POWER_KINDS = ("eisenstein_hu", "eisenstein_hu_nowiggle", "table")  # linear P(k) sources
+StepSpacing = Literal["a", "log_a", "growth"]  # what a number of N-body steps is equal in
+PowerKind = Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "table"]  # linear P(k) sources
+STEP_SPACINGS: tuple[str, ...] = get_args(StepSpacing)
+POWER_KINDS: tuple[str, ...] = get_args(PowerKind)
+
+
+Section = TypeVar("Section")
+
+
+def section(value: Section | None, name: str) -> Section:
+    """An optional section of a run (``run.lightcone``, say) that the caller needs; ValueError
+    naming it when the run has none."""
+    if value is None:
+        raise ValueError(f"the run has no {name} section")
+    return value
 
 
 class StrictModel(BaseModel):
@@ -59,7 +74,7 @@ class Cosmology(StrictModel):
 class Power(StrictModel):
     """Linear matter power spectrum at a = 1."""
 
-    kind: Literal[POWER_KINDS] = Field(
+    kind: PowerKind = Field(
         "eisenstein_hu", description="Eisenstein & Hu (1998) fit with or without BAO, normalised to sigma8, or a table")
     table: Path | None = Field(
         None, description="file of k [h/Mpc] and P(k) [(Mpc/h)^3] columns as CAMB / CLASS write them (kind 'table')")
@@ -79,10 +94,23 @@ class Box(StrictModel):
     oversample: int = Field(1, ge=1, le=4, description="force mesh cells per particle spacing, B (mesh = B N per side)")
 
 
+def _not_auto(pdims):
+    if pdims == "auto":
+        raise ValueError("parallel.pdims 'auto' is chosen for a campaign's runs (base.parallel "
+                         "with a decomposition section: devices, file); a run needs (px, py)")
+    return pdims
+
+
+# pdims in files: (px, py), or 'auto' in a campaign's base (pmpipe.campaign chooses them)
+PDIMS_SCHEMA = {"anyOf": [{"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "integer"}] * 2,
+                           "type": "array"},
+                          {"const": "auto", "type": "string"}]}
+
+
 class Parallel(StrictModel):
     """Decomposition over devices."""
 
-    pdims: tuple[int, int] | Literal["auto"] = Field(
+    pdims: Annotated[tuple[int, int], BeforeValidator(_not_auto), WithJsonSchema(PDIMS_SCHEMA)] = Field(
         (1, 1), description="devices along x and y, (px, py); px * py devices in all; 'auto' "
                             "in a campaign's base: chosen from recorded sweeps (its "
                             "decomposition section)")
@@ -90,9 +118,6 @@ class Parallel(StrictModel):
 
     @model_validator(mode="after")
     def _positive(self):
-        if self.pdims == "auto":
-            raise ValueError("parallel.pdims 'auto' is chosen for a campaign's runs (base.parallel "
-                             "with a decomposition section: devices, file); a run needs (px, py)")
         if min(self.pdims) < 1:
             raise ValueError(f"parallel.pdims must be positive integers, got {self.pdims}")
         return self
@@ -113,7 +138,7 @@ class NBody(StrictModel):
 
     a_final: float = Field(1.0, gt=0, le=1, description="scale factor at the end of the run")
     steps: int | list[float] = Field(10, description="number of steps, or the scale factors bounding them")
-    spacing: Literal[STEP_SPACINGS] = Field(
+    spacing: StepSpacing = Field(
         "a", description="what a number of steps is equally spaced in: the scale factor a, ln a, "
         "or the linear growth factor D1 (docs/validation.md gives the accuracy of each)")
     snapshots: list[float] = Field(default_factory=list, description="scale factors at which the density is kept (a_final always)")
@@ -322,7 +347,7 @@ class Run(StrictModel):
 
     def plane_thickness(self) -> float:
         """Comoving thickness of a lightcone plane in Mpc/h."""
-        return self.lightcone.plane_thickness or self.box.box_size
+        return section(self.lightcone, "lightcone").plane_thickness or self.box.box_size
 
     def plane_cells(self) -> int:
         """Force-mesh cells across a lightcone plane."""
@@ -340,15 +365,15 @@ class Run(StrictModel):
             raise ValueError(f"a lightcone needs nbody.a_final = 1 (the observer is at z = 0), got {self.nbody.a_final}")
         if self.lensing is None:
             return
-        lens = self.lensing
+        lens, z_max = self.lensing, section(self.lightcone, "lightcone").z_max
         for z in lens.source_redshifts:
-            if z > self.lightcone.z_max:
+            if z > z_max:
                 raise ValueError(f"lensing.source_redshifts value {z} lies beyond the lightcone "
-                                 f"(lightcone.z_max = {self.lightcone.z_max})")
+                                 f"(lightcone.z_max = {z_max})")
         for d in lens.distributions:
-            if d.kind == "table" and any(n > 0 and z > self.lightcone.z_max for z, n in zip(d.z, d.n)):
+            if isinstance(d, TableSources) and any(n > 0 and z > z_max for z, n in zip(d.z, d.n)):
                 raise ValueError(f"lensing.distributions '{d.name}' has sources beyond the lightcone "
-                                 f"(n > 0 at z > lightcone.z_max = {self.lightcone.z_max})")
+                                 f"(n > 0 at z > lightcone.z_max = {z_max})")
 
 
 def config_hash(run: Run) -> str:

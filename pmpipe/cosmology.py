@@ -336,8 +336,8 @@ class LinearPower:
 
     kind: str = dataclasses.field(metadata={"static": True})
     cosmo: Cosmology
-    k_table: jax.Array | None = None
-    p_table: jax.Array | None = None
+    k_table: jax.Array | np.ndarray | None = None
+    p_table: jax.Array | np.ndarray | None = None
 
     def __call__(self, k):
         if self.kind == "table":

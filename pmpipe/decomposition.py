@@ -103,7 +103,7 @@ def choose(devices: int, particles: int, oversample: int, halo: int,
     sweeps = [s for s in recorded if s.devices == devices]
     for sweep in sorted(sweeps, key=lambda s: abs(s.force_mesh - mesh)):
         if tuple(sweep.pdims) in options:
-            return tuple(sweep.pdims), "recorded" if sweep.force_mesh == mesh else "nearest"
+            return sweep.pdims, "recorded" if sweep.force_mesh == mesh else "nearest"
     return guess(options), "guessed"
 
 
@@ -120,7 +120,7 @@ def sweep(devices: int, particles: int, oversample: int, halo: int, repeat: int 
         disp, mom = bench.lpt_particles(particles, mesh)
         seconds[label(pdims)] = bench.step_seconds(disp, mom, mesh, grid,
                                                    bench.COSMOLOGY.Omega_m, repeat)
-    fastest = min(seconds, key=seconds.get)
+    fastest = min(seconds, key=lambda name: seconds[name])
     px, py = (int(p) for p in fastest.split("x"))
     return Sweep(devices=devices, force_mesh=particles * oversample, pdims=(px, py),
                  step_seconds=seconds, measured=datetime.date.today().isoformat(),

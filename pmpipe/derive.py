@@ -56,7 +56,7 @@ def step_boundaries(run: config.Run, table=None) -> np.ndarray:
 
 def planes(run: config.Run, table=None) -> sky.Planes:
     """The lightcone's planes (:func:`pmpipe.lightcone.plane_geometry`)."""
-    return lightcone.plane_geometry(cosmology_params(run), run.lightcone.z_max,
+    return lightcone.plane_geometry(cosmology_params(run), config.section(run.lightcone, "lightcone").z_max,
                                     run.plane_thickness(), table)
 
 
@@ -65,7 +65,8 @@ def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
     for this box, mesh and nside)."""
     return sky.shell_band_limits(
         found.chi_edges[1:], sky.shell_k_max(run.box.particles, run.mesh_cells(), run.box.box_size),
-        sky.rays_nside(run.lensing.full_sky.nside))
+        sky.rays_nside(config.section(config.section(run.lensing, "lensing").full_sky,
+                                      "lensing.full_sky").nside))
 
 
 def initial_conditions(run: config.Run, mesh, timed=None) -> simulation.Initial:
@@ -93,13 +94,14 @@ REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
 def sources(run: config.Run, cosmo: cosmology.Cosmology, table) -> list[tuple]:
     """(label, mean redshift, comoving distances (Mpc/h), weights) of every source of the run's
     lensing section, in store order."""
+    lens, z_max = config.section(run.lensing, "lensing"), config.section(run.lightcone, "lightcone").z_max
     out = []
-    for z in run.lensing.source_redshifts:
-        chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z), table), np.float64)
-        out.append((f"z={z:g}", z, np.atleast_1d(chi), np.ones(1)))
-    for dist in run.lensing.distributions:
-        if dist.kind == "smail":
-            z = np.linspace(0.0, run.lightcone.z_max, REDSHIFT_SAMPLES)
+    for z_s in lens.source_redshifts:
+        chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_s), table), np.float64)
+        out.append((f"z={z_s:g}", z_s, np.atleast_1d(chi), np.ones(1)))
+    for dist in lens.distributions:
+        if isinstance(dist, config.SmailSources):
+            z = np.linspace(0.0, z_max, REDSHIFT_SAMPLES)
             n = lensing.smail(z, dist.z0, dist.alpha, dist.beta)
         else:
             z, n = np.asarray(dist.z), np.asarray(dist.n)

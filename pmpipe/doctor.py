@@ -134,7 +134,8 @@ def warnings(facts: dict, environ: Mapping[str, str]) -> list[str]:
                    "preallocates 75 % of every GPU it sees: give each process its own GPU "
                    "(srun --gpus-per-task=1) or set XLA_PYTHON_CLIENT_PREALLOCATE=false")
     plugin, driver = facts["jax"]["cuda_plugin"], _version_tuple(facts["cuda_driver"])
-    major = int(re.search(r"cuda(\d+)", plugin).group(1)) if plugin else None
+    found = re.search(r"cuda(\d+)", plugin) if plugin else None
+    major = int(found.group(1)) if found else None
     if major in MIN_DRIVER and driver is not None and driver < MIN_DRIVER[major]:
         need = ".".join(map(str, MIN_DRIVER[major]))
         out.append(f"NVIDIA driver {facts['cuda_driver']} is older than {need}, the oldest "

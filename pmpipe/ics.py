@@ -19,7 +19,7 @@ from pmpipe.parallel import field_sharding
 
 # Decomposition invariance of sharded random numbers rests on this flag (the default since
 # jax 0.5); it is checked, never flipped.
-if not jax.config.jax_threefry_partitionable:  # pragma: no cover - depends on user config
+if not jax.config.jax_threefry_partitionable:  # type: ignore[attr-defined]  # set at run time
     raise RuntimeError(
         "pmpipe needs jax_threefry_partitionable=True (JAX's default) for white noise that "
         "does not depend on the device mesh"

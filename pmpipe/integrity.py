@@ -47,7 +47,7 @@ def chunk_coordinates(selection: tuple[slice, ...], chunks: tuple[int, ...], sha
         first, last = start // c, max(start, stop - 1) // c
         ranges.append(range(first, last + 1))
         whole &= first == last and start == first * c and stop == min(n, (first + 1) * c)
-    coordinates = [()]
+    coordinates: list[tuple[int, ...]] = [()]
     for r in ranges:
         coordinates = [c + (i,) for c in coordinates for i in r]
     return coordinates, whole and len(coordinates) == 1

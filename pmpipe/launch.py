@@ -104,7 +104,8 @@ def job_python(job: SlurmJob, site: Site | None) -> str | None:
     wrapper = wrapper_command(site, job.gpus_per_node > 0)
     if not wrapper:
         return None
-    return shlex.join([*wrapper, "python" if site.image is not None else sys.executable])
+    image = site is not None and site.image is not None
+    return shlex.join([*wrapper, "python" if image else sys.executable])
 
 
 def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:

@@ -47,12 +47,12 @@ class PlaneTransform:
     """How plane i sees the box: box axis ``axes[j]`` becomes the observer's axis j, reversed
     where ``flips[j]``, then shifted by ``shift`` cells (box axes order)."""
 
-    axes: tuple[int, int, int]
-    flips: tuple[bool, bool, bool]
-    shift: tuple[int, int, int]
+    axes: tuple[int, ...]
+    flips: tuple[bool, ...]
+    shift: tuple[int, ...]
 
 
-def rotations() -> list[tuple[tuple[int, int, int], tuple[bool, bool, bool]]]:
+def rotations() -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
     """The 24 proper rotations of a cube as (axis permutation, flips) with determinant +1."""
     out = []
     for axes in itertools.permutations(range(3)):

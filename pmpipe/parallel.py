@@ -104,8 +104,9 @@ def launcher_processes(environ=None) -> tuple[str, int]:
     """How this process was launched and how many processes the launch has: ('slurm', n) under
     srun, ('mpi', n) under mpiexec (MPICH / Open MPI variables), else ('single', 1)."""
     env = os.environ if environ is None else environ
-    if "SLURM_STEP_ID" in env and int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1"))) > 1:
-        return "slurm", int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS")))
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1")))
+    if "SLURM_STEP_ID" in env and tasks > 1:
+        return "slurm", tasks
     for size in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
         if int(env.get(size, "1")) > 1:
             return "mpi", int(env[size])
@@ -148,7 +149,7 @@ def gpu_platform(platforms: str | None = None, plugins=None, device_files=None) 
     plugin of JAX is installed (``plugins``: names of the jax_plugins entry points) and the
     node has a GPU device file (``device_files``: /dev/nvidia<i>, /dev/kfd)."""
     if platforms is None:
-        platforms = jax.config.jax_platforms or ""
+        platforms = jax.config.jax_platforms or ""  # type: ignore[attr-defined]  # set at run time
     if platforms and not any(p in platforms for p in ("cuda", "rocm", "gpu")):
         return False
     if plugins is None:

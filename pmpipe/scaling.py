@@ -58,15 +58,15 @@ def weak_particles(particles: int, fewest: int, devices: int, pdims: tuple[int, 
 
 
 def _measure(particles: int, pdims: tuple[int, int], oversample: int, halo: int,
-             repeat: int) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+             repeat: int) -> tuple[dict, tuple[np.ndarray, ...]]:
     """One row (without efficiency) and one step's particles (disp, mom) on the host."""
     devices = pdims[0] * pdims[1]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(devices))
     grid = nbody.PMGrid(particles, oversample, bench.BOX_SIZE, halo)
     omega_m = bench.COSMOLOGY.Omega_m
     disp, mom = bench.lpt_particles(particles, mesh)
-    program = bench.pm_step.lower(disp, mom, omega_m, mesh=mesh, grid=grid).compile().as_text()
-    moved = collectives.bytes_by_kind(program)
+    program = bench.pm_step.lower(disp, mom, omega_m, mesh=mesh, grid=grid).compile()
+    moved = collectives.bytes_by_kind(collectives.program_text(program))
     after = tuple(parallel.to_host(x).astype(np.float64)
                   for x in bench.pm_step(disp, mom, omega_m, mesh=mesh, grid=grid))
     row = {"devices": devices, "pdims": list(pdims), "particles": particles,
@@ -185,7 +185,7 @@ def traced_steps(record: dict, folder: str | Path, steps: int = 3) -> dict:
     path = trace.perfetto_file(folder)
     return {"path": str(path), "devices": row["devices"], "pdims": list(pdims), "particles": n,
             "steps": steps, "wall_s_per_step": wall,
-            **trace.summarise(path, program.as_text(), steps, local)}
+            **trace.summarise(path, collectives.program_text(program), steps, local)}
 
 
 def table(record: dict) -> str:

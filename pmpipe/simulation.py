@@ -40,7 +40,8 @@ def power_function(cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu",
             f"power.kind must be 'eisenstein_hu', 'eisenstein_hu_nowiggle' or 'table', got {kind!r}"
         )
     if kind == "table":
-        return cosmology.LinearPower(kind, cosmo, *(np.asarray(x) for x in table))
+        k_table, p_table = table
+        return cosmology.LinearPower(kind, cosmo, np.asarray(k_table), np.asarray(p_table))
     return cosmology.LinearPower(kind, cosmo)
 
 
@@ -56,7 +57,8 @@ def initial_conditions(cosmo: cosmology.Cosmology, noise, power: Callable, mesh:
         power = jax.tree_util.Partial(power)
     fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=mesh, box_size=box_size,
                              lpt_order=lpt_order, fixed_amplitude=fixed_amplitude, paired=paired)
-    return Initial(*fields, a_init)
+    delta, s1, s2, disp, mom = fields
+    return Initial(delta, s1, s2, disp, mom, a_init)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "box_size", "lpt_order", "fixed_amplitude",
@@ -88,7 +90,8 @@ def simulate(cosmo: cosmology.Cosmology, noise, mesh: Mesh, grid: nbody.PMGrid, 
                               nbody.snapshot_slots(bounds, snaps), mesh=mesh, grid=grid,
                               lpt_order=lpt_order, fixed_amplitude=fixed_amplitude, paired=paired,
                               n_snapshots=len(snaps))
-    return Initial(*fields, a_init), nbody.finish(out, bounds, snaps, grid, None, start)
+    delta, s1, s2, disp, mom = fields
+    return Initial(delta, s1, s2, disp, mom, a_init), nbody.finish(out, bounds, snaps, grid, None, start)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "grid", "lpt_order", "fixed_amplitude",

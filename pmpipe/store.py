@@ -188,10 +188,7 @@ def codecs(dtype, nbytes: int, keepbits: int | None = None) -> dict:
 
 def _bitround(keepbits: int):
     """numcodecs' BitRound as a zarr 3 array-to-array codec (zarr >= 3.1 ships it)."""
-    try:
-        from zarr.codecs import BitRound
-    except ImportError:  # older zarr 3: numcodecs' own zarr 3 wrappers
-        from numcodecs.zarr3 import BitRound
+    from zarr.codecs import BitRound
     with warnings.catch_warnings():  # "numcodecs codecs are not in the zarr v3 specification"
         warnings.simplefilter("ignore")
         return BitRound(keepbits=keepbits)

@@ -20,7 +20,7 @@ def k_range(run: config.Run) -> tuple[float, float]:
 def planes(run: config.Run) -> sky.Planes:
     """The lightcone's planes from host distances (within 1e-5 of the N-body's, which come
     from JAX's growth table: :func:`pmpipe.derive.planes`)."""
-    z_max = run.lightcone.z_max
+    z_max = config.section(run.lightcone, "lightcone").z_max
     return sky.planes(float(background.comoving_distance(run.cosmology, 1.0 / (1.0 + z_max))),
                       run.plane_thickness(),
                       partial(background.scale_factor_at_distance, run.cosmology))
@@ -57,7 +57,7 @@ def _check_planes(run: config.Run) -> None:
     found = planes(run)
     chi_far, box = float(found.chi_edges[-1]), run.box.box_size
     if float(found.a[-1]) <= run.ic.a_init:
-        raise ValueError(f"lightcone.z_max = {run.lightcone.z_max} reaches back before the initial "
+        raise ValueError(f"lightcone.z_max = {config.section(run.lightcone, 'lightcone').z_max} reaches back before the initial "
                          f"conditions (ic.a_init = {run.ic.a_init}); lower z_max or a_init")
     flat = run.lensing.flat_sky if run.lensing is not None else None
     if flat is not None and chi_far * math.radians(flat.field_of_view) > box:

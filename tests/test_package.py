@@ -1,5 +1,5 @@
 """The package as a whole: ruff finds nothing with the rules of pyproject.toml ([tool.ruff]),
-and it reports its version."""
+mypy with pydantic's plugin finds nothing ([tool.mypy]), and it reports its version."""
 
 import subprocess
 import sys
@@ -12,6 +12,13 @@ def test_ruff_finds_nothing_in_the_package_and_the_tests():
                           "--output-format", "concise", "pmpipe", "tests"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_mypy_finds_nothing_in_the_package():
+    out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"],
+                         capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "Success: no issues found" in out.stdout
 
 
 def test_the_package_reports_the_version_of_its_project():

@@ -35,16 +35,17 @@ def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=Non
         return (resolution.power_transfer(k, box.particles, box.box_size, box.oversample)
                 * resolution.thickness_transfer(k, thickness, box.box_size, power, oversampling))
 
-    maps = {}
-    if cfg.lensing.flat_sky is not None:
-        flat = cfg.lensing.flat_sky
+    lens = config.section(cfg.lensing, "lensing")
+    maps: dict[str, tuple] = {}
+    if lens.flat_sky is not None:
+        flat = lens.flat_sky
         fov = np.radians(flat.field_of_view)
         maps[""] = (mesh, resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov, np.pi * flat.pixels / fov,
                     (f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
                     f"{flat.field_of_view:g} deg field"),
                     f"map: the Nyquist multipole of its {flat.pixels} pixels")
-    if cfg.lensing.full_sky is not None:
-        ell_max = sky.healpix_ell_max(cfg.lensing.full_sky.nside)
+    if lens.full_sky is not None:
+        ell_max = sky.healpix_ell_max(lens.full_sky.nside)
         band = np.asarray(derive.shell_band_limits(cfg, derive.planes(cfg)) if shell_k_max is None else shell_k_max)
 
         def shell(k, plane):
@@ -86,13 +87,13 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
         best = max(range(len(rows)), key=lambda i: rows[i].ell_max)
         resolved = rows[best].ell_max
         if suffix == "":
-            flat = cfg.lensing.flat_sky
+            flat = config.section(cfg.lensing.flat_sky, "lensing.flat_sky")
             reach = np.pi * flat.pixels / np.radians(flat.field_of_view)
             field = f"lensing.flat_sky.pixels = {flat.pixels} ({flat.field_of_view:g} deg)"
             change = ("lower lensing.flat_sky.pixels to about "
                       f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}")
         else:
-            nside = cfg.lensing.full_sky.nside
+            nside = config.section(cfg.lensing.full_sky, "lensing.full_sky").nside
             reach = sky.healpix_ell_max(nside)
             field = f"lensing.full_sky.nside = {nside}"
             change = ("lower lensing.full_sky.nside to "

@@ -39,11 +39,11 @@ class LightconeCapture:
     samples (:func:`pmpipe.lightcone.shell_alm`) and their maps."""
 
     def __init__(self, cfg: config.Run):
-        self.cfg = cfg
+        self.cfg, cone = cfg, config.section(cfg.lightcone, "lightcone")
         self.grid = grid = derive.pm_grid(cfg)
         self.planes = derive.planes(cfg)
         self.transforms = lightcone.plane_transforms(cfg.ic.seed, len(self.planes), self.grid.mesh,
-                                                     cfg.lightcone.randomize)
+                                                     cone.randomize)
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
         rays_nside, self.k_max = None, np.zeros(len(self.planes))
@@ -51,14 +51,17 @@ class LightconeCapture:
             rays_nside = sky.rays_nside(self.nside)
             self.k_max = derive.shell_band_limits(cfg, self.planes)
         self.capture = lightcone.capture_plan(
-            self.planes, self.transforms, cfg.lightcone.observer, cfg.box.box_size, grid.mesh,
+            self.planes, self.transforms, cone.observer, cfg.box.box_size, grid.mesh,
             cfg.plane_cells(), rays_nside, self.k_max, np.dtype(cfg.nbody.dtype))
-        self.flat, self.alm, self.needed = {}, None, 0
+        self.flat: dict[int, jax.Array] = {}
+        self.alm: np.ndarray | None = None
+        self.needed = 0
 
     def receive(self, result: nbody.NBodyResult) -> None:
         """Take the planes from the N-body's result."""
         self.needed = int(result.needed_halo)
-        self.flat = {j: result.planes[j] for j in range(len(self.planes))}
+        planes = config.section(result.planes, "captured planes")
+        self.flat = {j: planes[j] for j in range(len(self.planes))}
         if self.nside is not None:
             rays = parallel.to_host(result.shells)[:len(self.planes)].astype(np.float64)  # rows beyond: padding
             self.alm = np.stack([lightcone.shell_alm(r, self.nside) for r in rays])
@@ -66,6 +69,7 @@ class LightconeCapture:
     def write(self, group, planes_kept: bool) -> None:
         """The planes' distances, scale factors and transforms into the store, and with
         ``planes_kept`` (outputs.lightcone) the planes themselves."""
+        cone = config.section(self.cfg.lightcone, "lightcone")
         missing = sorted(set(range(len(self.planes))) - set(self.flat))
         if missing:
             raise RuntimeError(f"lightcone planes {missing} were never crossed during the N-body")
@@ -81,7 +85,7 @@ class LightconeCapture:
         if self.nside is not None:
             store.write_array(group, "plane_k_max_healpix", self.k_max, ("plane",), "h/Mpc",
                               "band limit of the density sampled for the plane's full-sky shell")
-        observer = self.cfg.lightcone.observer
+        observer = cone.observer
         group.attrs.update({
             "plane_thickness": self.cfg.plane_thickness(), "plane_cells": self.cfg.plane_cells(),
             "observer": list(observer), "lightcone_needed_halo_cells": self.needed,
@@ -101,7 +105,7 @@ class LightconeCapture:
             "plane mean removed (CIC window not divided out)", (1,) + store.block_chunks(first))
         for j in range(len(planes)):
             store.write_blocks(array, self.flat[j], (j,))
-        if self.nside is not None:
+        if self.nside is not None and self.alm is not None:
             ell_max = sky.healpix_ell_max(self.nside)
             shells = np.stack([lightcone.healpix_map(a, self.nside) for a in self.alm])
             store.write_array(group, "lightcone_healpix", shells.astype(np.float32),
@@ -150,7 +154,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     table = cosmology.growth_table(cosmo)
     progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.mesh}^3 mesh")
     capture = LightconeCapture(cfg) if cfg.lightcone is not None else None
-    plan = capture and capture.capture
+    plan = capture.capture if capture is not None else None
     if cfg.checkpoints is None:
         with progress.timed("pm_steps"):
             result = nbody.evolve(cosmo, inputs.field("ic", "displacement"),

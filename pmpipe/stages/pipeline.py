@@ -144,7 +144,7 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
         LOG.info("[pmpipe] process %d of %d (%s): %d local of %d devices", jax.process_index(),
                  processes, launcher, jax.local_device_count(), jax.device_count(),
                  extra=log.EVERY_PROCESS)
-    meshes = {}  # the one device mesh of the job, by pdims
+    meshes: dict[tuple[int, ...], object] = {}  # the one device mesh of the job, by pdims
 
     def mesh_of(pdims):
         pdims = tuple(pdims)

@@ -116,14 +116,15 @@ def write_initial_correlation(group, cfg: config.Run, inputs: Inputs, n_bins: in
 
 def ell_edges_flat(cfg: config.Run) -> np.ndarray:
     """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole."""
-    flat = cfg.lensing.flat_sky
+    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
     fov = np.radians(flat.field_of_view)
     return stats.log_bin_edges(2 * np.pi / fov, np.pi * flat.pixels / fov, cfg.summaries.ell_bins)
 
 
 def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
     """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive)."""
-    ell_max = sky.healpix_ell_max(cfg.lensing.full_sky.nside)
+    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
+    ell_max = sky.healpix_ell_max(full.nside)
     return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
 
 
@@ -137,7 +138,7 @@ RANGE_NAMES = ("ell_min_valid", "ell_max_valid", "ell_min_valid_healpix", "ell_m
 def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh) -> None:
     """C_ell (with its Limber prediction for the linear P(k)), peak counts and PDF of κ per
     source and smoothing scale, for the flat-sky and the HEALPix maps."""
-    summ = cfg.summaries
+    summ, section = cfg.summaries, config.section(cfg.lensing, "lensing")
     scales, edges = summ.smoothing_arcmin, kappa_edges(cfg)
     sources = [str(s) for s in inputs.store("lensing")["source"][:]]
     store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
@@ -153,9 +154,9 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
     cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
     srcs = derive.sources(cfg, cosmo, table)
-    maps = []
-    if cfg.lensing.flat_sky is not None:
-        flat = cfg.lensing.flat_sky
+    maps: list[tuple] = []
+    if section.flat_sky is not None:
+        flat = section.flat_sky
         sharding = NamedSharding(mesh, FIELD_SPEC)
         kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(len(sources))]
         noise = None
@@ -166,8 +167,8 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
         spectra = [stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)) for k in kappa]
         maps.append(("", ell_edges_flat(cfg), kappa, noise, spectra,
                      lambda k, s: stats.smooth_flat(k, flat.field_of_view, s), stats.peak_counts_flat))
-    if cfg.lensing.full_sky is not None:
-        nside = cfg.lensing.full_sky.nside
+    if section.full_sky is not None:
+        nside = section.full_sky.nside
         kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
         spectra = [stats.full_sky_cl(a, ell_edges_healpix(cfg))
                    for a in np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128)]
