@@ -38,6 +38,7 @@ from pmpipe import (
     stats,
     timesteps,
 )
+from pmpipe.domain import Grid
 
 BOX_SIZE = 256.0
 A_INIT = 0.1
@@ -79,14 +80,14 @@ def device_peak_bytes() -> int | None:
 def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: int) -> dict:
     """The compiled evolution's memory analysis: arguments, temporaries and outputs (bytes)
     and arguments plus temporaries per particle."""
-    grid = nbody.PMGrid(particles, oversample, BOX_SIZE, halo)
+    grid = Grid(mesh, particles, oversample, BOX_SIZE, halo)
     bounds = timesteps.step_boundaries(A_INIT, 1.0, steps, (1.0,))
     state = jax.ShapeDtypeStruct((particles,) * 3 + (3,), jnp.float32,
                                  sharding=parallel.field_sharding(mesh))
     stats = nbody.evolution.lower(
         COSMOLOGY, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),
-        nbody.crossing_slots(bounds, ()), cosmology.growth_table(COSMOLOGY), None, mesh=mesh,
-        grid=grid, n_snapshots=1).compile().memory_analysis()
+        nbody.crossing_slots(bounds, ()), cosmology.growth_table(COSMOLOGY), None, grid=grid,
+        n_snapshots=1).compile().memory_analysis()
     if stats is None:
         raise RuntimeError(f"XLA gives no memory analysis of the compiled step on {jax.devices()[0].platform}")
     used = stats.argument_size_in_bytes + stats.temp_size_in_bytes
@@ -95,37 +96,36 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
             "bytes_per_particle": used / particles**3 * mesh.size}
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "grid"))
-def pm_step(disp, mom, omega_m, mesh, grid: nbody.PMGrid):
+@functools.partial(jax.jit, static_argnames="grid")
+def pm_step(disp, mom, omega_m, grid: Grid):
     """One PM step (drift, paint, force, read, kick) of the particles ``disp``, ``mom``
-    (N^3 x 3, sharded over ``mesh``) by 0.01 in drift and kick; returns (disp, mom)."""
+    (N^3 x 3, sharded over the grid's devices) by 0.01 in drift and kick; returns (disp, mom)."""
     step = jnp.float32(0.01)
-    return nbody.advance(disp, mom, step, step, jnp.float32(omega_m), mesh, grid)[:2]
+    return nbody.advance(disp, mom, step, step, jnp.float32(omega_m), grid)[:2]
 
 
-def step_seconds(disp, mom, mesh, grid: nbody.PMGrid, omega_m: float, repeat: int = 5) -> float:
+def step_seconds(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> float:
     """Best-of-``repeat`` seconds of one PM step (:func:`pm_step`)."""
-    return _timed(functools.partial(pm_step, mesh=mesh, grid=grid), disp, mom, omega_m,
-                  repeat=repeat)
+    return _timed(functools.partial(pm_step, grid=grid), disp, mom, omega_m, repeat=repeat)
 
 
-def step_parts(disp, mom, mesh, grid: nbody.PMGrid, omega_m: float, repeat: int = 5) -> dict:
+def step_parts(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> dict:
     """Best-of-``repeat`` seconds of one PM step (``step_s``, :func:`step_seconds`) and of its
     parts, each compiled on its own: ``paint_s`` (CIC with halo folding), ``read_s`` (three
     force components at the particles, halo filled), ``fft_s`` (one r2c of the force mesh),
     ``c2r_s`` (one c2r) and ``fft_floor_s`` (one r2c and three c2r, the transforms of a step)."""
-    m, box, halo = grid.mesh, grid.box_size, grid.halo
-    paint = jax.jit(lambda d: painting.paint(d, mesh, m, box, halo, float(grid.oversample**3)))
+    m, mesh = grid.force_cells, grid.mesh
+    paint = jax.jit(lambda d: painting.paint(d, grid, float(grid.oversample**3)))
     rho, _ = paint(disp)
     force_mesh = jax.device_put(jnp.zeros((m, m, m, 3), rho.dtype), parallel.field_sharding(mesh))
-    read = jax.jit(lambda f, d: painting.read(f, d, mesh, box, halo))
+    read = jax.jit(lambda f, d: painting.read(f, d, grid))
     r2c = jax.jit(lambda x: fft.r2c(x, mesh))
 
     def floor(x):
         xk = fft.r2c(x, mesh)
         return [fft.c2r(xk * (i + 1.0), mesh) for i in range(3)]
 
-    return {"step_s": step_seconds(disp, mom, mesh, grid, omega_m, repeat),
+    return {"step_s": step_seconds(disp, mom, grid, omega_m, repeat),
             "paint_s": _timed(paint, disp, repeat=repeat),
             "read_s": _timed(read, force_mesh, disp, repeat=repeat),
             "fft_s": _timed(r2c, rho, repeat=repeat),
@@ -155,11 +155,11 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
     mesh = parallel.make_mesh(pdims)
     domain.check_divisible(particles, pdims)
     cosmo = COSMOLOGY
-    grid = nbody.PMGrid(particles, oversample, BOX_SIZE, halo)
+    grid = Grid(mesh, particles, oversample, BOX_SIZE, halo)
     noise = ics.white_noise(seed, particles, mesh)
 
     def full_run():
-        init, res = simulation.simulate(cosmo, noise, mesh, grid, A_INIT, 1.0, steps, POWER)
+        init, res = simulation.simulate(cosmo, noise, grid, A_INIT, 1.0, steps, POWER)
         jax.block_until_ready(res.disp)
         return init, res
 
@@ -174,8 +174,8 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
 
     record = {
         "benchmark": "nbody",
-        "mesh": particles,
-        "force_mesh": grid.mesh,
+        "particles": particles,
+        "force_mesh": grid.force_cells,
         "oversample": oversample,
         "steps": steps,
         "box_size": BOX_SIZE,
@@ -190,7 +190,7 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "programs_timed_run": timed.counts.programs,  # 0: the timed run compiles nothing
         "run_s": run_s,
         "evolution_s": res.seconds,  # the evolution's share of run_s, timed on its own
-        **step_parts(res.disp, res.mom, mesh, grid, cosmo.Omega_m),
+        **step_parts(res.disp, res.mom, grid, cosmo.Omega_m),
         "jax": jax.__version__,
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
@@ -255,8 +255,9 @@ def accuracy(disp, disp_ref, mesh, halo: int, box_size: float = BOX_SIZE) -> dic
     the three lowest k bins), pk_rel_diff (max over k < k_Nyquist/4), r_min (min
     cross-correlation coefficient over k < k_Nyquist/4)."""
     n = disp.shape[0]
-    rho = painting.paint(jnp.asarray(disp), mesh, n, box_size, halo, 1.0)[0]
-    rho_ref = painting.paint(jnp.asarray(disp_ref), mesh, n, box_size, halo, 1.0)[0]
+    grid = Grid(mesh, n, 1, box_size, halo)
+    rho = painting.paint(jnp.asarray(disp), grid)[0]
+    rho_ref = painting.paint(jnp.asarray(disp_ref), grid)[0]
     k, p, _ = stats.power_spectrum(rho, mesh, box_size)
     _, p_ref, _ = stats.power_spectrum(rho_ref, mesh, box_size)
     _, p_x, _ = stats.power_spectrum(rho, mesh, box_size, field2=rho_ref)

@@ -20,15 +20,16 @@ from typing import Any
 import jax
 import numpy as np
 
-from pmpipe import config, cosmology, ics, nbody, painting, parallel, simulation, stats, timesteps
+from pmpipe import config, cosmology, ics, painting, parallel, simulation, stats, timesteps
 from pmpipe.bench import A_INIT, COSMOLOGY, POWER, accuracy
+from pmpipe.domain import Grid
 
 FORCE_TOLERANCES = (0.02, 0.05, 0.10)  # power deficits at which bench force reports k
 
 
-def _final_particles(noise, grid: nbody.PMGrid, bounds, mesh):
+def _final_particles(noise, grid: Grid, bounds):
     """(disp (N, N, N, 3) at a = 1, evolution seconds) from white noise (N, N, N)."""
-    _, res = simulation.simulate(COSMOLOGY, noise, mesh, grid, A_INIT, 1.0, list(bounds), POWER)
+    _, res = simulation.simulate(COSMOLOGY, noise, grid, A_INIT, 1.0, list(bounds), POWER)
     return jax.block_until_ready(res.disp), res.seconds
 
 
@@ -53,7 +54,7 @@ def bench_steps(particles: int, box_size: float, steps: int, reference_steps: in
     """P(k) and r(k) below k_Nyquist / 4 of ``steps`` steps per spacing against
     ``reference_steps`` steps equal in ln a; returns the JSON-ready record."""
     mesh = parallel.make_mesh((1, 1))
-    grid = nbody.PMGrid(particles, oversample, box_size, halo)
+    grid = Grid(mesh, particles, oversample, box_size, halo)
     noise = ics.white_noise(seed, particles, mesh)
 
     def run(n_steps, spacing):
@@ -92,9 +93,10 @@ def bench_force(particles: int, box_size: float, steps: int, oversamples=(1, 2),
     grid_n = 2 * particles
 
     def power(n, oversample, noise):
-        grid = nbody.PMGrid(n, oversample, box_size, oversample * halo)
-        disp, seconds = _final_particles(noise, grid, bounds, mesh)
-        rho = painting.paint(disp, mesh, grid_n, box_size, halo, (grid_n / n) ** 3)[0]
+        grid = Grid(mesh, n, oversample, box_size, oversample * halo)
+        disp, seconds = _final_particles(noise, grid, bounds)
+        on_grid_n = Grid(mesh, n, grid_n // n, box_size, halo)
+        rho = painting.paint(disp, on_grid_n, (grid_n / n) ** 3)[0]
         k, p, _ = stats.power_spectrum(rho - 1.0, mesh, box_size, particles, compensate_cic=True)
         return k, p, seconds
 

@@ -143,7 +143,7 @@ RUNS_PER_JOB = {"cpu": 8, "gpu": 16}
 
 # What a calibration record (`pmpipe bench nbody --json`) must hold: the configuration measured
 # and its step time and peak memory (device_peak_bytes on gpu, peak_rss_bytes on cpu).
-CALIBRATION_FIELDS = ("platform", "mesh", "oversample", "pdims", "halo", "steps", "step_s",
+CALIBRATION_FIELDS = ("platform", "particles", "oversample", "pdims", "halo", "steps", "step_s",
                       "peak_rss_bytes")
 
 
@@ -495,7 +495,7 @@ def calibration_factors(execution: Execution) -> tuple[float, float]:
     if record is None:
         return 1.0, 1.0
     measured = config.Run.model_validate({
-        "box": {"particles": record["mesh"], "oversample": record["oversample"],
+        "box": {"particles": record["particles"], "oversample": record["oversample"],
                 "box_size": record.get("box_size", 256.0)},
         "parallel": {"pdims": record["pdims"], "halo_cells": record["halo"]},
         "nbody": {"steps": record["steps"]}})

@@ -222,7 +222,7 @@ def _submit(args) -> int:
 def _bench(args) -> int:
     from pmpipe import bench
 
-    record = bench.bench_nbody(args.mesh, args.steps, tuple(args.pdims), args.oversample,
+    record = bench.bench_nbody(args.particles, args.steps, tuple(args.pdims), args.oversample,
                                args.halo, compare=args.compare, pmwd_path=args.pmwd)
     if args.json:
         bench.write_json(record, args.json)
@@ -235,10 +235,10 @@ def _bench_accuracy(args) -> int:
     from pmpipe import bench, bench_accuracy
 
     if args.target == "steps":
-        record = bench_accuracy.bench_steps(args.mesh, args.box, args.steps,
+        record = bench_accuracy.bench_steps(args.particles, args.box, args.steps,
                                             args.reference_steps, args.oversample, args.seed)
     else:
-        record = bench_accuracy.bench_force(args.mesh, args.box, args.steps,
+        record = bench_accuracy.bench_force(args.particles, args.box, args.steps,
                                             tuple(args.oversamples), args.reference_oversample,
                                             args.spacing, args.seed)
     if args.json:
@@ -279,7 +279,7 @@ def _bench_scaling(args) -> int:
         raise config.ConfigError(f"--devices {' '.join(map(str, args.devices))}: each count must "
                                  f"be a multiple of the {processes} processes launched")
     try:  # the options checked before JAX starts
-        scaling.plan(args.mesh, devices, args.oversample, args.halo, args.scaling,
+        scaling.plan(args.particles, devices, args.oversample, args.halo, args.scaling,
                      args.decompositions)
     except ValueError as err:
         raise config.ConfigError(str(err)) from None
@@ -289,7 +289,7 @@ def _bench_scaling(args) -> int:
     if max(devices) > jax.device_count():
         raise config.ConfigError(f"--devices {max(devices)}: {jax.device_count()} devices are "
                                  f"visible to the {processes} process(es)")
-    record = scaling.run(args.mesh, devices, args.oversample, args.halo, args.repeat,
+    record = scaling.run(args.particles, devices, args.oversample, args.halo, args.repeat,
                          args.scaling, args.decompositions)
     if args.trace:
         record["trace"] = scaling.traced_steps(record, args.trace, args.trace_steps)
@@ -400,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     campaign.set_defaults(func=_bench_campaign)
     bench = targets.add_parser("nbody", help="ICs, LPT and PM steps of one simulation in this "
                                              "process, with per-component timings")
-    bench.add_argument("--mesh", type=int, required=True, help="particles per side, N")
+    bench.add_argument("--particles", type=int, required=True, help="particles per side, N")
     bench.add_argument("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1")
     bench.add_argument("--pdims", type=int, nargs=2, default=[1, 1], metavar=("PX", "PY"),
                        help="device mesh (on CPU, XLA_FLAGS sets the device count)")
@@ -417,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     scaling = targets.add_parser(
         "scaling", help="strong and weak scaling of one PM step and its parts (paint, FFT, read) "
                         "over device counts, slabs and pencils: a table, JSON and a plot")
-    scaling.add_argument("--mesh", type=int, required=True,
+    scaling.add_argument("--particles", type=int, required=True,
                          help="particles per side, N (weak scaling: on the fewest devices)")
     scaling.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8],
                          help="device counts (default 1 2 4 8; with several processes, the "
@@ -442,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "2, ... against 2N particles from the same "
                                              "large-scale modes and steps")
     for target in (steps, force):
-        target.add_argument("--mesh", type=int, required=True, help="particles per side, N")
+        target.add_argument("--particles", type=int, required=True, help="particles per side, N")
         target.add_argument("--box", type=float, default=256.0, help="box size, Mpc/h")
         target.add_argument("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1")
         target.add_argument("--seed", type=int, default=0, help="white-noise seed")

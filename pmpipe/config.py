@@ -341,7 +341,7 @@ class Run(StrictModel):
             raise ValueError("lensing needs lightcone planes: add a lightcone section")
         return self
 
-    def mesh_cells(self) -> int:
+    def force_cells(self) -> int:
         """Force-mesh cells per side: box.particles times box.oversample."""
         return self.box.particles * self.box.oversample
 
@@ -351,12 +351,12 @@ class Run(StrictModel):
 
     def plane_cells(self) -> int:
         """Force-mesh cells across a lightcone plane."""
-        return round(self.plane_thickness() / (self.box.box_size / self.mesh_cells()))
+        return round(self.plane_thickness() / (self.box.box_size / self.force_cells()))
 
     def _check_lightcone(self) -> None:
         """Plane thickness, final time and source redshifts (errors name fields); the checks
         that need distances are :func:`pmpipe.validation.check_run`'s."""
-        box, cell = self.box.box_size, self.box.box_size / self.mesh_cells()
+        box, cell = self.box.box_size, self.box.box_size / self.force_cells()
         thickness = self.plane_thickness()
         if thickness > box * (1 + 1e-9) or abs(thickness / cell - round(thickness / cell)) > 1e-6 or thickness < cell:
             raise ValueError(f"lightcone.plane_thickness = {thickness} Mpc/h must be a whole number of "

@@ -91,12 +91,12 @@ def _table_rhs(cosmo: Cosmology, lna, y):
     )
 
 
-@jax.jit
 def table_for(cosmo: Cosmology, table=None):
     """``table``, or the cosmology's :func:`growth_table` when it is None."""
     return growth_table(cosmo) if table is None else table
 
 
+@jax.jit
 def growth_table(cosmo: Cosmology):
     """Tabulate growth and distance on a uniform ln a grid from A_TABLE_MIN to 1.
 

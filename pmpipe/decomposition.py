@@ -111,15 +111,15 @@ def sweep(devices: int, particles: int, oversample: int, halo: int, repeat: int 
     """Time one PM step on this machine's first ``devices`` devices for every candidate."""
     import jax
 
-    from pmpipe import bench, nbody, parallel
+    from pmpipe import bench, parallel
 
     seconds = {}
     for pdims in candidates(devices, particles, oversample, halo):
         mesh = parallel.make_mesh(pdims)
-        grid = nbody.PMGrid(particles, oversample, bench.BOX_SIZE, halo)
+        grid = domain.Grid(mesh, particles, oversample, bench.BOX_SIZE, halo)
         disp, mom = bench.lpt_particles(particles, mesh)
-        seconds[label(pdims)] = bench.step_seconds(disp, mom, mesh, grid,
-                                                   bench.COSMOLOGY.Omega_m, repeat)
+        seconds[label(pdims)] = bench.step_seconds(disp, mom, grid, bench.COSMOLOGY.Omega_m,
+                                                   repeat)
     fastest = min(seconds, key=lambda name: seconds[name])
     px, py = (int(p) for p in fastest.split("x"))
     return Sweep(devices=devices, force_mesh=particles * oversample, pdims=(px, py),

@@ -12,10 +12,10 @@ import numpy as np
 from pmpipe import (
     config,
     cosmology,
+    domain,
     ics,
     lensing,
     lightcone,
-    nbody,
     power_table,
     simulation,
     sky,
@@ -29,10 +29,11 @@ def cosmology_params(run: config.Run) -> cosmology.Cosmology:
     return cosmology.Cosmology(**run.cosmology.model_dump())
 
 
-def pm_grid(run: config.Run) -> nbody.PMGrid:
-    """Particles, force-mesh oversampling, box and halo of the run."""
-    return nbody.PMGrid(run.box.particles, run.box.oversample, run.box.box_size,
-                        run.parallel.halo_cells)
+def grid(run: config.Run, mesh) -> domain.Grid:
+    """The run's particles, force-mesh oversampling, box, halo and dtype on the device mesh
+    ``mesh`` (made for run.parallel.pdims)."""
+    return domain.Grid(mesh, run.box.particles, run.box.oversample, run.box.box_size,
+                       run.parallel.halo_cells, run.nbody.dtype)
 
 
 def linear_power(run: config.Run) -> cosmology.LinearPower:
@@ -64,7 +65,7 @@ def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
     """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.sky.shell_band_limits`
     for this box, mesh and nside)."""
     return sky.shell_band_limits(
-        found.chi_edges[1:], sky.shell_k_max(run.box.particles, run.mesh_cells(), run.box.box_size),
+        found.chi_edges[1:], sky.shell_k_max(run.box.particles, run.force_cells(), run.box.box_size),
         sky.rays_nside(config.section(config.section(run.lensing, "lensing").full_sky,
                                       "lensing.full_sky").nside))
 

@@ -1,7 +1,14 @@
-"""The simulation domain: the particle grid and force mesh split over a device mesh. Checks that
-need no JAX, made when a configuration is checked and again by the physics that relies on them."""
+"""The simulation domain: the particle grid and force mesh split over a device mesh
+(:class:`Grid`), and the checks of that split, which need no JAX: made when a configuration is
+checked and again by the physics that relies on them."""
 
 from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
 
 
 def check_divisible(n: int, pdims: tuple[int, int], field: str = "box.particles") -> None:
@@ -22,3 +29,29 @@ def check_halo_fits(mesh_n: int, pdims: tuple[int, int], halo: int) -> None:
                 f"parallel.halo_cells = {halo} must be between 1 and the block width "
                 f"{mesh_n // p} cells along {name} (mesh {mesh_n} over {p} devices)"
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """The discretisation of a simulation, frozen and hashable, so that a compiled program takes
+    it as one static argument: the device mesh the fields are split over (jax.sharding.Mesh,
+    axes ('x', 'y')), particles per side N on the Lagrangian grid, force-mesh oversampling B
+    (the force mesh has B N cells per side), the periodic box's side in Mpc/h, the halo width in
+    force-mesh cells, and the float dtype of the particles and fields."""
+
+    mesh: Mesh
+    particles: int
+    oversample: int = 1
+    box_size: float = 256.0
+    halo: int = 4
+    dtype: str = "float32"
+
+    @property
+    def force_cells(self) -> int:
+        """Force-mesh cells per side, B N."""
+        return self.particles * self.oversample
+
+    @property
+    def cell_size(self) -> float:
+        """Side of a force-mesh cell in Mpc/h."""
+        return self.box_size / self.force_cells

@@ -30,44 +30,29 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
 
 from pmpipe import cosmology, fft, lightcone, painting, sky
+from pmpipe.domain import Grid
 from pmpipe.parallel import FIELD_SPEC
 
 
-@dataclasses.dataclass(frozen=True)
-class PMGrid:
-    """Static sizes of a PM run: particles per side, force-mesh oversampling B, box (Mpc/h),
-    halo width in force-mesh cells."""
-
-    particles: int
-    oversample: int = 1
-    box_size: float = 256.0
-    halo: int = 4
-
-    @property
-    def mesh(self) -> int:
-        return self.particles * self.oversample
-
-
-def potential(disp, omega_m, mesh: Mesh, grid: PMGrid):
+def potential(disp, omega_m, grid: Grid):
     """The particles' density and potential: (pot_k, rho, needed_halo) with rho = ρ/ρ̄ (M, M, M)
     on the force mesh and pot_k the modes of φ = 1.5 Ω_m ∇⁻²δ (Mpc/h)²."""
-    rho, needed = painting.paint(disp, mesh, grid.mesh, grid.box_size, grid.halo,
-                                 mass=float(grid.oversample**3))
+    mesh = grid.mesh
+    rho, needed = painting.paint(disp, grid, mass=float(grid.oversample**3))
     pot_k = 1.5 * omega_m * fft.inverse_laplacian(fft.r2c(rho, mesh), mesh, grid.box_size)
     return pot_k, rho, needed
 
 
-def kick(mom, disp, pot_k, factor, mesh: Mesh, grid: PMGrid):
+def kick(mom, disp, pot_k, factor, grid: Grid):
     """mom + factor F with F = -∇φ at the particles (fourth-order differences, CIC read), one
     component at a time: only one (M, M, M) force mesh and one (N, N, N) force component exist
     at once. Returns (mom, needed_halo)."""
     needed = jnp.zeros((), jnp.int32)
-    for c, kernel in enumerate(fft.finite_difference_kernels(pot_k, mesh, grid.box_size)):
-        force = -fft.c2r(kernel * pot_k, mesh)
-        acc, need = painting.read(force, disp, mesh, grid.box_size, grid.halo)
+    for c, kernel in enumerate(fft.finite_difference_kernels(pot_k, grid.mesh, grid.box_size)):
+        force = -fft.c2r(kernel * pot_k, grid.mesh)
+        acc, need = painting.read(force, disp, grid)
         mom = mom.at[..., c].add(factor * acc)
         needed = jnp.maximum(needed, need)
         # one component after the other: the next force mesh waits for this kick
@@ -108,13 +93,13 @@ def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
     return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1), table)
 
 
-def advance(disp, mom, drift, kick_factor, omega_m, mesh: Mesh, grid: PMGrid):
+def advance(disp, mom, drift, kick_factor, omega_m, grid: Grid):
     """One step of the evolution's loop: drift by ``drift`` with the half-kicked momentum, then
     the force and a kick by ``kick_factor``. Returns (disp, mom, rho, needed_halo), rho the
     density at the new positions."""
     disp = disp + drift.astype(disp.dtype) * mom
-    pot_k, rho, needed = potential(disp, omega_m, mesh, grid)
-    mom, need = kick(mom, disp, pot_k, kick_factor.astype(disp.dtype), mesh, grid)
+    pot_k, rho, needed = potential(disp, omega_m, grid)
+    mom, need = kick(mom, disp, pot_k, kick_factor.astype(disp.dtype), grid)
     return disp, mom, rho, jnp.maximum(needed, need)
 
 
@@ -181,7 +166,7 @@ class NBodyResult:
     shells: jax.Array | None = None
 
 
-def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMGrid,
+def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, grid: Grid,
            snapshots: Sequence[float] = (), table=None,
            capture: lightcone.Capture | None = None, stop_early: bool = False) -> NBodyResult:
     """Evolve particles through the steps bounded by a_steps (numpy, from :func:`step_boundaries`)
@@ -198,11 +183,11 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMG
     start = time.perf_counter()
     out = evolution(cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
                     crossing_slots(a_steps, () if capture is None else capture.a), table, capture,
-                    mesh=mesh, grid=grid, n_snapshots=len(snapshots), stop_early=stop_early)
+                    grid=grid, n_snapshots=len(snapshots), stop_early=stop_early)
     return finish(out, a_steps, snapshots, grid, capture, start)
 
 
-def start_state(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid: PMGrid,
+def start_state(cosmo: cosmology.Cosmology, disp, mom, a_steps, grid: Grid,
                 snapshots: Sequence[float] = (), table=None,
                 capture: lightcone.Capture | None = None) -> State:
     """The state before step 1 of :func:`evolve`'s evolution (the force at a_steps[0] and the
@@ -212,14 +197,14 @@ def start_state(cosmo: cosmology.Cosmology, disp, mom, a_steps, mesh: Mesh, grid
     table = cosmology.table_for(cosmo, table)
     args = (cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
             table, capture)
-    static = {"mesh": mesh, "grid": grid, "n_snapshots": len(snapshots)}
+    static = {"grid": grid, "n_snapshots": len(snapshots)}
     if isinstance(disp, jax.ShapeDtypeStruct):
         return jax.eval_shape(partial(evolution_start, **static), *args)
     return evolution_start(*args, **static)
 
 
-def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps, mesh: Mesh,
-                    grid: PMGrid, snapshots: Sequence[float] = (), table=None,
+def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps, grid: Grid,
+                    snapshots: Sequence[float] = (), table=None,
                     capture: lightcone.Capture | None = None,
                     after_step: Callable[[State, int], None] = lambda state, step: None
                     ) -> NBodyResult:
@@ -236,15 +221,14 @@ def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps
             crossing_slots(a_steps, () if capture is None else capture.a), table, capture)
     start = time.perf_counter()
     for step in range(done + 1, len(a_steps)):
-        state = evolution_steps(cosmo, state, *args, np.int32(step - 1), mesh=mesh, grid=grid,
-                                count=1)
+        state = evolution_steps(cosmo, state, *args, np.int32(step - 1), grid=grid, count=1)
         if np.any(np.asarray(state.trouble) >= 0):  # stop at the step that went wrong
             check_state(state.trouble, state.needed, a_steps, grid.halo)
         after_step(state, step)
     return finish(state, a_steps, snapshots, grid, capture, start)
 
 
-def finish(out, a_steps, snapshots: Sequence[float], grid: PMGrid,
+def finish(out, a_steps, snapshots: Sequence[float], grid: Grid,
            capture: lightcone.Capture | None, start: float) -> NBodyResult:
     """The :class:`NBodyResult` of :func:`evolution`'s outputs ``out``, started at
     ``start`` (time.perf_counter()): outside of transformations it waits for the results,
@@ -283,54 +267,54 @@ class State(NamedTuple):
     trouble: jax.Array
 
 
-@partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots", "stop_early"))
-def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, mesh: Mesh,
-              grid: PMGrid, n_snapshots: int, stop_early: bool = False) -> State:
+@partial(jax.jit, static_argnames=("grid", "n_snapshots", "stop_early"))
+def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, grid: Grid,
+              n_snapshots: int, stop_early: bool = False) -> State:
     """The program of :func:`evolve`: a_steps (S + 1,) in the particles' dtype, slots from
     :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns the final
     :class:`State`; with ``stop_early`` the state after the first step with a halo overflow or
     a non-finite state (not reverse-differentiable)."""
     table = cosmology.table_for(cosmo, table)
-    state = _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots)
+    state = _start(cosmo, disp, mom, a_steps, slots, table, capture, grid, n_snapshots)
     return _steps(cosmo, state, a_steps, slots, crossing, table, capture, 0, a_steps.shape[0] - 1,
-                  mesh, grid, stop_early)
+                  grid, stop_early)
 
 
-@partial(jax.jit, static_argnames=("mesh", "grid", "n_snapshots"))
-def evolution_start(cosmo, disp, mom, a_steps, slots, table, capture, *, mesh: Mesh,
-                    grid: PMGrid, n_snapshots: int) -> State:
+@partial(jax.jit, static_argnames=("grid", "n_snapshots"))
+def evolution_start(cosmo, disp, mom, a_steps, slots, table, capture, *, grid: Grid,
+                    n_snapshots: int) -> State:
     """The first part of :func:`evolution` as a program of its own: the force at a_steps[0]
     and the first half-kick (step 0)."""
-    return _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots)
+    return _start(cosmo, disp, mom, a_steps, slots, table, capture, grid, n_snapshots)
 
 
-@partial(jax.jit, static_argnames=("mesh", "grid", "count"), donate_argnames="state")
+@partial(jax.jit, static_argnames=("grid", "count"), donate_argnames="state")
 def evolution_steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first, *,
-                    mesh: Mesh, grid: PMGrid, count: int) -> State:
+                    grid: Grid, count: int) -> State:
     """Steps first + 1 .. first + count of :func:`evolution` (first: a traced int, so that
     one program serves every segment of ``count`` steps), from ``state`` (donated)."""
-    return _steps(cosmo, state, a_steps, slots, crossing, table, capture, first, count, mesh, grid)
+    return _steps(cosmo, state, a_steps, slots, crossing, table, capture, first, count, grid)
 
 
-def _start(cosmo, disp, mom, a_steps, slots, table, capture, mesh, grid, n_snapshots) -> State:
+def _start(cosmo, disp, mom, a_steps, slots, table, capture, grid: Grid, n_snapshots) -> State:
     """The force at a_steps[0] and the first half-kick: the state before step 1."""
     dtype = disp.dtype
     kick1, _, _ = kdk_coefficients(cosmo, a_steps, table)
-    m = grid.mesh
+    m = grid.force_cells
     snaps = jax.lax.with_sharding_constraint(
         jnp.zeros((n_snapshots, m, m, m), dtype),
-        jax.sharding.NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
-    pot_k, rho, needed = potential(disp, jnp.asarray(cosmo.Omega_m, dtype), mesh, grid)
+        jax.sharding.NamedSharding(grid.mesh, jax.P(None, *FIELD_SPEC)))
+    pot_k, rho, needed = potential(disp, jnp.asarray(cosmo.Omega_m, dtype), grid)
     snaps = _put(snaps, slots[0], rho)
-    mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), mesh, grid)
+    mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), grid)
     needed = jnp.maximum(needed, need)
     trouble = _first_trouble(jnp.full(2, -1, jnp.int32), 0, needed, disp, mom, grid.halo)
-    maps = None if capture is None else lightcone.empty_maps(capture, mesh, m, dtype)
+    maps = None if capture is None else lightcone.empty_maps(capture, grid.mesh, m, dtype)
     return State(disp, mom, snaps, maps, needed, trouble)
 
 
 def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first, count: int,
-           mesh: Mesh, grid: PMGrid, stop_early: bool = False) -> State:
+           grid: Grid, stop_early: bool = False) -> State:
     """Steps first + 1 .. first + count from ``state``: a lax.scan, or with ``stop_early`` a loop
     that ends after the first step with trouble (:func:`_first_trouble`)."""
     dtype = state.disp.dtype
@@ -338,7 +322,6 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
     kick1, drift, kick2 = kdk_coefficients(cosmo, a_steps, table)
     # the kick after step i's force: its second half-kick and step i+1's first half-kick
     kicks = kick2 + jnp.concatenate([kick1[1:], jnp.zeros(1, kick1.dtype)])
-    m = grid.mesh
     xs = {"drift": drift, "kick": kicks, "slot": slots[1:],
           "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32)}
     if capture is not None:
@@ -350,8 +333,8 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
 
     @jax.checkpoint  # under jax.grad only the steps' particle states are kept; the rest is redone
     def paint_drifted(disp, mom, factor):
-        return painting.paint(disp + factor.astype(dtype) * mom, mesh, m, grid.box_size,
-                              grid.halo, mass=float(grid.oversample**3))
+        return painting.paint(disp + factor.astype(dtype) * mom, grid,
+                              mass=float(grid.oversample**3))
 
     def cross(carry, plane):
         disp, mom, maps, needed = carry
@@ -359,14 +342,14 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
 
         def capture_plane(maps, needed):
             rho, need = paint_drifted(disp, mom, factor)
-            return (lightcone.capture_plane(maps, rho, j, capture, mesh, grid.box_size),
+            return (lightcone.capture_plane(maps, rho, j, capture, grid.mesh, grid.box_size),
                     jnp.maximum(needed, need))
 
         maps, needed = jax.lax.cond(j >= 0, capture_plane, lambda maps, needed: (maps, needed),
                                     maps, needed)
         return (disp, mom, maps, needed), None
 
-    step = jax.checkpoint(partial(advance, mesh=mesh, grid=grid))
+    step = jax.checkpoint(partial(advance, grid=grid))
 
     def one_step(state: State, xs) -> State:
         disp, mom, snaps, maps, needed, trouble = state

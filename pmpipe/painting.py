@@ -23,6 +23,7 @@ from jax import lax
 from jax.sharding import Mesh
 
 from pmpipe import domain, fft
+from pmpipe.domain import Grid
 from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
 
 
@@ -195,6 +196,11 @@ def pad_for_reading(block, pdims: tuple[int, int], halo: int = 1):
     return block
 
 
+def _check_particles(disp, grid: Grid) -> None:
+    if disp.shape[0] != grid.particles:
+        raise ValueError(f"{disp.shape[0]} particles per side on a grid of {grid.particles}")
+
+
 def _splits(mesh: Mesh, mesh_n: int, halo: int):
     """Which axes are split over devices, and pdims."""
     pdims = pdims_of(mesh)
@@ -202,20 +208,19 @@ def _splits(mesh: Mesh, mesh_n: int, halo: int):
     return (pdims[0] > 1, pdims[1] > 1, False), pdims
 
 
-@partial(jax.jit, static_argnames=("mesh", "mesh_n", "box_size", "halo"))
-def paint(disp, mesh: Mesh, mesh_n: int, box_size: float, halo: int, mass=1.0):
-    """CIC-paint particles onto a periodic (mesh_n,)*3 mesh sharded like the particles.
+@partial(jax.jit, static_argnames="grid")
+def paint(disp, grid: Grid, mass=1.0):
+    """CIC-paint particles onto the grid's periodic force mesh, (B N,)*3 cells sharded like the
+    particles.
 
     disp: (N, N, N, 3) displacements in Mpc/h from the Lagrangian grid points
-    q = (i, j, k) L / N; mesh_n must be a multiple of N. Each particle deposits ``mass``.
-    Returns (mesh, needed_halo): the painted field and the halo (cells) the particles need.
+    q = (i, j, k) L / N, N = grid.particles. Each particle deposits ``mass``.
+    Returns (field, needed_halo): the painted field and the halo (cells) the particles need.
     """
-    splits, pdims = _splits(mesh, mesh_n, halo)
-    n = disp.shape[0]
-    if mesh_n % n:
-        raise ValueError(f"mesh size {mesh_n} must be a multiple of the particle grid {n}")
-    resolution = mesh_n // n
-    cell = box_size / mesh_n
+    mesh_n, halo, resolution = grid.force_cells, grid.halo, grid.oversample
+    _check_particles(disp, grid)
+    splits, pdims = _splits(grid.mesh, mesh_n, halo)
+    cell = grid.cell_size
 
     def local(d):
         block = (d.shape[0] * resolution, d.shape[1] * resolution, mesh_n)
@@ -225,22 +230,26 @@ def paint(disp, mesh: Mesh, mesh_n: int, box_size: float, halo: int, mass=1.0):
                 out = _fold_halo(out, axis, halo, pdims[axis])
         return out, lax.pmax(needed, AXES)
 
-    run = jax.shard_map(local, mesh=mesh, in_specs=FIELD_SPEC, out_specs=(FIELD_SPEC, jax.P()))
+    run = jax.shard_map(local, mesh=grid.mesh, in_specs=FIELD_SPEC,
+                        out_specs=(FIELD_SPEC, jax.P()))
     return run(disp)
 
 
-@partial(jax.jit, static_argnames=("mesh", "box_size", "halo"))
-def read(field, disp, mesh: Mesh, box_size: float, halo: int):
-    """CIC-interpolate a sharded mesh field at the particle positions.
+@partial(jax.jit, static_argnames="grid")
+def read(field, disp, grid: Grid):
+    """CIC-interpolate a field on the grid's force mesh, sharded over its devices, at the
+    particle positions.
 
-    field: (M, M, M) or (M, M, M, C); disp: (N, N, N, 3) in Mpc/h. Returns (values, needed_halo)
-    with values of shape (N, N, N) or (N, N, N, C).
+    field: (M, M, M) or (M, M, M, C) with M = B N; disp: (N, N, N, 3) in Mpc/h. Returns
+    (values, needed_halo) with values of shape (N, N, N) or (N, N, N, C).
     """
-    mesh_n = field.shape[0]
-    splits, pdims = _splits(mesh, mesh_n, halo)
-    n = disp.shape[0]
-    resolution = mesh_n // n
-    cell = box_size / mesh_n
+    mesh_n, halo, resolution = grid.force_cells, grid.halo, grid.oversample
+    _check_particles(disp, grid)
+    if field.shape[0] != mesh_n:
+        raise ValueError(f"a field of {field.shape[0]} cells per side is not on the grid's "
+                         f"force mesh of {mesh_n}")
+    splits, pdims = _splits(grid.mesh, mesh_n, halo)
+    cell = grid.cell_size
 
     def local(f, d):
         block = f.shape[:3]
@@ -250,7 +259,7 @@ def read(field, disp, mesh: Mesh, box_size: float, halo: int):
         out = _interpolate(f.reshape((-1,) + f.shape[3:]), index, fracs)
         return out.reshape(d.shape[:3] + f.shape[3:]), lax.pmax(needed, AXES)
 
-    run = jax.shard_map(local, mesh=mesh, in_specs=(FIELD_SPEC, FIELD_SPEC),
+    run = jax.shard_map(local, mesh=grid.mesh, in_specs=(FIELD_SPEC, FIELD_SPEC),
                         out_specs=(FIELD_SPEC, jax.P()))
     return run(field, disp)
 

@@ -29,7 +29,7 @@ from pmpipe import cosmology, lensing
 POWER_TOLERANCE = 0.05
 LIMBER_TOLERANCE = 0.05
 # P_{N,B}(k) / P_{2N,2}(k) at a = 1, at k / (π N / L) = TRANSFER_K, per particle spacing L / N
-# (Mpc/h) and force mesh B: `pmpipe bench force --mesh 64 --box L --oversamples 1 2` with
+# (Mpc/h) and force mesh B: `pmpipe bench force --particles 64 --box L --oversamples 1 2` with
 # L = 128, 256 and 512 Mpc/h (10 steps linear in a; docs/validation.md). Between spacings the
 # transfer is interpolated in log spacing, outside them the nearest spacing's is used; meshes
 # finer than B = 2 use B = 2's.

@@ -24,7 +24,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe import bench, collectives, decomposition, nbody, parallel, trace
+from pmpipe import bench, collectives, decomposition, parallel, trace
+from pmpipe.domain import Grid
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +63,17 @@ def _measure(particles: int, pdims: tuple[int, int], oversample: int, halo: int,
     """One row (without efficiency) and one step's particles (disp, mom) on the host."""
     devices = pdims[0] * pdims[1]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(devices))
-    grid = nbody.PMGrid(particles, oversample, bench.BOX_SIZE, halo)
+    grid = Grid(mesh, particles, oversample, bench.BOX_SIZE, halo)
     omega_m = bench.COSMOLOGY.Omega_m
     disp, mom = bench.lpt_particles(particles, mesh)
-    program = bench.pm_step.lower(disp, mom, omega_m, mesh=mesh, grid=grid).compile()
+    program = bench.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
     moved = collectives.bytes_by_kind(collectives.program_text(program))
     after = tuple(parallel.to_host(x).astype(np.float64)
-                  for x in bench.pm_step(disp, mom, omega_m, mesh=mesh, grid=grid))
+                  for x in bench.pm_step(disp, mom, omega_m, grid=grid))
     row = {"devices": devices, "pdims": list(pdims), "particles": particles,
-           "force_mesh": grid.mesh, "cells_per_device": grid.mesh**3 // devices,
-           **bench.step_parts(disp, mom, mesh, grid, omega_m, repeat),
-           "bytes_model": collectives.bytes_per_step(grid.mesh, pdims, halo),
+           "force_mesh": grid.force_cells, "cells_per_device": grid.force_cells**3 // devices,
+           **bench.step_parts(disp, mom, grid, omega_m, repeat),
+           "bytes_model": collectives.bytes_per_step(grid.force_cells, pdims, halo),
            "bytes_compiled": moved,
            "result": {"disp_rms": float(np.sqrt(np.mean(after[0]**2))),
                       "mom_rms": float(np.sqrt(np.mean(after[1]**2)))}}
@@ -118,7 +119,7 @@ def plan(particles: int, devices: list[int], oversample: int, halo: int,
             found = decompositions_of(count, particles, oversample, halo, kinds)
             if not found:
                 raise ValueError(f"--devices {count}: no {' or '.join(kinds)} decomposition of "
-                                 f"{count} devices splits --mesh {particles} with --halo {halo} "
+                                 f"{count} devices splits --particles {particles} with --halo {halo} "
                                  f"(each block must be at least --halo cells wide)")
             for kind, pdims in found.items():
                 n = particles
@@ -134,7 +135,7 @@ def run(particles: int, devices: list[int], oversample: int = 1, halo: int = 4,
         repeat: int = 3, scalings=SCALINGS, kinds=DECOMPOSITIONS) -> dict:
     """Measure every row of :func:`plan`; returns the JSON-ready record."""
     rows = plan(particles, devices, oversample, halo, scalings, kinds)
-    record = {"benchmark": "scaling", "mesh": particles, "oversample": oversample, "halo": halo,
+    record = {"benchmark": "scaling", "particles": particles, "oversample": oversample, "halo": halo,
               "repeat": repeat, "devices": sorted(devices), "processes": jax.process_count(),
               "launcher": parallel.launcher_processes()[0],
               "device_kind": jax.devices()[0].device_kind, "platform": jax.default_backend(),
@@ -167,10 +168,10 @@ def traced_steps(record: dict, folder: str | Path, steps: int = 3) -> dict:
     row = max(rows, key=lambda r: r["devices"])
     pdims, n = tuple(row["pdims"]), row["particles"]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(row["devices"]))
-    grid = nbody.PMGrid(n, record["oversample"], bench.BOX_SIZE, record["halo"])
+    grid = Grid(mesh, n, record["oversample"], bench.BOX_SIZE, record["halo"])
     disp, mom = bench.lpt_particles(n, mesh)
     omega_m = bench.COSMOLOGY.Omega_m
-    program = bench.pm_step.lower(disp, mom, omega_m, mesh=mesh, grid=grid).compile()
+    program = bench.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
     jax.block_until_ready(program(disp, mom, omega_m))
     folder = Path(folder)
     if jax.process_count() > 1:
@@ -244,6 +245,6 @@ def plot(record: dict, out_path: str | Path) -> None:
     time_ax.set_ylabel("one PM step (ms)")
     eff_ax.set_ylabel("parallel efficiency")
     eff_ax.axhline(1.0, color="grey", lw=0.5)
-    fig.suptitle(f"{record['mesh']}^3 particles, {record['device_kind']}, "
+    fig.suptitle(f"{record['particles']}^3 particles, {record['device_kind']}, "
                  f"processes: {record['processes']}")
     report.save_figure(fig, out_path)

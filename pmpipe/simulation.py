@@ -16,6 +16,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pmpipe import config, cosmology, fft, ics, lpt, nbody, timesteps
+from pmpipe.domain import Grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,7 @@ def _initial_fields(cosmo, noise, a_init, table, power, *, mesh, box_size, lpt_o
     return delta, s1, s2, disp, mom
 
 
-def simulate(cosmo: cosmology.Cosmology, noise, mesh: Mesh, grid: nbody.PMGrid, a_init: float,
+def simulate(cosmo: cosmology.Cosmology, noise, grid: Grid, a_init: float,
              a_final: float, steps: int | Sequence[float], power: Callable | None = None,
              lpt_order: int = 2, fixed_amplitude: bool = False, paired: bool = False,
              snapshots: Sequence[float] = ()):
@@ -87,21 +88,21 @@ def simulate(cosmo: cosmology.Cosmology, noise, mesh: Mesh, grid: nbody.PMGrid, 
     bounds = timesteps.step_boundaries(a_init, a_final, steps, snaps)
     start = time.perf_counter()
     fields, out = _simulation(cosmo, noise, a_init, table, power, bounds.astype(noise.dtype),
-                              nbody.snapshot_slots(bounds, snaps), mesh=mesh, grid=grid,
+                              nbody.snapshot_slots(bounds, snaps), grid=grid,
                               lpt_order=lpt_order, fixed_amplitude=fixed_amplitude, paired=paired,
                               n_snapshots=len(snaps))
     delta, s1, s2, disp, mom = fields
     return Initial(delta, s1, s2, disp, mom, a_init), nbody.finish(out, bounds, snaps, grid, None, start)
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "grid", "lpt_order", "fixed_amplitude",
-                                             "paired", "n_snapshots"))
-def _simulation(cosmo, noise, a_init, table, power, a_steps, slots, *, mesh, grid, lpt_order,
+@functools.partial(jax.jit, static_argnames=("grid", "lpt_order", "fixed_amplitude", "paired",
+                                             "n_snapshots"))
+def _simulation(cosmo, noise, a_init, table, power, a_steps, slots, *, grid, lpt_order,
                 fixed_amplitude, paired, n_snapshots):
     """(δ_lin, s1, s2, disp, mom) and the outputs of :func:`pmpipe.nbody.evolution`."""
-    fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=mesh,
+    fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=grid.mesh,
                              box_size=grid.box_size, lpt_order=lpt_order,
                              fixed_amplitude=fixed_amplitude, paired=paired)
     no_crossings = np.zeros((a_steps.shape[0] - 1, 0), np.int32)
     return fields, nbody.evolution(cosmo, fields[3], fields[4], a_steps, slots, no_crossings,
-                                   table, None, mesh=mesh, grid=grid, n_snapshots=n_snapshots)
+                                   table, None, grid=grid, n_snapshots=n_snapshots)

@@ -44,7 +44,7 @@ def check_run(run: config.Run) -> None:
     """Raise ValueError, naming the fields, when the run cannot be simulated as configured."""
     n, pdims = run.box.particles, run.parallel.pdims
     domain.check_divisible(n, pdims)
-    domain.check_halo_fits(run.mesh_cells(), pdims, run.parallel.halo_cells)
+    domain.check_halo_fits(run.force_cells(), pdims, run.parallel.halo_cells)
     _step_boundaries(run)
     if run.power.kind == "table":
         power_table.load_power_table(run.power.table, *k_range(run))

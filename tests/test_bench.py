@@ -80,13 +80,13 @@ def test_bench_nbody_compares_with_pmwd_in_its_own_process(tmp_path):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "bench", "nbody", "--mesh", "32",
+    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "bench", "nbody", "--particles", "32",
                           "--compare", "pmwd", "--json", "bench.json"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads((tmp_path / "bench.json").read_text())
     peer = record["pmwd"]
-    assert peer["code"] == "pmwd" and peer["particles"] == record["mesh"] == 32
+    assert peer["code"] == "pmwd" and peer["particles"] == record["particles"] == 32
     assert peer["steps"] == record["steps"] == 10
     assert record["run_s"] > 0 and peer["run_s"] > 0 and peer["peak_rss_bytes"] > 0
     assert record["vs_pmwd"]["run_s_ratio"] == pytest.approx(record["run_s"] / peer["run_s"])

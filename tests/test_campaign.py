@@ -321,7 +321,7 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
     from pmpipe import cli
 
     record_path = tmp_path / "bench.json"
-    assert cli.main(["bench", "nbody", "--mesh", "16", "--steps", "2", "--json", str(record_path)]) == 0
+    assert cli.main(["bench", "nbody", "--particles", "16", "--steps", "2", "--json", str(record_path)]) == 0
     capsys.readouterr()
     record = json.loads(record_path.read_text())
     plain = campaign.Execution()

@@ -25,11 +25,11 @@ parallel.use_compilation_cache(sys.argv[1])
 from pmpipe import compilation
 counter = compilation.CompileCounter().start()
 import numpy as np
-from pmpipe import cosmology, ics, lightcone, nbody, simulation, stats
+from pmpipe import cosmology, domain, ics, lightcone, nbody, simulation, stats, timesteps
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 mesh = parallel.make_mesh((1, 2))
-grid = nbody.PMGrid(N, 2, BOX, 8)
+grid = domain.Grid(mesh, N, 2, BOX, 8)
 
 
 def run(params, seed, a_init):
@@ -39,11 +39,11 @@ def run(params, seed, a_init):
     init = simulation.initial_conditions(cosmo, noise, simulation.power_function(cosmo), mesh,
                                          BOX, a_init, 2, table=table)
     planes = lightcone.plane_geometry(cosmo, 0.05, 32.0, table)
-    transforms = lightcone.plane_transforms(seed, len(planes), grid.mesh, True)
-    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, grid.mesh, 16, 1,
+    transforms = lightcone.plane_transforms(seed, len(planes), grid.force_cells, True)
+    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, grid.force_cells, 16, 1,
                                      0.5)
     bounds = timesteps.step_boundaries(a_init, 1.0, 3, (0.5,))
-    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, grid, (0.5, 1.0), table, capture)
+    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, grid, (0.5, 1.0), table, capture)
     flat, shells = np.asarray(res.planes)[:len(planes)], np.asarray(res.shells)[:len(planes)]
     k, pk, _ = stats.power_spectrum(res.snapshots[1.0], mesh, BOX, compensate_cic=True)
     _, cross, _ = stats.power_spectrum(res.snapshots[0.5], mesh, BOX, field2=res.snapshots[1.0])

@@ -15,7 +15,7 @@ def _write(tmp_path, data, name="run.json"):
 
 def test_defaults_validate_and_convert(tmp_path):
     run = validation.load_run(_write(tmp_path, {"box": {"particles": 32}}))
-    assert derive.pm_grid(run).mesh == 32
+    assert run.force_cells() == 32
     assert derive.cosmology_params(run) == C.Cosmology()
 
 

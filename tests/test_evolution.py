@@ -13,6 +13,7 @@ from conftest import rel_diff
 from pmpipe import (
     compilation,
     cosmology,
+    domain,
     fft,
     ics,
     lightcone,
@@ -25,7 +26,7 @@ from pmpipe import (
 )
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
-GRID = nbody.PMGrid(N, 2, BOX, 8)
+GRID_SIZES = {"particles": N, "oversample": 2, "box_size": BOX, "halo": 8}
 RAYS_NSIDE = 2
 SNAPSHOTS = (0.5, 1.0)
 K_MAX = 0.5
@@ -37,7 +38,7 @@ def _setup(mesh, cosmo, seed, z_max=0.05):
                                          simulation.power_function(cosmo), mesh, BOX, 0.1, 2,
                                          table=table)
     planes = lightcone.plane_geometry(cosmo, z_max, 32.0, table)
-    transforms = lightcone.plane_transforms(seed, len(planes), GRID.mesh, True)
+    transforms = lightcone.plane_transforms(seed, len(planes), 2 * N, True)
     bounds = timesteps.step_boundaries(0.1, 1.0, 3, SNAPSHOTS)
     return table, init, planes, transforms, bounds
 
@@ -46,10 +47,11 @@ def _setup(mesh, cosmo, seed, z_max=0.05):
 def _forces(disp, omega_m, mesh):
     """The PM force (N, N, N, 3) and density, a program of its own (dispatched op by op, the
     distributed FFTs on XLA's CPU devices have aborted the process now and then)."""
-    rho, _ = painting.paint(disp, mesh, GRID.mesh, BOX, GRID.halo, mass=8.0)
+    grid = domain.Grid(mesh, **GRID_SIZES)
+    rho, _ = painting.paint(disp, grid, mass=8.0)
     pot_k = 1.5 * omega_m * fft.inverse_laplacian(fft.r2c(rho, mesh), mesh, BOX)
     force = -fft.gradient(pot_k, mesh, BOX, fft.finite_difference_kernels(pot_k, mesh, BOX))
-    return painting.read(force, disp, mesh, BOX, GRID.halo)[0], rho
+    return painting.read(force, disp, grid)[0], rho
 
 
 def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
@@ -64,8 +66,8 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
         mom = mom + kick1[i] * acc
         for j in np.flatnonzero((planes.a > bounds[i]) & (planes.a <= bounds[i + 1])):
             factor = nbody.partial_drift(cosmo, bounds[i], bounds[i + 1], planes.a[j], table)
-            rho_j, _ = painting.paint(disp + jnp.float32(factor) * mom, mesh, GRID.mesh, BOX,
-                                      GRID.halo, mass=8.0)
+            rho_j, _ = painting.paint(disp + jnp.float32(factor) * mom,
+                                      domain.Grid(mesh, **GRID_SIZES), mass=8.0)
             flat[j] = lightcone.flat_plane(rho_j, mesh, BOX, 16, transforms[j])
             delta = lightcone.band_limited_overdensity(rho_j, mesh, BOX, K_MAX)
             shells[j] = lightcone.shell_healpix(delta, mesh, BOX, RAYS_NSIDE, planes.chi_edges[j],
@@ -83,9 +85,10 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
 
 
 def _one_program(cosmo, table, init, planes, transforms, bounds, mesh):
-    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, GRID.mesh, 16, RAYS_NSIDE,
+    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, 2 * N, 16, RAYS_NSIDE,
                                      K_MAX)
-    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, mesh, GRID, SNAPSHOTS, table, capture)
+    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, domain.Grid(mesh, **GRID_SIZES),
+                       SNAPSHOTS, table, capture)
     return {"disp": res.disp, "mom": res.mom, "snap_0.5": res.snapshots[0.5],
             "snap_1.0": res.snapshots[1.0], "planes": res.planes, "shells": res.shells}
 
@@ -116,14 +119,14 @@ def test_memory_of_the_evolution_per_particle():
     """64^3 particles, B = 1, on CPU: the compiled evolution's arguments plus temporaries."""
     n, steps = 64, 10
     mesh = parallel.make_mesh((1, 1))
-    grid = nbody.PMGrid(n, 1, 256.0, 4)
+    grid = domain.Grid(mesh, n, 1, 256.0, 4)
     cosmo = cosmology.Cosmology()
     bounds = timesteps.step_boundaries(0.1, 1.0, steps, (1.0,))
     state = jax.ShapeDtypeStruct((n, n, n, 3), jnp.float32)
     compiled = nbody.evolution.lower(
         cosmo, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),
-        nbody.crossing_slots(bounds, ()), cosmology.growth_table(cosmo), None, mesh=mesh,
-        grid=grid, n_snapshots=1).compile()
+        nbody.crossing_slots(bounds, ()), cosmology.growth_table(cosmo), None, grid=grid,
+        n_snapshots=1).compile()
     stats = compiled.memory_analysis()
     per_particle = (stats.argument_size_in_bytes + stats.temp_size_in_bytes) / n**3
     assert 24 <= per_particle <= 80, per_particle  # the state alone is 24 bytes

@@ -5,7 +5,7 @@ import pytest
 from conftest import PDIMS_8, rel_diff
 
 from pmpipe import cosmology as C
-from pmpipe import ics, lpt, nbody, painting, parallel, simulation, stats, timesteps
+from pmpipe import domain, ics, lpt, nbody, painting, parallel, simulation, stats, timesteps
 
 COSMO = C.Cosmology()
 
@@ -14,8 +14,8 @@ def _run(n, box, oversample, a_init, a_final, steps, pdims=(1, 1), seed=1, fixed
          snapshots=(), halo=4, cosmo=COSMO):
     mesh = parallel.make_mesh(pdims)
     noise = ics.white_noise(seed, n, mesh)
-    grid = nbody.PMGrid(n, oversample, box, halo)
-    init, res = simulation.simulate(cosmo, noise, mesh, grid, a_init, a_final, steps,
+    grid = domain.Grid(mesh, n, oversample, box, halo)
+    init, res = simulation.simulate(cosmo, noise, grid, a_init, a_final, steps,
                                     fixed_amplitude=fixed, snapshots=snapshots)
     return mesh, grid, init, res
 
@@ -38,8 +38,8 @@ def test_pm_agrees_with_2lpt_at_early_times():
     k_cut = np.pi * n / box / 3
     mesh = parallel.make_mesh((1, 1))
     power = lambda k: C.linear_power_eisenstein_hu(COSMO, k) * (k < k_cut)
-    init, res = simulation.simulate(COSMO, ics.white_noise(1, n, mesh), mesh,
-                                    nbody.PMGrid(n, 2, box, 4), a0, a1, 10, power=power)
+    init, res = simulation.simulate(COSMO, ics.white_noise(1, n, mesh),
+                                    domain.Grid(mesh, n, 2, box, 4), a0, a1, 10, power=power)
     disp_lpt, _ = lpt.lpt_state(COSMO, init.s1, init.s2, a1)
     rms = float(jnp.sqrt(jnp.mean(disp_lpt**2)))
     diff = float(jnp.sqrt(jnp.mean((res.disp - disp_lpt) ** 2)))
@@ -83,12 +83,12 @@ def test_nan_in_the_state_stops_the_run_naming_step_and_a():
     its a and the fields to change."""
     n, box = 16, 64.0
     mesh = parallel.make_mesh((2, 4))
-    grid = nbody.PMGrid(n, 1, box, 4)
+    grid = domain.Grid(mesh, n, 1, box, 4)
     disp = jnp.zeros((n, n, n, 3), jnp.float32)
     mom = disp.at[3, 4, 5, 0].set(jnp.nan)
     bounds = timesteps.step_boundaries(0.1, 1.0, 3)
     with pytest.raises(nbody.NumericalError, match=r"after step 0 of 3 \(a = 0\.1\).*nbody\.steps"):
-        nbody.evolve(COSMO, disp, mom, bounds, mesh, grid)
+        nbody.evolve(COSMO, disp, mom, bounds, grid)
     trouble = np.array([2, -1])  # a halo shortfall first, then nothing else
     with pytest.raises(painting.HaloError, match=r"at step 2 of 3 \(a = 0\.7\)"):
         nbody.check_state(trouble, 9, bounds, 4)
@@ -124,11 +124,11 @@ def test_fastpm_factors_exact_for_linear_growth():
 def _loss_setup():
     n, box = 8, 64.0
     mesh = parallel.make_mesh((1, 1))
-    grid = nbody.PMGrid(n, 1, box, 2)
+    grid = domain.Grid(mesh, n, 1, box, 2)
 
     def loss(noise, omega_m):
         cosmo = C.Cosmology(Omega_m=omega_m)
-        _, res = simulation.simulate(cosmo, noise, mesh, grid, 0.1, 1.0, 3, lpt_order=2)
+        _, res = simulation.simulate(cosmo, noise, grid, 0.1, 1.0, 3, lpt_order=2)
         return jnp.mean((res.snapshots[1.0] - 1) ** 2)
 
     return n, mesh, loss
@@ -162,21 +162,21 @@ def test_a_halo_overflow_stops_the_evolution_at_its_step():
     the halo: its final state is the state after that step, and the error names it."""
     mesh = parallel.make_mesh((2, 4))
     n, box, steps = 32, 64.0, 8
-    grid = nbody.PMGrid(n, 1, box, 1)
+    grid = domain.Grid(mesh, n, 1, box, 1)
     noise = ics.white_noise(1, n, mesh)
     init = simulation.initial_conditions(COSMO, noise, simulation.power_function(COSMO), mesh, box, 0.1)
     disp, mom = init.disp, init.mom
     bounds = timesteps.step_boundaries(0.1, 1.0, steps)
     args = (nbody.snapshot_slots(bounds, ()), nbody.crossing_slots(bounds, ()),
             C.growth_table(COSMO), None)
-    state = nbody.evolution(COSMO, disp, mom, bounds.astype(np.float32), *args, mesh=mesh,
-                            grid=grid, n_snapshots=0, stop_early=True)
+    state = nbody.evolution(COSMO, disp, mom, bounds.astype(np.float32), *args, grid=grid,
+                            n_snapshots=0, stop_early=True)
     beyond = int(state.trouble[0])
     assert 0 < beyond < steps - 1  # stopped before the end
     shorter = bounds[:beyond + 1]
     upto = nbody.evolution(COSMO, disp, mom, shorter.astype(np.float32),
                            nbody.snapshot_slots(shorter, ()), nbody.crossing_slots(shorter, ()),
-                           C.growth_table(COSMO), None, mesh=mesh, grid=grid, n_snapshots=0)
+                           C.growth_table(COSMO), None, grid=grid, n_snapshots=0)
     np.testing.assert_array_equal(np.asarray(state.disp), np.asarray(upto.disp))
     with pytest.raises(painting.HaloError, match=rf"at step {beyond} of {steps} \(a = "):
         nbody.check_state(state.trouble, state.needed, bounds, grid.halo)

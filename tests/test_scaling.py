@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from pmpipe import bench, cli, collectives, nbody, parallel, scaling, trace
+from pmpipe import bench, cli, collectives, domain, parallel, scaling, trace
 
 N, HALO = 16, 2
-ARGS = ["bench", "scaling", "--mesh", str(N), "--halo", str(HALO), "--repeat", "1"]
+ARGS = ["bench", "scaling", "--particles", str(N), "--halo", str(HALO), "--repeat", "1"]
 
 
 def _bench(tmp_path, launcher=(), extra=()):
@@ -107,12 +107,12 @@ def test_two_processes_under_mpiexec_give_the_results_of_one(one_process, tmp_pa
                                               ((4, 2), 2), ((2, 1), 1), ((1, 1), 1)])
 def test_bytes_model_equals_the_collectives_of_the_compiled_step(pdims, oversample):
     mesh = parallel.make_mesh(pdims)
-    grid = nbody.PMGrid(N, oversample, bench.BOX_SIZE, HALO)
+    grid = domain.Grid(mesh, N, oversample, bench.BOX_SIZE, HALO)
     field = jax.ShapeDtypeStruct((N, N, N, 3), np.float32,
                                  sharding=parallel.field_sharding(mesh))
-    program = bench.pm_step.lower(field, field, 0.3, mesh=mesh, grid=grid).compile().as_text()
+    program = bench.pm_step.lower(field, field, 0.3, grid=grid).compile().as_text()
     found = collectives.bytes_by_kind(program)
-    model = collectives.bytes_per_step(grid.mesh, pdims, HALO)
+    model = collectives.bytes_per_step(grid.force_cells, pdims, HALO)
     assert found.get("all-to-all", 0) == model["fft"]
     assert found.get("collective-permute", 0) == model["halo"]
     assert found.get("all-reduce", 0) <= 64  # the halo check: one integer
@@ -136,8 +136,8 @@ def test_decompositions_and_weak_grids():
 
 
 def test_options_that_split_nothing_are_refused_before_jax_starts(capsys):
-    code = cli.main(["bench", "scaling", "--mesh", "16", "--halo", "4", "--devices", "8",
+    code = cli.main(["bench", "scaling", "--particles", "16", "--halo", "4", "--devices", "8",
                      "--decompositions", "slab"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "--devices 8" in err and "--halo 4" in err and "--mesh 16" in err
+    assert "--devices 8" in err and "--halo 4" in err and "--particles 16" in err

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pmpipe import painting, parallel, sky, stats
+from pmpipe import domain, painting, parallel, sky, stats
 
 
 def gaussian_field(n, box, power, seed):
@@ -37,7 +37,7 @@ def test_poisson_catalogue_gives_flat_shot_noise_after_compensation():
     q = np.stack(np.meshgrid(*[np.arange(n) * box / n] * 3, indexing="ij"), axis=-1)
     disp = rng.uniform(0, box, size=(n, n, n, 3)) - q
     mesh = parallel.make_mesh((1, 1))
-    rho, _ = painting.paint(jnp.asarray(disp, jnp.float32), mesh, n, box, 4)
+    rho, _ = painting.paint(jnp.asarray(disp, jnp.float32), domain.Grid(mesh, n, 1, box, 4))
     k, pk, modes = stats.power_spectrum(rho - 1.0, mesh, box, compensate_cic=True)
     shot = box**3 / n**3
     nyquist = np.pi * n / box

@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pmpipe import checkpoint, config, cosmology, derive, lightcone, nbody, parallel, sky, store
+from pmpipe.domain import Grid
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
@@ -26,10 +27,9 @@ from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 from pmpipe.stages.runner import Progress, main
 
 
-def mesh_node_positions(grid: nbody.PMGrid) -> np.ndarray:
+def mesh_node_positions(grid: Grid) -> np.ndarray:
     """Comoving positions (Mpc/h) of the force-mesh nodes: x_j = (j - (B - 1)/2) L / (N B)."""
-    cell = grid.box_size / grid.mesh
-    return (np.arange(grid.mesh) - (grid.oversample - 1) / 2) * cell
+    return (np.arange(grid.force_cells) - (grid.oversample - 1) / 2) * grid.cell_size
 
 
 class LightconeCapture:
@@ -38,11 +38,11 @@ class LightconeCapture:
     lensing, their HEALPix shells: harmonic coefficients up to ℓ = 3 nside - 1 of the rays'
     samples (:func:`pmpipe.lightcone.shell_alm`) and their maps."""
 
-    def __init__(self, cfg: config.Run):
+    def __init__(self, cfg: config.Run, grid: Grid):
         self.cfg, cone = cfg, config.section(cfg.lightcone, "lightcone")
-        self.grid = grid = derive.pm_grid(cfg)
+        self.grid = grid
         self.planes = derive.planes(cfg)
-        self.transforms = lightcone.plane_transforms(cfg.ic.seed, len(self.planes), self.grid.mesh,
+        self.transforms = lightcone.plane_transforms(cfg.ic.seed, len(self.planes), grid.force_cells,
                                                      cone.randomize)
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
@@ -51,8 +51,8 @@ class LightconeCapture:
             rays_nside = sky.rays_nside(self.nside)
             self.k_max = derive.shell_band_limits(cfg, self.planes)
         self.capture = lightcone.capture_plan(
-            self.planes, self.transforms, cone.observer, cfg.box.box_size, grid.mesh,
-            cfg.plane_cells(), rays_nside, self.k_max, np.dtype(cfg.nbody.dtype))
+            self.planes, self.transforms, cone.observer, grid.box_size, grid.force_cells,
+            cfg.plane_cells(), rays_nside, self.k_max, np.dtype(grid.dtype))
         self.flat: dict[int, jax.Array] = {}
         self.alm: np.ndarray | None = None
         self.needed = 0
@@ -73,7 +73,7 @@ class LightconeCapture:
         missing = sorted(set(range(len(self.planes))) - set(self.flat))
         if missing:
             raise RuntimeError(f"lightcone planes {missing} were never crossed during the N-body")
-        planes, cell = self.planes, self.cfg.box.box_size / self.grid.mesh
+        planes, cell = self.planes, self.grid.cell_size
         store.write_coordinate(group, "plane", planes.chi, "Mpc/h",
                                "comoving distance of the plane's centre from the observer")
         store.write_array(group, "plane_a", planes.a, ("plane",), "1",
@@ -95,7 +95,7 @@ class LightconeCapture:
         if not planes_kept:
             return
         for axis in "uv":
-            store.write_coordinate(group, axis, np.arange(self.grid.mesh) * cell, "Mpc/h",
+            store.write_coordinate(group, axis, np.arange(self.grid.force_cells) * cell, "Mpc/h",
                                    f"transverse {axis} of the plane grid (observer axes)")
         first = self.flat[0]
         array = store.create_array(
@@ -149,25 +149,25 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     a_init, a_final = float(ic.attrs["a_init"]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
     bounds = derive.step_boundaries(cfg)
-    grid = derive.pm_grid(cfg)
+    grid = derive.grid(cfg, mesh)
     cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
-    progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.mesh}^3 mesh")
-    capture = LightconeCapture(cfg) if cfg.lightcone is not None else None
+    progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.force_cells}^3 mesh")
+    capture = LightconeCapture(cfg, grid) if cfg.lightcone is not None else None
     plan = capture.capture if capture is not None else None
     if cfg.checkpoints is None:
         with progress.timed("pm_steps"):
             result = nbody.evolve(cosmo, inputs.field("ic", "displacement"),
-                                  inputs.field("ic", "momentum"), bounds, mesh, grid, snapshots,
+                                  inputs.field("ic", "momentum"), bounds, grid, snapshots,
                                   table, plan, stop_early=True)
-        path = _finish(run_file, run_dir, inputs, progress, result, capture, bounds, started)
+        path = _finish(run_file, run_dir, inputs, progress, result, grid, capture, bounds, started)
     else:
         schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
         with schedule.listening():
             with progress.timed("pm_steps"):
                 result = _evolve_checkpointed(run_file, run_dir, inputs, schedule, cosmo, bounds,
                                               grid, snapshots, table, plan, progress)
-            path = _finish(run_file, run_dir, inputs, progress, result, capture, bounds, started)
+            path = _finish(run_file, run_dir, inputs, progress, result, grid, capture, bounds, started)
         if not cfg.checkpoints.keep:
             checkpoint.remove(run_dir)
     return path
@@ -182,14 +182,14 @@ def _evolve_checkpointed(run_file, run_dir, inputs: Inputs, schedule: checkpoint
     found = checkpoint.newest(run_dir, run_file.config_hash)
     if found is None:
         state, done = nbody.start_state(cosmo, inputs.field("ic", "displacement"),
-                                        inputs.field("ic", "momentum"), bounds, mesh, grid,
+                                        inputs.field("ic", "momentum"), bounds, grid,
                                         snapshots, table, plan), 0
     else:
         particles = jax.ShapeDtypeStruct((grid.particles,) * 3 + (3,),
                                          np.dtype(run_file.config.nbody.dtype),
                                          sharding=parallel.field_sharding(mesh))
-        like = nbody.start_state(cosmo, particles, particles, bounds, mesh, grid, snapshots,
-                                 table, plan)
+        like = nbody.start_state(cosmo, particles, particles, bounds, grid, snapshots, table,
+                                 plan)
         state, done = checkpoint.read(found, mesh, like)
         progress(f"resumed after step {done} of {steps} (a = {bounds[done]:.4g}) from {found}")
 
@@ -206,17 +206,16 @@ def _evolve_checkpointed(run_file, run_dir, inputs: Inputs, schedule: checkpoint
                     f"stopped by a signal after step {step} of {steps}; its checkpoint "
                     f"{written} resumes the run when it is started again", signum)
 
-    return nbody.evolve_stepwise(cosmo, state, done, bounds, mesh, grid, snapshots, table, plan,
+    return nbody.evolve_stepwise(cosmo, state, done, bounds, grid, snapshots, table, plan,
                                  after_step)
 
 
 def _finish(run_file, run_dir, inputs: Inputs, progress: Progress, result: nbody.NBodyResult,
-            capture, bounds, started) -> Path:
+            grid: Grid, capture, bounds, started) -> Path:
     """Write nbody.zarr from the evolution's result; keep its fields for the next stages."""
     cfg, mesh = run_file.config, inputs.mesh
     a_init, a_final = float(bounds[0]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
-    grid = derive.pm_grid(cfg)
     if capture is not None:
         capture.receive(result)
     progress(f"evolved {len(bounds) - 1} steps"

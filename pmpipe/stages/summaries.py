@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from pmpipe import config, cosmology, derive, lensing, painting, resolution, sky, stats, store
+from pmpipe.domain import Grid
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
@@ -29,7 +30,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     started = store.now()
     nb = inputs.store("nbody")
     a = np.asarray(nb["a"][:], dtype=np.float64)
-    box_size, n_mesh = cfg.box.box_size, derive.pm_grid(cfg).mesh
+    box_size, n_mesh = cfg.box.box_size, cfg.force_cells()
     n_bins = cfg.summaries.pk_bins or n_mesh // 2
     spectra = []
     for i in range(a.size):
@@ -91,7 +92,7 @@ def write_initial_correlation(group, cfg: config.Run, inputs: Inputs, n_bins: in
     disp = inputs.field("nbody", "displacement")
     n, box_size = cfg.box.particles, cfg.box.box_size
     halo = max(1, cfg.parallel.halo_cells // cfg.box.oversample)
-    rho, needed = painting.paint(disp, mesh, n, box_size, halo)
+    rho, needed = painting.paint(disp, Grid(mesh, n, 1, box_size, halo, cfg.nbody.dtype))
     painting.check_halo(needed, halo)
     delta = rho - 1.0
     _, p_final, _ = stats.power_spectrum(delta, mesh, box_size, n_bins, compensate_cic=True)
