@@ -7,7 +7,7 @@
 #   snakemake --profile profiles/local --config campaign=config/examples/grid.yaml
 #   snakemake --profile profiles/local --report results/quickstart/report.html
 #
-# Rules stay thin: the logic lives in the pmpipe package (pmpipe.workflow).
+# Rules stay thin: the logic lives in the pmpipe package (pmpipe.orchestration.workflow).
 from snakemake.utils import min_version
 
 min_version("9.0")

@@ -25,20 +25,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe import (
-    compilation,
+from pmpipe import compilation, parallel
+from pmpipe.physics import (
     cosmology,
     domain,
     fft,
     ics,
     nbody,
     painting,
-    parallel,
     simulation,
     stats,
     timesteps,
 )
-from pmpipe.domain import Grid
+from pmpipe.physics.domain import Grid
 
 BOX_SIZE = 256.0
 A_INIT = 0.1

@@ -20,9 +20,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from pmpipe import config, cosmology, ics, painting, parallel, simulation, stats, timesteps
+from pmpipe import config, parallel
 from pmpipe.bench import A_INIT, COSMOLOGY, POWER, accuracy
-from pmpipe.domain import Grid
+from pmpipe.physics import cosmology, ics, painting, simulation, stats, timesteps
+from pmpipe.physics.domain import Grid
 
 FORCE_TOLERANCES = (0.02, 0.05, 0.10)  # power deficits at which bench force reports k
 

@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pmpipe import campaign, config
+from pmpipe import config
+from pmpipe.orchestration import campaign
 from pmpipe.stages import pipeline
 
 PHASES = ("white_noise", "lpt", "pm_steps", "lensing", "statistics")

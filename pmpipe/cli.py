@@ -30,7 +30,7 @@ def _run(args) -> int:
 
 
 def _plan(args) -> int:
-    from pmpipe import campaign
+    from pmpipe.orchestration import campaign
     from pmpipe.stages import lensing
 
     camp = campaign.load(args.campaign)
@@ -56,7 +56,8 @@ def _plan(args) -> int:
 
 
 def _tune(args) -> int:
-    from pmpipe import campaign, config, decomposition, parallel
+    from pmpipe import config, parallel
+    from pmpipe.orchestration import campaign, decomposition
 
     wanted = (config.read_mapping(args.campaign).get("decomposition") or {}).get("devices")
     if isinstance(wanted, int):  # host devices on CPU, before JAX starts
@@ -80,7 +81,7 @@ def _tune(args) -> int:
 
 
 def _schema(args) -> int:
-    from pmpipe import campaign
+    from pmpipe.orchestration import campaign
 
     campaign.write_schema(args.output)
     print(f"wrote {args.output}")
@@ -88,7 +89,7 @@ def _schema(args) -> int:
 
 
 def _show(args) -> int:
-    from pmpipe import store
+    from pmpipe.storage import store
 
     print(store.describe(args.store))
     return 0
@@ -115,7 +116,7 @@ def _doctor(args) -> int:
 
 
 def _verify(args) -> int:
-    from pmpipe import store
+    from pmpipe.storage import store
 
     paths = [p for given in args.paths for p in store.stores_under(given)]
     if not paths:
@@ -137,7 +138,7 @@ def _verify(args) -> int:
 
 
 def _collect(args) -> int:
-    from pmpipe import aggregate
+    from pmpipe.orchestration import aggregate
 
     folder = aggregate.collect(args.campaign, args.results)
     print(f"wrote {folder / 'summaries.zarr'} and {folder / 'manifest.csv'}")
@@ -147,7 +148,8 @@ def _collect(args) -> int:
 def _submit(args) -> int:
     import os
 
-    from pmpipe import aggregate, campaign, config, launch, parallel, site
+    from pmpipe import config, parallel
+    from pmpipe.orchestration import aggregate, campaign, launch, site
     from pmpipe.stages import runner
 
     camp = campaign.load(args.campaign)
@@ -461,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from pmpipe import config, store
+    from pmpipe import config
+    from pmpipe.storage import store
 
     args = build_parser().parse_args(argv)
     log.configure()

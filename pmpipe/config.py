@@ -101,7 +101,7 @@ def _not_auto(pdims):
     return pdims
 
 
-# pdims in files: (px, py), or 'auto' in a campaign's base (pmpipe.campaign chooses them)
+# pdims in files: (px, py), or 'auto' in a campaign's base (pmpipe.orchestration.campaign chooses them)
 PDIMS_SCHEMA = {"anyOf": [{"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "integer"}] * 2,
                            "type": "array"},
                           {"const": "auto", "type": "string"}]}
@@ -149,7 +149,7 @@ NAME_PATTERN_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$"
 
 
 class Lightcone(StrictModel):
-    """Planes of the past light cone, captured during the N-body (pmpipe.lightcone)."""
+    """Planes of the past light cone, captured during the N-body (pmpipe.physics.lightcone)."""
 
     z_max: float = Field(1.0, gt=0, le=20, description="largest source redshift: planes reach at least the comoving distance of z_max")
     plane_thickness: float | None = Field(
@@ -211,7 +211,7 @@ class TableSources(StrictModel):
 
 
 class Lensing(StrictModel):
-    """Born convergence and shear maps from the lightcone planes (pmpipe.lensing)."""
+    """Born convergence and shear maps from the lightcone planes (pmpipe.physics.lensing)."""
 
     source_redshifts: list[float] = Field(
         default_factory=lambda: [1.0], description="redshifts of single source planes (delta-function n(z))")
@@ -287,7 +287,7 @@ class Outputs(StrictModel):
 
 
 class Checkpoints(StrictModel):
-    """Checkpoints of the N-body (pmpipe.checkpoint): its state, step and what it captured so
+    """Checkpoints of the N-body (pmpipe.storage.checkpoint): its state, step and what it captured so
     far, written every few steps or minutes and on SIGTERM / SIGUSR2, so that a killed or
     preempted run resumes where it stopped. The steps then run one program call each."""
 

@@ -9,8 +9,8 @@ from functools import partial
 
 import numpy as np
 
-from pmpipe import (
-    config,
+from pmpipe import config
+from pmpipe.physics import (
     cosmology,
     domain,
     ics,
@@ -46,7 +46,7 @@ def linear_power(run: config.Run) -> cosmology.LinearPower:
 
 def step_boundaries(run: config.Run, table=None) -> np.ndarray:
     """Scale factors bounding the N-body's steps, snapshots included
-    (:func:`pmpipe.timesteps.step_boundaries`; ``table``: the cosmology's growth table)."""
+    (:func:`pmpipe.physics.timesteps.step_boundaries`; ``table``: the cosmology's growth table)."""
     growth = None
     if run.nbody.spacing == "growth" and isinstance(run.nbody.steps, int):
         growth = partial(cosmology.on_host, cosmology.growth_factor, cosmology_params(run),
@@ -56,13 +56,13 @@ def step_boundaries(run: config.Run, table=None) -> np.ndarray:
 
 
 def planes(run: config.Run, table=None) -> sky.Planes:
-    """The lightcone's planes (:func:`pmpipe.lightcone.plane_geometry`)."""
+    """The lightcone's planes (:func:`pmpipe.physics.lightcone.plane_geometry`)."""
     return lightcone.plane_geometry(cosmology_params(run), config.section(run.lightcone, "lightcone").z_max,
                                     run.plane_thickness(), table)
 
 
 def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
-    """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.sky.shell_band_limits`
+    """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.physics.sky.shell_band_limits`
     for this box, mesh and nside)."""
     return sky.shell_band_limits(
         found.chi_edges[1:], sky.shell_k_max(run.box.particles, run.force_cells(), run.box.box_size),

@@ -73,7 +73,7 @@ def _jaxdecomp_facts() -> dict:
 
     calls = sorted(_jaxdecomp.registrations())
     return {"version": _version("jaxdecomp"), "cudecomp": bool(calls),
-            "backend": "jax",  # pmpipe's FFTs and halos take jaxdecomp's JAX path (pmpipe.fft)
+            "backend": "jax",  # pmpipe's FFTs and halos take jaxdecomp's JAX path (pmpipe.physics.fft)
             "custom_calls": calls}
 
 
@@ -181,11 +181,11 @@ def table(facts: dict) -> str:
 
 def _fft_mismatch(n: int = 16) -> float:
     """Largest relative difference between |FFT|^2 summed per mode on all local devices
-    (pmpipe.fft on a mesh of them) and numpy's, for an (n, n, n) white-noise field."""
+    (pmpipe.physics.fft on a mesh of them) and numpy's, for an (n, n, n) white-noise field."""
     import jax
     import numpy as np
 
-    from pmpipe import fft
+    from pmpipe.physics import fft
 
     mesh = parallel.make_mesh((1, len(jax.local_devices())), jax.local_devices())
     field = np.random.default_rng(0).standard_normal((n, n, n)).astype(np.float32)

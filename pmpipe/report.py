@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import log, store
+from pmpipe import log
+from pmpipe.storage import store
 
 SLAB_FRACTION = 0.1  # part of the box along z averaged in the density slice
 

@@ -24,8 +24,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe import bench, collectives, decomposition, parallel, trace
-from pmpipe.domain import Grid
+from pmpipe import bench, collectives, parallel, trace
+from pmpipe.orchestration import decomposition
+from pmpipe.physics.domain import Grid
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def decompositions_of(devices: int, particles: int, oversample: int, halo: int,
                       kinds=DECOMPOSITIONS) -> dict[str, tuple[int, int]]:
     """The decompositions measured on ``devices``: {'single': (1, 1)} on one device, else the
     slab (devices, 1) and the most square pencil (both axes split) among ``kinds``, those that
-    split the grid and hold the halo (:func:`pmpipe.decomposition.candidates`)."""
+    split the grid and hold the halo (:func:`pmpipe.orchestration.decomposition.candidates`)."""
     if devices == 1:
         return {"single": (1, 1)}
     options = decomposition.candidates(devices, particles, oversample, halo)

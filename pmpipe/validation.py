@@ -8,7 +8,8 @@ import math
 from functools import partial
 from pathlib import Path
 
-from pmpipe import background, config, domain, power_table, sky, timesteps
+from pmpipe import config
+from pmpipe.physics import background, domain, power_table, sky, timesteps
 
 
 def k_range(run: config.Run) -> tuple[float, float]:

@@ -1,12 +1,13 @@
 """Accuracy of the time stepping and of the force mesh against converged references, and the
-resolved ranges pmpipe derives from them (pmpipe.bench_accuracy, pmpipe.resolution)."""
+resolved ranges pmpipe derives from them (pmpipe.bench_accuracy, pmpipe.physics.resolution)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from pmpipe import bench_accuracy, cosmology, lensing, resolution, simulation, timesteps
+from pmpipe import bench_accuracy
+from pmpipe.physics import cosmology, lensing, resolution, simulation, timesteps
 
 STEP_TOLERANCE = 0.01  # docs/validation.md: measured 0.37-0.56 % for 10 steps at 32^3, 128 Mpc/h
 

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from pmpipe import bench, ics, parallel, simulation
+from pmpipe import bench, parallel
+from pmpipe.physics import ics, simulation
 
 
 def _final_like(n=16):

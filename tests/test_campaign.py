@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from pmpipe import campaign, cli, config, lightcone, seeds, sky, validation
+from pmpipe import cli, config, validation
+from pmpipe.orchestration import campaign, seeds
+from pmpipe.physics import lightcone, sky
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"box": {"particles": 16, "box_size": 64.0}}

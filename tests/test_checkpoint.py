@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import checkpoint, config, stages, store
+from pmpipe import config, stages
 from pmpipe.stages import runner
+from pmpipe.storage import checkpoint, store
 
 RUN = {"box": {"box_size": 128.0, "particles": 32, "oversample": 2},
        "nbody": {"steps": 16, "snapshots": [0.5]},

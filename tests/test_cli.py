@@ -24,7 +24,7 @@ def test_plan_prints_a_table_and_fails_early_when_a_run_does_not_fit(tmp_path, c
 
 
 def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
-    from pmpipe import campaign
+    from pmpipe.orchestration import campaign
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "c.yaml"

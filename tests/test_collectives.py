@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pmpipe import fft, lightcone, painting, parallel, stats
+from pmpipe import parallel
 from pmpipe.collectives import in_program
+from pmpipe.physics import fft, lightcone, painting, stats
 
 N, BOX = 32, 128.0
 

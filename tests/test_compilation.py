@@ -25,7 +25,7 @@ parallel.use_compilation_cache(sys.argv[1])
 from pmpipe import compilation
 counter = compilation.CompileCounter().start()
 import numpy as np
-from pmpipe import cosmology, domain, ics, lightcone, nbody, simulation, stats, timesteps
+from pmpipe.physics import cosmology, domain, ics, lightcone, nbody, simulation, stats, timesteps
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 mesh = parallel.make_mesh((1, 2))

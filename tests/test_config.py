@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pmpipe import config, derive, validation
-from pmpipe import cosmology as C
+from pmpipe.physics import cosmology as C
 
 
 def _write(tmp_path, data, name="run.json"):

@@ -15,7 +15,9 @@ import zarr
 from conftest import REPO, TINY, golden, run_snakemake, same_store
 from deffile import parse
 
-from pmpipe import campaign, doctor, stages, store
+from pmpipe import doctor, stages
+from pmpipe.orchestration import campaign
+from pmpipe.storage import store
 
 GOLDEN = Path(__file__).parent / "golden"
 IMAGES = {"pmpipe-cpu.def": "run.txt", "pmpipe-gpu.def": "gpu.txt"}  # definition: its export

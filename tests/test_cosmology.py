@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from astropy.cosmology import FlatLambdaCDM, Flatw0waCDM
 
-from pmpipe import cosmology as C
-from pmpipe import power_table
+from pmpipe.physics import cosmology as C
+from pmpipe.physics import power_table
 
 PLANCK = C.Cosmology()
 A = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0])

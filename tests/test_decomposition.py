@@ -5,7 +5,8 @@ which is validated when it is read."""
 import pytest
 import yaml
 
-from pmpipe import campaign, cli, config, decomposition
+from pmpipe import cli, config
+from pmpipe.orchestration import campaign, decomposition
 
 
 def test_candidates_split_the_grid_and_leave_room_for_the_halo():

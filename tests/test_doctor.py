@@ -93,7 +93,7 @@ def test_warnings_name_the_setting_to_change():
 
 
 def test_the_check_imports_every_module_and_catches_a_wrong_fft(monkeypatch):
-    from pmpipe import fft
+    from pmpipe.physics import fft
 
     assert doctor.self_check() == []
     right = fft.r2c

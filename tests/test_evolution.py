@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import rel_diff
 
-from pmpipe import (
-    compilation,
+from pmpipe import compilation, parallel
+from pmpipe.physics import (
     cosmology,
     domain,
     fft,
@@ -19,7 +19,6 @@ from pmpipe import (
     lightcone,
     nbody,
     painting,
-    parallel,
     simulation,
     sky,
     timesteps,

@@ -12,7 +12,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pmpipe import campaign, config, derive, power_table, validation
+from pmpipe import config, derive, validation
+from pmpipe.orchestration import campaign
+from pmpipe.physics import power_table
 
 BASE_RUN = {
     "box": {"box_size": 64.0, "particles": 16, "oversample": 1},

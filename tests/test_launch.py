@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import golden
 
-from pmpipe import campaign, config, launch, parallel, site, slurm_job
+from pmpipe import config, parallel
+from pmpipe.orchestration import campaign, launch, site, slurm_job
 
 GOLDEN = Path(__file__).parent / "golden"
 LOGS = "/scratch/pmpipe/logs"

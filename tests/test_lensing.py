@@ -11,17 +11,8 @@ import numpy as np
 import pyccl
 import pytest
 
-from pmpipe import (
-    config,
-    cosmology,
-    derive,
-    lensing,
-    lightcone,
-    painting,
-    parallel,
-    sky,
-    validation,
-)
+from pmpipe import config, derive, parallel, validation
+from pmpipe.physics import cosmology, lensing, lightcone, painting, sky
 
 C_KM_S = 299792.458
 
@@ -216,12 +207,12 @@ def test_bad_lensing_input_is_rejected_naming_the_field(tmp_path, lens, field, w
 
 def test_lightcone_geometry_is_checked():
     with pytest.raises(config.ConfigError, match="whole number of force-mesh cells"):
-        config.validate(config.Run, BASE | {"lightcone": {"plane_thickness": 10.0}}, "x.yaml")
+        validation.validate_run(BASE | {"lightcone": {"plane_thickness": 10.0}}, "x.yaml")
     with pytest.raises(config.ConfigError, match="before the initial"):
-        config.validate(config.Run, BASE | {"lightcone": {"z_max": 12.0}}, "x.yaml")
+        validation.validate_run(BASE | {"lightcone": {"z_max": 12.0}}, "x.yaml")
     with pytest.raises(config.ConfigError, match="needs lightcone"):
-        config.validate(config.Run, {"lensing": {}}, "x.yaml")
-    run = config.validate(config.Run, BASE | {"lensing": {}}, "x.yaml")
+        validation.validate_run({"lensing": {}}, "x.yaml")
+    run = validation.validate_run(BASE | {"lensing": {}}, "x.yaml")
     planes = derive.planes(run)
     assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(derive.cosmology_params(run), 0.5))
     thickness = run.box.box_size  # the default: one box
@@ -235,7 +226,7 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
     multipoles up to about 900, within 4σ (cosmic variance of the bin) and 3 % of the same
     shell sampled on an nside-512 grid that resolves all of them, in every bin up to the band
     limit ℓ = 95."""
-    from pmpipe import ics, simulation, stats
+    from pmpipe.physics import ics, simulation, stats
 
     n, box, nside = 64, 256.0, 32
     mesh = parallel.make_mesh((1, 1))

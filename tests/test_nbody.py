@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe import cosmology as C
-from pmpipe import domain, ics, lpt, nbody, painting, parallel, simulation, stats, timesteps
+from pmpipe import parallel
+from pmpipe.physics import cosmology as C
+from pmpipe.physics import domain, ics, lpt, nbody, painting, simulation, stats, timesteps
 
 COSMO = C.Cosmology()
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import campaign, config, stages, store, validation
+from pmpipe import config, stages, validation
+from pmpipe.orchestration import campaign
 from pmpipe.stages import pipeline, runner
+from pmpipe.storage import store
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"pdims": [2, 2], "halo_cells": 4},

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe import painting, parallel
-from pmpipe.domain import Grid
+from pmpipe import parallel
+from pmpipe.physics import painting
+from pmpipe.physics.domain import Grid
 
 N, L = 16, 64.0
 
@@ -108,7 +109,7 @@ def test_halo_wider_than_block_is_rejected():
 
 
 def test_cic_compensation_flattens_window():
-    from pmpipe import stats
+    from pmpipe.physics import stats
 
     mesh = parallel.make_mesh((1, 1))
     n = 32

@@ -11,8 +11,10 @@ import yaml
 from conftest import TINY, finished, same_store
 from conftest import snakemake_tiny as snakemake
 
-from pmpipe import campaign, stages, store
+from pmpipe import stages
+from pmpipe.orchestration import campaign
 from pmpipe.stages import runner
+from pmpipe.storage import store
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
 

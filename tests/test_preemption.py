@@ -17,13 +17,14 @@ import zarr
 from conftest import REPO
 from test_slurm import STATUS_CHECKS, slurm_env
 
-from pmpipe import checkpoint, stages, store
+from pmpipe import stages
+from pmpipe.storage import checkpoint, store
 
 CAMPAIGN = {
     "name": "preempt", "seed": 5,
     "base": {"box": {"box_size": 128.0, "particles": 32, "oversample": 2},
-             "nbody": {"steps": 40}, "parallel": {"pdims": [1, 2], "halo_cells": 16},
-             "checkpoints": {"every_steps": 5}},
+             "nbody": {"steps": 120}, "parallel": {"pdims": [1, 2], "halo_cells": 16},
+             "checkpoints": {"every_steps": 10}},
     "design": {"kind": "fiducial"}, "realisations": 2,
     "execution": {"platform": "cpu", "devices_per_node": 2, "processes_per_node": 2,
                   "cpus_per_task": 1, "device_memory_gb": 2, "runs_per_job": 2},
@@ -168,7 +169,7 @@ def test_submitted_array_element_requeued_then_signalled_resumes_each_time(slurm
 
 SIGNALLED_BY_ITSELF = """
 import signal, time
-from pmpipe import slurm_job
+from pmpipe.orchestration import slurm_job
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})  # kept pending for sigtimedwait
 start = time.monotonic()
 delay = slurm_job.signal_before_time_limit(50)

@@ -12,7 +12,8 @@ import jax
 import numpy as np
 import pytest
 
-from pmpipe import bench, cli, collectives, domain, parallel, scaling, trace
+from pmpipe import bench, cli, collectives, parallel, scaling, trace
+from pmpipe.physics import domain
 
 N, HALO = 16, 2
 ARGS = ["bench", "scaling", "--particles", str(N), "--halo", str(HALO), "--repeat", "1"]

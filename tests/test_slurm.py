@@ -12,8 +12,10 @@ import yaml
 import zarr
 from conftest import REPO, TINY, run_snakemake, same_store
 
-from pmpipe import campaign, stages, store
+from pmpipe import stages
+from pmpipe.orchestration import campaign
 from pmpipe.stages import runner
+from pmpipe.storage import store
 
 STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
                  "--seconds-between-status-checks", "2")

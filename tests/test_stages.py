@@ -9,8 +9,9 @@ import pytest
 import xarray as xr
 import zarr
 
-from pmpipe import config, parallel, stages, store, validation
+from pmpipe import config, parallel, stages, validation
 from pmpipe.stages import runner
+from pmpipe.storage import store
 
 RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
        "parallel": {"halo_cells": 4},

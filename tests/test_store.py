@@ -14,7 +14,8 @@ import pytest
 import xarray as xr
 import zarr
 
-from pmpipe import parallel, store
+from pmpipe import parallel
+from pmpipe.storage import store
 
 DIMS = ("qx", "qy", "qz", "component")
 
@@ -221,7 +222,7 @@ def test_pending_writes_finish_at_interpreter_exit(tmp_path):
     code = """
 import sys, time
 import numpy as np
-from pmpipe import store
+from pmpipe.storage import store
 real = store._write
 def slow(*args):
     time.sleep(0.3)

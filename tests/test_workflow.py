@@ -9,7 +9,7 @@ import zarr
 from conftest import REPO, TINY, finished, run_snakemake
 from conftest import snakemake_tiny as snakemake
 
-from pmpipe import store
+from pmpipe.storage import store
 
 STAGES = ("ic", "nbody", "lensing", "summaries")
 

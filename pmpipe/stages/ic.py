@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import config, derive, store
+from pmpipe import config, derive
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs, ic_fields
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 from pmpipe.stages.runner import Progress, main
+from pmpipe.storage import store
 
 
 def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:

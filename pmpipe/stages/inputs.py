@@ -43,7 +43,7 @@ class Inputs:
 
     def store(self, stage: str):
         """The complete store of ``stage`` (zarr group); IncompleteStoreError otherwise."""
-        from pmpipe import store
+        from pmpipe.storage import store
 
         if stage not in self._groups:
             self._groups[stage] = store.open_complete(store_path(self.run_dir, stage),
@@ -65,7 +65,7 @@ class Inputs:
         """The stored array; IncompleteStoreError when the store does not keep it whole."""
         group = self.store(stage)
         if name not in group or group[name].attrs.get("downsampled", 1) > 1:
-            from pmpipe import store
+            from pmpipe.storage import store
 
             setting = STORED_BY.get(name, "outputs")
             raise store.IncompleteStoreError(
@@ -76,7 +76,7 @@ class Inputs:
 
     def field(self, stage: str, name: str, leading: tuple[int, ...] = ()):
         """``stage``'s array ``name`` at ``leading`` as a JAX array sharded over the mesh."""
-        from pmpipe import store
+        from pmpipe.storage import store
 
         kept = self._take(stage, name, leading)
         if kept is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import zarr
 
-from pmpipe import store
+from pmpipe.storage import store
 
 
 def write_lagrangian_coordinates(group: zarr.Group, n: int, box_size: float) -> None:

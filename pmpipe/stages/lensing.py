@@ -15,17 +15,19 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe import config, cosmology, derive, lensing, lightcone, resolution, sky, store
+from pmpipe import config, derive
+from pmpipe.physics import cosmology, lensing, lightcone, resolution, sky
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.runner import Progress, main
+from pmpipe.storage import store
 
 SHELL_OVERSAMPLING = 4  # full-sky shells' rays see nearly every line-of-sight mode
 
 
 def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=None) -> dict:
     """Per map ('' flat sky, '_healpix' full sky) the resolved multipoles of every source
-    (pmpipe.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
+    (pmpipe.physics.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
     shells band-limited to shell_k_max (h/Mpc per plane; default: the run's)."""
     power, box = derive.linear_power(cfg), cfg.box
 
@@ -67,7 +69,7 @@ def write_valid_ranges(group, ranges: dict) -> None:
         for end, long_name in (("min", "lowest"), ("max", "highest")):
             store.write_array(group, f"ell_{end}_valid{suffix}",
                               np.array([getattr(r, f"ell_{end}") for r in rows]), ("source",),
-                              "1", f"{long_name} resolved multipole of the map (pmpipe.resolution)",
+                              "1", f"{long_name} resolved multipole of the map (pmpipe.physics.resolution)",
                               reasons=[getattr(r, f"{end}_reason") for r in rows])
 
 

@@ -18,13 +18,15 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import checkpoint, config, cosmology, derive, lightcone, nbody, parallel, sky, store
-from pmpipe.domain import Grid
+from pmpipe import config, derive, parallel
 from pmpipe.parallel import FIELD_SPEC
+from pmpipe.physics import cosmology, lightcone, nbody, sky
+from pmpipe.physics.domain import Grid
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 from pmpipe.stages.runner import Progress, main
+from pmpipe.storage import checkpoint, store
 
 
 def mesh_node_positions(grid: Grid) -> np.ndarray:
@@ -33,10 +35,10 @@ def mesh_node_positions(grid: Grid) -> np.ndarray:
 
 
 class LightconeCapture:
-    """The lightcone planes of a run: the :class:`pmpipe.lightcone.Capture` the N-body program
+    """The lightcone planes of a run: the :class:`pmpipe.physics.lightcone.Capture` the N-body program
     fills as the light cone crosses them, then the planes' flat projections and, for full-sky
     lensing, their HEALPix shells: harmonic coefficients up to ℓ = 3 nside - 1 of the rays'
-    samples (:func:`pmpipe.lightcone.shell_alm`) and their maps."""
+    samples (:func:`pmpipe.physics.lightcone.shell_alm`) and their maps."""
 
     def __init__(self, cfg: config.Run, grid: Grid):
         self.cfg, cone = cfg, config.section(cfg.lightcone, "lightcone")

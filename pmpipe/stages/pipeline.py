@@ -74,7 +74,8 @@ def compute_stage(stage: str, run_file, inputs: Inputs) -> StageRecord:
     """Run one stage and record its time, physics phases, compilations and store size."""
     import jax
 
-    from pmpipe import compilation, store
+    from pmpipe import compilation
+    from pmpipe.storage import store
 
     progress = runner.Progress(stage, run_file.run_id)
     before, written, start = compilation.totals(), store.write_totals(), time.perf_counter()
@@ -96,7 +97,7 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
     before the next stage."""
     import jax
 
-    from pmpipe import checkpoint
+    from pmpipe.storage import checkpoint
 
     start = time.perf_counter()
     run_id, stage = config_path.parent.name, None
@@ -134,7 +135,8 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     ``report``, process 0 writes the job's record there as JSON (:func:`job_record`)."""
     import jax
 
-    from pmpipe import checkpoint, compilation, parallel
+    from pmpipe import compilation, parallel
+    from pmpipe.storage import checkpoint
 
     start = time.perf_counter()
     compilation.listen()
@@ -238,7 +240,8 @@ def main(argv=None) -> int:
                              "time limit; SLURM's own --signal reaches job steps only, not a "
                              "stage run in the batch step")
     args = parser.parse_args(argv)
-    from pmpipe import checkpoint, slurm_job
+    from pmpipe.orchestration import slurm_job
+    from pmpipe.storage import checkpoint
 
     log.configure()
     if args.stop_ahead < 0:
@@ -251,7 +254,7 @@ def main(argv=None) -> int:
     try:
         outcomes = run_all(args.config, args.report)
     except checkpoint.Preempted as err:
-        LOG.error("%s", checkpoint.stopped(err))
+        LOG.error("%s", runner.stopped(err))
         return checkpoint.PREEMPTED_EXIT
     failed = [o for o in outcomes if o.error is not None]
     if failed:

@@ -8,14 +8,20 @@ import argparse
 import contextlib
 import importlib
 import math
+import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pmpipe import log, validation
 from pmpipe.stages import STAGES, run_stages, store_path
 from pmpipe.stages.inputs import Inputs
 
+if TYPE_CHECKING:
+    from pmpipe.storage.checkpoint import Preempted
+
 LOG = log.get(__name__)
+
 
 class Progress:
     """Progress lines of a stage, log records '[pmpipe <stage> <run_id>] <message> (<elapsed>
@@ -113,7 +119,9 @@ def run_checked(stage: str, config_path: str | Path) -> int:
     """:func:`run_stage` for command lines: bad input or missing inputs print one message
     naming the file and field and give exit status 2; a store that could not be written (a
     full disk, say; it is left without completion marker) prints one and gives 1."""
-    from pmpipe import checkpoint, config, nbody, painting, store
+    from pmpipe import config
+    from pmpipe.physics import nbody, painting
+    from pmpipe.storage import checkpoint, store
 
     try:
         run_stage(stage, config_path)
@@ -125,9 +133,29 @@ def run_checked(stage: str, config_path: str | Path) -> int:
         LOG.error("error: %s", err)
         return 1
     except checkpoint.Preempted as err:
-        LOG.error("%s", checkpoint.stopped(err))
+        LOG.error("%s", stopped(err))
         return checkpoint.PREEMPTED_EXIT
     return 0
+
+
+def stopped(err: Preempted) -> str:
+    """What a command line says when a signal stopped it: the error and, after SLURM's signal
+    ahead of the time limit (SIGUSR2), the job's own requeue. Process 0 asks for it while the
+    others wait: a process that ended first would end the srun step, and with it the job, as
+    failed before the requeue."""
+    import jax
+
+    from pmpipe import parallel
+    from pmpipe.orchestration import slurm_job
+
+    text = f"preempted: {err}"
+    if err.signum == signal.SIGUSR2:
+        if jax.process_index() == 0:
+            requeued = slurm_job.requeue_this_job()
+            if requeued:
+                text += f"; {requeued}"
+        parallel.barrier("job requeued")
+    return text
 
 
 def main(stage: str, argv=None) -> int:
@@ -141,7 +169,7 @@ def main(stage: str, argv=None) -> int:
 
 def is_current(path: str | Path, config_hash: str) -> bool:
     """Whether the store at path is complete and was made from the config ``config_hash``."""
-    from pmpipe import store
+    from pmpipe.storage import store
 
     try:
         store.open_complete(path, config_hash)
@@ -164,7 +192,7 @@ def run_status(run_dir: str | Path) -> str:
     """'complete' when the store of each of the run's stages is complete, else '<last complete
     stage> done' or 'planned' (a store without its completion marker counts as absent). The
     stages come from the run's config.json (all of them when it is missing)."""
-    from pmpipe import store
+    from pmpipe.storage import store
 
     config_path = Path(run_dir) / "config.json"
     stages = run_stages(validation.load_run_file(config_path).config) if config_path.exists() else STAGES

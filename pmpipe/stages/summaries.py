@@ -16,12 +16,14 @@ from pathlib import Path
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import config, cosmology, derive, lensing, painting, resolution, sky, stats, store
-from pmpipe.domain import Grid
+from pmpipe import config, derive
 from pmpipe.parallel import FIELD_SPEC
+from pmpipe.physics import cosmology, lensing, painting, resolution, sky, stats
+from pmpipe.physics.domain import Grid
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.runner import Progress, main
+from pmpipe.storage import store
 
 
 def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
@@ -68,7 +70,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     store.write_array(group, "k_max_valid", np.full(a.size, k_valid), ("a",), "h/Mpc",
                       "highest wavenumber at which the particle grid and force mesh give "
                       f"P(k) within {resolution.POWER_TOLERANCE:.0%} of a converged run "
-                      "(pmpipe.resolution)")
+                      "(pmpipe.physics.resolution)")
     group.attrs["shot_noise"] = shot_noise
     with progress.timed("statistics"):
         write_initial_correlation(group, cfg, inputs, n_bins,

@@ -7,7 +7,7 @@ from snakemake.utils import validate
 
 from pmpipe import compilation_cache, log
 from pmpipe import report as pmreport
-from pmpipe import workflow as pmw
+from pmpipe.orchestration import workflow as pmw
 
 # Snakemake's own process starts no JAX: it validates and expands the campaign on the host.
 # Compiled XLA programs are shared by every job process of every campaign (docs/workflow.md)

@@ -1,7 +1,7 @@
 """Weak-lensing convergence in the Born approximation from lightcone planes, and shear.
 
 κ(θ) = Σ_i w_i Σ_i(χ_i θ), with Σ_i the projected overdensity of plane i (Mpc/h, from
-:mod:`pmpipe.lightcone`) and w_i the lensing efficiency averaged over the plane,
+:mod:`pmpipe.physics.lightcone`) and w_i the lensing efficiency averaged over the plane,
 
     q(χ) = 3/2 Ω_m (H0/c)² χ / a(χ) ∫_χ dχ_s n(χ_s) (χ_s - χ) / χ_s     [h/Mpc],
 
@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import cosmology, fft, painting
 from pmpipe.parallel import FIELD_SPEC
+from pmpipe.physics import cosmology, fft, painting
 
 LENSING_PREFACTOR = 1.5 / cosmology.HUBBLE_DISTANCE**2  # 3/2 (H0/c)^2 in (h/Mpc)^2, times Ω_m
 _MAPS_SPEC = jax.P(None, *FIELD_SPEC)  # flat-sky maps (source, theta_x, theta_y)
@@ -92,7 +92,7 @@ def plane_on_pixels(plane, ex, ey, transfer, sharding=None):
     """Values (n, n) of a periodic plane (M, M) at the transverse positions of the Fourier
     matrices ex, ey (n, M) from :func:`_fourier_matrix`, by band-limited (Fourier)
     interpolation, the plane's modes multiplied by ``transfer`` (M, M) first; ``sharding``:
-    the plane's layout (see :func:`pmpipe.fft.fft2`)."""
+    the plane's layout (see :func:`pmpipe.physics.fft.fft2`)."""
     modes = fft.fft2(plane, sharding) * transfer
     return (ex @ modes @ ey.T).real / plane.shape[0] ** 2
 

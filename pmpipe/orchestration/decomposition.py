@@ -18,7 +18,8 @@ from pathlib import Path
 import yaml
 from pydantic import Field, model_validator
 
-from pmpipe import config, domain
+from pmpipe import config
+from pmpipe.physics import domain
 
 
 class Sweep(config.StrictModel):

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from pmpipe import cosmology, lensing
+from pmpipe.physics import cosmology, lensing
 
 POWER_TOLERANCE = 0.05
 LIMBER_TOLERANCE = 0.05
@@ -143,8 +143,8 @@ def resolved_multipoles(cosmo: cosmology.Cosmology, chi_edges, transfer, box_siz
 
 
 _BELOW = (f"geometry: below, the planes get over {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
-          "wrong (modes longer than the box, plane thickness; pmpipe.resolution)")
+          "wrong (modes longer than the box, plane thickness; pmpipe.physics.resolution)")
 _ABOVE = (f"resolution: above, the planes get over {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
-          "wrong (particle grid, force mesh, band limit, plane thickness; pmpipe.resolution)")
+          "wrong (particle grid, force mesh, band limit, plane thickness; pmpipe.physics.resolution)")
 _EMPTY = (f"no multipole of the map gets under {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
-          "wrong (pmpipe.resolution)")
+          "wrong (pmpipe.physics.resolution)")

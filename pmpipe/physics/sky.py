@@ -1,6 +1,6 @@
 """Lightcone geometry on the host (numpy, no JAX): the planes' edges and crossing times, and
 the sizes of the HEALPix grids of full-sky maps and of the rays their shells are sampled on.
-Used by the lightcone's capture (:mod:`pmpipe.lightcone`) and by the checks and estimates made
+Used by the lightcone's capture (:mod:`pmpipe.physics.lightcone`) and by the checks and estimates made
 before JAX starts."""
 
 from __future__ import annotations

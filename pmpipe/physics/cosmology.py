@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe import background, config
-from pmpipe.background import E2, HUBBLE_DISTANCE, omega_de, omega_radiation
+from pmpipe import config
+from pmpipe.physics import background
+from pmpipe.physics.background import E2, HUBBLE_DISTANCE, omega_de, omega_radiation
 
 # Growth tables: RK4 in ln a from A_TABLE_MIN to 1.
 A_TABLE_MIN = 1e-5

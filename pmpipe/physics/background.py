@@ -2,8 +2,8 @@
 
 The densities and H(a) are written with arithmetic only, so the same functions serve numpy
 arrays (here: distances on the host, for checks and estimates made before JAX starts) and
-JAX arrays (:mod:`pmpipe.cosmology`, whose growth and distance tables integrate them).
-``cosmo`` is any object with the fields of :class:`pmpipe.cosmology.Cosmology` (Omega_m, h,
+JAX arrays (:mod:`pmpipe.physics.cosmology`, whose growth and distance tables integrate them).
+``cosmo`` is any object with the fields of :class:`pmpipe.physics.cosmology.Cosmology` (Omega_m, h,
 w0, wa, T_cmb, N_eff).
 
 Units: distances in Mpc/h.

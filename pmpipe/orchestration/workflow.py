@@ -3,7 +3,7 @@ files, per-rule resources, and the removal of stores left without a completion m
 
 The Snakemake config holds the key ``campaign``: the campaign file (default
 config/quickstart.yaml), e.g. ``snakemake --config campaign=config/examples/grid.yaml``; the
-slurm profiles add ``site`` (profiles/slurm/site.yaml, pmpipe.site), which turns the resources
+slurm profiles add ``site`` (profiles/slurm/site.yaml, pmpipe.orchestration.site), which turns the resources
 into the SLURM plugin's and multi-process stages into srun steps.
 """
 
@@ -15,9 +15,11 @@ import shlex
 import shutil
 from pathlib import Path
 
-from pmpipe import campaign as campaigns
-from pmpipe import config, launch, log, site, stages, store
+from pmpipe import config, log, stages
+from pmpipe.orchestration import campaign as campaigns
+from pmpipe.orchestration import launch, site
 from pmpipe.stages import runner
+from pmpipe.storage import store
 
 LOG = log.get(__name__)
 

@@ -16,8 +16,8 @@ their own mean removed:
   extent, sharded like the meshes, CIC-painted (the transverse CIC window stays in: the lensing
   stage divides it out when it interpolates);
 - full sky: a HEALPix map (RING) of the shell and its harmonic coefficients, band-limited to
-  ℓ ≤ :func:`pmpipe.sky.healpix_ell_max` = 3 nside - 1 (:func:`shell_alm`): the density, CIC-compensated
-  and band-limited in 3D to :func:`pmpipe.sky.shell_band_limits` (so that the shell holds no multipoles
+  ℓ ≤ :func:`pmpipe.physics.sky.healpix_ell_max` = 3 nside - 1 (:func:`shell_alm`): the density, CIC-compensated
+  and band-limited in 3D to :func:`pmpipe.physics.sky.shell_band_limits` (so that the shell holds no multipoles
   the rays cannot sample), is sampled by trilinear interpolation along the rays of a finer
   HEALPix grid (:func:`ray_samples` per ray); the harmonic coefficients of that map up to
   3 nside - 1 are the shell's, and the map is their synthesis at nside (:func:`healpix_map`).
@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import cosmology, fft, painting, sky
 from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
+from pmpipe.physics import cosmology, fft, painting, sky
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,10 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from pmpipe import campaign as campaigns
-from pmpipe import config, stages, store
-from pmpipe.site import Site
+from pmpipe import config, stages
+from pmpipe.orchestration import campaign as campaigns
+from pmpipe.orchestration.site import Site
 from pmpipe.stages import runner
+from pmpipe.storage import store
 
 SRUN_OPTIONS = ("--kill-on-bad-exit=1",)  # one failed process ends the step, no hang
 
@@ -234,7 +235,7 @@ class RunsJob:
         self.function = function
 
     def __call__(self, *args):
-        from pmpipe import checkpoint
+        from pmpipe.storage import checkpoint
 
         try:
             return self.function(*args)

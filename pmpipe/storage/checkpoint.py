@@ -1,8 +1,8 @@
 """Checkpoints of the N-body: when to write one, writing, finding and reading them.
 
-A checkpoint is a store (pmpipe.store: each process writes its own blocks, complete only once
+A checkpoint is a store (pmpipe.storage.store: each process writes its own blocks, complete only once
 its marker is written, with the manifest of its chunks) at
-``<run>/checkpoints/nbody-step<k>.zarr``: the :class:`pmpipe.nbody.State` after step k
+``<run>/checkpoints/nbody-step<k>.zarr``: the :class:`pmpipe.physics.nbody.State` after step k
 (particles, the snapshots and lightcone maps captured so far, the halo needed, trouble), with
 the step, its a and the run's config hash. Once a checkpoint is complete the older ones are
 removed; a run starts from the newest complete checkpoint whose config hash is its own (others
@@ -25,9 +25,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import lightcone, parallel, store
-from pmpipe.nbody import State
+from pmpipe import parallel
 from pmpipe.parallel import FIELD_SPEC
+from pmpipe.physics import lightcone
+from pmpipe.physics.nbody import State
+from pmpipe.storage import store
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +45,6 @@ class Preempted(RuntimeError):
     def __init__(self, message: str, signum: int | None = None):
         super().__init__(message)
         self.signum = signum
-
-
-def stopped(err: Preempted) -> str:
-    """What a command line says when a signal stopped it: the error and, after SLURM's signal
-    ahead of the time limit (SIGUSR2), the job's own requeue. Process 0 asks for it while the
-    others wait: a process that ended first would end the srun step, and with it the job, as
-    failed before the requeue."""
-    from pmpipe import slurm_job
-
-    text = f"preempted: {err}"
-    if err.signum == signal.SIGUSR2:
-        if jax.process_index() == 0:
-            requeued = slurm_job.requeue_this_job()
-            if requeued:
-                text += f"; {requeued}"
-        parallel.barrier("job requeued")
-    return text
 
 
 def path_for(run_dir: str | Path, step: int) -> Path:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import campaign as campaigns
-from pmpipe import stages, store, validation
+from pmpipe import stages, validation
+from pmpipe.orchestration import campaign as campaigns
 from pmpipe.stages import runner
+from pmpipe.storage import store
 
 
 def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:

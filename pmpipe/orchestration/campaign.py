@@ -31,7 +31,9 @@ from pydantic import (
     model_validator,
 )
 
-from pmpipe import config, decomposition, seeds, sky, validation
+from pmpipe import config, validation
+from pmpipe.orchestration import decomposition, seeds
+from pmpipe.physics import sky
 from pmpipe.stages import STAGES
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -216,7 +218,7 @@ class Execution(config.StrictModel):
 
 
 class Decomposition(config.StrictModel):
-    """base.parallel.pdims chosen for a device count by measurement (pmpipe.decomposition)."""
+    """base.parallel.pdims chosen for a device count by measurement (pmpipe.orchestration.decomposition)."""
 
     devices: int = Field(ge=1, description="devices of every run, px * py")
     file: Path | None = Field(
@@ -254,7 +256,7 @@ class Campaign(config.StrictModel):
 
     @property
     def pdims_source(self) -> str:
-        """How base.parallel.pdims were chosen: 'given', or pmpipe.decomposition.choose's
+        """How base.parallel.pdims were chosen: 'given', or pmpipe.orchestration.decomposition.choose's
         'recorded', 'nearest' or 'guessed'."""
         return self._pdims_source
 
@@ -588,7 +590,7 @@ def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: Executio
     node, each holding an equal share of its node's devices: Execution.node_layout),
     ``cpus_per_task``, ``mem_mb`` per node,
     ``runtime`` in minutes with the safety factor (at least MIN_RUNTIME_MINUTES), and
-    ``devices`` (px py). pmpipe.launch turns them into the SLURM plugin's.
+    ``devices`` (px py). pmpipe.orchestration.launch turns them into the SLURM plugin's.
 
     Every stage asks for the run's peak memory (that of the nbody stage; the ICs' peak is part
     of the calibration); runtimes differ per stage.

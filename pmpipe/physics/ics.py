@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import fft
 from pmpipe.parallel import field_sharding
+from pmpipe.physics import fft
 
 # Decomposition invariance of sharded random numbers rests on this flag (the default since
 # jax 0.5); it is checked, never flipped.
@@ -65,7 +65,7 @@ def linear_modes(noise, power, box_size: float, mesh: Mesh, fixed_amplitude=Fals
 
     noise: (N, N, N) white noise; power: callable k [h/Mpc] -> P [(Mpc/h)^3]; box_size in Mpc/h.
     fixed_amplitude sets every |δ_k| to its expectation (Angulo & Pontzen 2016); paired flips
-    the sign of every mode. Returns δ_k in :mod:`pmpipe.fft` layout, normalised so that
+    the sign of every mode. Returns δ_k in :mod:`pmpipe.physics.fft` layout, normalised so that
     c2r(δ_k) is the real-space contrast and <|δ_k|^2> = P(k) N^6 / L^3; the k = 0 mode is zero.
     """
     n = noise.shape[0]

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import fft, ics
-from pmpipe.painting import cic_compensation
 from pmpipe.parallel import to_host
+from pmpipe.physics import fft, ics
+from pmpipe.physics.painting import cic_compensation
 
 
 def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None, field2=None,

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import Mesh
 
-from pmpipe import domain, fft
-from pmpipe.domain import Grid
 from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
+from pmpipe.physics import domain, fft
+from pmpipe.physics.domain import Grid
 
 
 class HaloError(RuntimeError):

@@ -15,8 +15,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import config, cosmology, fft, ics, lpt, nbody, timesteps
-from pmpipe.domain import Grid
+from pmpipe import config
+from pmpipe.physics import cosmology, fft, ics, lpt, nbody, timesteps
+from pmpipe.physics.domain import Grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Initial:
 def power_function(cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu",
                    table=None) -> cosmology.LinearPower:
     """P(k) at a = 1 as a callable of k [h/Mpc]: kind 'eisenstein_hu', 'eisenstein_hu_nowiggle',
-    or 'table' with table = (k, P) arrays from :func:`pmpipe.power_table.load_power_table`."""
+    or 'table' with table = (k, P) arrays from :func:`pmpipe.physics.power_table.load_power_table`."""
     if kind not in config.POWER_KINDS:
         raise ValueError(
             f"power.kind must be 'eisenstein_hu', 'eisenstein_hu_nowiggle' or 'table', got {kind!r}"
@@ -51,7 +52,7 @@ def initial_conditions(cosmo: cosmology.Cosmology, noise, power: Callable, mesh:
                        fixed_amplitude: bool = False, paired: bool = False, table=None) -> Initial:
     """Linear field and LPT particle state at a_init from white noise (N, N, N).
 
-    power: a :class:`pmpipe.cosmology.LinearPower` (an argument of the compiled program, like
+    power: a :class:`pmpipe.physics.cosmology.LinearPower` (an argument of the compiled program, like
     the cosmology and a_init) or any callable of k (part of the program: compiled per callable).
     """
     if not isinstance(power, cosmology.LinearPower):
@@ -99,7 +100,7 @@ def simulate(cosmo: cosmology.Cosmology, noise, grid: Grid, a_init: float,
                                              "n_snapshots"))
 def _simulation(cosmo, noise, a_init, table, power, a_steps, slots, *, grid, lpt_order,
                 fixed_amplitude, paired, n_snapshots):
-    """(δ_lin, s1, s2, disp, mom) and the outputs of :func:`pmpipe.nbody.evolution`."""
+    """(δ_lin, s1, s2, disp, mom) and the outputs of :func:`pmpipe.physics.nbody.evolution`."""
     fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=grid.mesh,
                              box_size=grid.box_size, lpt_order=lpt_order,
                              fixed_amplitude=fixed_amplitude, paired=paired)

@@ -19,7 +19,7 @@ for a store's writes and raises the first failure.
 
 A store is complete only once :func:`mark_complete` has run; it waits for the store's pending
 writes (and writes no marker when one failed), records what the store holds in its manifest
-(every chunk's size and CRC-32, pmpipe.integrity), and the marker is its last write. Every
+(every chunk's size and CRC-32, pmpipe.storage.integrity), and the marker is its last write. Every
 reader goes through :func:`open_complete`, which refuses a store without the marker or whose
 chunks are not all there with their recorded sizes, so nothing half-written or damaged is
 ever consumed; :func:`verify` checks the checksums too. Layout and names: docs/outputs.md.
@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from pmpipe import config, image, integrity, log
+from pmpipe import config, image, log
+from pmpipe.storage import integrity
 
 if TYPE_CHECKING:
     import jax
@@ -223,7 +224,7 @@ def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, di
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # every chunk is written, fill values only or not: no scan for them, and the manifest
-        # (pmpipe.integrity) can demand every chunk
+        # (pmpipe.storage.integrity) can demand every chunk
         return zarr.open_array(group.store, path=_child(group, name),
                                mode="r+").with_config({"write_empty_chunks": True})
 
@@ -387,7 +388,7 @@ def _finish_at_exit() -> None:
     they belong to have no completion marker)."""
     for key in list(_states):
         for name, error in _wait(key):
-            LOG.error("pmpipe.store: writing array %r of %s failed: %s: %s", name, key,
+            LOG.error("pmpipe.storage.store: writing array %r of %s failed: %s: %s", name, key,
                       type(error).__name__, error)
 
 
@@ -510,7 +511,7 @@ def flush(group: zarr.Group | None = None) -> None:
 
 def mark_complete(group: zarr.Group) -> None:
     """Once every process has written its blocks, process 0 consolidates the metadata, writes
-    the manifest of every chunk (pmpipe.integrity) and the end time, then the marker, with
+    the manifest of every chunk (pmpipe.storage.integrity) and the end time, then the marker, with
     the manifest's checksum: the last act.
 
     Waits for this process's pending writes first and checksums the chunks it wrote. When

@@ -31,9 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe import cosmology, fft, lightcone, painting, sky
-from pmpipe.domain import Grid
 from pmpipe.parallel import FIELD_SPEC
+from pmpipe.physics import cosmology, fft, lightcone, painting, sky
+from pmpipe.physics.domain import Grid
 
 
 def potential(disp, omega_m, grid: Grid):

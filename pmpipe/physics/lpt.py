@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from jax.sharding import Mesh
 
-from pmpipe import cosmology, fft
+from pmpipe.physics import cosmology, fft
 
 _PAIRS = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))
 
 
 def lpt_displacements(delta_k, mesh: Mesh, box_size: float, order: int = 2):
     """LPT displacement fields (s1, s2) per unit D1, D2 on the particle grid, each (N, N, N, 3) in
-    Mpc/h, from the linear modes δ_k at a = 1 (:func:`pmpipe.ics.linear_modes`). s2 is None for
+    Mpc/h, from the linear modes δ_k at a = 1 (:func:`pmpipe.physics.ics.linear_modes`). s2 is None for
     order 1."""
     if order not in (1, 2):
         raise ValueError(f"lpt.order must be 1 or 2, got {order}")
