@@ -60,7 +60,7 @@ def bench_steps(particles: int, box_size: float, steps: int, reference_steps: in
 
     def run(n_steps, spacing):
         bounds = timesteps.step_boundaries(A_INIT, 1.0, n_steps, (), spacing, _growth)
-        return _final_particles(noise, grid, bounds, mesh)
+        return _final_particles(noise, grid, bounds)
 
     t0 = time.perf_counter()
     reference, _ = run(reference_steps, "log_a")

@@ -266,7 +266,8 @@ class Campaign(config.StrictModel):
         """base.parallel.pdims 'auto' is left out of the base run, to be chosen (_choose_pdims)."""
         base = data.get("base") if isinstance(data, dict) else None
         parallel = base.get("parallel") if isinstance(base, dict) else None
-        if not isinstance(parallel, dict) or parallel.get("pdims") != "auto":
+        if not isinstance(base, dict) or not isinstance(parallel, dict) \
+                or parallel.get("pdims") != "auto":
             return data
         if not data.get("decomposition"):
             raise ValueError("base.parallel.pdims 'auto' needs a decomposition section: devices "

@@ -242,7 +242,7 @@ class RunsJob:
         except checkpoint.Preempted as err:
             handler = signal.getsignal(signal.SIGUSR2)
             if err.signum == signal.SIGUSR2 and callable(handler):
-                handler(err.signum, None)  # submitit's: checkpoint (below), requeue, exit
+                handler(signal.SIGUSR2, None)  # submitit's: checkpoint (below), requeue, exit
             elif err.signum == signal.SIGTERM:
                 time.sleep(self.TERM_WAIT_SECONDS)
             raise
