@@ -116,13 +116,15 @@ import json, sys
 from pathlib import Path
 from pmpipe.orchestration import campaign, workflow
 loaded = {str(p): len(campaign.load(p).runs) for p in sorted(Path("config").rglob("*.yaml"))}
+expansions, expand = [], campaign.expand
+campaign.expand = lambda *args, **kwargs: expansions.append(1) or expand(*args, **kwargs)
 plan = workflow.prepare({}, prune=False, results=Path(sys.argv[1]))
-print(json.dumps({"loaded": loaded, "runs": len(plan.run_ids),
+print(json.dumps({"loaded": loaded, "runs": len(plan.run_ids), "expansions": len(expansions),
                   "jax": sorted(m for m in sys.modules if m == "jax" or m.startswith("jax."))}))
 """
 
 
-def test_configuration_modules_and_campaign_planning_import_no_jax(tmp_path):
+def test_configuration_modules_and_campaign_planning_import_no_jax_and_expand_once(tmp_path):
     imported = subprocess.run(
         [sys.executable, "-c", (f"import sys; import {', '.join(CONFIGURATION)}; "
                                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))")],
@@ -133,4 +135,4 @@ def test_configuration_modules_and_campaign_planning_import_no_jax(tmp_path):
     assert planned.returncode == 0, planned.stderr[-3000:]
     out = json.loads(planned.stdout)
     assert len(out["loaded"]) >= 5 and all(n >= 1 for n in out["loaded"].values()), out
-    assert out["runs"] == 6 and out["jax"] == [], out
+    assert out["runs"] == 6 and out["expansions"] == 1 and out["jax"] == [], out

@@ -1,6 +1,10 @@
 # Loads and validates the campaign (pmpipe's pydantic models, then the generated JSON schema),
 # writes each run's config.json when it changed, and removes stores left without their
 # completion marker so that they are recomputed (docs/workflow.md).
+import time
+
+PLANNING_STARTED = time.perf_counter()  # pmpipe's share of Snakemake's parse, logged below
+
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -29,3 +33,6 @@ wildcard_constraints:
 # every figure of the report (pmpipe.report.figures) and the run stores they are drawn from
 FIGURES = pmreport.figures(PLAN.campaign_dir, PLAN.run_ids, "lensing" in PLAN.stages, PLAN.outputs)
 FIGURE_STORES = sorted({pmreport.RUN_FIGURES[f.name][0] for f in FIGURES if f.run})
+pmw.LOG.info("pmpipe: campaign %s planned in %.2f s: %d runs, jobs to run: %d",
+             PLAN.campaign_dir.name, time.perf_counter() - PLANNING_STARTED, len(PLAN.run_ids),
+             len(PLAN.jobs))
