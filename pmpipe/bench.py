@@ -81,18 +81,36 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
     and arguments plus temporaries per particle."""
     grid = Grid(mesh, particles, oversample, BOX_SIZE, halo)
     bounds = timesteps.step_boundaries(A_INIT, 1.0, steps, (1.0,))
-    state = jax.ShapeDtypeStruct((particles,) * 3 + (3,), jnp.float32,
-                                 sharding=parallel.field_sharding(mesh))
-    stats = nbody.evolution.lower(
-        COSMOLOGY, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),
-        nbody.crossing_slots(bounds, ()), cosmology.growth_table(COSMOLOGY), None, grid=grid,
-        n_snapshots=1).compile().memory_analysis()
+    state = jax.ShapeDtypeStruct(
+        (particles,) * 3 + (3,), jnp.float32, sharding=parallel.field_sharding(mesh)
+    )
+    stats = (
+        nbody.evolution.lower(
+            COSMOLOGY,
+            state,
+            state,
+            bounds.astype(np.float32),
+            nbody.snapshot_slots(bounds, (1.0,)),
+            nbody.crossing_slots(bounds, ()),
+            cosmology.growth_table(COSMOLOGY),
+            None,
+            grid=grid,
+            n_snapshots=1,
+        )
+        .compile()
+        .memory_analysis()
+    )
     if stats is None:
-        raise RuntimeError(f"XLA gives no memory analysis of the compiled step on {jax.devices()[0].platform}")
+        raise RuntimeError(
+            f"XLA gives no memory analysis of the compiled step on {jax.devices()[0].platform}"
+        )
     used = stats.argument_size_in_bytes + stats.temp_size_in_bytes
-    return {"argument_bytes": stats.argument_size_in_bytes,
-            "temp_bytes": stats.temp_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
-            "bytes_per_particle": used / particles**3 * mesh.size}
+    return {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "bytes_per_particle": used / particles**3 * mesh.size,
+    }
 
 
 @functools.partial(jax.jit, static_argnames="grid")
@@ -124,12 +142,14 @@ def step_parts(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> dict:
         xk = fft.r2c(x, mesh)
         return [fft.c2r(xk * (i + 1.0), mesh) for i in range(3)]
 
-    return {"step_s": step_seconds(disp, mom, grid, omega_m, repeat),
-            "paint_s": _timed(paint, disp, repeat=repeat),
-            "read_s": _timed(read, force_mesh, disp, repeat=repeat),
-            "fft_s": _timed(r2c, rho, repeat=repeat),
-            "c2r_s": _timed(jax.jit(lambda k: fft.c2r(k, mesh)), r2c(rho), repeat=repeat),
-            "fft_floor_s": _timed(jax.jit(floor), rho, repeat=repeat)}
+    return {
+        "step_s": step_seconds(disp, mom, grid, omega_m, repeat),
+        "paint_s": _timed(paint, disp, repeat=repeat),
+        "read_s": _timed(read, force_mesh, disp, repeat=repeat),
+        "fft_s": _timed(r2c, rho, repeat=repeat),
+        "c2r_s": _timed(jax.jit(lambda k: fft.c2r(k, mesh)), r2c(rho), repeat=repeat),
+        "fft_floor_s": _timed(jax.jit(floor), rho, repeat=repeat),
+    }
 
 
 # Dynamics without radiation: JaxPM's background (jax_cosmo) has none, so --compare jaxpm is
@@ -146,8 +166,16 @@ def lpt_particles(particles: int, mesh, seed: int = 0):
     return init.disp, init.mom
 
 
-def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, halo: int = 8,
-                seed: int = 0, compare: str | None = None, pmwd_path: str | None = None) -> dict:
+def bench_nbody(
+    particles: int,
+    steps: int,
+    pdims=(1, 1),
+    oversample: int = 1,
+    halo: int = 8,
+    seed: int = 0,
+    compare: str | None = None,
+    pmwd_path: str | None = None,
+) -> dict:
     """Measure one configuration; returns the JSON-ready record. compare='jaxpm' adds the
     JaxPM peer and the accuracy of both against a converged JaxPM reference; compare='pmwd'
     adds pmwd's run of the same job (from the Python path or ``pmwd_path``)."""
@@ -196,23 +224,31 @@ def bench_nbody(particles: int, steps: int, pdims=(1, 1), oversample: int = 1, h
         "cpu_count": os.cpu_count(),
     }
     peak = peak_rss_bytes()  # after every measurement above
-    record.update(peak_rss_bytes=peak, rss_bytes_per_particle=peak / particles**3,
-                  device_peak_bytes=device_peak_bytes(),
-                  evolution_memory=evolution_memory(particles, oversample, steps, mesh, halo))
+    record.update(
+        peak_rss_bytes=peak,
+        rss_bytes_per_particle=peak / particles**3,
+        device_peak_bytes=device_peak_bytes(),
+        evolution_memory=evolution_memory(particles, oversample, steps, mesh, halo),
+    )
     if record["device_peak_bytes"] is not None:
         record["device_bytes_per_particle"] = record["device_peak_bytes"] / particles**3
     if compare == "jaxpm":
         record.update(compare_jaxpm(init.delta_linear, res.disp, mesh, steps, halo))
         peer = record["jaxpm"]
-        record["vs_jaxpm"] = {"run_s_ratio": run_s / peer["run_s"],
-                              "peak_rss_ratio": peak / peer["peak_rss_bytes"]}
+        record["vs_jaxpm"] = {
+            "run_s_ratio": run_s / peer["run_s"],
+            "peak_rss_ratio": peak / peer["peak_rss_bytes"],
+        }
     if compare == "pmwd":
         peer = record["pmwd"] = compare_pmwd(particles, oversample, steps, pmwd_path)
-        record["vs_pmwd"] = {"run_s_ratio": run_s / peer["run_s"],
-                             "peak_rss_ratio": peak / peer["peak_rss_bytes"]}
+        record["vs_pmwd"] = {
+            "run_s_ratio": run_s / peer["run_s"],
+            "peak_rss_ratio": peak / peer["peak_rss_bytes"],
+        }
         if record["device_peak_bytes"] is not None and peer["device_peak_bytes"]:
-            record["vs_pmwd"]["device_peak_ratio"] = (record["device_peak_bytes"]
-                                                      / peer["device_peak_bytes"])
+            record["vs_pmwd"]["device_peak_ratio"] = (
+                record["device_peak_bytes"] / peer["device_peak_bytes"]
+            )
     return record
 
 
@@ -227,21 +263,55 @@ def compare_pmwd(particles: int, oversample: int, steps: int, pmwd_path: str | N
     """pmwd's run of the job in its own process (pmpipe.bench_pmwd); returns its record."""
     with tempfile.TemporaryDirectory(prefix="pmpipe-bench-") as tmp:
         out = os.path.join(tmp, "pmwd.json")
-        cmd = [sys.executable, "-m", "pmpipe.bench_pmwd", "--particles", str(particles),
-               "--oversample", str(oversample), "--steps", str(steps), "--box", str(BOX_SIZE),
-               "--a-init", str(A_INIT), "--out", out]
-        subprocess.run(cmd + (["--pmwd", pmwd_path] if pmwd_path else []), check=True,
-                       env=_peer_env())
+        cmd = [
+            sys.executable,
+            "-m",
+            "pmpipe.bench_pmwd",
+            "--particles",
+            str(particles),
+            "--oversample",
+            str(oversample),
+            "--steps",
+            str(steps),
+            "--box",
+            str(BOX_SIZE),
+            "--a-init",
+            str(A_INIT),
+            "--out",
+            out,
+        ]
+        subprocess.run(
+            cmd + (["--pmwd", pmwd_path] if pmwd_path else []), check=True, env=_peer_env()
+        )
         with open(out) as fh:
             return json.load(fh)
 
 
 def _run_jaxpm(field_path: str, out: str, solver: str, steps: int) -> tuple[np.ndarray, dict]:
     """One JaxPM evolution in its own process (clean timings and peak memory)."""
-    cmd = [sys.executable, "-m", "pmpipe.bench_jaxpm", "--field", field_path,
-           "--box", str(BOX_SIZE), "--cosmology", json.dumps(dataclasses.asdict(COSMOLOGY)),
-           "--a-init", str(A_INIT), "--lpt-order", "2", "--solver", solver,
-           "--steps", str(steps), "--rtol", str(REFERENCE_RTOL), "--out", out]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pmpipe.bench_jaxpm",
+        "--field",
+        field_path,
+        "--box",
+        str(BOX_SIZE),
+        "--cosmology",
+        json.dumps(dataclasses.asdict(COSMOLOGY)),
+        "--a-init",
+        str(A_INIT),
+        "--lpt-order",
+        "2",
+        "--solver",
+        solver,
+        "--steps",
+        str(steps),
+        "--rtol",
+        str(REFERENCE_RTOL),
+        "--out",
+        out,
+    ]
     subprocess.run(cmd, check=True, env=_peer_env())
     with open(out + ".json") as fh:
         record = json.load(fh)
@@ -263,8 +333,11 @@ def accuracy(disp, disp_ref, mesh, halo: int, box_size: float = BOX_SIZE) -> dic
     below = k < np.pi * n / box_size / 4
     rel = np.abs(p / p_ref - 1.0)
     r = p_x / np.sqrt(p * p_ref)
-    return {"pk_rel_diff_lowk": float(rel[:3].max()), "pk_rel_diff": float(rel[below].max()),
-            "r_min": float(r[below].min())}
+    return {
+        "pk_rel_diff_lowk": float(rel[:3].max()),
+        "pk_rel_diff": float(rel[below].max()),
+        "r_min": float(r[below].min()),
+    }
 
 
 def compare_jaxpm(delta_linear, disp, mesh, steps: int, halo: int) -> dict:
@@ -275,8 +348,10 @@ def compare_jaxpm(delta_linear, disp, mesh, steps: int, halo: int) -> dict:
         np.save(field_path, np.asarray(delta_linear))
         disp_peer, peer = _run_jaxpm(field_path, os.path.join(tmp, "leapfrog"), "leapfrog", steps)
         disp_ref, ref = _run_jaxpm(field_path, os.path.join(tmp, "dopri5"), "dopri5", steps)
-    acc = {"pmpipe": accuracy(disp, disp_ref, mesh, halo),
-           "jaxpm": accuracy(disp_peer, disp_ref, mesh, halo)}
+    acc = {
+        "pmpipe": accuracy(disp, disp_ref, mesh, halo),
+        "jaxpm": accuracy(disp_peer, disp_ref, mesh, halo),
+    }
     return {"jaxpm": peer, "reference": ref, "accuracy": acc}
 
 

@@ -35,8 +35,9 @@ def _final_particles(noise, grid: Grid, bounds):
 
 
 def _growth(a):
-    return cosmology.on_host(cosmology.growth_factor, COSMOLOGY, a,
-                             cosmology.growth_table(COSMOLOGY))
+    return cosmology.on_host(
+        cosmology.growth_factor, COSMOLOGY, a, cosmology.growth_table(COSMOLOGY)
+    )
 
 
 def _coarse_white_noise(noise, n: int):
@@ -44,14 +45,21 @@ def _coarse_white_noise(noise, n: int):
     holds (its Nyquist planes zeroed), so that both grids' ICs share their large scales."""
     m = noise.shape[0]
     modes = np.fft.fftn(noise.astype(np.float64)) * (n / m) ** 1.5
-    index = np.r_[0:n // 2, m - n // 2:m]
+    index = np.r_[0 : n // 2, m - n // 2 : m]
     coarse = modes[np.ix_(index, index, index)]
     coarse[n // 2] = coarse[:, n // 2] = coarse[:, :, n // 2] = 0.0
     return np.fft.ifftn(coarse).real.astype(np.float32)
 
 
-def bench_steps(particles: int, box_size: float, steps: int, reference_steps: int,
-                oversample: int = 1, seed: int = 0, halo: int = 8) -> dict:
+def bench_steps(
+    particles: int,
+    box_size: float,
+    steps: int,
+    reference_steps: int,
+    oversample: int = 1,
+    seed: int = 0,
+    halo: int = 8,
+) -> dict:
     """P(k) and r(k) below k_Nyquist / 4 of ``steps`` steps per spacing against
     ``reference_steps`` steps equal in ln a; returns the JSON-ready record."""
     mesh = parallel.make_mesh((1, 1))
@@ -65,22 +73,37 @@ def bench_steps(particles: int, box_size: float, steps: int, reference_steps: in
     t0 = time.perf_counter()
     reference, _ = run(reference_steps, "log_a")
     half, _ = run(reference_steps // 2, "log_a")
-    record: dict[str, Any] = {"benchmark": "steps", "particles": particles, "box_size": box_size,
-              "oversample": oversample, "steps": steps, "reference_steps": reference_steps,
-              "reference_spacing": "log_a", "seed": seed,
-              "reference_error": accuracy(half, reference, mesh, halo, box_size),
-              "spacings": {}}
+    record: dict[str, Any] = {
+        "benchmark": "steps",
+        "particles": particles,
+        "box_size": box_size,
+        "oversample": oversample,
+        "steps": steps,
+        "reference_steps": reference_steps,
+        "reference_spacing": "log_a",
+        "seed": seed,
+        "reference_error": accuracy(half, reference, mesh, halo, box_size),
+        "spacings": {},
+    }
     for spacing in config.STEP_SPACINGS:
         disp, seconds = run(steps, spacing)
         record["spacings"][spacing] = accuracy(disp, reference, mesh, halo, box_size) | {
-            "evolution_s": seconds}
+            "evolution_s": seconds
+        }
     record["wall_s"] = time.perf_counter() - t0
     return record
 
 
-def bench_force(particles: int, box_size: float, steps: int, oversamples=(1, 2),
-                reference_oversample: int = 2, spacing: str = "a", seed: int = 0,
-                halo: int = 8) -> dict:
+def bench_force(
+    particles: int,
+    box_size: float,
+    steps: int,
+    oversamples=(1, 2),
+    reference_oversample: int = 2,
+    spacing: str = "a",
+    seed: int = 0,
+    halo: int = 8,
+) -> dict:
     """P_B(k) / P_ref(k) at a = 1 for N = ``particles`` per side and force meshes B =
     ``oversamples`` against a reference of 2N per side (the same modes below the N-grid's
     Nyquist frequency, plus the next octave) and force mesh ``reference_oversample``, all with
@@ -104,10 +127,19 @@ def bench_force(particles: int, box_size: float, steps: int, oversamples=(1, 2),
     t0 = time.perf_counter()
     fine_noise = ics.white_noise(seed, grid_n, mesh)
     k, p_ref, _ = power(grid_n, reference_oversample, fine_noise)
-    record = {"benchmark": "force", "particles": particles, "box_size": box_size,
-              "steps": steps, "spacing": spacing, "seed": seed,
-              "reference_particles": grid_n, "reference_oversample": reference_oversample,
-              "k_nyquist": k_nyquist, "k": k.tolist(), "oversamples": {}}
+    record = {
+        "benchmark": "force",
+        "particles": particles,
+        "box_size": box_size,
+        "steps": steps,
+        "spacing": spacing,
+        "seed": seed,
+        "reference_particles": grid_n,
+        "reference_oversample": reference_oversample,
+        "k_nyquist": k_nyquist,
+        "k": k.tolist(),
+        "oversamples": {},
+    }
     coarse_noise = _coarse_white_noise(np.asarray(fine_noise), particles)
     for b in oversamples:
         _, p, seconds = power(particles, b, coarse_noise)
@@ -118,7 +150,10 @@ def bench_force(particles: int, box_size: float, steps: int, oversamples=(1, 2),
             first = bad[0] if bad.size else k.size  # the first bin off by more
             k_ok = float(k[first - 1]) if first > 0 else 0.0
             resolved[f"{tol:g}"] = {"k": k_ok, "k_over_nyquist": k_ok / k_nyquist}
-        record["oversamples"][str(b)] = {"ratio": ratio.tolist(), "k_within": resolved,
-                                         "evolution_s": seconds}
+        record["oversamples"][str(b)] = {
+            "ratio": ratio.tolist(),
+            "k_within": resolved,
+            "evolution_s": seconds,
+        }
     record["wall_s"] = time.perf_counter() - t0
     return record

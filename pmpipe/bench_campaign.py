@@ -41,15 +41,28 @@ def default_snakefile() -> Path:
     return Path(next(iter(pmpipe.__path__))).resolve().parent / "Snakefile"
 
 
-def run_snakemake(campaign_file: Path, profile: Path, workdir: Path, snakefile: Path,
-                  cores: int | None) -> tuple[float, subprocess.CompletedProcess]:
+def run_snakemake(
+    campaign_file: Path, profile: Path, workdir: Path, snakefile: Path, cores: int | None
+) -> tuple[float, subprocess.CompletedProcess]:
     """Run the campaign in workdir; returns (wall seconds, the finished process)."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(workdir),
-           "--profile", str(profile), "--config", f"campaign={campaign_file}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(snakefile),
+        "-d",
+        str(workdir),
+        "--profile",
+        str(profile),
+        "--config",
+        f"campaign={campaign_file}",
+    ]
     if cores is not None:
         cmd += ["--cores", str(cores)]
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}  # each job sets its own
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
+    }  # each job sets its own
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir)
     return time.perf_counter() - start, out
@@ -99,9 +112,13 @@ def summarise(jobs: list[dict], runs: int, wall_s: float, store_bytes: int) -> d
     }
 
 
-def bench_campaign(campaign_file: str | Path, profile: str | Path = "profiles/local",
-                   workdir: str | Path | None = None, cores: int | None = None,
-                   snakefile: str | Path | None = None) -> dict:
+def bench_campaign(
+    campaign_file: str | Path,
+    profile: str | Path = "profiles/local",
+    workdir: str | Path | None = None,
+    cores: int | None = None,
+    snakefile: str | Path | None = None,
+) -> dict:
     """Run the campaign through Snakemake in a fresh working directory and measure it;
     CampaignFailed with the end of Snakemake's output when the campaign fails."""
     from pmpipe import parallel
@@ -113,17 +130,21 @@ def bench_campaign(campaign_file: str | Path, profile: str | Path = "profiles/lo
         raise config.ConfigError(f"--profile {profile}: no such Snakemake profile folder")
     snakefile = Path(snakefile).resolve() if snakefile else default_snakefile()
     if not snakefile.exists():
-        raise config.ConfigError(f"{snakefile} does not exist: pass --snakefile (the Snakefile "
-                                 "of a pmpipe checkout)")
+        raise config.ConfigError(
+            f"{snakefile} does not exist: pass --snakefile (the Snakefile of a pmpipe checkout)"
+        )
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"pmpipe-bench-{camp.name}-")).resolve()
     if (workdir / "results" / camp.name).exists():
-        raise config.ConfigError(f"{workdir / 'results' / camp.name} exists: the benchmark "
-                                 "needs a working directory without results of this campaign")
+        raise config.ConfigError(
+            f"{workdir / 'results' / camp.name} exists: the benchmark "
+            "needs a working directory without results of this campaign"
+        )
     workdir.mkdir(parents=True, exist_ok=True)
     wall_s, out = run_snakemake(campaign_file, profile, workdir, snakefile, cores)
     if out.returncode != 0:
-        raise CampaignFailed(f"snakemake failed (exit {out.returncode}) in {workdir}:\n"
-                           f"{out.stderr[-4000:]}")
+        raise CampaignFailed(
+            f"snakemake failed (exit {out.returncode}) in {workdir}:\n{out.stderr[-4000:]}"
+        )
     campaign_dir = workdir / "results" / camp.name
     jobs = [json.loads(p.read_text()) for p in sorted((campaign_dir / "benchmarks").glob("*.json"))]
     runs = len(list(campaign_dir.glob("*/config.json")))
@@ -135,9 +156,13 @@ def bench_campaign(campaign_file: str | Path, profile: str | Path = "profiles/lo
         "campaign_file": str(campaign_file),
         "profile": str(profile),
         "workdir": str(workdir),
-        "machine": {"platform": first.get("platform"), "device_kind": first.get("device_kind"),
-                    "devices": first.get("devices"), "cpu_count": os.cpu_count(),
-                    "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version()},
+        "machine": {
+            "platform": first.get("platform"),
+            "device_kind": first.get("device_kind"),
+            "devices": first.get("devices"),
+            "cpu_count": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+        },
         **summarise(jobs, runs, wall_s, store_bytes),
     }

@@ -36,26 +36,51 @@ def _solve(field, cosmo, a_init: float, lpt_order: int, solver: str, steps: int,
         method = diffrax.Dopri5()
         control = diffrax.PIDController(rtol=rtol, atol=rtol)
         dt0 = 0.01
-    sol = diffrax.diffeqsolve(term, method, t0=a_init, t1=1.0, dt0=dt0,
-                              y0=jnp.stack([dx, p], axis=0), args=cosmo,
-                              saveat=diffrax.SaveAt(t1=True), stepsize_controller=control,
-                              max_steps=100_000)
+    sol = diffrax.diffeqsolve(
+        term,
+        method,
+        t0=a_init,
+        t1=1.0,
+        dt0=dt0,
+        y0=jnp.stack([dx, p], axis=0),
+        args=cosmo,
+        saveat=diffrax.SaveAt(t1=True),
+        stepsize_controller=control,
+        max_steps=100_000,
+    )
     return sol.ys[-1, 0], sol.stats["num_steps"]
 
 
-def run(field: np.ndarray, box_size: float, params: dict, a_init: float, lpt_order: int,
-        solver: str, steps: int, rtol: float) -> tuple[np.ndarray, dict]:
+def run(
+    field: np.ndarray,
+    box_size: float,
+    params: dict,
+    a_init: float,
+    lpt_order: int,
+    solver: str,
+    steps: int,
+    rtol: float,
+) -> tuple[np.ndarray, dict]:
     """One JaxPM evolution; returns (final displacement in Mpc/h, record)."""
     import jax_cosmo
 
-    cosmo = jax_cosmo.Cosmology(Omega_c=params["Omega_m"] - params["Omega_b"],
-                                Omega_b=params["Omega_b"], h=params["h"], n_s=params["n_s"],
-                                sigma8=params["sigma8"], Omega_k=0.0, w0=params["w0"],
-                                wa=params["wa"])
+    cosmo = jax_cosmo.Cosmology(
+        Omega_c=params["Omega_m"] - params["Omega_b"],
+        Omega_b=params["Omega_b"],
+        h=params["h"],
+        n_s=params["n_s"],
+        sigma8=params["sigma8"],
+        Omega_k=0.0,
+        w0=params["w0"],
+        wa=params["wa"],
+    )
     solve = jax.jit(lambda f, c: _solve(f, c, a_init, lpt_order, solver, steps, rtol))
     field_on_device = jnp.asarray(field)
-    record: dict[str, object] = {"solver": solver, "jaxpm": _version("jaxpm"),
-                                 "diffrax": _version("diffrax")}
+    record: dict[str, object] = {
+        "solver": solver,
+        "jaxpm": _version("jaxpm"),
+        "diffrax": _version("diffrax"),
+    }
     if solver == "leapfrog":  # the speed peer: compile, then time a warm run
         t0 = time.perf_counter()
         jax.block_until_ready(solve(field_on_device, cosmo))
@@ -91,8 +116,16 @@ def main(argv=None) -> int:
     parser.add_argument("--rtol", type=float, default=1e-5, help="Dopri5 rtol (= atol)")
     parser.add_argument("--out", required=True, help="output prefix: writes .npz and .json")
     args = parser.parse_args(argv)
-    disp, record = run(np.load(args.field), args.box, json.loads(args.cosmology), args.a_init,
-                       args.lpt_order, args.solver, args.steps, args.rtol)
+    disp, record = run(
+        np.load(args.field),
+        args.box,
+        json.loads(args.cosmology),
+        args.a_init,
+        args.lpt_order,
+        args.solver,
+        args.steps,
+        args.rtol,
+    )
     np.savez(args.out + ".npz", disp=disp)
     with open(args.out + ".json", "w") as fh:
         json.dump(record, fh)

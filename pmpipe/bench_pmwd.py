@@ -21,14 +21,21 @@ import jax
 from pmpipe.bench import device_peak_bytes, peak_rss_bytes
 
 
-def run(particles: int, oversample: int, steps: int, box_size: float, a_init: float,
-        seed: int = 0) -> dict:
+def run(
+    particles: int, oversample: int, steps: int, box_size: float, a_init: float, seed: int = 0
+) -> dict:
     """One pmwd job; returns its record."""
     import pmwd
 
-    conf = pmwd.Configuration(ptcl_spacing=box_size / particles, ptcl_grid_shape=(particles,) * 3,
-                              mesh_shape=oversample, a_start=a_init, a_stop=1.0,
-                              a_nbody_maxstep=(1.0 - a_init) / steps, lpt_order=2)
+    conf = pmwd.Configuration(
+        ptcl_spacing=box_size / particles,
+        ptcl_grid_shape=(particles,) * 3,
+        mesh_shape=oversample,
+        a_start=a_init,
+        a_stop=1.0,
+        a_nbody_maxstep=(1.0 - a_init) / steps,
+        lpt_order=2,
+    )
 
     @jax.jit
     def job(seed, cosmo):
@@ -44,10 +51,17 @@ def run(particles: int, oversample: int, steps: int, box_size: float, a_init: fl
     t0 = time.perf_counter()
     jax.block_until_ready(job(seed, cosmo))
     run_s = time.perf_counter() - t0
-    return {"code": "pmwd", "module": pmwd.__file__, "particles": particles,
-            "force_mesh": particles * oversample, "steps": conf.a_nbody_num,
-            "run_s": run_s, "compile_s": warm_s - run_s, "peak_rss_bytes": peak_rss_bytes(),
-            "device_peak_bytes": device_peak_bytes()}
+    return {
+        "code": "pmwd",
+        "module": pmwd.__file__,
+        "particles": particles,
+        "force_mesh": particles * oversample,
+        "steps": conf.a_nbody_num,
+        "run_s": run_s,
+        "compile_s": warm_s - run_s,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "device_peak_bytes": device_peak_bytes(),
+    }
 
 
 def main(argv=None) -> int:

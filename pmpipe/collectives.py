@@ -23,8 +23,14 @@ FLOAT_BYTES, COMPLEX_BYTES = 4, 8
 TRANSFORMS_PER_STEP = 4  # r2c of the density, c2r of the three force components
 FORCE_COMPONENTS = 3
 
-KINDS = ("all-to-all", "collective-permute", "all-reduce", "all-gather", "reduce-scatter",
-         "collective-broadcast")
+KINDS = (
+    "all-to-all",
+    "collective-permute",
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "collective-broadcast",
+)
 _COLLECTIVE = re.compile(r"= (.*?) (" + "|".join(KINDS) + r")(?:-start)?\(")
 _ARRAY = re.compile(r"([a-z]+)(\d*)\[([\d,]*)\]")
 
@@ -96,6 +102,9 @@ def bytes_per_step(force_mesh: int, pdims: tuple[int, int], halo: int) -> dict[s
     block = force_mesh**3 // (pdims[0] * pdims[1]) * COMPLEX_BYTES
     groups = transposes(pdims)
     halo_bytes = sum(halo_cells(force_mesh, pdims, halo)) * FLOAT_BYTES
-    return {"fft": TRANSFORMS_PER_STEP * block * len(groups),
-            "fft_sent": round(TRANSFORMS_PER_STEP * block * sum((g - 1) / g for g in groups)),
-            "halo": halo_bytes, "halo_sent": halo_bytes}
+    return {
+        "fft": TRANSFORMS_PER_STEP * block * len(groups),
+        "fft_sent": round(TRANSFORMS_PER_STEP * block * sum((g - 1) / g for g in groups)),
+        "halo": halo_bytes,
+        "halo_sent": halo_bytes,
+    }

@@ -43,16 +43,22 @@ class Counts:
         return self.programs - self.hits
 
     def __sub__(self, before: Counts) -> Counts:
-        return Counts(self.programs - before.programs, self.hits - before.hits,
-                      self.misses - before.misses, self.seconds - before.seconds,
-                      self.names[len(before.names):],
-                      self.compiled_names[len(before.compiled_names):])
+        return Counts(
+            self.programs - before.programs,
+            self.hits - before.hits,
+            self.misses - before.misses,
+            self.seconds - before.seconds,
+            self.names[len(before.names) :],
+            self.compiled_names[len(before.compiled_names) :],
+        )
 
     def summary(self) -> str:
         """One line: 'N programs: C compiled (W written to the cache), H from the cache, S s'."""
-        return (f"{self.programs} programs: {self.compiled} compiled ({self.misses} written to "
-                f"the persistent cache), {self.hits} from the persistent cache, "
-                f"{self.seconds:.2f} s")
+        return (
+            f"{self.programs} programs: {self.compiled} compiled ({self.misses} written to "
+            f"the persistent cache), {self.hits} from the persistent cache, "
+            f"{self.seconds:.2f} s"
+        )
 
 
 class _Totals:
@@ -75,15 +81,24 @@ class _Totals:
         if event == BACKEND_COMPILE_EVENT:
             name = str(kwargs.get("fun_name", "?"))
             hit, self.thread.hit = getattr(self.thread, "hit", False), False
-            self._add(programs=1, seconds=duration_secs, names=(name,),
-                      compiled_names=() if hit else (name,))
+            self._add(
+                programs=1,
+                seconds=duration_secs,
+                names=(name,),
+                compiled_names=() if hit else (name,),
+            )
 
     def _add(self, programs=0, hits=0, misses=0, seconds=0.0, names=(), compiled_names=()):
         with self.lock:
             c = self.counts
-            self.counts = Counts(c.programs + programs, c.hits + hits, c.misses + misses,
-                                 c.seconds + seconds, c.names + names,
-                                 c.compiled_names + compiled_names)
+            self.counts = Counts(
+                c.programs + programs,
+                c.hits + hits,
+                c.misses + misses,
+                c.seconds + seconds,
+                c.names + names,
+                c.compiled_names + compiled_names,
+            )
 
 
 _TOTALS = _Totals()

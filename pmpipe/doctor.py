@@ -23,8 +23,19 @@ from pathlib import Path
 
 from pmpipe import image, parallel
 
-FIELDS = ("pmpipe", "python", "jax", "processes", "jaxdecomp", "nccl", "mpi", "slurm",
-          "container", "cuda_driver", "warnings")
+FIELDS = (
+    "pmpipe",
+    "python",
+    "jax",
+    "processes",
+    "jaxdecomp",
+    "nccl",
+    "mpi",
+    "slurm",
+    "container",
+    "cuda_driver",
+    "warnings",
+)
 # oldest NVIDIA driver each CUDA major version of the JAX wheels runs on (NVIDIA's CUDA
 # toolkit release notes, "minimum required driver version" for Linux)
 MIN_DRIVER = {12: (525, 60, 13), 13: (580, 65, 6)}
@@ -58,29 +69,45 @@ def _jax_facts() -> dict:
     import jax
 
     devices = jax.local_devices()
-    return {"version": jax.__version__, "jaxlib": _version("jaxlib"),
-            "backend": jax.default_backend(),
-            "platform_version": devices[0].client.platform_version if devices else None,
-            "local_devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform}
-                              for d in devices],
-            "cuda_plugin": next((f"{name} {_version(name)}" for name in
-                                 ("jax-cuda13-plugin", "jax-cuda12-plugin") if _version(name)),
-                                None)}
+    return {
+        "version": jax.__version__,
+        "jaxlib": _version("jaxlib"),
+        "backend": jax.default_backend(),
+        "platform_version": devices[0].client.platform_version if devices else None,
+        "local_devices": [
+            {"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices
+        ],
+        "cuda_plugin": next(
+            (
+                f"{name} {_version(name)}"
+                for name in ("jax-cuda13-plugin", "jax-cuda12-plugin")
+                if _version(name)
+            ),
+            None,
+        ),
+    }
 
 
 def _jaxdecomp_facts() -> dict:
     from jaxdecomplib import _jaxdecomp
 
     calls = sorted(_jaxdecomp.registrations())
-    return {"version": _version("jaxdecomp"), "cudecomp": bool(calls),
-            "backend": "jax",  # pmpipe's FFTs and halos take jaxdecomp's JAX path (pmpipe.physics.fft)
-            "custom_calls": calls}
+    return {
+        "version": _version("jaxdecomp"),
+        "cudecomp": bool(calls),
+        "backend": "jax",  # pmpipe's FFTs and halos take jaxdecomp's JAX path (pmpipe.physics.fft)
+        "custom_calls": calls,
+    }
 
 
 def _container_facts(environ: Mapping[str, str]) -> dict:
     path, labels = image.current(environ)
-    return {"inside": path is not None, "image": path, "labels": labels,
-            "apptainer": _output_line(["apptainer", "--version"])}
+    return {
+        "inside": path is not None,
+        "image": path,
+        "labels": labels,
+        "apptainer": _output_line(["apptainer", "--version"]),
+    }
 
 
 def _cuda_driver() -> str | None:
@@ -95,16 +122,24 @@ def report(environ: Mapping[str, str] | None = None) -> dict:
         "pmpipe": {"version": _version("pmpipe"), "package": str(Path(__file__).parent)},
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "jax": _jax_facts(),
-        "processes": {"launcher": launcher, "count": processes,
-                      "local_device_ids": parallel.local_device_ids(environ=environ),
-                      "gpu_platform": parallel.gpu_platform()},
+        "processes": {
+            "launcher": launcher,
+            "count": processes,
+            "local_device_ids": parallel.local_device_ids(environ=environ),
+            "gpu_platform": parallel.gpu_platform(),
+        },
         "jaxdecomp": _jaxdecomp_facts(),
         "nccl": _version("nvidia-nccl-cu13") or _version("nvidia-nccl-cu12"),
-        "mpi": {"mpiexec": shutil.which("mpiexec"),
-                "version": _output_line(["mpiexec", "--version"], "Version"),
-                "mpi4py": _version("mpi4py")},
-        "slurm": {"job": environ.get("SLURM_JOB_ID"), "step": environ.get("SLURM_STEP_ID"),
-                  "variables": sorted(k for k in environ if k.startswith("SLURM_"))},
+        "mpi": {
+            "mpiexec": shutil.which("mpiexec"),
+            "version": _output_line(["mpiexec", "--version"], "Version"),
+            "mpi4py": _version("mpi4py"),
+        },
+        "slurm": {
+            "job": environ.get("SLURM_JOB_ID"),
+            "step": environ.get("SLURM_STEP_ID"),
+            "variables": sorted(k for k in environ if k.startswith("SLURM_")),
+        },
         "container": _container_facts(environ),
         "cuda_driver": _cuda_driver(),
     }
@@ -121,31 +156,45 @@ def warnings(facts: dict, environ: Mapping[str, str]) -> list[str]:
     """Settings known to break (multi-node) runs, each a sentence naming the setting to change."""
     out = []
     if environ.get("SLURM_JOB_ID") and not any(k in environ for k in SLURM_RANK_VARIABLES):
-        out.append("inside SLURM job {} without {}: the environment was cleaned (sbatch/srun "
-                   "--export=NONE, env -i, a container that does not pass SLURM_*), so a "
-                   "multi-process stage cannot find its rank; start it with srun and keep the "
-                   "SLURM_* variables".format(environ["SLURM_JOB_ID"],
-                                              ", ".join(SLURM_RANK_VARIABLES)))
+        out.append(
+            "inside SLURM job {} without {}: the environment was cleaned (sbatch/srun "
+            "--export=NONE, env -i, a container that does not pass SLURM_*), so a "
+            "multi-process stage cannot find its rank; start it with srun and keep the "
+            "SLURM_* variables".format(environ["SLURM_JOB_ID"], ", ".join(SLURM_RANK_VARIABLES))
+        )
     local_tasks = int(environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0] or 1)
     gpus = [d for d in facts["jax"]["local_devices"] if d["platform"] == "gpu"]
-    if (facts["jax"]["backend"] == "gpu" and local_tasks > 1 and len(gpus) > 1
-            and environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() != "false"):
-        out.append(f"{local_tasks} processes on this node each see {len(gpus)} GPUs and JAX "
-                   "preallocates 75 % of every GPU it sees: give each process its own GPU "
-                   "(srun --gpus-per-task=1) or set XLA_PYTHON_CLIENT_PREALLOCATE=false")
+    if (
+        facts["jax"]["backend"] == "gpu"
+        and local_tasks > 1
+        and len(gpus) > 1
+        and environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() != "false"
+    ):
+        out.append(
+            f"{local_tasks} processes on this node each see {len(gpus)} GPUs and JAX "
+            "preallocates 75 % of every GPU it sees: give each process its own GPU "
+            "(srun --gpus-per-task=1) or set XLA_PYTHON_CLIENT_PREALLOCATE=false"
+        )
     plugin, driver = facts["jax"]["cuda_plugin"], _version_tuple(facts["cuda_driver"])
     found = re.search(r"cuda(\d+)", plugin) if plugin else None
     major = int(found.group(1)) if found else None
     if major in MIN_DRIVER and driver is not None and driver < MIN_DRIVER[major]:
         need = ".".join(map(str, MIN_DRIVER[major]))
-        out.append(f"NVIDIA driver {facts['cuda_driver']} is older than {need}, the oldest "
-                   f"that the CUDA {major} wheels of JAX ({plugin}) run on: update the driver or "
-                   "install JAX's wheels for an older CUDA")
-    if facts["processes"]["count"] > 1 and facts["jax"]["backend"] == "cpu" \
-            and parallel.HOST_DEVICES_FLAG in environ.get("XLA_FLAGS", ""):
-        out.append(f"XLA_FLAGS sets {parallel.HOST_DEVICES_FLAG} in one of "
-                   f"{facts['processes']['count']} processes: each process asks for its share "
-                   "of a run's devices itself, and this setting overrides it; unset it")
+        out.append(
+            f"NVIDIA driver {facts['cuda_driver']} is older than {need}, the oldest "
+            f"that the CUDA {major} wheels of JAX ({plugin}) run on: update the driver or "
+            "install JAX's wheels for an older CUDA"
+        )
+    if (
+        facts["processes"]["count"] > 1
+        and facts["jax"]["backend"] == "cpu"
+        and parallel.HOST_DEVICES_FLAG in environ.get("XLA_FLAGS", "")
+    ):
+        out.append(
+            f"XLA_FLAGS sets {parallel.HOST_DEVICES_FLAG} in one of "
+            f"{facts['processes']['count']} processes: each process asks for its share "
+            "of a run's devices itself, and this setting overrides it; unset it"
+        )
     return out
 
 
@@ -156,21 +205,45 @@ def table(facts: dict) -> str:
     rows = [
         ("pmpipe", f"{facts['pmpipe']['version']} ({facts['pmpipe']['package']})"),
         ("python", f"{facts['python']['version']} ({facts['python']['executable']})"),
-        ("jax", f"{jax['version']}, jaxlib {jax['jaxlib']}, backend {jax['backend']}"
-                + (f", {jax['cuda_plugin']}" if jax["cuda_plugin"] else "")),
+        (
+            "jax",
+            f"{jax['version']}, jaxlib {jax['jaxlib']}, backend {jax['backend']}"
+            + (f", {jax['cuda_plugin']}" if jax["cuda_plugin"] else ""),
+        ),
         ("devices", f"{len(jax['local_devices'])} local: {', '.join(kinds) or 'none'}"),
-        ("processes", (f"{facts['processes']['count']} ({facts['processes']['launcher']}), local "
-                       f"device ids {facts['processes']['local_device_ids'] or 'all visible'}, "
-                       + ("GPU collectives" if facts["processes"]["gpu_platform"] else
-                          "across processes gloo CPU collectives, synchronous dispatch"))),
-        ("jaxdecomp", (f"{dec['version']}, cuDecomp {'yes' if dec['cudecomp'] else 'no'}, "
-                       f"pmpipe uses the {dec['backend']} backend")),
+        (
+            "processes",
+            (
+                f"{facts['processes']['count']} ({facts['processes']['launcher']}), local "
+                f"device ids {facts['processes']['local_device_ids'] or 'all visible'}, "
+                + (
+                    "GPU collectives"
+                    if facts["processes"]["gpu_platform"]
+                    else "across processes gloo CPU collectives, synchronous dispatch"
+                )
+            ),
+        ),
+        (
+            "jaxdecomp",
+            (
+                f"{dec['version']}, cuDecomp {'yes' if dec['cudecomp'] else 'no'}, "
+                f"pmpipe uses the {dec['backend']} backend"
+            ),
+        ),
         ("nccl", facts["nccl"] or "not installed"),
         ("mpi", facts["mpi"]["version"] or "no mpiexec"),
-        ("slurm", f"job {facts['slurm']['job']}, step {facts['slurm']['step']}"
-                  if facts["slurm"]["job"] else "not in a SLURM job"),
-        ("container", f"{cont['image']} {json.dumps(cont['labels'])}" if cont["inside"]
-                      else "not in an Apptainer image"),
+        (
+            "slurm",
+            f"job {facts['slurm']['job']}, step {facts['slurm']['step']}"
+            if facts["slurm"]["job"]
+            else "not in a SLURM job",
+        ),
+        (
+            "container",
+            f"{cont['image']} {json.dumps(cont['labels'])}"
+            if cont["inside"]
+            else "not in an Apptainer image",
+        ),
         ("cuda driver", facts["cuda_driver"] or "no nvidia-smi"),
     ]
     width = max(len(name) for name, _ in rows)

@@ -32,8 +32,12 @@ class ProcessFilter(logging.Filter):
         self.process, self.shown = process, shown
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return (self.shown is None or self.process == self.shown
-                or record.levelno >= logging.WARNING or getattr(record, "every_process", False))
+        return (
+            self.shown is None
+            or self.process == self.shown
+            or record.levelno >= logging.WARNING
+            or getattr(record, "every_process", False)
+        )
 
 
 def shown_process(environ=None) -> int | None:

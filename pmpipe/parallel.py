@@ -45,13 +45,17 @@ def spread_devices(count: int) -> list:
     process: the devices of a mesh over part of a run of several processes."""
     processes = jax.process_count()
     if count % processes:
-        raise ValueError(f"{count} devices cannot be taken equally from {processes} processes: "
-                         f"use a multiple of {processes}")
+        raise ValueError(
+            f"{count} devices cannot be taken equally from {processes} processes: "
+            f"use a multiple of {processes}"
+        )
     share = count // processes
     owned = [[d for d in jax.devices() if d.process_index == p] for p in range(processes)]
     if any(len(devices) < share for devices in owned):
-        raise ValueError(f"{count} devices need {share} in each of {processes} processes; "
-                         f"they hold {min(len(d) for d in owned)}")
+        raise ValueError(
+            f"{count} devices need {share} in each of {processes} processes; "
+            f"they hold {min(len(d) for d in owned)}"
+        )
     return [d for devices in owned for d in devices[:share]]
 
 
@@ -133,8 +137,11 @@ def local_device_ids(per_process: int = 1, environ=None) -> list[int] | None:
     if visible is not None and len([v for v in visible.split(",") if v.strip()]) == per_process:
         return list(range(per_process))
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", ""))
-    if per_node.split("(")[0] == "1" or (not per_node and "OMPI_COMM_WORLD_LOCAL_SIZE" in env
-                                         and env["OMPI_COMM_WORLD_LOCAL_SIZE"] == "1"):
+    if per_node.split("(")[0] == "1" or (
+        not per_node
+        and "OMPI_COMM_WORLD_LOCAL_SIZE" in env
+        and env["OMPI_COMM_WORLD_LOCAL_SIZE"] == "1"
+    ):
         return None
     rank = next((int(env[v]) for v in LOCAL_RANK_VARIABLES if v in env), None)
     return None if rank is None else list(range(rank * per_process, (rank + 1) * per_process))
@@ -175,10 +182,12 @@ def start_processes(total_devices: int) -> tuple[str, int]:
     waits in a collective until the job's time limit. Returns (launcher, processes)."""
     launcher, processes = launcher_processes()
     if total_devices % processes:
-        raise ValueError(f"parallel.pdims needs {total_devices} devices but {processes} processes "
-                         f"were launched; each process holds an equal share of the devices: "
-                         f"launch a divisor of {total_devices} processes "
-                         f"(execution.processes_per_node)")
+        raise ValueError(
+            f"parallel.pdims needs {total_devices} devices but {processes} processes "
+            f"were launched; each process holds an equal share of the devices: "
+            f"launch a divisor of {total_devices} processes "
+            f"(execution.processes_per_node)"
+        )
     per_process = total_devices // processes
     request_host_devices(per_process)
     if processes > 1 and not jax.distributed.is_initialized():
@@ -189,9 +198,11 @@ def start_processes(total_devices: int) -> tuple[str, int]:
             # different order on each process and wait for each other forever (seen with
             # async dispatch)
             jax.config.update("jax_cpu_enable_async_dispatch", False)
-        jax.distributed.initialize(cluster_detection_method="mpi4py" if launcher == "mpi" else None,
-                                   local_device_ids=local_device_ids(per_process),
-                                   heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS)
+        jax.distributed.initialize(
+            cluster_detection_method="mpi4py" if launcher == "mpi" else None,
+            local_device_ids=local_device_ids(per_process),
+            heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
+        )
     return launcher, processes
 
 

@@ -38,20 +38,34 @@ class Figure:
 
 # per run (report/<run>/<name>.png): the run store it is drawn from and its report category;
 # per campaign (report/<name>.png): drawn from the campaign's summaries.zarr
-RUN_FIGURES = {"pk": ("summaries", "Power spectra"), "slice": ("nbody", "Density slices"),
-               "kappa": ("lensing", "Convergence maps"), "cl": ("summaries", "Convergence C_ell")}
+RUN_FIGURES = {
+    "pk": ("summaries", "Power spectra"),
+    "slice": ("nbody", "Density slices"),
+    "kappa": ("lensing", "Convergence maps"),
+    "cl": ("summaries", "Convergence C_ell"),
+}
 CAMPAIGN_FIGURES = {"pk_ratio": "Campaign", "peaks": "Campaign"}
 
 
 def figures(campaign_dir: Path, run_ids, lensing: bool, outputs) -> list[Figure]:
     """Every figure of a campaign's report that its stores allow: lensing figures with a
     lensing stage; the density slice and κ map only when outputs (config.Outputs) keeps them."""
-    shown = [f for f in RUN_FIGURES if (f != "slice" or outputs.density != "none")
-             and (f not in ("kappa", "cl") or lensing) and (f != "kappa" or outputs.lightcone)]
-    return [Figure(Path(campaign_dir) / "report" / run / f"{f}.png", f, RUN_FIGURES[f][1], run)
-            for run in run_ids for f in shown] + [
+    shown = [
+        f
+        for f in RUN_FIGURES
+        if (f != "slice" or outputs.density != "none")
+        and (f not in ("kappa", "cl") or lensing)
+        and (f != "kappa" or outputs.lightcone)
+    ]
+    return [
+        Figure(Path(campaign_dir) / "report" / run / f"{f}.png", f, RUN_FIGURES[f][1], run)
+        for run in run_ids
+        for f in shown
+    ] + [
         Figure(Path(campaign_dir) / "report" / f"{f}.png", f, category, None)
-        for f, category in CAMPAIGN_FIGURES.items() if f != "peaks" or lensing]
+        for f, category in CAMPAIGN_FIGURES.items()
+        if f != "peaks" or lensing
+    ]
 
 
 def pyplot():
@@ -68,8 +82,9 @@ def pyplot():
 def _ratio_panels():
     """A figure with a log-log panel above a ratio panel sharing the x axis."""
     plt = pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(6, 6),
-                                      gridspec_kw={"height_ratios": (2, 1)})
+    fig, (top, bottom) = plt.subplots(
+        2, 1, sharex=True, figsize=(6, 6), gridspec_kw={"height_ratios": (2, 1)}
+    )
     bottom.axhline(1.0, color="grey", lw=0.5)
     return fig, top, bottom
 
@@ -125,8 +140,9 @@ def plot_slice(nbody_path, out_path) -> None:
     spacing = x[1] - x[0]
     extent = (x[0] - spacing / 2, x[-1] + spacing / 2) * 2
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    image = ax.imshow(np.log10(np.maximum(slab, 1e-2)).T, origin="lower", extent=extent,
-                      cmap="magma")
+    image = ax.imshow(
+        np.log10(np.maximum(slab, 1e-2)).T, origin="lower", extent=extent, cmap="magma"
+    )
     fig.colorbar(image, ax=ax, label="log10 ρ/ρ̄")
     ax.set_xlabel("x [Mpc/h]")
     ax.set_ylabel("y [Mpc/h]")
@@ -173,8 +189,11 @@ def plot_kappa(lensing_path, out_path) -> None:
         return
     import healpy
 
-    healpy.mollview(np.asarray(g["kappa_healpix"][-1]), title=f"{g.attrs['run_id']}: κ, source {sources[-1]}",
-                    cmap="inferno")
+    healpy.mollview(
+        np.asarray(g["kappa_healpix"][-1]),
+        title=f"{g.attrs['run_id']}: κ, source {sources[-1]}",
+        cmap="inferno",
+    )
     plt.savefig(out_path, dpi=100)
     plt.close("all")
 
@@ -190,18 +209,24 @@ def plot_cl(summaries_path, out_path) -> None:
         inside = (ell >= low[i]) & (ell <= high[i])
         line = top.loglog(ell, ell * (ell + 1) * cl[i] / (2 * np.pi), alpha=0.35)[0]
         colour = line.get_color()
-        top.loglog(ell[inside], (ell * (ell + 1) * cl[i] / (2 * np.pi))[inside], color=colour,
-                   label=str(source))
+        top.loglog(
+            ell[inside],
+            (ell * (ell + 1) * cl[i] / (2 * np.pi))[inside],
+            color=colour,
+            label=str(source),
+        )
         top.loglog(ell, ell * (ell + 1) * lin[i] / (2 * np.pi), color=colour, ls="--")
         bottom.semilogx(ell, cl[i] / lin[i], color=colour, alpha=0.35)
         bottom.semilogx(ell[inside], (cl[i] / lin[i])[inside], color=colour)
-    _shade_outside((top, bottom), float(np.min(low)), float(np.max(high)),
-                   "resolved for no source")
+    _shade_outside((top, bottom), float(np.min(low)), float(np.max(high)), "resolved for no source")
     top.set_ylabel("ℓ(ℓ+1) C_ℓ / 2π")
     top.legend(fontsize="small")
-    top.set_title(f"{g.attrs['run_id']}: convergence C_ℓ{' (HEALPix)' if suffix else ''}\n"
-                  "dashed: Limber with the linear P(k)\nfaint: outside the source's resolved "
-                  "range", fontsize="medium")
+    top.set_title(
+        f"{g.attrs['run_id']}: convergence C_ℓ{' (HEALPix)' if suffix else ''}\n"
+        "dashed: Limber with the linear P(k)\nfaint: outside the source's resolved "
+        "range",
+        fontsize="medium",
+    )
     bottom.set_xlabel("ℓ")
     bottom.set_ylabel("C_ℓ / C_ℓ,lin")
     save_figure(fig, out_path)
@@ -214,8 +239,12 @@ def plot_peaks(summaries_path, out_path) -> None:
     g = store.open_complete(summaries_path)
     suffix = "" if "peaks" in g else "_healpix"
     kappa, runs = g["kappa"][:], g["run"][:]
-    params = [p for p in str(g["pk"].attrs.get("coordinates", "")).split() if p not in ("seed", "paired")]
-    labels = [", ".join(f"{p} = {g[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs.size)]
+    params = [
+        p for p in str(g["pk"].attrs.get("coordinates", "")).split() if p not in ("seed", "paired")
+    ]
+    labels = [
+        ", ".join(f"{p} = {g[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs.size)
+    ]
     peaks, pdf = g["peaks" + suffix][:, -1, 0, :], g["pdf" + suffix][:, -1, 0, :]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for label in dict.fromkeys(labels):
@@ -237,8 +266,14 @@ def make_figures(campaign_dir: str | Path, paths) -> None:
     """Draw every figure of ``paths`` (files under <campaign_dir>/report/, named as in
     RUN_FIGURES and CAMPAIGN_FIGURES) in this one process."""
     campaign_dir = Path(campaign_dir)
-    plots = {"pk": plot_power, "slice": plot_slice, "kappa": plot_kappa, "cl": plot_cl,
-             "pk_ratio": plot_campaign, "peaks": plot_peaks}
+    plots = {
+        "pk": plot_power,
+        "slice": plot_slice,
+        "kappa": plot_kappa,
+        "cl": plot_cl,
+        "pk_ratio": plot_campaign,
+        "peaks": plot_peaks,
+    }
     for path in map(Path, paths):
         if path.stem in CAMPAIGN_FIGURES and path.parent.name == "report":
             plots[path.stem](campaign_dir / "summaries.zarr", path)
@@ -246,16 +281,23 @@ def make_figures(campaign_dir: str | Path, paths) -> None:
             stage = RUN_FIGURES[path.stem][0]
             plots[path.stem](campaign_dir / path.parent.name / f"{stage}.zarr", path)
         else:
-            raise ValueError(f"{path}: not a report figure (per run: "
-                             f"{', '.join(RUN_FIGURES)}; per campaign: {', '.join(CAMPAIGN_FIGURES)})")
+            raise ValueError(
+                f"{path}: not a report figure (per run: "
+                f"{', '.join(RUN_FIGURES)}; per campaign: {', '.join(CAMPAIGN_FIGURES)})"
+            )
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pmpipe.report", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pmpipe.report", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("campaign_dir", help="results/<campaign>")
-    parser.add_argument("figures", nargs="+",
-                        help="PNG files to draw: <campaign_dir>/report/<run>/{pk,slice,kappa,cl}.png "
-                             "and <campaign_dir>/report/{pk_ratio,peaks}.png")
+    parser.add_argument(
+        "figures",
+        nargs="+",
+        help="PNG files to draw: <campaign_dir>/report/<run>/{pk,slice,kappa,cl}.png "
+        "and <campaign_dir>/report/{pk_ratio,peaks}.png",
+    )
     args = parser.parse_args(argv)
     log.configure()
     try:

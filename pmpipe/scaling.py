@@ -35,8 +35,9 @@ DECOMPOSITIONS = ("slab", "pencil")
 PARTS = ("step_s", "paint_s", "read_s", "fft_s", "c2r_s", "fft_floor_s")
 
 
-def decompositions_of(devices: int, particles: int, oversample: int, halo: int,
-                      kinds=DECOMPOSITIONS) -> dict[str, tuple[int, int]]:
+def decompositions_of(
+    devices: int, particles: int, oversample: int, halo: int, kinds=DECOMPOSITIONS
+) -> dict[str, tuple[int, int]]:
     """The decompositions measured on ``devices``: {'single': (1, 1)} on one device, else the
     slab (devices, 1) and the most square pencil (both axes split) among ``kinds``, those that
     split the grid and hold the halo (:func:`pmpipe.orchestration.decomposition.candidates`)."""
@@ -59,8 +60,9 @@ def weak_particles(particles: int, fewest: int, devices: int, pdims: tuple[int, 
     return max(step, round(particles * (devices / fewest) ** (1 / 3) / step) * step)
 
 
-def _measure(particles: int, pdims: tuple[int, int], oversample: int, halo: int,
-             repeat: int) -> tuple[dict, tuple[np.ndarray, ...]]:
+def _measure(
+    particles: int, pdims: tuple[int, int], oversample: int, halo: int, repeat: int
+) -> tuple[dict, tuple[np.ndarray, ...]]:
     """One row (without efficiency) and one step's particles (disp, mom) on the host."""
     devices = pdims[0] * pdims[1]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(devices))
@@ -69,15 +71,23 @@ def _measure(particles: int, pdims: tuple[int, int], oversample: int, halo: int,
     disp, mom = bench.lpt_particles(particles, mesh)
     program = bench.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
     moved = collectives.bytes_by_kind(collectives.program_text(program))
-    after = tuple(parallel.to_host(x).astype(np.float64)
-                  for x in bench.pm_step(disp, mom, omega_m, grid=grid))
-    row = {"devices": devices, "pdims": list(pdims), "particles": particles,
-           "force_mesh": grid.force_cells, "cells_per_device": grid.force_cells**3 // devices,
-           **bench.step_parts(disp, mom, grid, omega_m, repeat),
-           "bytes_model": collectives.bytes_per_step(grid.force_cells, pdims, halo),
-           "bytes_compiled": moved,
-           "result": {"disp_rms": float(np.sqrt(np.mean(after[0]**2))),
-                      "mom_rms": float(np.sqrt(np.mean(after[1]**2)))}}
+    after = tuple(
+        parallel.to_host(x).astype(np.float64) for x in bench.pm_step(disp, mom, omega_m, grid=grid)
+    )
+    row = {
+        "devices": devices,
+        "pdims": list(pdims),
+        "particles": particles,
+        "force_mesh": grid.force_cells,
+        "cells_per_device": grid.force_cells**3 // devices,
+        **bench.step_parts(disp, mom, grid, omega_m, repeat),
+        "bytes_model": collectives.bytes_per_step(grid.force_cells, pdims, halo),
+        "bytes_compiled": moved,
+        "result": {
+            "disp_rms": float(np.sqrt(np.mean(after[0] ** 2))),
+            "mom_rms": float(np.sqrt(np.mean(after[1] ** 2))),
+        },
+    }
     return row, after
 
 
@@ -93,8 +103,10 @@ def _series(rows: list[dict], kind: str) -> list[dict]:
     fewest = min(r["devices"] for r in rows)
     first = [r for r in rows if r["devices"] == fewest]
     base = next((r for r in first if r["decomposition"] == kind), first[0])
-    return sorted({id(r): r for r in [base, *(r for r in rows if r["decomposition"] == kind)]}
-                  .values(), key=lambda r: r["devices"])
+    return sorted(
+        {id(r): r for r in [base, *(r for r in rows if r["decomposition"] == kind)]}.values(),
+        key=lambda r: r["devices"],
+    )
 
 
 def _efficiency(rows: list[dict], scaling: str) -> None:
@@ -107,11 +119,18 @@ def _efficiency(rows: list[dict], scaling: str) -> None:
             row["efficiency"] = row["speedup"] * base["devices"] / row["devices"]
         else:  # time per cell of a device
             row["efficiency"] = (base["step_s"] / base["cells_per_device"]) / (
-                row["step_s"] / row["cells_per_device"])
+                row["step_s"] / row["cells_per_device"]
+            )
 
 
-def plan(particles: int, devices: list[int], oversample: int, halo: int,
-         scalings=SCALINGS, kinds=DECOMPOSITIONS) -> list[tuple[str, str, int, tuple[int, int]]]:
+def plan(
+    particles: int,
+    devices: list[int],
+    oversample: int,
+    halo: int,
+    scalings=SCALINGS,
+    kinds=DECOMPOSITIONS,
+) -> list[tuple[str, str, int, tuple[int, int]]]:
     """(scaling, decomposition, particles, pdims) of every row, in order; ValueError naming the
     option when a device count has no decomposition (before anything is measured)."""
     rows = []
@@ -119,9 +138,11 @@ def plan(particles: int, devices: list[int], oversample: int, halo: int,
         for count in sorted(devices):
             found = decompositions_of(count, particles, oversample, halo, kinds)
             if not found:
-                raise ValueError(f"--devices {count}: no {' or '.join(kinds)} decomposition of "
-                                 f"{count} devices splits --particles {particles} with --halo {halo} "
-                                 f"(each block must be at least --halo cells wide)")
+                raise ValueError(
+                    f"--devices {count}: no {' or '.join(kinds)} decomposition of "
+                    f"{count} devices splits --particles {particles} with --halo {halo} "
+                    f"(each block must be at least --halo cells wide)"
+                )
             for kind, pdims in found.items():
                 n = particles
                 if scaling == "weak":
@@ -132,23 +153,40 @@ def plan(particles: int, devices: list[int], oversample: int, halo: int,
     return rows
 
 
-def run(particles: int, devices: list[int], oversample: int = 1, halo: int = 4,
-        repeat: int = 3, scalings=SCALINGS, kinds=DECOMPOSITIONS) -> dict:
+def run(
+    particles: int,
+    devices: list[int],
+    oversample: int = 1,
+    halo: int = 4,
+    repeat: int = 3,
+    scalings=SCALINGS,
+    kinds=DECOMPOSITIONS,
+) -> dict:
     """Measure every row of :func:`plan`; returns the JSON-ready record."""
     rows = plan(particles, devices, oversample, halo, scalings, kinds)
-    record = {"benchmark": "scaling", "particles": particles, "oversample": oversample, "halo": halo,
-              "repeat": repeat, "devices": sorted(devices), "processes": jax.process_count(),
-              "launcher": parallel.launcher_processes()[0],
-              "device_kind": jax.devices()[0].device_kind, "platform": jax.default_backend(),
-              "jax": jax.__version__, "python": platform.python_version(),
-              "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-              "cpu_count": os.cpu_count()}
+    record = {
+        "benchmark": "scaling",
+        "particles": particles,
+        "oversample": oversample,
+        "halo": halo,
+        "repeat": repeat,
+        "devices": sorted(devices),
+        "processes": jax.process_count(),
+        "launcher": parallel.launcher_processes()[0],
+        "device_kind": jax.devices()[0].device_kind,
+        "platform": jax.default_backend(),
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "cpu_count": os.cpu_count(),
+    }
     reference = None
     for scaling in scalings:
         measured = []
         for _, kind, n, pdims in (r for r in rows if r[0] == scaling):
-            log.info("%s scaling: %s %s, %d^3 particles", scaling, kind,
-                     decomposition.label(pdims), n)
+            log.info(
+                "%s scaling: %s %s, %d^3 particles", scaling, kind, decomposition.label(pdims), n
+            )
             row, after = _measure(n, pdims, oversample, halo, repeat)
             row["decomposition"] = kind
             if scaling == "strong":
@@ -185,16 +223,24 @@ def traced_steps(record: dict, folder: str | Path, steps: int = 3) -> dict:
         wall = (time.perf_counter() - start) / steps
     local = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
     path = trace.perfetto_file(folder)
-    return {"path": str(path), "devices": row["devices"], "pdims": list(pdims), "particles": n,
-            "steps": steps, "wall_s_per_step": wall,
-            **trace.summarise(path, collectives.program_text(program), steps, local)}
+    return {
+        "path": str(path),
+        "devices": row["devices"],
+        "pdims": list(pdims),
+        "particles": n,
+        "steps": steps,
+        "wall_s_per_step": wall,
+        **trace.summarise(path, collectives.program_text(program), steps, local),
+    }
 
 
 def table(record: dict) -> str:
     """The record's rows as a text table: milliseconds of a step and its parts, efficiency and
     the MB each device hands to collectives in a step (model)."""
-    head = (f"{'scaling':8} {'devices':>7} {'pdims':>5} {'N':>4} {'step ms':>8} {'paint':>7} "
-            f"{'read':>7} {'fft4':>7} {'eff':>5} {'MB/step':>8} {'max diff':>9}")
+    head = (
+        f"{'scaling':8} {'devices':>7} {'pdims':>5} {'N':>4} {'step ms':>8} {'paint':>7} "
+        f"{'read':>7} {'fft4':>7} {'eff':>5} {'MB/step':>8} {'max diff':>9}"
+    )
     lines = [head]
     for scaling in SCALINGS:
         for row in record.get(scaling, []):
@@ -205,15 +251,20 @@ def table(record: dict) -> str:
                 f"{row['particles']:>4} {row['step_s'] * 1e3:>8.2f} {row['paint_s'] * 1e3:>7.2f} "
                 f"{row['read_s'] * 1e3:>7.2f} {row['fft_floor_s'] * 1e3:>7.2f} "
                 f"{row['efficiency']:>5.2f} {moved:>8.2f} "
-                f"{'' if diff is None else f'{diff:.1e}':>9}")
+                f"{'' if diff is None else f'{diff:.1e}':>9}"
+            )
     return "\n".join(lines)
 
 
 def trace_table(summary: dict) -> str:
     """A trace summary as text: milliseconds per step and device in each category."""
     wall = summary["wall_s_per_step"]
-    lines = [(f"trace of {summary['steps']} steps, {summary['particles']}^3 on "
-              f"{decomposition.label(summary['pdims'])}: {wall * 1e3:.2f} ms a step (wall)")]
+    lines = [
+        (
+            f"trace of {summary['steps']} steps, {summary['particles']}^3 on "
+            f"{decomposition.label(summary['pdims'])}: {wall * 1e3:.2f} ms a step (wall)"
+        )
+    ]
     for name, seconds in summary["seconds_per_step"].items():
         lines.append(f"  {name:15} {seconds * 1e3:8.3f} ms  {seconds / wall:6.1%}")
     counts = ", ".join(f"{v:g} {k}" for k, v in summary["collectives_per_step"].items())
@@ -246,6 +297,8 @@ def plot(record: dict, out_path: str | Path) -> None:
     time_ax.set_ylabel("one PM step (ms)")
     eff_ax.set_ylabel("parallel efficiency")
     eff_ax.axhline(1.0, color="grey", lw=0.5)
-    fig.suptitle(f"{record['particles']}^3 particles, {record['device_kind']}, "
-                 f"processes: {record['processes']}")
+    fig.suptitle(
+        f"{record['particles']}^3 particles, {record['device_kind']}, "
+        f"processes: {record['processes']}"
+    )
     report.save_figure(fig, out_path)

@@ -23,10 +23,16 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*? ([a-z][a-z\-]*)\(")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _CONTROL = {"while", "conditional", "call", "async-start", "async-done"}
 # where an instruction comes from, by the jitted functions in its JAX name stack
-_ORIGINS = (("fft", re.compile(r"jit\(_?(do_)?pi?fft(_impl)?\)")),  # jaxdecomp's transforms
-            ("painting", re.compile(r"jit\(paint\)")), ("reading", re.compile(r"jit\(read\)")))
-_HOST = re.compile(r"memcpy|transfer(to|from)device|htod|dtoh|d2h|h2d|host-to-device|"
-                   r"device-to-host", re.IGNORECASE)
+_ORIGINS = (
+    ("fft", re.compile(r"jit\(_?(do_)?pi?fft(_impl)?\)")),  # jaxdecomp's transforms
+    ("painting", re.compile(r"jit\(paint\)")),
+    ("reading", re.compile(r"jit\(read\)")),
+)
+_HOST = re.compile(
+    r"memcpy|transfer(to|from)device|htod|dtoh|d2h|h2d|host-to-device|"
+    r"device-to-host",
+    re.IGNORECASE,
+)
 
 
 def _opcode(opcode: str) -> str:
@@ -58,8 +64,10 @@ def perfetto_file(folder: str | Path) -> Path:
     """The newest ``perfetto_trace.json.gz`` that jax.profiler wrote under ``folder``."""
     found = sorted(Path(folder).glob("plugins/profile/*/perfetto_trace.json.gz"))
     if not found:
-        raise FileNotFoundError(f"{folder}: no plugins/profile/*/perfetto_trace.json.gz (a trace "
-                                f"written with create_perfetto_trace=True)")
+        raise FileNotFoundError(
+            f"{folder}: no plugins/profile/*/perfetto_trace.json.gz (a trace "
+            f"written with create_perfetto_trace=True)"
+        )
     return found[-1]
 
 
@@ -70,11 +78,15 @@ def summarise(trace_path: str | Path, hlo_text: str, steps: int, devices: int) -
     where none is (a trace of kernels only), the kernels' ``hlo_op``."""
     with gzip.open(trace_path, "rt") as fh:
         trace = json.load(fh)
-    events = [e for e in (trace["traceEvents"] if isinstance(trace, dict) else trace)
-              if e.get("ph") == "X"]
+    events = [
+        e
+        for e in (trace["traceEvents"] if isinstance(trace, dict) else trace)
+        if e.get("ph") == "X"
+    ]
     kinds = categories(hlo_text)
-    opcode_of = {m.group(1): m.group(2) for m in map(_INSTRUCTION.match, hlo_text.splitlines())
-                 if m}
+    opcode_of = {
+        m.group(1): m.group(2) for m in map(_INSTRUCTION.match, hlo_text.splitlines()) if m
+    }
     named = any(e.get("name") in kinds for e in events)
     seconds = dict.fromkeys(CATEGORIES, 0.0)
     counts: dict[str, int] = {}
@@ -90,5 +102,7 @@ def summarise(trace_path: str | Path, hlo_text: str, steps: int, devices: int) -
             continue
         seconds[category] += event.get("dur", 0.0) * 1e-6
     per = steps * devices
-    return {"seconds_per_step": {k: v / per for k, v in seconds.items()},
-            "collectives_per_step": {k: v / per for k, v in sorted(counts.items())}}
+    return {
+        "seconds_per_step": {k: v / per for k, v in seconds.items()},
+        "collectives_per_step": {k: v / per for k, v in sorted(counts.items())},
+    }

@@ -22,9 +22,11 @@ def planes(run: config.Run) -> sky.Planes:
     """The lightcone's planes from host distances (within 1e-5 of the N-body's, which come
     from JAX's growth table: :func:`pmpipe.derive.planes`)."""
     z_max = config.section(run.lightcone, "lightcone").z_max
-    return sky.planes(float(background.comoving_distance(run.cosmology, 1.0 / (1.0 + z_max))),
-                      run.plane_thickness(),
-                      partial(background.scale_factor_at_distance, run.cosmology))
+    return sky.planes(
+        float(background.comoving_distance(run.cosmology, 1.0 / (1.0 + z_max))),
+        run.plane_thickness(),
+        partial(background.scale_factor_at_distance, run.cosmology),
+    )
 
 
 def step_count(run: config.Run) -> int:
@@ -37,8 +39,9 @@ def _step_boundaries(run: config.Run):
     spacing = run.nbody.spacing
     if spacing == "growth" and isinstance(run.nbody.steps, int):
         spacing = "a"  # D1 needs the growth table; the checks do not depend on the spacing
-    return timesteps.step_boundaries(run.ic.a_init, run.nbody.a_final, run.nbody.steps,
-                                     run.nbody.snapshots, spacing)
+    return timesteps.step_boundaries(
+        run.ic.a_init, run.nbody.a_final, run.nbody.steps, run.nbody.snapshots, spacing
+    )
 
 
 def check_run(run: config.Run) -> None:
@@ -58,8 +61,10 @@ def _check_planes(run: config.Run) -> None:
     found = planes(run)
     chi_far, box = float(found.chi_edges[-1]), run.box.box_size
     if float(found.a[-1]) <= run.ic.a_init:
-        raise ValueError(f"lightcone.z_max = {config.section(run.lightcone, 'lightcone').z_max} reaches back before the initial "
-                         f"conditions (ic.a_init = {run.ic.a_init}); lower z_max or a_init")
+        raise ValueError(
+            f"lightcone.z_max = {config.section(run.lightcone, 'lightcone').z_max} reaches back before the initial "
+            f"conditions (ic.a_init = {run.ic.a_init}); lower z_max or a_init"
+        )
     flat = run.lensing.flat_sky if run.lensing is not None else None
     if flat is not None and chi_far * math.radians(flat.field_of_view) > box:
         widest = math.degrees(box / chi_far)
@@ -68,7 +73,8 @@ def _check_planes(run: config.Run) -> None:
             f"box allows: at the first plane the light cone crosses (the farthest, chi = "
             f"{chi_far:.0f} Mpc/h) it spans {chi_far * math.radians(flat.field_of_view):.0f} "
             f"Mpc/h > box.box_size = {box}; use at most {widest:.2f} deg, a larger box or a "
-            "lower lightcone.z_max")
+            "lower lightcone.z_max"
+        )
 
 
 def checked(run: config.Run, source: str | Path, field: str = "(top level)") -> config.Run:

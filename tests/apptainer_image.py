@@ -41,15 +41,20 @@ class Unavailable(Exception):
 def _run(cmd, what: str, **kwargs) -> subprocess.CompletedProcess:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)
     if done.returncode:
-        raise Unavailable(f"{what} failed ({' '.join(map(str, cmd[:6]))} ...): "
-                          f"{(done.stderr or done.stdout)[-1500:]}")
+        raise Unavailable(
+            f"{what} failed ({' '.join(map(str, cmd[:6]))} ...): "
+            f"{(done.stderr or done.stdout)[-1500:]}"
+        )
     return done
 
 
 def _host_tools() -> None:
     """debootstrap and bubblewrap, installed with apt when missing."""
-    missing = [pkg for pkg, exe in (("debootstrap", "debootstrap"), ("bubblewrap", "bwrap"))
-               if shutil.which(exe) is None]
+    missing = [
+        pkg
+        for pkg, exe in (("debootstrap", "debootstrap"), ("bubblewrap", "bwrap"))
+        if shutil.which(exe) is None
+    ]
     if not missing:
         return
     if os.geteuid() != 0:
@@ -67,8 +72,18 @@ def _debootstrap(dest: Path, suite: str, include: list[str], mirror: str = MIRRO
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(include)}", suite,
-          str(partial), mirror], f"debootstrap {suite}", timeout=1200)
+    _run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(include)}",
+            suite,
+            str(partial),
+            mirror,
+        ],
+        f"debootstrap {suite}",
+        timeout=1200,
+    )
     partial.rename(dest)
     return dest
 
@@ -89,7 +104,8 @@ def apptainer_command(folder: Path) -> list[str]:
         "#!/bin/sh\n# apptainer of a Debian sid root (tests/apptainer_image.py)\n"
         f"exec bwrap --bind {root} / "
         + " ".join(f"--bind {p} {p}" for p in binds)
-        + ' --proc /proc --dev-bind /dev /dev --bind /sys /sys --chdir "$PWD" apptainer "$@"\n')
+        + ' --proc /proc --dev-bind /dev /dev --bind /sys /sys --chdir "$PWD" apptainer "$@"\n'
+    )
     script.chmod(0o755)
     _run([str(script), "version"], "apptainer version")
     return [str(script)]
@@ -101,21 +117,31 @@ def _image_root() -> Path:
     definition = parse(DEFINITION)
     header = definition.header
     export = REPO / "requirements" / "run.txt"
-    made_from = repr(sorted(header.items())).encode() + export.read_bytes() + Path(__file__).read_bytes()
+    made_from = (
+        repr(sorted(header.items())).encode() + export.read_bytes() + Path(__file__).read_bytes()
+    )
     key = hashlib.sha256(made_from).hexdigest()[:12]
     dest = CACHE / f"pmpipe-cpu-root-{key}"
     if dest.exists():
         return dest
     for old in CACHE.glob("pmpipe-cpu-root-*"):
         shutil.rmtree(old, ignore_errors=True)
-    debian = _debootstrap(CACHE / f"debian-{header['OSVersion']}-{key}", header["OSVersion"],
-                          header["Include"].split(), header.get("MirrorURL", MIRROR))
-    python = _run(["chroot", str(debian), "python3", "-c",
-                   "import sys; print(*sys.version_info[:2])"], "python3 in the image").stdout.split()
+    debian = _debootstrap(
+        CACHE / f"debian-{header['OSVersion']}-{key}",
+        header["OSVersion"],
+        header["Include"].split(),
+        header.get("MirrorURL", MIRROR),
+    )
+    python = _run(
+        ["chroot", str(debian), "python3", "-c", "import sys; print(*sys.version_info[:2])"],
+        "python3 in the image",
+    ).stdout.split()
     if tuple(map(int, python)) != sys.version_info[:2]:
-        raise Unavailable(f"the image's Python {'.'.join(python)} differs from this one's "
-                          f"{sys.version_info.major}.{sys.version_info.minor}: the host's pip cannot "
-                          "install its wheels")
+        raise Unavailable(
+            f"the image's Python {'.'.join(python)} differs from this one's "
+            f"{sys.version_info.major}.{sys.version_info.minor}: the host's pip cannot "
+            "install its wheels"
+        )
     _run(["chroot", str(debian), "python3", "-m", "venv", "/opt/pmpipe/venv"], "python3 -m venv")
     _pip_target(debian, "--require-hashes", "-r", str(export))
     debian.rename(dest)
@@ -131,8 +157,22 @@ def _pip_target(root: Path, *args: str) -> None:
     """pip install ARGS into the venv of ``root``, as the venv's pip would: packages into its
     site-packages, scripts (pip puts them in <target>/bin) into its bin/ run by its Python."""
     target = site_packages(root)
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade", "--target",
-          str(target), *args], f"pip install {' '.join(args)}", timeout=1800)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+            str(target),
+            *args,
+        ],
+        f"pip install {' '.join(args)}",
+        timeout=1800,
+    )
     venv_bin = root / "opt" / "pmpipe" / "venv" / "bin"
     for script in sorted((target / "bin").glob("*")):
         lines = script.read_text().splitlines(keepends=True)
@@ -163,8 +203,21 @@ def build_cpu_image(apptainer: list[str], dest: Path, commit: str) -> Path:
     root = _image_root()
     spec = dest.with_suffix(".def")
     spec.write_text(localimage_definition(root))
-    _run([*apptainer, "build", "--notest", "--build-arg", f"commit={commit}", "--sandbox",
-          str(dest), str(spec)], "apptainer build", cwd=REPO, timeout=900)
+    _run(
+        [
+            *apptainer,
+            "build",
+            "--notest",
+            "--build-arg",
+            f"commit={commit}",
+            "--sandbox",
+            str(dest),
+            str(spec),
+        ],
+        "apptainer build",
+        cwd=REPO,
+        timeout=900,
+    )
     _pip_target(dest, str(REPO))
     return dest
 

@@ -5,8 +5,9 @@ import os
 # LLVM at -O1 rather than XLA's default -O2: the limber, compilation and nbody tests run in
 # 268 s instead of 304 s on 2 cores, and every result stays within the tests' tolerances;
 # the flag is part of the persistent-cache key, so never mixed with programs compiled at -O2
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
-                                   "--xla_backend_optimization_level=1")
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1"
+)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import shutil
@@ -50,8 +51,9 @@ def _copy_programs(source: Path, target: Path) -> None:
                 shutil.copy2(entry, target / entry.name)
 
 
-def run_snakemake(workdir, *args, check=True, env=None, timeout=900, main=None,
-                  share_programs=True):
+def run_snakemake(
+    workdir, *args, check=True, env=None, timeout=900, main=None, share_programs=True
+):
     """snakemake on the repository's Snakefile in ``workdir`` (XLA_FLAGS dropped: each job
     asks for its own devices; JAX_COMPILATION_CACHE_DIR dropped: a workflow keeps its compiled
     programs in its own results/.jax_cache); AssertionError with the output tails when it fails.
@@ -60,8 +62,11 @@ def run_snakemake(workdir, *args, check=True, env=None, timeout=900, main=None,
     With ``share_programs``, the workflow's results/.jax_cache starts with the programs the
     session's earlier workflows compiled, and what it compiles is kept for the later ones: a
     program of the same sizes is compiled once per session, not once per workflow."""
-    env = {k: v for k, v in (env or os.environ).items()
-           if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}
+    env = {
+        k: v
+        for k, v in (env or os.environ).items()
+        if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
+    }
     cache = Path(workdir) / "results" / ".jax_cache"
     if share_programs and SHARED_PROGRAMS is not None:
         _copy_programs(SHARED_PROGRAMS, cache)
@@ -92,9 +97,18 @@ def pytest_unconfigure(config):
 
 def snakemake_tiny(workdir, *args, check=True, share_programs=True):
     """run_snakemake with the local profile on 2 cores and the campaign file tiny.yaml."""
-    return run_snakemake(workdir, "--profile", str(REPO / "profiles/local"), "--cores", "2",
-                         "--config", "campaign=tiny.yaml", *args, check=check,
-                         share_programs=share_programs)
+    return run_snakemake(
+        workdir,
+        "--profile",
+        str(REPO / "profiles/local"),
+        "--cores",
+        "2",
+        "--config",
+        "campaign=tiny.yaml",
+        *args,
+        check=check,
+        share_programs=share_programs,
+    )
 
 
 def golden(path: Path, text: str) -> None:

@@ -9,8 +9,19 @@ import re
 import shlex
 from pathlib import Path
 
-SECTIONS = ("setup", "files", "post", "environment", "labels", "runscript", "startscript",
-            "test", "help", "arguments", "pre")
+SECTIONS = (
+    "setup",
+    "files",
+    "post",
+    "environment",
+    "labels",
+    "runscript",
+    "startscript",
+    "test",
+    "help",
+    "arguments",
+    "pre",
+)
 _SECTION = re.compile(r"^%(\w+)\s*(.*)$")
 
 
@@ -29,13 +40,19 @@ class Definition:
 
     def commands(self, section: str) -> list[list[str]]:
         """The simple commands of a shell section, each as its words (no comments)."""
-        return [shlex.split(line, comments=True) for line in _lines(self.sections.get(section, ""))
-                if shlex.split(line, comments=True)]
+        return [
+            shlex.split(line, comments=True)
+            for line in _lines(self.sections.get(section, ""))
+            if shlex.split(line, comments=True)
+        ]
 
 
 def _lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines()
-            if line.strip() and not line.strip().startswith("#")]
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def parse(path: str | Path) -> Definition:

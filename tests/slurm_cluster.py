@@ -29,8 +29,21 @@ import time
 from pathlib import Path
 
 PACKAGES = ("slurm-wlm", "munge", "slurmdbd", "mariadb-server")
-PROGRAMS = ("munged", "munge", "mariadbd", "mariadb-install-db", "mariadb", "slurmdbd",
-            "slurmctld", "slurmd", "sacctmgr", "sbatch", "srun", "sacct", "squeue")
+PROGRAMS = (
+    "munged",
+    "munge",
+    "mariadbd",
+    "mariadb-install-db",
+    "mariadb",
+    "slurmdbd",
+    "slurmctld",
+    "slurmd",
+    "sacctmgr",
+    "sbatch",
+    "srun",
+    "sacct",
+    "squeue",
+)
 CONF_DIR = Path("/etc/slurm")
 MARK = "# written by pmpipe tests/slurm_cluster.py"
 MUNGE_SOCKET_DIR = Path("/run/munge")
@@ -54,15 +67,20 @@ def install() -> str | None:
     if not missing_programs():
         return None
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return (f"SLURM test cluster needs {', '.join(missing_programs())} (Debian packages "
-                f"{' '.join(PACKAGES)}); installing them needs root and apt-get")
+        return (
+            f"SLURM test cluster needs {', '.join(missing_programs())} (Debian packages "
+            f"{' '.join(PACKAGES)}); installing them needs root and apt-get"
+        )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
-    done = subprocess.run(["apt-get", "install", "-y", "-qq", *PACKAGES], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["apt-get", "install", "-y", "-qq", *PACKAGES], env=env, capture_output=True, text=True
+    )
     if done.returncode or missing_programs():
-        return (f"apt-get install {' '.join(PACKAGES)} failed (exit {done.returncode}): "
-                f"{done.stderr.strip()[-500:]}")
+        return (
+            f"apt-get install {' '.join(PACKAGES)} failed (exit {done.returncode}): "
+            f"{done.stderr.strip()[-500:]}"
+        )
     return None
 
 
@@ -79,43 +97,47 @@ def node_name() -> str:
 def slurm_conf(state: Path, ports: dict, cpus: int, memory_mb: int) -> str:
     """slurm.conf of the one-node cluster (pure function of its arguments)."""
     node = node_name()
-    return "\n".join([
-        MARK,
-        f"ClusterName={CLUSTER}",
-        f"SlurmctldHost={node}(127.0.0.1)",
-        f"SlurmctldPort={ports['slurmctld']}",
-        f"SlurmdPort={ports['slurmd']}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "AuthType=auth/munge",
-        f"StateSaveLocation={state}/ctld",
-        f"SlurmdSpoolDir={state}/d",
-        f"SlurmctldPidFile={state}/slurmctld.pid",
-        f"SlurmdPidFile={state}/slurmd.pid",
-        f"SlurmctldLogFile={state}/slurmctld.log",
-        f"SlurmdLogFile={state}/slurmd.log",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "MpiDefault=none",
-        "SlurmdParameters=config_overrides",  # CPUs below: more than the cores, see CPUS
-        "ReturnToService=2",
-        "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core_Memory",
-        "GresTypes=gpu",
-        "MinJobAge=600",
-        "KillWait=5",
-        "AccountingStorageType=accounting_storage/slurmdbd",
-        "AccountingStorageHost=127.0.0.1",
-        f"AccountingStoragePort={ports['slurmdbd']}",
-        "AccountingStorageTRES=gres/gpu",
-        "JobAcctGatherType=jobacct_gather/none",
-        "JobCompType=jobcomp/none",
-        (f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} "
-        f"Gres=gpu:{GPUS} State=UNKNOWN"),
-        f"PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP",
-        "",
-    ])
+    return "\n".join(
+        [
+            MARK,
+            f"ClusterName={CLUSTER}",
+            f"SlurmctldHost={node}(127.0.0.1)",
+            f"SlurmctldPort={ports['slurmctld']}",
+            f"SlurmdPort={ports['slurmd']}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            f"StateSaveLocation={state}/ctld",
+            f"SlurmdSpoolDir={state}/d",
+            f"SlurmctldPidFile={state}/slurmctld.pid",
+            f"SlurmdPidFile={state}/slurmd.pid",
+            f"SlurmctldLogFile={state}/slurmctld.log",
+            f"SlurmdLogFile={state}/slurmd.log",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "MpiDefault=none",
+            "SlurmdParameters=config_overrides",  # CPUs below: more than the cores, see CPUS
+            "ReturnToService=2",
+            "SchedulerType=sched/backfill",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "GresTypes=gpu",
+            "MinJobAge=600",
+            "KillWait=5",
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={ports['slurmdbd']}",
+            "AccountingStorageTRES=gres/gpu",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/none",
+            (
+                f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} "
+                f"Gres=gpu:{GPUS} State=UNKNOWN"
+            ),
+            f"PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
 
 
 def gres_conf(state: Path) -> str:
@@ -125,22 +147,24 @@ def gres_conf(state: Path) -> str:
 
 def slurmdbd_conf(state: Path, ports: dict) -> str:
     """slurmdbd.conf: accounting in the cluster's own MariaDB over loopback TCP."""
-    return "\n".join([
-        MARK,
-        "AuthType=auth/munge",
-        "DbdHost=localhost",
-        "DbdAddr=127.0.0.1",
-        f"DbdPort={ports['slurmdbd']}",
-        "SlurmUser=root",
-        f"PidFile={state}/slurmdbd.pid",
-        f"LogFile={state}/slurmdbd.log",
-        "StorageType=accounting_storage/mysql",
-        "StorageHost=127.0.0.1",
-        f"StoragePort={ports['mariadb']}",
-        "StorageUser=root",
-        "StorageLoc=pmpipe_slurm_acct",
-        "",
-    ])
+    return "\n".join(
+        [
+            MARK,
+            "AuthType=auth/munge",
+            "DbdHost=localhost",
+            "DbdAddr=127.0.0.1",
+            f"DbdPort={ports['slurmdbd']}",
+            "SlurmUser=root",
+            f"PidFile={state}/slurmdbd.pid",
+            f"LogFile={state}/slurmdbd.log",
+            "StorageType=accounting_storage/mysql",
+            "StorageHost=127.0.0.1",
+            f"StoragePort={ports['mariadb']}",
+            "StorageUser=root",
+            "StorageLoc=pmpipe_slurm_acct",
+            "",
+        ]
+    )
 
 
 def _ours(path: Path) -> bool:
@@ -179,8 +203,14 @@ class Cluster:
 
     def _spawn(self, name: str, cmd: list[str], **kw) -> None:
         with open(self.state / f"{name}.out", "ab") as log:  # the daemon keeps its own copy
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **kw,
+            )
         pids = self._pids()
         pids[name] = proc.pid
         self.pids_file.write_text(json.dumps(pids))
@@ -193,8 +223,10 @@ class Cluster:
         for name in ("slurm.conf", "gres.conf", "slurmdbd.conf"):
             path = CONF_DIR / name
             if path.exists() and not _ours(path):
-                raise RuntimeError(f"{path} exists and was not written by {__file__}; "
-                                   "refusing to replace a real SLURM configuration")
+                raise RuntimeError(
+                    f"{path} exists and was not written by {__file__}; "
+                    "refusing to replace a real SLURM configuration"
+                )
         if self._pids():
             self.stop()
         shutil.rmtree(self.state, ignore_errors=True)
@@ -208,20 +240,36 @@ class Cluster:
             self._start_mariadb(ports["mariadb"])
             CONF_DIR.mkdir(parents=True, exist_ok=True)
             (CONF_DIR / "slurm.conf").write_text(
-                slurm_conf(self.state, ports, max(CPUS, os.cpu_count() or 1), _memory_mb()))
+                slurm_conf(self.state, ports, max(CPUS, os.cpu_count() or 1), _memory_mb())
+            )
             (CONF_DIR / "gres.conf").write_text(gres_conf(self.state))
             dbd = CONF_DIR / "slurmdbd.conf"
             dbd.write_text(slurmdbd_conf(self.state, ports))
             dbd.chmod(0o600)
             self._spawn("slurmdbd", ["slurmdbd", "-D"])
-            _wait(lambda: _ok("sacctmgr", "-n", "list", "cluster"), "slurmdbd",
-                  self.state / "slurmdbd.log")
+            _wait(
+                lambda: _ok("sacctmgr", "-n", "list", "cluster"),
+                "slurmdbd",
+                self.state / "slurmdbd.log",
+            )
             subprocess.run(["sacctmgr", "-i", "add", "cluster", CLUSTER], capture_output=True)
-            subprocess.run(["sacctmgr", "-i", "add", "account", ACCOUNT,
-                            f"cluster={CLUSTER}"], capture_output=True)
-            subprocess.run(["sacctmgr", "-i", "add", "user", "root", f"account={ACCOUNT}",
-                            f"cluster={CLUSTER}", f"defaultaccount={ACCOUNT}"],
-                           capture_output=True)
+            subprocess.run(
+                ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={CLUSTER}"],
+                capture_output=True,
+            )
+            subprocess.run(
+                [
+                    "sacctmgr",
+                    "-i",
+                    "add",
+                    "user",
+                    "root",
+                    f"account={ACCOUNT}",
+                    f"cluster={CLUSTER}",
+                    f"defaultaccount={ACCOUNT}",
+                ],
+                capture_output=True,
+            )
             self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-i"])
             _wait(lambda: _ok("scontrol", "ping"), "slurmctld", self.state / "slurmctld.log")
             self._spawn("slurmd", ["slurmd", "-D", "-N", node_name()])
@@ -244,28 +292,58 @@ class Cluster:
         if not key.exists():
             subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
             shutil.chown(key, "munge", "munge")
-        self._spawn("munged", ["munged", "-F", f"--log-file={self.state}/munged.log"],
-                    user="munge")
-        _wait(lambda: _ok("sh", "-c", "munge -n | unmunge"), "munged",
-              self.state / "munged.log", timeout=20)
+        self._spawn("munged", ["munged", "-F", f"--log-file={self.state}/munged.log"], user="munge")
+        _wait(
+            lambda: _ok("sh", "-c", "munge -n | unmunge"),
+            "munged",
+            self.state / "munged.log",
+            timeout=20,
+        )
 
     def _start_mariadb(self, port: int) -> None:
         data = self.state / "db"
-        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+        )
         sock = self.state / "mariadb.sock"
-        self._spawn("mariadbd", ["mariadbd", "--no-defaults", f"--datadir={data}", "--user=root",
-                                 f"--socket={sock}", f"--port={port}", "--bind-address=127.0.0.1",
-                                 f"--pid-file={self.state}/mariadb.pid",
-                                 "--innodb-buffer-pool-size=64M"])
-        _wait(lambda: _ok("mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e",
-                          "select 1"), "mariadbd", self.state / "mariadbd.out")
+        self._spawn(
+            "mariadbd",
+            [
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=root",
+                f"--socket={sock}",
+                f"--port={port}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={self.state}/mariadb.pid",
+                "--innodb-buffer-pool-size=64M",
+            ],
+        )
+        _wait(
+            lambda: _ok("mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e", "select 1"),
+            "mariadbd",
+            self.state / "mariadbd.out",
+        )
         # slurmdbd connects over TCP as root from 127.0.0.1, without a password
-        sql = ("CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'; "
-               "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES;")
-        subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e", sql],
-                       check=True, capture_output=True)
+        sql = (
+            "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'; "
+            "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES;"
+        )
+        subprocess.run(
+            ["mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e", sql],
+            check=True,
+            capture_output=True,
+        )
 
     def stop(self) -> None:
         """Stop the daemons this cluster started (by PID, reverse order) and remove its
@@ -304,8 +382,12 @@ def _reaped(pid: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["start", "stop", "status"])
-    parser.add_argument("--state", type=Path, default=DEFAULT_STATE,
-                        help=f"folder of configs, logs and PIDs (default {DEFAULT_STATE})")
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=DEFAULT_STATE,
+        help=f"folder of configs, logs and PIDs (default {DEFAULT_STATE})",
+    )
     args = parser.parse_args(argv)
     cluster = Cluster(args.state)
     if args.action == "start":
@@ -314,8 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             print(problem, file=sys.stderr)
             return 1
         cluster.start()
-        print(f"SLURM cluster {CLUSTER!r} up: partition {PARTITION}, {GPUS} fake GPUs; "
-              f"state in {args.state}")
+        print(
+            f"SLURM cluster {CLUSTER!r} up: partition {PARTITION}, {GPUS} fake GPUs; "
+            f"state in {args.state}"
+        )
     elif args.action == "stop":
         cluster.stop()
     else:

@@ -19,8 +19,10 @@ def _steady(self):
 
 
 if not isinstance(getattr(Executor, "next_seconds_between_status_checks", None), property):
-    raise TypeError("snakemake_executor_plugin_slurm.Executor has no "
-                    "next_seconds_between_status_checks property: update tests/slurm_snakemake.py")
+    raise TypeError(
+        "snakemake_executor_plugin_slurm.Executor has no "
+        "next_seconds_between_status_checks property: update tests/slurm_snakemake.py"
+    )
 Executor.next_seconds_between_status_checks = property(_steady, lambda self, value: None)
 
 if __name__ == "__main__":

@@ -52,7 +52,10 @@ def test_k_max_valid_follows_the_measured_power_transfer():
         assert resolution.power_transfer(1.01 * k_nyquist, 64, box, oversample) == 0.0
     # a finer force mesh resolves more; between measured spacings the transfer lies between theirs
     assert resolution.k_max_valid(64, 256.0, 2) > resolution.k_max_valid(64, 256.0, 1)
-    t = [float(resolution.power_transfer(0.5 * math.pi * 64 / box, 64, box, 1)) for box in (128, 181, 256)]
+    t = [
+        float(resolution.power_transfer(0.5 * math.pi * 64 / box, 64, box, 1))
+        for box in (128, 181, 256)
+    ]
     assert min(t[0], t[2]) <= t[1] <= max(t[0], t[2])
 
 
@@ -67,8 +70,20 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
         def transfer(k, plane):
             return (k <= k_high).astype(float)
 
-        return resolution.resolved_multipoles(cosmo, edges, transfer, box, np.array([chi_s]),
-                                              np.ones(1), power, 10, 3000, "lo", "hi", table)
+        return resolution.resolved_multipoles(
+            cosmo,
+            edges,
+            transfer,
+            box,
+            np.array([chi_s]),
+            np.ones(1),
+            power,
+            10,
+            3000,
+            "lo",
+            "hi",
+            table,
+        )
 
     everything = ranges(1e3, 1e5)
     assert (everything.ell_min, everything.ell_max) == (10, 3000)
@@ -76,8 +91,9 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
     coarse, fine = ranges(0.2, 1e5), ranges(0.4, 1e5)
     assert coarse.ell_max < fine.ell_max < 3000 and coarse.max_reason.startswith("resolution:")
     # at ell_max the modes above k_high carry at most LIMBER_TOLERANCE of the integral
-    chi, integrand, _ = lensing.limber_integrand(cosmo, [fine.ell_max], [chi_s], [1.0], power,
-                                                 table)
+    chi, integrand, _ = lensing.limber_integrand(
+        cosmo, [fine.ell_max], [chi_s], [1.0], power, table
+    )
     above = (fine.ell_max + 0.5) / chi > 0.4
     assert integrand[0, above].sum() / integrand.sum() <= resolution.LIMBER_TOLERANCE
     small_box = ranges(1e3, 256.0)

@@ -87,8 +87,12 @@ def room(module: str) -> str:
     return parts[1] if len(parts) > 2 or module in ROOMS else module
 
 
-ROOMS = {"pmpipe.physics": "physics", "pmpipe.storage": "storage",
-         "pmpipe.orchestration": "orchestration", "pmpipe.stages": "stages"}
+ROOMS = {
+    "pmpipe.physics": "physics",
+    "pmpipe.storage": "storage",
+    "pmpipe.orchestration": "orchestration",
+    "pmpipe.stages": "stages",
+}
 # What a room may import from the package besides itself (docs/design.md)
 BELOW = {
     "pmpipe.config": set(),
@@ -108,8 +112,15 @@ def test_each_room_imports_only_the_rooms_below_it():
 
 # The configuration side: models, reading and errors, host checks, campaigns and their
 # expansion, seeds, site settings, and what the workflow's Snakefile imports to plan a campaign.
-CONFIGURATION = ["pmpipe.config", "pmpipe.validation", "pmpipe.orchestration.campaign", "pmpipe.orchestration.seeds",
-                 "pmpipe.orchestration.site", "pmpipe.orchestration.workflow", "pmpipe.compilation_cache"]
+CONFIGURATION = [
+    "pmpipe.config",
+    "pmpipe.validation",
+    "pmpipe.orchestration.campaign",
+    "pmpipe.orchestration.seeds",
+    "pmpipe.orchestration.site",
+    "pmpipe.orchestration.workflow",
+    "pmpipe.compilation_cache",
+]
 
 LOAD_EVERY_CAMPAIGN = """
 import json, sys
@@ -126,12 +137,28 @@ print(json.dumps({"loaded": loaded, "runs": len(plan.run_ids), "expansions": len
 
 def test_configuration_modules_and_campaign_planning_import_no_jax_and_expand_once(tmp_path):
     imported = subprocess.run(
-        [sys.executable, "-c", (f"import sys; import {', '.join(CONFIGURATION)}; "
-                               "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))")],
-        capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
+        [
+            sys.executable,
+            "-c",
+            (
+                f"import sys; import {', '.join(CONFIGURATION)}; "
+                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=True,
+    )
     assert imported.stdout.strip() == "[]", imported.stdout
-    planned = subprocess.run([sys.executable, "-c", LOAD_EVERY_CAMPAIGN, str(tmp_path)],
-                             capture_output=True, text=True, cwd=REPO, timeout=300)
+    planned = subprocess.run(
+        [sys.executable, "-c", LOAD_EVERY_CAMPAIGN, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert planned.returncode == 0, planned.stderr[-3000:]
     out = json.loads(planned.stdout)
     assert len(out["loaded"]) >= 5 and all(n >= 1 for n in out["loaded"].values()), out

@@ -9,8 +9,9 @@ def _final_like(n=16):
     """A 2LPT displacement field at a = 0.5: structure on all scales, no PM needed."""
     mesh = parallel.make_mesh((1, 1))
     noise = ics.white_noise(3, n, mesh)
-    init = simulation.initial_conditions(bench.COSMOLOGY, noise, bench.POWER, mesh,
-                                         bench.BOX_SIZE, 0.5)
+    init = simulation.initial_conditions(
+        bench.COSMOLOGY, noise, bench.POWER, mesh, bench.BOX_SIZE, 0.5
+    )
     return np.asarray(init.disp), mesh
 
 
@@ -44,14 +45,35 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
     data["realisations"] = 1
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
     env = {k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "bench", "campaign", "tiny.yaml",
-                          "--profile", str(REPO / "profiles/local"), "--workdir", "work",
-                          "--cores", "2", "--json", "bench.json"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            "bench",
+            "campaign",
+            "tiny.yaml",
+            "--profile",
+            str(REPO / "profiles/local"),
+            "--workdir",
+            "work",
+            "--cores",
+            "2",
+            "--json",
+            "bench.json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads((tmp_path / "bench.json").read_text())
     assert record["campaign"] == "tiny" and record["runs"] == 1 and record["jobs"] == 1
-    assert record["wall_s"] > 0 and record["runs_per_hour"] == pytest.approx(3600 / record["wall_s"])
+    assert record["wall_s"] > 0 and record["runs_per_hour"] == pytest.approx(
+        3600 / record["wall_s"]
+    )
     phases = record["physics_by_phase_s"]
     assert set(phases) == {"white_noise", "lpt", "pm_steps", "lensing", "statistics"}
     assert all(v >= 0 for v in phases.values()) and phases["pm_steps"] > 0, phases
@@ -59,21 +81,41 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
     timed = {p for stage in job["runs"][0]["stages"] for p, t in stage["physics"].items() if t > 0}
     assert timed == set(phases)  # every phase timed (with its compilation, taken off above)
     assert record["physics_s"] == pytest.approx(sum(phases.values()))
-    assert 0 < record["duty"] < 1 and record["duty"] == pytest.approx(record["physics_s"] / record["wall_s"])
+    assert 0 < record["duty"] < 1 and record["duty"] == pytest.approx(
+        record["physics_s"] / record["wall_s"]
+    )
     assert record["compilations_per_process"][0] > 0  # a fresh cache: everything compiled
     assert record["peak_rss_mb_per_process"][0] > 100
     assert record["bytes_written"] > 0 and record["stage_bytes_written"] > 0
     assert record["write_s"] > 0 and record["write_gb_per_s"] > 0
     assert record["machine"]["platform"] == "cpu" and record["machine"]["devices"] == 2
     assert (tmp_path / "work" / "results" / "tiny" / "report" / "pk_ratio.png").exists()
-    again = subprocess.run([sys.executable, "-m", "pmpipe.cli", "bench", "campaign", "tiny.yaml",
-                            "--profile", str(REPO / "profiles/local"), "--workdir", "work"],
-                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            "bench",
+            "campaign",
+            "tiny.yaml",
+            "--profile",
+            str(REPO / "profiles/local"),
+            "--workdir",
+            "work",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
     assert again.returncode == 2 and "exists" in again.stderr  # never measures a warm folder
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("pmwd") is None,
-                    reason="pmwd is not importable: put a pmwd checkout on PYTHONPATH")
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("pmwd") is None,
+    reason="pmwd is not importable: put a pmwd checkout on PYTHONPATH",
+)
 def test_bench_nbody_compares_with_pmwd_in_its_own_process(tmp_path):
     import json
     import os
@@ -81,9 +123,26 @@ def test_bench_nbody_compares_with_pmwd_in_its_own_process(tmp_path):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "bench", "nbody", "--particles", "32",
-                          "--compare", "pmwd", "--json", "bench.json"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            "bench",
+            "nbody",
+            "--particles",
+            "32",
+            "--compare",
+            "pmwd",
+            "--json",
+            "bench.json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads((tmp_path / "bench.json").read_text())
     peer = record["pmwd"]

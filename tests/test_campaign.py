@@ -23,11 +23,18 @@ def make(**fields):
 
 
 def test_grid_is_the_cartesian_product():
-    specs = campaign.expand(make(design={"kind": "grid", "parameters": {
-        "Omega_m": [0.28, 0.31, 0.34], "sigma8": [0.7, 0.8]}}))
+    specs = campaign.expand(
+        make(
+            design={
+                "kind": "grid",
+                "parameters": {"Omega_m": [0.28, 0.31, 0.34], "sigma8": [0.7, 0.8]},
+            }
+        )
+    )
     assert len(specs) == 6
     assert {(s.run.cosmology.Omega_m, s.run.cosmology.sigma8) for s in specs} == {
-        (o, s) for o in (0.28, 0.31, 0.34) for s in (0.7, 0.8)}
+        (o, s) for o in (0.28, 0.31, 0.34) for s in (0.7, 0.8)
+    }
     assert [s.run_id for s in specs][:2] == ["c-p0000-r0", "c-p0001-r0"]
     assert len({s.seed for s in specs}) == 6  # independent seeds
 
@@ -44,15 +51,20 @@ def test_quasi_random_samples_are_in_range_and_deterministic(kind):
         assert sorted(np.floor((values[:, 0] - 0.25) / 0.1 * 8).astype(int)) == list(range(8))
     again = campaign.expand(make(design=design))
     assert [s.parameters for s in again] == [s.parameters for s in specs]
-    other = campaign.expand(campaign.Campaign.model_validate(
-        {"name": "c", "seed": 2, "base": SMALL, "design": design}))
+    other = campaign.expand(
+        campaign.Campaign.model_validate({"name": "c", "seed": 2, "base": SMALL, "design": design})
+    )
     assert [s.parameters for s in other] != [s.parameters for s in specs]
     assert specs[0].run.cosmology.Omega_m == specs[0].parameters["Omega_m"]
 
 
 def test_derivatives_share_the_fiducial_seeds():
-    specs = campaign.expand(make(design={"kind": "derivatives", "parameters": {
-        "Omega_m": 0.02, "sigma8": 0.05}}, realisations=2))
+    specs = campaign.expand(
+        make(
+            design={"kind": "derivatives", "parameters": {"Omega_m": 0.02, "sigma8": 0.05}},
+            realisations=2,
+        )
+    )
     assert len(specs) == (1 + 2 * 2) * 2
     points = {s.point for s in specs}
     assert points == {"fiducial", "Omega_m-minus", "Omega_m-plus", "sigma8-minus", "sigma8-plus"}
@@ -69,9 +81,16 @@ def test_derivatives_share_the_fiducial_seeds():
 
 
 def test_pairs_and_common_seeds():
-    specs = campaign.expand(make(design={"kind": "list", "points": [
-        {"name": "a", "parameters": {"Omega_m": 0.3}}, {"name": "b"}]},
-        paired=True, common_seeds=True))
+    specs = campaign.expand(
+        make(
+            design={
+                "kind": "list",
+                "points": [{"name": "a", "parameters": {"Omega_m": 0.3}}, {"name": "b"}],
+            },
+            paired=True,
+            common_seeds=True,
+        )
+    )
     assert [s.run_id for s in specs] == ["c-a-r0", "c-a-r0-paired", "c-b-r0", "c-b-r0-paired"]
     assert specs[1].run.ic.paired and not specs[0].run.ic.paired
     assert len({s.seed for s in specs}) == 1
@@ -94,21 +113,36 @@ def test_run_files_are_rewritten_only_when_they_change(tmp_path):
     campaign.write_run_files(camp, tmp_path)
     assert [p.stat().st_mtime_ns for p in paths] == mtimes
     loaded = validation.load_run_file(paths[1])
-    assert loaded.run_id == "c-fiducial-r1" and loaded.config.ic.seed == campaign.expand(camp)[1].seed
+    assert (
+        loaded.run_id == "c-fiducial-r1" and loaded.config.ic.seed == campaign.expand(camp)[1].seed
+    )
     assert loaded.config_hash == config.config_hash(loaded.config)
     changed = campaign.Campaign.model_validate(
-        {"name": "c", "seed": 1, "base": {"box": {"particles": 16, "box_size": 32.0}}, "realisations": 2})
+        {
+            "name": "c",
+            "seed": 1,
+            "base": {"box": {"particles": 16, "box_size": 32.0}},
+            "realisations": 2,
+        }
+    )
     campaign.write_run_files(changed, tmp_path)
     assert validation.load_run_file(paths[0]).config.box.box_size == 32.0
 
 
 def run(particles=64, pdims=(1, 1), **sections):
-    return config.Run.model_validate({"box": {"particles": particles, **sections.pop("box", {})},
-                                      "parallel": {"pdims": pdims}, **sections})
+    return config.Run.model_validate(
+        {
+            "box": {"particles": particles, **sections.pop("box", {})},
+            "parallel": {"pdims": pdims},
+            **sections,
+        }
+    )
 
 
-@pytest.mark.parametrize("particles, oversample, peak_gb, run_s, step_s",
-                         [(64, 1, 0.67, 0.48, 0.034), (64, 2, 0.78, 1.11, 0.103), (128, 1, 1.17, 3.70, 0.321)])
+@pytest.mark.parametrize(
+    "particles, oversample, peak_gb, run_s, step_s",
+    [(64, 1, 0.67, 0.48, 0.034), (64, 2, 0.78, 1.11, 0.103), (128, 1, 1.17, 3.70, 0.321)],
+)
 def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s, step_s):
     """`pmpipe bench nbody` on 2 CPU cores (2LPT + 10 steps, docs/performance.md)."""
     est = campaign.estimate(run(particles, box={"oversample": oversample}), campaign.Execution())
@@ -126,7 +160,10 @@ def test_estimates_grow_with_particles_and_shrink_with_devices():
     assert est(run(128, (2, 2))).runtime_s["nbody"] < est(run(128)).runtime_s["nbody"]
     assert est(run(64)).runtime_s["nbody"] < est(run(64, nbody={"steps": 20})).runtime_s["nbody"]
     cpu = campaign.Execution(devices_per_node=4)  # one process holds every CPU device
-    assert est(run(128, (2, 2)), cpu).memory_per_device_bytes >= est(run(128), cpu).memory_per_device_bytes
+    assert (
+        est(run(128, (2, 2)), cpu).memory_per_device_bytes
+        >= est(run(128), cpu).memory_per_device_bytes
+    )
     assert est(run(128, (2, 4))).nodes == 2 and est(run(128, (2, 4)), cpu).nodes == 1
 
 
@@ -134,16 +171,24 @@ def test_estimates_count_the_full_sky_shells_split_over_the_devices():
     gpu = campaign.Execution(platform="gpu", devices_per_node=4)
     cone = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0}}
     flat = run(128, (2, 2), **cone, lensing={"source_redshifts": [1.0], "flat_sky": {}})
-    full = run(128, (2, 2), **cone, lensing={"source_redshifts": [1.0], "flat_sky": {},
-                                              "full_sky": {"nside": 512}})
+    full = run(
+        128,
+        (2, 2),
+        **cone,
+        lensing={"source_redshifts": [1.0], "flat_sky": {}, "full_sky": {"nside": 512}},
+    )
     padded = sky.PLANE_BUCKET * math.ceil(len(validation.planes(full)) / sky.PLANE_BUCKET)
     rays = 12 * (512 * sky.RAYS_PER_PIXEL_SIDE) ** 2
-    extra = (campaign.estimate(full, gpu).memory_per_device_bytes
-             - campaign.estimate(flat, gpu).memory_per_device_bytes)
+    extra = (
+        campaign.estimate(full, gpu).memory_per_device_bytes
+        - campaign.estimate(flat, gpu).memory_per_device_bytes
+    )
     assert extra == pytest.approx(4 * (padded * rays / 4 + campaign.SHELL_RAY_WORDS * rays))
     cpu = campaign.Execution(devices_per_node=4)  # one process: 4 shares, 4 samplers
-    extra_cpu = (campaign.estimate(full, cpu).memory_per_device_bytes
-                 - campaign.estimate(flat, cpu).memory_per_device_bytes)
+    extra_cpu = (
+        campaign.estimate(full, cpu).memory_per_device_bytes
+        - campaign.estimate(flat, cpu).memory_per_device_bytes
+    )
     assert extra_cpu == pytest.approx(4 * (padded * rays + 4 * campaign.SHELL_RAY_WORDS * rays))
 
 
@@ -157,9 +202,16 @@ def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
     transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
     source, scale, offset = lightcone.box_frame((1.0, 2.0, 3.0), transform, 100.0, 16)
     program = lightcone._shell.lower(
-        jnp.ones((16, 16, 16), jnp.float32), np.float32(10), np.float32(1), source,
-        scale.astype(np.float32), offset.astype(np.float32), n_r=4,
-        mesh=parallel.make_mesh((1, 1)), rays_nside=rays).compile()
+        jnp.ones((16, 16, 16), jnp.float32),
+        np.float32(10),
+        np.float32(1),
+        source,
+        scale.astype(np.float32),
+        offset.astype(np.float32),
+        n_r=4,
+        mesh=parallel.make_mesh((1, 1)),
+        rays_nside=rays,
+    ).compile()
     words = program.memory_analysis().temp_size_in_bytes / 4 / sky.healpix_pixels(rays)
     assert campaign.SHELL_RAY_WORDS - 1 < words <= campaign.SHELL_RAY_WORDS + 0.01
 
@@ -167,33 +219,58 @@ def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
 def test_resources():
     gpu = campaign.Execution(platform="gpu", devices_per_node=4)
     res = campaign.resources(run(128, (2, 4)), "nbody", gpu)
-    assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4 and res["devices"] == 8
-    assert set(res) == {"gpu", "nodes", "tasks_per_node", "cpus_per_task", "mem_mb", "runtime", "devices"}
+    assert (
+        res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4 and res["devices"] == 8
+    )
+    assert set(res) == {
+        "gpu",
+        "nodes",
+        "tasks_per_node",
+        "cpus_per_task",
+        "mem_mb",
+        "runtime",
+        "devices",
+    }
     per_node = campaign.Execution(platform="gpu", devices_per_node=4, processes_per_node=1)
     res = campaign.resources(run(128, (2, 4)), "nbody", per_node)  # one process drives 4 GPUs
     assert (res["nodes"], res["tasks_per_node"], res["gpu"]) == (2, 1, 4)
-    two = campaign.resources(run(64, (2, 2)), "ic", campaign.Execution(devices_per_node=4,
-                                                                     processes_per_node=2))
+    two = campaign.resources(
+        run(64, (2, 2)), "ic", campaign.Execution(devices_per_node=4, processes_per_node=2)
+    )
     assert (two["tasks_per_node"], two["gpu"], two["devices"]) == (2, 0, 4)
     cpu = campaign.resources(run(64), "ic", campaign.Execution())
-    assert cpu["gpu"] == 0 and cpu["tasks_per_node"] == 1 and cpu["mem_mb"] >= 1000 and cpu["runtime"] >= 1
+    assert (
+        cpu["gpu"] == 0
+        and cpu["tasks_per_node"] == 1
+        and cpu["mem_mb"] >= 1000
+        and cpu["runtime"] >= 1
+    )
     spec = campaign.expand(make())[0]
     assert campaign.resources(spec, "summaries", campaign.Execution()) == campaign.resources(
-        spec.run, "summaries", campaign.Execution())
+        spec.run, "summaries", campaign.Execution()
+    )
     with pytest.raises(ValueError, match="unknown stage 'raytrace'"):
         campaign.resources(spec, "raytrace", campaign.Execution())
 
 
 def test_check_fits_and_plan():
-    huge = campaign.Campaign.model_validate({"name": "big", "base": {"box": {"particles": 512}},
-                                           "execution": {"device_memory_gb": 1}})
-    with pytest.raises(config.ConfigError, match=r"big-fiducial-r0 needs about .* GB per device but "
-                       r"execution.device_memory_gb = 1\.0; on cpu .* fewer particles"):
+    huge = campaign.Campaign.model_validate(
+        {"name": "big", "base": {"box": {"particles": 512}}, "execution": {"device_memory_gb": 1}}
+    )
+    with pytest.raises(
+        config.ConfigError,
+        match=r"big-fiducial-r0 needs about .* GB per device but "
+        r"execution.device_memory_gb = 1\.0; on cpu .* fewer particles",
+    ):
         campaign.check_fits(huge)
-    on_gpu = huge.model_copy(update={"execution": campaign.Execution(platform="gpu", device_memory_gb=1)})
+    on_gpu = huge.model_copy(
+        update={"execution": campaign.Execution(platform="gpu", device_memory_gb=1)}
+    )
     with pytest.raises(config.ConfigError, match=r"use more devices \(base.parallel.pdims\)"):
         campaign.check_fits(on_gpu)
-    table = campaign.plan_table(make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}}))
+    table = campaign.plan_table(
+        make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}})
+    )
     assert "c-p0001-r0" in table and "GB/device" in table and "2 runs" in table
 
 
@@ -202,8 +279,19 @@ def test_manifest_columns(tmp_path):
     (tmp_path / "c").mkdir()
     campaign.write_manifest(camp, tmp_path / "c/manifest.csv", lambda d: f"status of {d}")
     rows = list(csv.DictReader((tmp_path / "c/manifest.csv").open()))
-    assert list(rows[0]) == ["run_id", "index", "point", "realisation", "paired", "seed", "sigma8",
-                             "h", "run_dir", "config_hash", "status"]
+    assert list(rows[0]) == [
+        "run_id",
+        "index",
+        "point",
+        "realisation",
+        "paired",
+        "seed",
+        "sigma8",
+        "h",
+        "run_dir",
+        "config_hash",
+        "status",
+    ]
     assert rows[1]["sigma8"] == "0.9" and rows[1]["run_dir"] == str(tmp_path / "c/c-p0001-r0")
     assert rows[1]["status"] == f"status of {tmp_path / 'c/c-p0001-r0'}"
     assert rows[1]["config_hash"] == config.config_hash(campaign.expand(camp)[1].run)
@@ -214,7 +302,8 @@ def test_manifest_columns(tmp_path):
 def test_committed_schema_is_current():
     committed = json.loads((REPO / "workflow/schemas/campaign.schema.json").read_text())
     assert committed == campaign.campaign_schema(), (
-        "workflow/schemas/campaign.schema.json is stale: run `pmpipe schema` and commit it")
+        "workflow/schemas/campaign.schema.json is stale: run `pmpipe schema` and commit it"
+    )
 
 
 def test_schema_command_writes_the_schema(tmp_path):
@@ -229,8 +318,12 @@ def test_shipped_campaigns_load_and_expand(path):
     campaign.plan_table(camp)
 
 
-GOOD = {"name": "ok", "seed": 1, "base": {"box": {"particles": 16}},
-        "design": {"kind": "grid", "parameters": {"Omega_m": [0.3]}}}
+GOOD = {
+    "name": "ok",
+    "seed": 1,
+    "base": {"box": {"particles": 16}},
+    "design": {"kind": "grid", "parameters": {"Omega_m": [0.3]}},
+}
 
 
 def _with(path, value):
@@ -248,43 +341,103 @@ BAD = [
     (_with("sede", 3), "sede: Extra inputs are not permitted"),
     (_with("realisations", "two"), "realisations: Input should be a valid integer"),
     (_with("base.box.box_size", -100.0), "base.box.box_size: Input should be greater than 0"),
-    (_with("base.parallel", {"pdims": [3, 1]}), "base: box.particles = 16 is not divisible by parallel.pdims"),
+    (
+        _with("base.parallel", {"pdims": [3, 1]}),
+        "base: box.particles = 16 is not divisible by parallel.pdims",
+    ),
     (_with("design", {"kind": "grid", "parameters": {}}), "design.parameters: empty design"),
-    (_with("design", {"kind": "grid", "parameters": {"Omega_m": []}}),
-     "design.parameters.Omega_m: List should have at least 1 item"),
-    (_with("design", {"kind": "grid", "parameters": {"Omega_m": "0.3"}}),
-     "design.parameters.Omega_m: Input should be a valid list"),
-    (_with("design", {"kind": "latin_hypercube", "samples": 4, "parameters": {"sigma8": [0.9, 0.7]}}),
-     "design.parameters.sigma8: parameter range inverted or empty: give [low, high] with low < high"),
-    (_with("design", {"kind": "latin_hypercube", "samples": 0, "parameters": {"sigma8": [0.7, 0.9]}}),
-     "design.samples: Input should be greater than or equal to 1"),
-    (_with("design", {"kind": "sobol", "samples": 6, "parameters": {"sigma8": [0.7, 0.9]}}),
-     "design.samples: Sobol samples must be a power of 2 for the sequence's balance properties: use 4 or 8"),
-    (_with("design", {"kind": "derivatives", "parameters": {"h": 0.0}}),
-     "design.parameters.h: the derivative step must be > 0"),
-    (_with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}),
-     "design.parameters.omega_m.[key]: Input should be 'Omega_m', 'Omega_b', 'h'"),
-    (_with("design", {"kind": "grid", "parameters": {"Omega_m": [0.3, -0.1]}}),
-     ("design point p0001 (design parameters Omega_m = -0.1): invalid configuration\n"
-     "  cosmology.Omega_m: Input should be greater than 0")),
-    (_with("design", {"kind": "latin_hypercube", "samples": 2, "parameters": {"Omega_b": [0.4, 0.5]}}),
-     "must be smaller than cosmology.Omega_m"),
-    (_with("design", {"kind": "list", "points": [{"name": "a"}, {"name": "a"}]}),
-     "design.points: duplicate point name(s) a would give duplicate run ids"),
-    (_with("design", {"kind": "list", "points": []}), "design.points: List should have at least 1 item"),
-    (_with("design", {"kind": "list", "points": [{"name": "a b"}]}), "design.points.0.name: String should match pattern"),
-    (_with("design", {"kind": "latin"}), "design: Input tag 'latin' found using 'kind' does not match"),
-    (_with("execution.platform", "tpu"), "execution.platform: Input should be 'cpu' or 'gpu' (got 'tpu')"),
-    (_with("execution.device_memory_gb", -1), "execution.device_memory_gb: Input should be greater than 0"),
+    (
+        _with("design", {"kind": "grid", "parameters": {"Omega_m": []}}),
+        "design.parameters.Omega_m: List should have at least 1 item",
+    ),
+    (
+        _with("design", {"kind": "grid", "parameters": {"Omega_m": "0.3"}}),
+        "design.parameters.Omega_m: Input should be a valid list",
+    ),
+    (
+        _with(
+            "design",
+            {"kind": "latin_hypercube", "samples": 4, "parameters": {"sigma8": [0.9, 0.7]}},
+        ),
+        "design.parameters.sigma8: parameter range inverted or empty: give [low, high] with low < high",
+    ),
+    (
+        _with(
+            "design",
+            {"kind": "latin_hypercube", "samples": 0, "parameters": {"sigma8": [0.7, 0.9]}},
+        ),
+        "design.samples: Input should be greater than or equal to 1",
+    ),
+    (
+        _with("design", {"kind": "sobol", "samples": 6, "parameters": {"sigma8": [0.7, 0.9]}}),
+        "design.samples: Sobol samples must be a power of 2 for the sequence's balance properties: use 4 or 8",
+    ),
+    (
+        _with("design", {"kind": "derivatives", "parameters": {"h": 0.0}}),
+        "design.parameters.h: the derivative step must be > 0",
+    ),
+    (
+        _with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}),
+        "design.parameters.omega_m.[key]: Input should be 'Omega_m', 'Omega_b', 'h'",
+    ),
+    (
+        _with("design", {"kind": "grid", "parameters": {"Omega_m": [0.3, -0.1]}}),
+        (
+            "design point p0001 (design parameters Omega_m = -0.1): invalid configuration\n"
+            "  cosmology.Omega_m: Input should be greater than 0"
+        ),
+    ),
+    (
+        _with(
+            "design",
+            {"kind": "latin_hypercube", "samples": 2, "parameters": {"Omega_b": [0.4, 0.5]}},
+        ),
+        "must be smaller than cosmology.Omega_m",
+    ),
+    (
+        _with("design", {"kind": "list", "points": [{"name": "a"}, {"name": "a"}]}),
+        "design.points: duplicate point name(s) a would give duplicate run ids",
+    ),
+    (
+        _with("design", {"kind": "list", "points": []}),
+        "design.points: List should have at least 1 item",
+    ),
+    (
+        _with("design", {"kind": "list", "points": [{"name": "a b"}]}),
+        "design.points.0.name: String should match pattern",
+    ),
+    (
+        _with("design", {"kind": "latin"}),
+        "design: Input tag 'latin' found using 'kind' does not match",
+    ),
+    (
+        _with("execution.platform", "tpu"),
+        "execution.platform: Input should be 'cpu' or 'gpu' (got 'tpu')",
+    ),
+    (
+        _with("execution.device_memory_gb", -1),
+        "execution.device_memory_gb: Input should be greater than 0",
+    ),
     (_with("name", "my campaign"), "name: String should match pattern"),
-    (_with("base.ic", {"seed": 4}), "base.ic.seed must not be set: run seeds derive from the campaign seed"),
+    (
+        _with("base.ic", {"seed": 4}),
+        "base.ic.seed must not be set: run seeds derive from the campaign seed",
+    ),
     (_with("base.ic", {"paired": True}), "base.ic.paired must not be set"),
-    (_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
-     "base.parallel.pdims needs 4 devices but execution.devices_per_node = 1 on cpu"),
-    ({**_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
-      "execution": {"devices_per_node": 4, "processes_per_node": 3}},
-     ("execution.processes_per_node = 3 with 4 devices on a node: each process holds an equal "
-     "share of its node's devices; choose a divisor of 4")),
+    (
+        _with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
+        "base.parallel.pdims needs 4 devices but execution.devices_per_node = 1 on cpu",
+    ),
+    (
+        {
+            **_with("base.parallel", {"pdims": [2, 2], "halo_cells": 2}),
+            "execution": {"devices_per_node": 4, "processes_per_node": 3},
+        },
+        (
+            "execution.processes_per_node = 3 with 4 devices on a node: each process holds an equal "
+            "share of its node's devices; choose a divisor of 4"
+        ),
+    ),
 ]
 
 
@@ -323,7 +476,12 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
     from pmpipe import cli
 
     record_path = tmp_path / "bench.json"
-    assert cli.main(["bench", "nbody", "--particles", "16", "--steps", "2", "--json", str(record_path)]) == 0
+    assert (
+        cli.main(
+            ["bench", "nbody", "--particles", "16", "--steps", "2", "--json", str(record_path)]
+        )
+        == 0
+    )
     capsys.readouterr()
     record = json.loads(record_path.read_text())
     plain = campaign.Execution()
@@ -335,16 +493,25 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
     time, memory = campaign.calibration_factors(calibrated)
     bigger = run(64, (2, 2))
     assert campaign.estimate(bigger, calibrated).step_s == pytest.approx(
-        time * campaign.estimate(bigger, plain).step_s, rel=1e-9)
+        time * campaign.estimate(bigger, plain).step_s, rel=1e-9
+    )
     overhead = campaign.PROCESS_OVERHEAD_BYTES["cpu"]
-    assert campaign.estimate(bigger, calibrated).memory_per_device_bytes - overhead == pytest.approx(
-        memory * (campaign.estimate(bigger, plain).memory_per_device_bytes - overhead), rel=1e-9)
+    assert campaign.estimate(
+        bigger, calibrated
+    ).memory_per_device_bytes - overhead == pytest.approx(
+        memory * (campaign.estimate(bigger, plain).memory_per_device_bytes - overhead), rel=1e-9
+    )
 
-    with pytest.raises(ValueError, match=f"execution.calibration {record_path} was measured on "
-                                         "cpu, execution.platform is gpu"):
+    with pytest.raises(
+        ValueError,
+        match=f"execution.calibration {record_path} was measured on cpu, execution.platform is gpu",
+    ):
         campaign.Execution(platform="gpu", calibration=record_path)
     partial = tmp_path / "partial.json"
     partial.write_text(json.dumps({k: v for k, v in record.items() if k not in ("halo", "step_s")}))
-    with pytest.raises(ValueError, match="the record lacks halo, step_s; write it with `pmpipe "
-                                         "bench nbody --json` on the cpu platform"):
+    with pytest.raises(
+        ValueError,
+        match="the record lacks halo, step_s; write it with `pmpipe "
+        "bench nbody --json` on the cpu platform",
+    ):
         campaign.Execution(calibration=partial)

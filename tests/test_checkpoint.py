@@ -16,13 +16,18 @@ from pmpipe import config, stages
 from pmpipe.stages import runner
 from pmpipe.storage import checkpoint, store
 
-RUN = {"box": {"box_size": 128.0, "particles": 32, "oversample": 2},
-       "nbody": {"steps": 16, "snapshots": [0.5]},
-       "parallel": {"pdims": [1, 2], "halo_cells": 8},
-       "lightcone": {"z_max": 0.1, "plane_thickness": 64.0},
-       "lensing": {"source_redshifts": [0.1], "flat_sky": {"field_of_view": 10.0, "pixels": 16},
-                   "full_sky": {"nside": 8}},
-       "checkpoints": {"every_steps": 3}}
+RUN = {
+    "box": {"box_size": 128.0, "particles": 32, "oversample": 2},
+    "nbody": {"steps": 16, "snapshots": [0.5]},
+    "parallel": {"pdims": [1, 2], "halo_cells": 8},
+    "lightcone": {"z_max": 0.1, "plane_thickness": 64.0},
+    "lensing": {
+        "source_redshifts": [0.1],
+        "flat_sky": {"field_of_view": 10.0, "pixels": 16},
+        "full_sky": {"nside": 8},
+    },
+    "checkpoints": {"every_steps": 3},
+}
 COMPARED = ("displacement", "momentum", "density", "lightcone_density", "lightcone_healpix")
 
 
@@ -30,15 +35,21 @@ def _write_run(run_dir, **changes):
     data = {**RUN, **changes}
     run_dir.mkdir(parents=True)
     path = run_dir / "config.json"
-    path.write_text(config.RunFile.build("ckpt", run_dir.name, 0, {},
-                                         config.Run.model_validate(data)).to_json())
+    path.write_text(
+        config.RunFile.build("ckpt", run_dir.name, 0, {}, config.Run.model_validate(data)).to_json()
+    )
     return path
 
 
 def _stage(stage, path, **kwargs):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return subprocess.Popen([sys.executable, "-m", f"pmpipe.stages.{stage}", str(path)], env=env,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", f"pmpipe.stages.{stage}", str(path)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def _wait_for_checkpoint(run_dir, process, timeout=300):
@@ -80,7 +91,8 @@ def _assert_same_stores(a, b, rtol=1e-6):
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGUSR2"])
 def test_interrupted_run_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_one(
-        reference, tmp_path, how):
+    reference, tmp_path, how
+):
     run_dir = tmp_path / "run"
     path = _copy_ics(reference, run_dir)
     first = _stage("nbody", path)
@@ -102,7 +114,8 @@ def test_interrupted_run_resumes_from_its_checkpoint_and_ends_like_an_uninterrup
 
 
 def test_checkpoints_change_no_result_and_another_configs_checkpoint_is_not_used(
-        reference, tmp_path):
+    reference, tmp_path
+):
     """Without checkpoints (one program for all steps) the stores agree to float32 rounding;
     a checkpoint of another config in the run folder is reported and left alone."""
     import shutil
@@ -131,15 +144,19 @@ def test_checkpoints_need_a_schedule():
     with pytest.raises(config.ConfigError, match="checkpoints needs every_steps or every_minutes"):
         config.validate(config.Run, {**RUN, "checkpoints": {"keep": True}}, "x.yaml")
     run = config.Run.model_validate(RUN)
-    assert config.config_hash(run) == config.config_hash(run.model_copy(update={"checkpoints": None}))
+    assert config.config_hash(run) == config.config_hash(
+        run.model_copy(update={"checkpoints": None})
+    )
 
 
 def test_a_signal_outside_the_n_body_stops_a_packed_job_before_its_next_stage(tmp_path):
     """Runs without checkpoints: SIGUSR2 while the first run's N-body goes on ends the stage in
     progress, and the job (exit status 3) before the next stage; started again, the job does
     only what is missing."""
-    paths = [_write_run(tmp_path / f"packed-r{i}", checkpoints=None, lensing=None,
-                        lightcone=None) for i in range(2)]
+    paths = [
+        _write_run(tmp_path / f"packed-r{i}", checkpoints=None, lensing=None, lightcone=None)
+        for i in range(2)
+    ]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     job = [sys.executable, "-m", "pmpipe.stages.pipeline", *map(str, paths)]
     first = subprocess.Popen(job, env=env, stderr=subprocess.PIPE, text=True)
@@ -158,5 +175,7 @@ def test_a_signal_outside_the_n_body_stops_a_packed_job_before_its_next_stage(tm
     assert second.returncode == 0, second.stderr[-3000:]
     assert zarr.open_group(ics, mode="r").attrs["finished"] == made  # not made again
     for path in paths:
-        assert all(store.is_complete(stages.store_path(path.parent, s))
-                   for s in ("ic", "nbody", "summaries"))
+        assert all(
+            store.is_complete(stages.store_path(path.parent, s))
+            for s in ("ic", "nbody", "summaries")
+        )

@@ -6,9 +6,13 @@ import yaml
 
 from pmpipe import cli, stages, validation
 
-CAMPAIGN = {"name": "cli", "seed": 4, "base": {"box": {"particles": 16, "box_size": 64.0},
-                                               "nbody": {"steps": 2}},
-            "realisations": 2, "execution": {"device_memory_gb": 2}}
+CAMPAIGN = {
+    "name": "cli",
+    "seed": 4,
+    "base": {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 2}},
+    "realisations": 2,
+    "execution": {"device_memory_gb": 2},
+}
 
 
 def test_plan_prints_a_table_and_fails_early_when_a_run_does_not_fit(tmp_path, capsys):

@@ -37,11 +37,21 @@ def _field(seed, mesh):
 
 def _power(mesh, cross):
     a, b = _field(1, mesh), _field(2, mesh) if cross else None
-    args = {"mesh": mesh, "box_size": BOX, "n_bins": N // 2, "compensate_cic": True,
-            "compensate_cic2": False}
+    args = {
+        "mesh": mesh,
+        "box_size": BOX,
+        "n_bins": N // 2,
+        "compensate_cic": True,
+        "compensate_cic2": False,
+    }
     program = stats._binned_power.lower(a, b, **args).compile()
-    return np.concatenate(stats.power_spectrum(a, mesh, BOX, field2=b, compensate_cic=True,
-                                               compensate_cic2=False)), program, 3 * (N // 2 + 1)
+    return (
+        np.concatenate(
+            stats.power_spectrum(a, mesh, BOX, field2=b, compensate_cic=True, compensate_cic2=False)
+        ),
+        program,
+        3 * (N // 2 + 1),
+    )
 
 
 def _compensation(mesh):
@@ -66,26 +76,44 @@ def _shell(mesh):
     shell = lightcone.shell_healpix(f, mesh, BOX, rays, 60.0, 100.0, OBSERVER, TRANSFORM)
     source, scale, offset = lightcone.box_frame(OBSERVER, TRANSFORM, BOX, N)
     n_r = lightcone.ray_samples(40.0, BOX / N, np.inf)
-    program = lightcone._shell.lower(f, np.float32(60), np.float32(40 / n_r), source,
-                                     scale.astype(np.float32), offset.astype(np.float32),
-                                     n_r=n_r, mesh=mesh, rays_nside=rays).compile()
+    program = lightcone._shell.lower(
+        f,
+        np.float32(60),
+        np.float32(40 / n_r),
+        source,
+        scale.astype(np.float32),
+        offset.astype(np.float32),
+        n_r=n_r,
+        mesh=mesh,
+        rays_nside=rays,
+    ).compile()
     return np.asarray(shell), program, max(12 * rays**2, N * N)  # the shell, or halo faces
 
 
 def _flat_plane(mesh):
     f = _field(6, mesh)
     plane = lightcone.flat_plane(f, mesh, BOX, 8, TRANSFORM)
-    program = lightcone._flat_plane.lower(f, np.asarray(TRANSFORM.axes, np.int32),
-                                          np.asarray(TRANSFORM.flips), np.asarray(TRANSFORM.shift, np.int32),
-                                          mesh=mesh, box_size=BOX, n_cells=8).compile()
+    program = lightcone._flat_plane.lower(
+        f,
+        np.asarray(TRANSFORM.axes, np.int32),
+        np.asarray(TRANSFORM.flips),
+        np.asarray(TRANSFORM.shift, np.int32),
+        mesh=mesh,
+        box_size=BOX,
+        n_cells=8,
+    ).compile()
     return np.asarray(plane), program, N * N  # the plane
 
 
 def _flat_cl(mesh):
     n = N
     sharding = jax.sharding.NamedSharding(mesh, parallel.FIELD_SPEC)
-    maps = [jax.device_put(jnp.asarray(np.random.default_rng(s).normal(size=(n, n)), jnp.float32),
-                           sharding) for s in (7, 8)]
+    maps = [
+        jax.device_put(
+            jnp.asarray(np.random.default_rng(s).normal(size=(n, n)), jnp.float32), sharding
+        )
+        for s in (7, 8)
+    ]
     edges = stats.log_bin_edges(100, 3000, 6)
     cl = stats.flat_sky_cl(maps[0], 5.0, edges, maps[1])
     index = jax.device_put(jnp.zeros((n, n), jnp.int32), sharding)
@@ -93,10 +121,15 @@ def _flat_cl(mesh):
     return np.concatenate(cl), program, n * n  # the transformed map; the binning: 7 sums
 
 
-OPERATIONS = {"power auto": lambda mesh: _power(mesh, False),
-              "power cross": lambda mesh: _power(mesh, True),
-              "compensation": _compensation, "band limit": _band_limit, "shell": _shell,
-              "flat plane": _flat_plane, "flat-sky C_l": _flat_cl}
+OPERATIONS = {
+    "power auto": lambda mesh: _power(mesh, False),
+    "power cross": lambda mesh: _power(mesh, True),
+    "compensation": _compensation,
+    "band limit": _band_limit,
+    "shell": _shell,
+    "flat plane": _flat_plane,
+    "flat-sky C_l": _flat_cl,
+}
 
 
 @pytest.mark.parametrize("pdims", [(2, 4), (8, 1)])
@@ -113,8 +146,11 @@ def test_sharded_operations_gather_nothing_and_equal_one_device(operation, pdims
 def test_the_check_finds_a_gathered_field():
     mesh = parallel.make_mesh((2, 4))
     f = _field(9, mesh)
-    gathered = jax.jit(lambda x: jax.lax.with_sharding_constraint(
-        x, jax.sharding.NamedSharding(mesh, jax.P()))[0, 0, :])
+    gathered = jax.jit(
+        lambda x: jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, jax.P()))[
+            0, 0, :
+        ]
+    )
     with pytest.raises(AssertionError, match="all-gather"):
         assert_local(gathered.lower(f).compile(), N)
 
@@ -138,6 +174,14 @@ def test_each_device_keeps_its_share_of_the_shell_rays():
     assert "reduce-scatter" in [kind for kind, _ in collectives(program)]
     whole = lightcone.shell_healpix(f, mesh, BOX, 1, 60.0, 100.0, OBSERVER, TRANSFORM)
     assert whole.sharding.shard_shape(whole.shape) == (12,)
-    one = lightcone.shell_healpix(_field(5, parallel.make_mesh((1, 1))), parallel.make_mesh((1, 1)),
-                                  BOX, 1, 60.0, 100.0, OBSERVER, TRANSFORM)
+    one = lightcone.shell_healpix(
+        _field(5, parallel.make_mesh((1, 1))),
+        parallel.make_mesh((1, 1)),
+        BOX,
+        1,
+        60.0,
+        100.0,
+        OBSERVER,
+        TRANSFORM,
+    )
     assert np.abs(np.asarray(whole) - np.asarray(one)).max() <= 1e-5 * np.abs(np.asarray(one)).max()

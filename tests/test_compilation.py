@@ -73,10 +73,16 @@ def _start(cache, runs):
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
     env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    with (tempfile.NamedTemporaryFile("w", suffix=".out", dir=cache.parent, delete=False) as out,
-          tempfile.NamedTemporaryFile("w", suffix=".err", dir=cache.parent, delete=False) as err):
-        process = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cache), json.dumps(runs)],
-                                   stdout=out, stderr=err, env=env)
+    with (
+        tempfile.NamedTemporaryFile("w", suffix=".out", dir=cache.parent, delete=False) as out,
+        tempfile.NamedTemporaryFile("w", suffix=".err", dir=cache.parent, delete=False) as err,
+    ):
+        process = subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, str(cache), json.dumps(runs)],
+            stdout=out,
+            stderr=err,
+            env=env,
+        )
     return process, Path(out.name), Path(err.name)
 
 

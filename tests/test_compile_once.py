@@ -28,8 +28,7 @@ def _run_files(results):
     base["parallel"]["halo_cells"] = 6  # room for the most clustered of the cosmologies
     paths = []
     for i, cosmology in enumerate(COSMOLOGIES):
-        data = {**base, "cosmology": cosmology,
-                "ic": {"seed": 11 + i, "a_init": 0.1 + 0.01 * i}}
+        data = {**base, "cosmology": cosmology, "ic": {"seed": 11 + i, "a_init": 0.1 + 0.01 * i}}
         run = config.Run.model_validate(data)
         path = results / "compile" / f"run{i}" / "config.json"
         path.parent.mkdir(parents=True)
@@ -43,9 +42,19 @@ def _start(paths, report, cache):
     goes to ``report`` with the suffix .log."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     with open(report.with_suffix(".log"), "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "pmpipe.stages.pipeline", "--report",
-                                 str(report), *map(str, paths)], stdout=log, stderr=log,
-                                env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache)})
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pmpipe.stages.pipeline",
+                "--report",
+                str(report),
+                *map(str, paths),
+            ],
+            stdout=log,
+            stderr=log,
+            env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache)},
+        )
 
 
 def _record(process, report):
@@ -69,8 +78,10 @@ def test_a_second_process_of_the_same_sizes_compiles_nothing(tmp_path):
     assert first["compilation"]["compiled"] > 0 and first["compilation"]["cache_hits"] == 0
     cache = shutil.copytree(cache, tmp_path / "elsewhere" / "cache")  # the cache moved
     # pmpipe run all of one run, and a packed job of two runs, side by side (both only read)
-    jobs = {name: (_start(runs, tmp_path / f"{name}.json", cache), tmp_path / f"{name}.json")
-            for name, runs in (("second", paths[1:2]), ("packed", paths[2:]))}
+    jobs = {
+        name: (_start(runs, tmp_path / f"{name}.json", cache), tmp_path / f"{name}.json")
+        for name, runs in (("second", paths[1:2]), ("packed", paths[2:]))
+    }
     second, packed = (_record(*jobs[name]) for name in ("second", "packed"))
     assert second["compilation"]["compiled"] == 0, second["compilation"]
     assert second["compilation"]["cache_hits"] == first["compilation"]["programs"]

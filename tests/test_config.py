@@ -22,26 +22,34 @@ def test_defaults_validate_and_convert(tmp_path):
 def _table(tmp_path, k_max=10.0):
     k = np.logspace(-4, np.log10(k_max), 100)
     path = tmp_path / "pk.dat"
-    np.savetxt(path, np.c_[k, np.asarray(C.linear_power_eisenstein_hu(C.Cosmology(), k))],
-               header="k/h P")
+    np.savetxt(
+        path, np.c_[k, np.asarray(C.linear_power_eisenstein_hu(C.Cosmology(), k))], header="k/h P"
+    )
     return path
 
 
 def test_power_table_accepted(tmp_path):
     run = config.Run.model_validate(
-        {"power": {"kind": "table", "table": str(_table(tmp_path))}, "box": {"particles": 32}})
+        {"power": {"kind": "table", "table": str(_table(tmp_path))}, "box": {"particles": 32}}
+    )
     assert run.power.kind == "table"
 
 
 BAD = [
-    ({"box": {"particles": 30}, "parallel": {"pdims": [4, 1]}}, "box.particles = 30 is not divisible"),
+    (
+        {"box": {"particles": 30}, "parallel": {"pdims": [4, 1]}},
+        "box.particles = 30 is not divisible",
+    ),
     ({"nbody": {"a_final": 0.1}, "ic": {"a_init": 0.1}}, "nbody.a_final"),
     ({"nbody": {"a_final": 0.5}, "ic": {"a_init": 0.6}}, "nbody.a_final"),
     ({"cosmology": {"Omega_m": 0.0}}, "cosmology.Omega_m"),
     ({"cosmology": {"Omega_m": -0.3}}, "cosmology.Omega_m"),
     ({"cosmology": {"Omega_m": 0.04, "Omega_b": 0.05}}, "Omega_b"),
     ({"box": {"box_size": -10}}, "box.box_size"),
-    ({"box": {"particles": 32}, "parallel": {"pdims": [1, 8], "halo_cells": 5}}, "parallel.halo_cells = 5"),
+    (
+        {"box": {"particles": 32}, "parallel": {"pdims": [1, 8], "halo_cells": 5}},
+        "parallel.halo_cells = 5",
+    ),
     ({"parallel": {"halo_cells": 0}}, "parallel.halo_cells"),
     ({"cosmology": {"omega_m": 0.3}}, "cosmology.omega_m: Extra inputs are not permitted"),
     ({"box": {"particles": "many"}}, "box.particles"),
@@ -66,8 +74,13 @@ def test_bad_input_names_the_field(tmp_path, data, message):
 
 def test_power_table_not_covering_the_mesh(tmp_path):
     table = _table(tmp_path, k_max=0.5)
-    path = _write(tmp_path, {"power": {"kind": "table", "table": str(table)},
-                             "box": {"particles": 64, "box_size": 256.0}})
+    path = _write(
+        tmp_path,
+        {
+            "power": {"kind": "table", "table": str(table)},
+            "box": {"particles": 64, "box_size": 256.0},
+        },
+    )
     with pytest.raises(config.ConfigError, match="covers k"):
         validation.load_run(path)
 

@@ -28,18 +28,26 @@ SOURCE = "/opt/pmpipe/src"
 def locked(export: str) -> dict[str, str]:
     """{name: version} of every package in a requirements/ export."""
     text = (REPO / "requirements" / export).read_text()
-    return {m[1].lower(): m[2] for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==([^ ;]+)", text, re.MULTILINE)}
+    return {
+        m[1].lower(): m[2]
+        for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==([^ ;]+)", text, re.MULTILINE)
+    }
 
 
 @pytest.mark.parametrize("name", sorted(IMAGES))
 def test_a_definition_has_every_section_and_copies_what_it_installs(name):
     definition = parse(REPO / "containers" / name)
     assert {"files", "post", "environment", "labels", "runscript", "test", "help"} <= set(
-        definition.sections)
+        definition.sections
+    )
     files = dict(definition.files())
     export = f"requirements/{IMAGES[name]}"
-    assert files == {"pyproject.toml": f"{SOURCE}/pyproject.toml", "README.md": f"{SOURCE}/README.md",
-                     "pmpipe": f"{SOURCE}/pmpipe", export: f"{SOURCE}/{export}"}
+    assert files == {
+        "pyproject.toml": f"{SOURCE}/pyproject.toml",
+        "README.md": f"{SOURCE}/README.md",
+        "pmpipe": f"{SOURCE}/pmpipe",
+        export: f"{SOURCE}/{export}",
+    }
     assert all((REPO / source).exists() for source in files)
 
 
@@ -48,13 +56,25 @@ def test_a_definition_installs_exactly_its_locked_export_then_pmpipe_alone(name)
     definition = parse(REPO / "containers" / name)
     pip = [cmd for cmd in definition.commands("post") if "pip" in cmd]
     assert pip == [
-        [VENV_PYTHON, "-m", "pip", "install", "--no-cache-dir", "--require-hashes",
-         "-r", f"{SOURCE}/requirements/{IMAGES[name]}"],
-        [VENV_PYTHON, "-m", "pip", "install", "--no-cache-dir", "--no-deps", SOURCE]]
+        [
+            VENV_PYTHON,
+            "-m",
+            "pip",
+            "install",
+            "--no-cache-dir",
+            "--require-hashes",
+            "-r",
+            f"{SOURCE}/requirements/{IMAGES[name]}",
+        ],
+        [VENV_PYTHON, "-m", "pip", "install", "--no-cache-dir", "--no-deps", SOURCE],
+    ]
     assert ["python3", "-m", "venv", "/opt/pmpipe/venv"] in definition.commands("post")
     assert not re.search(r"\b(conda|mamba|uv pip|easy_install)\b", definition.sections["post"])
-    assert definition.sections["environment"].strip().startswith(
-        "export PATH=/opt/pmpipe/venv/bin:$PATH")
+    assert (
+        definition.sections["environment"]
+        .strip()
+        .startswith("export PATH=/opt/pmpipe/venv/bin:$PATH")
+    )
 
 
 def test_the_exports_give_each_image_what_it_runs_on():
@@ -70,7 +90,9 @@ def test_the_exports_give_each_image_what_it_runs_on():
 def test_the_gpu_image_s_base_matches_the_locked_cuda_wheels():
     definition = parse(REPO / "containers" / "pmpipe-gpu.def")
     assert definition.header["Bootstrap"] == "docker"
-    base = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu24\.04", definition.header["From"])
+    base = re.fullmatch(
+        r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu24\.04", definition.header["From"]
+    )
     assert base, definition.header["From"]
     gpu = locked("gpu.txt")
     runtime = gpu["nvidia-cuda-runtime"].split(".")
@@ -89,9 +111,13 @@ def test_a_definition_labels_its_version_and_commit_and_tests_itself(name):
     definition = parse(REPO / "containers" / name)
     labels = definition.labels()
     assert labels["org.opencontainers.image.title"] == name.removesuffix(".def")
-    assert labels["org.opencontainers.image.revision"] == "{{ commit }}"  # apptainer build --build-arg
-    assert 'echo "org.opencontainers.image.version $version" >> "$APPTAINER_LABELS"' in \
-        definition.sections["post"]
+    assert (
+        labels["org.opencontainers.image.revision"] == "{{ commit }}"
+    )  # apptainer build --build-arg
+    assert (
+        'echo "org.opencontainers.image.version $version" >> "$APPTAINER_LABELS"'
+        in definition.sections["post"]
+    )
     assert "python -m pmpipe.cli doctor --check" in definition.sections["test"]
     assert 'exec python -m pmpipe.cli "$@"' in definition.sections["runscript"]
     build = f"apptainer build --build-arg commit=$(git rev-parse HEAD) {name.removesuffix('.def')}.sif containers/{name}"
@@ -102,10 +128,12 @@ def test_a_definition_labels_its_version_and_commit_and_tests_itself(name):
 def test_the_gpu_image_sets_one_process_per_gpu_defaults_and_site_library_binds():
     definition = parse(REPO / "containers" / "pmpipe-gpu.def")
     env = definition.sections["environment"]
-    for default in ("XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-true}",
-                    "XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.90}",
-                    "NCCL_DEBUG=${NCCL_DEBUG:-WARN}",
-                    "LD_LIBRARY_PATH=/opt/site/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"):
+    for default in (
+        "XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-true}",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.90}",
+        "NCCL_DEBUG=${NCCL_DEBUG:-WARN}",
+        "LD_LIBRARY_PATH=/opt/site/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}",
+    ):
         assert f"export {default}" in env
     assert ["mkdir", "-p", "/opt/site/lib"] in definition.commands("post")
     assert "openmpi-bin" in definition.sections["post"]  # MPI with PMIx for srun --mpi=pmix
@@ -125,15 +153,29 @@ def test_the_parser_rejects_what_apptainer_would(tmp_path):
 def dry_run_commands(workdir, campaign_file) -> str:
     """Rule, resources and shell command of every SLURM job of `snakemake --dry-run` through
     profiles/slurm-apptainer with the golden site, paths relative to ``workdir``."""
-    out = run_snakemake(workdir, "--profile", str(REPO / "profiles/slurm-apptainer"),
-                        "--configfile", str(GOLDEN / "site_apptainer.yaml"),
-                        "--config", f"campaign={campaign_file}", "--dry-run",
-                        env={k: v for k, v in os.environ.items() if not k.startswith("PMPIPE_")},
-                        share_programs=False)
-    lines = [line.strip() for line in (out.stdout + out.stderr).splitlines()
-             if line.startswith(("rule ", "    resources:", "Shell command:"))]
-    keep = [text for block in range(0, len(lines), 3) if lines[block].startswith("rule runs_")
-            for text in lines[block:block + 3]]  # the SLURM jobs (the other rules run in snakemake)
+    out = run_snakemake(
+        workdir,
+        "--profile",
+        str(REPO / "profiles/slurm-apptainer"),
+        "--configfile",
+        str(GOLDEN / "site_apptainer.yaml"),
+        "--config",
+        f"campaign={campaign_file}",
+        "--dry-run",
+        env={k: v for k, v in os.environ.items() if not k.startswith("PMPIPE_")},
+        share_programs=False,
+    )
+    lines = [
+        line.strip()
+        for line in (out.stdout + out.stderr).splitlines()
+        if line.startswith(("rule ", "    resources:", "Shell command:"))
+    ]
+    keep = [
+        text
+        for block in range(0, len(lines), 3)
+        if lines[block].startswith("rule runs_")
+        for text in lines[block : block + 3]
+    ]  # the SLURM jobs (the other rules run in snakemake)
     return "\n".join(keep).replace(f"{workdir}/", "") + "\n"
 
 
@@ -143,12 +185,16 @@ def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
     --nv <image> python ...`."""
     shutil.copy(REPO / "config" / "quickstart.yaml", tmp_path)
     shutil.copy(GOLDEN / "campaign_2x4.yaml", tmp_path)
-    text = "".join(f"# {name}\n{dry_run_commands(tmp_path, name)}"
-                   for name in ("quickstart.yaml", "campaign_2x4.yaml"))
+    text = "".join(
+        f"# {name}\n{dry_run_commands(tmp_path, name)}"
+        for name in ("quickstart.yaml", "campaign_2x4.yaml")
+    )
     golden(GOLDEN / "slurm_apptainer_commands.txt", text)
-    assert "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 --gres=gpu:4 --kill-on-bad-exit=1 " \
-        "env NCCL_DEBUG=WARN NCCL_NET_GDR_LEVEL=PHB apptainer exec --nv --bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib " \
+    assert (
+        "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 --gres=gpu:4 --kill-on-bad-exit=1 "
+        "env NCCL_DEBUG=WARN NCCL_NET_GDR_LEVEL=PHB apptainer exec --nv --bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib "
         "/images/pmpipe-gpu.sif python -m pmpipe.stages.pipeline" in text
+    )
 
 
 @pytest.fixture(scope="module")
@@ -170,10 +216,12 @@ def cpu_image(apptainer, tmp_path_factory):
     """containers/pmpipe-cpu.def built as a sandbox without %post, labelled with HEAD."""
     import apptainer_image
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=REPO, check=True).stdout.strip()
-    image = apptainer_image.build_cpu_image(apptainer, tmp_path_factory.mktemp("image") / "pmpipe-cpu",
-                                            commit)
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO, check=True
+    ).stdout.strip()
+    image = apptainer_image.build_cpu_image(
+        apptainer, tmp_path_factory.mktemp("image") / "pmpipe-cpu", commit
+    )
     yield image, commit
     shutil.rmtree(image, ignore_errors=True)
 
@@ -181,15 +229,29 @@ def cpu_image(apptainer, tmp_path_factory):
 def in_image(apptainer, image, *args, cwd, env=None, timeout=600):
     """`apptainer exec --userns <image> ARGS` (this machine grants no CAP_SYS_RESOURCE)."""
     env = {k: v for k, v in (env or os.environ).items() if k != "XLA_FLAGS"}
-    return subprocess.run([*apptainer, "exec", "--userns", str(image), *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=timeout, check=False)
+    return subprocess.run(
+        [*apptainer, "exec", "--userns", str(image), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
-def test_the_cpu_image_passes_its_test_and_doctor_reports_it_with_its_labels(apptainer, cpu_image,
-                                                                              tmp_path):
+def test_the_cpu_image_passes_its_test_and_doctor_reports_it_with_its_labels(
+    apptainer, cpu_image, tmp_path
+):
     image, commit = cpu_image
-    done = subprocess.run([*apptainer, "test", "--userns", str(image)], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=600, check=False)
+    done = subprocess.run(
+        [*apptainer, "test", "--userns", str(image)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "a distributed FFT on 2 local devices agrees with numpy's" in done.stderr
     done = in_image(apptainer, image, "pmpipe", "doctor", "--json", cwd=tmp_path)
@@ -210,8 +272,15 @@ def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny
     (tmp_path / "tiny.yaml").write_text(TINY)
     campaign.write_run_files(campaign.load(tmp_path / "tiny.yaml"), tmp_path / "results")
     run = "tiny-fiducial-r0"
-    done = in_image(apptainer, image, "python", "-m", "pmpipe.stages.pipeline",
-                    f"results/tiny/{run}/config.json", cwd=tmp_path)
+    done = in_image(
+        apptainer,
+        image,
+        "python",
+        "-m",
+        "pmpipe.stages.pipeline",
+        f"results/tiny/{run}/config.json",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     for stage in stages.STAGES:
         path = tmp_path / "results" / "tiny" / run / f"{stage}.zarr"
@@ -221,8 +290,9 @@ def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny
     assert attrs["image"] == str(image) and attrs["git_commit"] == commit  # the image's label
 
 
-def test_the_quickstart_completes_through_the_slurm_apptainer_profile(slurm, apptainer, cpu_image,
-                                                                       tmp_path):
+def test_the_quickstart_completes_through_the_slurm_apptainer_profile(
+    slurm, apptainer, cpu_image, tmp_path
+):
     """profiles/slurm-apptainer on the test cluster with the CPU image: the quick start (one
     realisation per point, 32^3 particles, B = 1) in one packed job whose srun step starts 2
     processes, each in the image, that meet through jax.distributed."""
@@ -235,13 +305,34 @@ def test_the_quickstart_completes_through_the_slurm_apptainer_profile(slurm, app
 
     image, commit = cpu_image
     write_small_quickstart(tmp_path)
-    (tmp_path / "site.yaml").write_text(yaml.safe_dump({"site": {
-        "image": str(image), "apptainer": apptainer[0], "apptainer_options": ["--userns"]}}))
-    out = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm-apptainer"),
-                        "--configfile", str(tmp_path / "site.yaml"), "--config",
-                        "campaign=quickstart.yaml", *STATUS_CHECKS, env=slurm_env(), timeout=1200,
-                        main=REPO / "tests" / "slurm_snakemake.py", share_programs=False)
-    assert (f"srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 "
-            f"{apptainer[0]} exec --userns {image} python -m pmpipe.stages.pipeline") in out.stdout + out.stderr
+    (tmp_path / "site.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "site": {
+                    "image": str(image),
+                    "apptainer": apptainer[0],
+                    "apptainer_options": ["--userns"],
+                }
+            }
+        )
+    )
+    out = run_snakemake(
+        tmp_path,
+        "--profile",
+        str(REPO / "profiles/slurm-apptainer"),
+        "--configfile",
+        str(tmp_path / "site.yaml"),
+        "--config",
+        "campaign=quickstart.yaml",
+        *STATUS_CHECKS,
+        env=slurm_env(),
+        timeout=1200,
+        main=REPO / "tests" / "slurm_snakemake.py",
+        share_programs=False,
+    )
+    assert (
+        f"srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 "
+        f"{apptainer[0]} exec --userns {image} python -m pmpipe.stages.pipeline"
+    ) in out.stdout + out.stderr
     attrs = small_quickstart_stores(tmp_path / "results" / "quickstart")
     assert {(a["image"], a["git_commit"]) for a in attrs.values()} == {(str(image), commit)}

@@ -11,7 +11,14 @@ A = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0])
 
 
 def _astropy(c: C.Cosmology):
-    kw = {"H0": 100 * c.h, "Om0": c.Omega_m, "Tcmb0": c.T_cmb, "Neff": c.N_eff, "m_nu": 0 * u.eV, "Ob0": c.Omega_b}
+    kw = {
+        "H0": 100 * c.h,
+        "Om0": c.Omega_m,
+        "Tcmb0": c.T_cmb,
+        "Neff": c.N_eff,
+        "m_nu": 0 * u.eV,
+        "Ob0": c.Omega_b,
+    }
     if c.w0 == -1 and c.wa == 0:
         return FlatLambdaCDM(**kw)
     return Flatw0waCDM(w0=c.w0, wa=c.wa, **kw)
@@ -36,9 +43,17 @@ def test_growth_matches_camb():
     c = PLANCK
     z = [float(x) for x in sorted(1 / A[A >= 0.1] - 1, reverse=True)]
     pars = camb.set_params(
-        H0=100 * c.h, ombh2=c.Omega_b * c.h**2, omch2=(c.Omega_m - c.Omega_b) * c.h**2,
-        mnu=0.0, num_massive_neutrinos=0, nnu=c.N_eff, TCMB=c.T_cmb, ns=c.n_s, As=2e-9,
-        omk=0.0, WantTransfer=True,
+        H0=100 * c.h,
+        ombh2=c.Omega_b * c.h**2,
+        omch2=(c.Omega_m - c.Omega_b) * c.h**2,
+        mnu=0.0,
+        num_massive_neutrinos=0,
+        nnu=c.N_eff,
+        TCMB=c.T_cmb,
+        ns=c.n_s,
+        As=2e-9,
+        omk=0.0,
+        WantTransfer=True,
     )
     pars.set_matter_power(redshifts=z, kmax=2.0)
     res = camb.get_results(pars)
@@ -82,8 +97,15 @@ def test_eisenstein_hu_close_to_camb():
     camb = pytest.importorskip("camb")
     c = PLANCK
     pars = camb.set_params(
-        H0=100 * c.h, ombh2=c.Omega_b * c.h**2, omch2=(c.Omega_m - c.Omega_b) * c.h**2,
-        mnu=0.0, num_massive_neutrinos=0, nnu=c.N_eff, TCMB=c.T_cmb, ns=c.n_s, As=2.1e-9,
+        H0=100 * c.h,
+        ombh2=c.Omega_b * c.h**2,
+        omch2=(c.Omega_m - c.Omega_b) * c.h**2,
+        mnu=0.0,
+        num_massive_neutrinos=0,
+        nnu=c.N_eff,
+        TCMB=c.T_cmb,
+        ns=c.n_s,
+        As=2.1e-9,
         WantTransfer=True,
     )
     pars.set_matter_power(redshifts=[0.0], kmax=5.0)

@@ -23,10 +23,20 @@ def test_candidates_split_the_grid_and_leave_room_for_the_halo():
 
 def _campaign(tmp_path, file, pdims="auto"):
     path = tmp_path / "campaign.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "tuned", "base": {"box": {"particles": 16}, "nbody": {"steps": 2},
-                                  "parallel": {"halo_cells": 2, "pdims": pdims}},
-        "execution": {"devices_per_node": 8}, "decomposition": {"devices": 8, "file": str(file)}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tuned",
+                "base": {
+                    "box": {"particles": 16},
+                    "nbody": {"steps": 2},
+                    "parallel": {"halo_cells": 2, "pdims": pdims},
+                },
+                "execution": {"devices_per_node": 8},
+                "decomposition": {"devices": 8, "file": str(file)},
+            }
+        )
+    )
     return path
 
 
@@ -50,7 +60,10 @@ def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["plan", str(path)]) == 0
     out = capsys.readouterr().out
-    assert f"decomposition: pdims {tuple(sweep.pdims)} for 8 devices at 16^3 cells: recorded in {file}" in out
+    assert (
+        f"decomposition: pdims {tuple(sweep.pdims)} for 8 devices at 16^3 cells: recorded in {file}"
+        in out
+    )
 
     bigger = _campaign(tmp_path, file)
     text = bigger.read_text().replace("particles: 16", "particles: 32")
@@ -60,19 +73,40 @@ def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
 
 
 def _sweep(**change):
-    return {"devices": 8, "force_mesh": 16, "pdims": [2, 4], "measured": "2026-01-01",
-            "jax": "0.10.2", "step_seconds": {"2x4": 0.1, "8x1": 0.2}, **change}
+    return {
+        "devices": 8,
+        "force_mesh": 16,
+        "pdims": [2, 4],
+        "measured": "2026-01-01",
+        "jax": "0.10.2",
+        "step_seconds": {"2x4": 0.1, "8x1": 0.2},
+        **change,
+    }
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"sweeps": [_sweep()]}, "device_kind: Field required"),
-    ({"device_kind": "cpu", "sweeps": [_sweep(pdims=[2, 2])]}, "pdims [2, 2] do not make 8 devices"),
-    ({"device_kind": "cpu", "sweeps": [_sweep(step_seconds={"8x1": 0.2})]},
-     "pdims [2, 4] is not among the decompositions timed (8x1)"),
-    ({"device_kind": "cpu", "sweeps": [_sweep(step_seconds={"2x4": 0.1, "slab": 0.2})]},
-     "step_seconds key 'slab': write PXxPY with PX * PY = 8"),
-    ({"device_kind": "cpu", "sweeps": [_sweep(devices=0)]}, "sweeps.0.devices: Input should be greater"),
-], ids=["kind", "pdims", "untimed", "key", "devices"])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"sweeps": [_sweep()]}, "device_kind: Field required"),
+        (
+            {"device_kind": "cpu", "sweeps": [_sweep(pdims=[2, 2])]},
+            "pdims [2, 2] do not make 8 devices",
+        ),
+        (
+            {"device_kind": "cpu", "sweeps": [_sweep(step_seconds={"8x1": 0.2})]},
+            "pdims [2, 4] is not among the decompositions timed (8x1)",
+        ),
+        (
+            {"device_kind": "cpu", "sweeps": [_sweep(step_seconds={"2x4": 0.1, "slab": 0.2})]},
+            "step_seconds key 'slab': write PXxPY with PX * PY = 8",
+        ),
+        (
+            {"device_kind": "cpu", "sweeps": [_sweep(devices=0)]},
+            "sweeps.0.devices: Input should be greater",
+        ),
+    ],
+    ids=["kind", "pdims", "untimed", "key", "devices"],
+)
 def test_a_bad_decomposition_file_names_the_file_and_field(tmp_path, data, message):
     file = tmp_path / "decompositions.yaml"
     file.write_text(yaml.safe_dump(data))
@@ -87,7 +121,9 @@ def test_one_machine_kind_per_file_and_pdims_given_once(tmp_path):
     file = tmp_path / "decompositions.yaml"
     file.write_text(yaml.safe_dump({"device_kind": "NVIDIA H100", "sweeps": [_sweep()]}))
     other = decomposition.Sweep.model_validate(_sweep(pdims=[8, 1]))
-    with pytest.raises(config.ConfigError, match="holds sweeps of 'NVIDIA H100', this machine is 'cpu'"):
+    with pytest.raises(
+        config.ConfigError, match="holds sweeps of 'NVIDIA H100', this machine is 'cpu'"
+    ):
         decomposition.record(file, "cpu", other)
     replaced = decomposition.record(file, "NVIDIA H100", other)  # same devices and mesh: replaced
     assert [s.pdims for s in replaced.sweeps] == [(8, 1)] and decomposition.load(file) == replaced

@@ -11,14 +11,23 @@ import pytest
 
 from pmpipe import doctor
 
-CPU = {"backend": "cpu", "local_devices": [{"id": 0, "kind": "cpu", "platform": "cpu"}],
-       "cuda_plugin": None}
+CPU = {
+    "backend": "cpu",
+    "local_devices": [{"id": 0, "kind": "cpu", "platform": "cpu"}],
+    "cuda_plugin": None,
+}
 
 
 def _doctor(*launcher, args=("--json",), python=(sys.executable, "-m", "pmpipe.cli", "doctor")):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one device a process
-    out = subprocess.run([*launcher, *python, *args],
-                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    out = subprocess.run(
+        [*launcher, *python, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -36,8 +45,12 @@ def test_one_process_reports_every_field_and_a_table():
     report = json.loads(_doctor())
     assert set(report) == set(doctor.FIELDS)
     assert report["jax"]["backend"] == "cpu" and len(report["jax"]["local_devices"]) == 1
-    assert report["processes"] == {"launcher": "single", "count": 1, "local_device_ids": None,
-                                   "gpu_platform": False}  # no GPU plugin here: gloo on CPU
+    assert report["processes"] == {
+        "launcher": "single",
+        "count": 1,
+        "local_device_ids": None,
+        "gpu_platform": False,
+    }  # no GPU plugin here: gloo on CPU
     assert report["jaxdecomp"]["version"] and report["jaxdecomp"]["backend"] == "jax"
     assert report["container"]["inside"] is False and report["warnings"] == []
     table = _doctor(args=())
@@ -49,27 +62,36 @@ def test_one_process_reports_every_field_and_a_table():
 def test_two_processes_under_mpiexec_each_report_the_launch(tmp_path):
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
     reports = _reports_per_rank(tmp_path, shutil.which("mpiexec"), "-n", "2")
-    assert sorted((r["processes"]["launcher"], r["processes"]["count"], r["processes"]["local_device_ids"])
-                  for r in reports) == [("mpi", 2, [0]), ("mpi", 2, [1])]  # MPICH's local ranks
+    assert sorted(
+        (r["processes"]["launcher"], r["processes"]["count"], r["processes"]["local_device_ids"])
+        for r in reports
+    ) == [("mpi", 2, [0]), ("mpi", 2, [1])]  # MPICH's local ranks
     assert all("Version" in r["mpi"]["version"] for r in reports), reports[0]["mpi"]
 
 
-@pytest.mark.parametrize("binding, ids", [((), [[0], [1]]), (("--gres=gpu:2",), [[0], [1]]),
-                                           (("--gpus-per-task=1",), [[0], [0]])],
-                         ids=["no-gpus", "gres", "gpus-per-task"])
+@pytest.mark.parametrize(
+    "binding, ids",
+    [((), [[0], [1]]), (("--gres=gpu:2",), [[0], [1]]), (("--gpus-per-task=1",), [[0], [0]])],
+    ids=["no-gpus", "gres", "gpus-per-task"],
+)
 def test_two_processes_under_srun_report_the_job_and_step(slurm, tmp_path, binding, ids):
     """With the test cluster's 2 (fake) GPUs given to both tasks or one to each, every process
     names the GPU it drives among those it sees."""
     reports = _reports_per_rank(tmp_path, "srun", "-n", "2", "-p", "pmpipe", "-t", "5", *binding)
     assert sorted(r["processes"]["local_device_ids"] for r in reports) == ids
-    assert all(r["processes"]["launcher"] == "slurm" and r["processes"]["count"] == 2 for r in reports)
+    assert all(
+        r["processes"]["launcher"] == "slurm" and r["processes"]["count"] == 2 for r in reports
+    )
     assert all(r["slurm"]["job"] and r["slurm"]["step"] is not None for r in reports)
     assert all(r["warnings"] == [] for r in reports), reports[0]["warnings"]
 
 
 def _facts(jax=CPU, processes=1, driver=None):
-    return {"jax": jax, "processes": {"launcher": "slurm", "count": processes},
-            "cuda_driver": driver}
+    return {
+        "jax": jax,
+        "processes": {"launcher": "slurm", "count": processes},
+        "cuda_driver": driver,
+    }
 
 
 def test_warnings_name_the_setting_to_change():
@@ -77,13 +99,20 @@ def test_warnings_name_the_setting_to_change():
     (cleaned,) = doctor.warnings(_facts(), {"SLURM_JOB_ID": "7"})  # SLURM_* dropped but the id
     assert "SLURM job 7" in cleaned and "SLURM_PROCID" in cleaned
     assert doctor.warnings(_facts(), {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0"}) == []
-    gpus = {"backend": "gpu", "cuda_plugin": "jax-cuda12-plugin 0.6.0",
-            "local_devices": [{"id": i, "kind": "H100", "platform": "gpu"} for i in range(4)]}
+    gpus = {
+        "backend": "gpu",
+        "cuda_plugin": "jax-cuda12-plugin 0.6.0",
+        "local_devices": [{"id": i, "kind": "H100", "platform": "gpu"} for i in range(4)],
+    }
     shared = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "1", "SLURM_NTASKS_PER_NODE": "4"}
     (prealloc,) = doctor.warnings(_facts(gpus, 4, "550.54.15"), shared)
     assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in prealloc and "--gpus-per-task=1" in prealloc
-    assert doctor.warnings(_facts(gpus, 4, "550.54.15"),
-                           shared | {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}) == []
+    assert (
+        doctor.warnings(
+            _facts(gpus, 4, "550.54.15"), shared | {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        )
+        == []
+    )
     (old,) = doctor.warnings(_facts(gpus, 1, "470.82.01"), {})
     assert "470.82.01" in old and "525.60.13" in old and "CUDA 12" in old
     flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
@@ -99,4 +128,6 @@ def test_the_check_imports_every_module_and_catches_a_wrong_fft(monkeypatch):
     right = fft.r2c
     monkeypatch.setattr(fft, "r2c", lambda field, mesh: right(field, mesh) * 1.001)
     problems = doctor.self_check()
-    assert len(problems) == 1 and problems[0].startswith("FFT on the local devices differs from numpy's")
+    assert len(problems) == 1 and problems[0].startswith(
+        "FFT on the local devices differs from numpy's"
+    )

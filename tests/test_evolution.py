@@ -33,9 +33,16 @@ K_MAX = 0.5
 
 def _setup(mesh, cosmo, seed, z_max=0.05):
     table = cosmology.growth_table(cosmo)
-    init = simulation.initial_conditions(cosmo, ics.white_noise(seed, N, mesh),
-                                         simulation.power_function(cosmo), mesh, BOX, 0.1, 2,
-                                         table=table)
+    init = simulation.initial_conditions(
+        cosmo,
+        ics.white_noise(seed, N, mesh),
+        simulation.power_function(cosmo),
+        mesh,
+        BOX,
+        0.1,
+        2,
+        table=table,
+    )
     planes = lightcone.plane_geometry(cosmo, z_max, 32.0, table)
     transforms = lightcone.plane_transforms(seed, len(planes), 2 * N, True)
     bounds = timesteps.step_boundaries(0.1, 1.0, 3, SNAPSHOTS)
@@ -56,8 +63,10 @@ def _forces(disp, omega_m, mesh):
 def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
     """FastPM kick-drift-kick from Python, one step (and one plane) at a time, with both half
     kicks of every step and the planes made by the public single-plane functions."""
-    kick1, drift, kick2 = (np.asarray(f) for f in nbody.kdk_coefficients(
-        cosmo, jnp.asarray(bounds, jnp.float32), table))
+    kick1, drift, kick2 = (
+        np.asarray(f)
+        for f in nbody.kdk_coefficients(cosmo, jnp.asarray(bounds, jnp.float32), table)
+    )
     disp, mom = init.disp, init.mom
     acc, rho = _forces(disp, cosmo.Omega_m, mesh)
     snaps, flat, shells = {}, {}, {}
@@ -65,31 +74,60 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
         mom = mom + kick1[i] * acc
         for j in np.flatnonzero((planes.a > bounds[i]) & (planes.a <= bounds[i + 1])):
             factor = nbody.partial_drift(cosmo, bounds[i], bounds[i + 1], planes.a[j], table)
-            rho_j, _ = painting.paint(disp + jnp.float32(factor) * mom,
-                                      domain.Grid(mesh, **GRID_SIZES), mass=8.0)
+            rho_j, _ = painting.paint(
+                disp + jnp.float32(factor) * mom, domain.Grid(mesh, **GRID_SIZES), mass=8.0
+            )
             flat[j] = lightcone.flat_plane(rho_j, mesh, BOX, 16, transforms[j])
             delta = lightcone.band_limited_overdensity(rho_j, mesh, BOX, K_MAX)
-            shells[j] = lightcone.shell_healpix(delta, mesh, BOX, RAYS_NSIDE, planes.chi_edges[j],
-                                                planes.chi_edges[j + 1], OBSERVER, transforms[j],
-                                                K_MAX)
+            shells[j] = lightcone.shell_healpix(
+                delta,
+                mesh,
+                BOX,
+                RAYS_NSIDE,
+                planes.chi_edges[j],
+                planes.chi_edges[j + 1],
+                OBSERVER,
+                transforms[j],
+                K_MAX,
+            )
         disp = disp + drift[i] * mom
         acc, rho = _forces(disp, cosmo.Omega_m, mesh)
         mom = mom + kick2[i] * acc
         for a in SNAPSHOTS:
             if abs(a - bounds[i + 1]) < 1e-9:
                 snaps[a] = rho
-    return {"disp": disp, "mom": mom, "snap_0.5": snaps[0.5], "snap_1.0": snaps[1.0],
-            "planes": jnp.stack([flat[j] for j in range(len(planes))]),
-            "shells": jnp.stack([shells[j] for j in range(len(planes))])}
+    return {
+        "disp": disp,
+        "mom": mom,
+        "snap_0.5": snaps[0.5],
+        "snap_1.0": snaps[1.0],
+        "planes": jnp.stack([flat[j] for j in range(len(planes))]),
+        "shells": jnp.stack([shells[j] for j in range(len(planes))]),
+    }
 
 
 def _one_program(cosmo, table, init, planes, transforms, bounds, mesh):
-    capture = lightcone.capture_plan(planes, transforms, OBSERVER, BOX, 2 * N, 16, RAYS_NSIDE,
-                                     K_MAX)
-    res = nbody.evolve(cosmo, init.disp, init.mom, bounds, domain.Grid(mesh, **GRID_SIZES),
-                       SNAPSHOTS, table, capture)
-    return {"disp": res.disp, "mom": res.mom, "snap_0.5": res.snapshots[0.5],
-            "snap_1.0": res.snapshots[1.0], "planes": res.planes, "shells": res.shells}
+    capture = lightcone.capture_plan(
+        planes, transforms, OBSERVER, BOX, 2 * N, 16, RAYS_NSIDE, K_MAX
+    )
+    res = nbody.evolve(
+        cosmo,
+        init.disp,
+        init.mom,
+        bounds,
+        domain.Grid(mesh, **GRID_SIZES),
+        SNAPSHOTS,
+        table,
+        capture,
+    )
+    return {
+        "disp": res.disp,
+        "mom": res.mom,
+        "snap_0.5": res.snapshots[0.5],
+        "snap_1.0": res.snapshots[1.0],
+        "planes": res.planes,
+        "shells": res.shells,
+    }
 
 
 @pytest.mark.parametrize("pdims", [(1, 1), (2, 4)])
@@ -123,9 +161,17 @@ def test_memory_of_the_evolution_per_particle():
     bounds = timesteps.step_boundaries(0.1, 1.0, steps, (1.0,))
     state = jax.ShapeDtypeStruct((n, n, n, 3), jnp.float32)
     compiled = nbody.evolution.lower(
-        cosmo, state, state, bounds.astype(np.float32), nbody.snapshot_slots(bounds, (1.0,)),
-        nbody.crossing_slots(bounds, ()), cosmology.growth_table(cosmo), None, grid=grid,
-        n_snapshots=1).compile()
+        cosmo,
+        state,
+        state,
+        bounds.astype(np.float32),
+        nbody.snapshot_slots(bounds, (1.0,)),
+        nbody.crossing_slots(bounds, ()),
+        cosmology.growth_table(cosmo),
+        None,
+        grid=grid,
+        n_snapshots=1,
+    ).compile()
     stats = compiled.memory_analysis()
     per_particle = (stats.argument_size_in_bytes + stats.temp_size_in_bytes) / n**3
     assert 24 <= per_particle <= 80, per_particle  # the state alone is 24 bytes

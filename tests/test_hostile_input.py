@@ -22,37 +22,83 @@ BASE_RUN = {
     "nbody": {"steps": 3, "snapshots": [0.5]},
     "parallel": {"pdims": [1, 2], "halo_cells": 4},
     "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
-    "lensing": {"source_redshifts": [0.05],
-                "distributions": [{"kind": "table", "name": "nz", "z": [0.0, 0.02, 0.05],
-                                   "n": [0.0, 1.0, 0.5]}],
-                "flat_sky": {"field_of_view": 20.0, "pixels": 16}, "full_sky": {"nside": 4}},
+    "lensing": {
+        "source_redshifts": [0.05],
+        "distributions": [
+            {"kind": "table", "name": "nz", "z": [0.0, 0.02, 0.05], "n": [0.0, 1.0, 0.5]}
+        ],
+        "flat_sky": {"field_of_view": 20.0, "pixels": 16},
+        "full_sky": {"nside": 4},
+    },
     "summaries": {"kappa_range": [-0.01, 0.01], "smoothing_arcmin": [10.0]},
 }
 BASE_CAMPAIGN = {
-    "name": "hostile", "seed": 1, "base": {**BASE_RUN, "ic": {"a_init": 0.1}},
+    "name": "hostile",
+    "seed": 1,
+    "base": {**BASE_RUN, "ic": {"a_init": 0.1}},
     "design": {"kind": "derivatives", "parameters": {"Omega_m": 0.02}},
     "realisations": 2,
-    "execution": {"platform": "cpu", "devices_per_node": 2, "cpus_per_task": 1,
-                  "device_memory_gb": 2},
+    "execution": {
+        "platform": "cpu",
+        "devices_per_node": 2,
+        "cpus_per_task": 1,
+        "device_memory_gb": 2,
+    },
 }
 # values a person (or a broken script) might put anywhere
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**70, 2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.floats(-1e3, 1e3),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(-1e3, 1e3),
     st.text(max_size=12),
-    st.sampled_from(["../escape", "a/b", "..", "/etc/passwd", "~", "gpu", "cpu", "smail", "table",
-                     "grid", "list", "float64", "log_a", "none", "all", "1e309", "nan"]),
-    st.lists(st.floats(-10, 10), max_size=4), st.lists(st.integers(-3, 3), max_size=3),
-    st.dictionaries(st.sampled_from(["kind", "name", "z", "n", "x"]), st.integers(-2, 2), max_size=2),
+    st.sampled_from(
+        [
+            "../escape",
+            "a/b",
+            "..",
+            "/etc/passwd",
+            "~",
+            "gpu",
+            "cpu",
+            "smail",
+            "table",
+            "grid",
+            "list",
+            "float64",
+            "log_a",
+            "none",
+            "all",
+            "1e309",
+            "nan",
+        ]
+    ),
+    st.lists(st.floats(-10, 10), max_size=4),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(
+        st.sampled_from(["kind", "name", "z", "n", "x"]), st.integers(-2, 2), max_size=2
+    ),
 )
-SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 def _paths(data, prefix=()):
     """Every key path of a nested mapping/list (parents included)."""
     out = []
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
     for key, value in items:
         out.append(prefix + (key,))
         out += _paths(value, prefix + (key,))
@@ -82,9 +128,13 @@ def _mutate(data, mutations):
 
 
 def mutations(base):
-    return st.lists(st.tuples(st.sampled_from(_paths(base)), VALUES,
-                              st.sampled_from(["set", "set", "delete", "add"])),
-                    min_size=1, max_size=3)
+    return st.lists(
+        st.tuples(
+            st.sampled_from(_paths(base)), VALUES, st.sampled_from(["set", "set", "delete", "add"])
+        ),
+        min_size=1,
+        max_size=3,
+    )
 
 
 def _write(tmp_path, data, suffix=".yaml"):
@@ -107,7 +157,9 @@ def test_the_unchanged_configurations_are_valid(tmp_path):
 
 @SETTINGS
 @given(changes=mutations(BASE_CAMPAIGN), suffix=st.sampled_from([".yaml", ".json"]))
-def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(tmp_path, changes, suffix):
+def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(
+    tmp_path, changes, suffix
+):
     path = _write(tmp_path, _mutate(BASE_CAMPAIGN, changes), suffix)
     try:
         camp = campaign.load(path)
@@ -143,14 +195,23 @@ def test_generated_run_configs_are_accepted_or_rejected_naming_file_and_field(tm
         assert np.all(np.isfinite(planes.chi_edges)) and len(planes) >= 1
 
 
-NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                    st.floats(1e-5, 1e5), st.sampled_from(["x", "nan", "-inf", "1e400", ""]))
+NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(1e-5, 1e5),
+    st.sampled_from(["x", "nan", "-inf", "1e400", ""]),
+)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.lists(NUMBERS, min_size=0, max_size=3), max_size=12),
-       sorted_k=st.booleans())
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    rows=st.lists(st.lists(NUMBERS, min_size=0, max_size=3), max_size=12), sorted_k=st.booleans()
+)
 def test_generated_power_tables_are_used_or_rejected_naming_the_file(tmp_path, rows, sorted_k):
     if sorted_k:  # many usable tables too, not only broken ones
         rows = [[10 ** (-3 + 0.5 * i), 1e4 * 10 ** (-0.2 * i)] for i in range(len(rows))]
@@ -167,12 +228,23 @@ def test_generated_power_tables_are_used_or_rejected_naming_the_file(tmp_path, r
     assert np.all(np.diff(k) > 0) and k[0] <= 0.01 and k[-1] >= 0.5
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(z=st.one_of(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
-                  st.lists(st.floats(0, 0.05), min_size=2, max_size=6).map(sorted)),
-       n=st.one_of(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
-                  st.lists(st.floats(0, 10), min_size=2, max_size=6)))
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    z=st.one_of(
+        st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
+        st.lists(st.floats(0, 0.05), min_size=2, max_size=6).map(sorted),
+    ),
+    n=st.one_of(
+        st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
+        st.lists(st.floats(0, 10), min_size=2, max_size=6),
+    ),
+)
 def test_generated_redshift_distributions_are_accepted_or_rejected_naming_the_field(tmp_path, z, n):
     data = copy.deepcopy(BASE_RUN)
     data["lensing"]["distributions"] = [{"kind": "table", "name": "nz", "z": z, "n": n}]
@@ -188,10 +260,14 @@ def test_generated_redshift_distributions_are_accepted_or_rejected_naming_the_fi
     assert all(math.isfinite(v) for v in table.z + table.n) and max(table.n) > 0
 
 
-@pytest.mark.parametrize("name", ["../escape", "a/b", "..", "/abs", "a\\b", ".hidden", "x/../../y", ""])
+@pytest.mark.parametrize(
+    "name", ["../escape", "a/b", "..", "/abs", "a\\b", ".hidden", "x/../../y", ""]
+)
 def test_names_cannot_leave_the_results_folder(tmp_path, name):
-    for data in (BASE_CAMPAIGN | {"name": name},
-                 BASE_CAMPAIGN | {"design": {"kind": "list", "points": [{"name": name, "Omega_m": 0.3}]}}):
+    for data in (
+        BASE_CAMPAIGN | {"name": name},
+        BASE_CAMPAIGN | {"design": {"kind": "list", "points": [{"name": name, "Omega_m": 0.3}]}},
+    ):
         path = _write(tmp_path, data)
         with pytest.raises(config.ConfigError, match="name"):
             campaign.load(path)
@@ -219,6 +295,8 @@ def test_unsafe_or_oversized_yaml_is_refused_before_it_is_used(tmp_path):
     with pytest.raises(config.ConfigError, match="at most"):
         campaign.load(big)
     infinite = tmp_path / "inf.yaml"
-    infinite.write_text(yaml.safe_dump(BASE_CAMPAIGN | {"base": BASE_RUN | {"box": {"box_size": math.inf}}}))
+    infinite.write_text(
+        yaml.safe_dump(BASE_CAMPAIGN | {"base": BASE_RUN | {"box": {"box_size": math.inf}}})
+    )
     with pytest.raises(config.ConfigError, match="base.box.box_size"):
         campaign.load(infinite)

@@ -21,7 +21,11 @@ LOGS = "/scratch/pmpipe/logs"
 def _nbody_job():
     camp = campaign.load(GOLDEN / "campaign_2x4.yaml")
     spec = campaign.expand(camp)[0]
-    return camp, spec, launch.campaign_job(camp, spec, site.load_site(GOLDEN / "site.yaml", {}), "nbody")
+    return (
+        camp,
+        spec,
+        launch.campaign_job(camp, spec, site.load_site(GOLDEN / "site.yaml", {}), "nbody"),
+    )
 
 
 def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
@@ -30,22 +34,34 @@ def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
     script = launch.sbatch_script(job, LOGS)
     golden(GOLDEN / "sbatch_nbody_2x4.sh", script)
     lines = script.splitlines()
-    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
-                 "#SBATCH --cpus-per-task=8", f"#SBATCH --mem={res['mem_mb']}M",
-                 f"#SBATCH --time={res['runtime']}", "#SBATCH --partition=gpu",
-                 "#SBATCH --account=cosmo", "#SBATCH --qos=normal", "#SBATCH --constraint=a100",
-                 "#SBATCH --exclusive", f"#SBATCH --output={LOGS}/%j_0_log.out",
-                 "#SBATCH --signal=USR2@150"):  # the site's 300 s, at most a quarter of 10 min
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --cpus-per-task=8",
+        f"#SBATCH --mem={res['mem_mb']}M",
+        f"#SBATCH --time={res['runtime']}",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=cosmo",
+        "#SBATCH --qos=normal",
+        "#SBATCH --constraint=a100",
+        "#SBATCH --exclusive",
+        f"#SBATCH --output={LOGS}/%j_0_log.out",
+        "#SBATCH --signal=USR2@150",
+    ):  # the site's 300 s, at most a quarter of 10 min
         assert line in lines, line
     assert res["mem_mb"] > 4 * 1000 and res["runtime"] >= campaign.MIN_RUNTIME_MINUTES
     srun = [line for line in lines if line.startswith("srun ")]
-    assert srun == [(f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 "
-                    f"python -u -m submitit.core._submit {LOGS}")]
+    assert srun == [
+        (
+            f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 "
+            f"python -u -m submitit.core._submit {LOGS}"
+        )
+    ]
 
 
 def test_array_script_runs_groups_of_runs_with_bounded_parallelism():
-    camp = campaign.load(GOLDEN / "campaign_2x4.yaml").model_copy(
-        update={"realisations": 5})
+    camp = campaign.load(GOLDEN / "campaign_2x4.yaml").model_copy(update={"realisations": 5})
     specs = campaign.expand(camp)
     groups = list(campaign.job_groups(specs, 2).values())
     assert [[s.index for s in g] for g in groups] == [[0, 1], [2, 3], [4]]
@@ -54,8 +70,9 @@ def test_array_script_runs_groups_of_runs_with_bounded_parallelism():
     work = sum(t - campaign.STARTUP_SECONDS for s, t in est.runtime_s.items() if s != "lensing")
     expected = (campaign.STARTUP_SECONDS + 2 * work) * camp.execution.runtime_safety / 60
     assert job.time_min == max(campaign.MIN_RUNTIME_MINUTES, math.ceil(expected))
-    per_stage = [campaign.resources(specs[0].run, s, camp.execution)
-                 for s in ("ic", "nbody", "summaries")]
+    per_stage = [
+        campaign.resources(specs[0].run, s, camp.execution) for s in ("ic", "nbody", "summaries")
+    ]
     assert job.mem_mb == max(r["mem_mb"] for r in per_stage)
     script = launch.sbatch_script(job, LOGS, array_size=3, array_parallelism=2)
     assert "#SBATCH --array=0-2%2" in script.splitlines()
@@ -67,13 +84,22 @@ def test_snakemake_resources_and_srun_line_of_a_multi_node_stage():
     res = launch.snakemake_resources(job)
     assert res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["cpus_per_task"] == 8
     assert res["gres"] == "gpu:4" and "gpu" not in res  # gpu would become --gpus, a job total
-    assert shlex.split(res["mpi"]) == ["srun", "--nodes=2", "--ntasks-per-node=4",
-                                       "--cpus-per-task=8", "--gres=gpu:4", "--kill-on-bad-exit=1"]
+    assert shlex.split(res["mpi"]) == [
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=4",
+        "--cpus-per-task=8",
+        "--gres=gpu:4",
+        "--kill-on-bad-exit=1",
+    ]
     assert res["slurm_partition"] == "gpu" and res["slurm_account"] == "cosmo"
     assert res["qos"] == "normal" and res["constraint"] == "a100"
     assert res["slurm_extra"] == "--exclusive --signal=USR2@150"  # the site's, then the signal
-    one = launch.job_resources([spec.run.model_copy(update={"parallel": config.Parallel()})],
-                               camp.execution, site.Site(signal_seconds=60))
+    one = launch.job_resources(
+        [spec.run.model_copy(update={"parallel": config.Parallel()})],
+        camp.execution,
+        site.Site(signal_seconds=60),
+    )
     assert one["mpi"] == "" and one["tasks_per_node"] == 1 and "slurm_partition" not in one
     assert one["slurm_extra"] == "--signal=USR2@60"
     local = launch.job_resources([spec.run], camp.execution, None)
@@ -87,12 +113,18 @@ def test_snakemake_resources_and_srun_line_of_a_multi_node_stage():
 
 def test_one_process_per_node_drives_all_its_gpus():
     camp, spec, _ = _nbody_job()
-    per_node = camp.model_copy(update={"execution": camp.execution.model_copy(
-        update={"processes_per_node": 1})})
+    per_node = camp.model_copy(
+        update={"execution": camp.execution.model_copy(update={"processes_per_node": 1})}
+    )
     job = launch.campaign_job(per_node, spec, site.Site(), "nbody")
     assert shlex.split(launch.snakemake_resources(job)["mpi"]) == [
-        "srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=8", "--gres=gpu:4",
-        "--kill-on-bad-exit=1"]
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=8",
+        "--gres=gpu:4",
+        "--kill-on-bad-exit=1",
+    ]
 
 
 def test_slurm_durations_and_the_job_of_this_process():
@@ -102,8 +134,12 @@ def test_slurm_durations_and_the_job_of_this_process():
     for text in ("UNLIMITED", "NOT_SET", "INVALID", "", "5", "1:x:00", "a-1:00:00"):
         assert slurm_job.slurm_seconds(text) is None, text
     assert slurm_job.this_job({"SLURM_JOB_ID": "12"}) == "12"
-    assert slurm_job.this_job({"SLURM_JOB_ID": "14", "SLURM_ARRAY_JOB_ID": "12",
-                            "SLURM_ARRAY_TASK_ID": "2"}) == "12_2"
+    assert (
+        slurm_job.this_job(
+            {"SLURM_JOB_ID": "14", "SLURM_ARRAY_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "2"}
+        )
+        == "12_2"
+    )
     assert slurm_job.this_job({}) is None and slurm_job.time_left({}) is None
     assert slurm_job.signal_before_time_limit(60, {}) is None  # outside a SLURM job: no signal
 
@@ -116,9 +152,15 @@ def test_site_gpus_per_node_replaces_the_campaign_s():
 
 
 def test_site_settings_from_file_and_environment(tmp_path):
-    s = site.load_site(GOLDEN / "site.yaml", {"PMPIPE_SLURM_PARTITION": "debug",
-                                              "PMPIPE_SLURM_EXTRA": "--exclusive --reservation=x"})
-    assert s.partition == "debug" and s.account == "cosmo" and s.extra == ["--exclusive", "--reservation=x"]
+    s = site.load_site(
+        GOLDEN / "site.yaml",
+        {"PMPIPE_SLURM_PARTITION": "debug", "PMPIPE_SLURM_EXTRA": "--exclusive --reservation=x"},
+    )
+    assert (
+        s.partition == "debug"
+        and s.account == "cosmo"
+        and s.extra == ["--exclusive", "--reservation=x"]
+    )
     assert site.load_site(tmp_path / "absent.yaml", {}) == site.Site()
     with pytest.raises(config.ConfigError, match="PMPIPE_SITE=.*no such site file"):
         site.load_site(None, {"PMPIPE_SITE": str(tmp_path / "absent.yaml")})
@@ -137,16 +179,46 @@ def test_site_settings_from_file_and_environment(tmp_path):
 
 def test_submit_dry_run_prints_the_script_of_the_builder(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMPIPE_")}
-    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", str(GOLDEN / "campaign_2x4.yaml"),
-                          "--site", str(GOLDEN / "site.yaml"), "--stage", "nbody", "--logs", LOGS,
-                          "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            "submit",
+            str(GOLDEN / "campaign_2x4.yaml"),
+            "--site",
+            str(GOLDEN / "site.yaml"),
+            "--stage",
+            "nbody",
+            "--logs",
+            LOGS,
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     _, _, job = _nbody_job()
     assert out.stdout.strip() == launch.sbatch_script(job, LOGS, python=sys.executable).strip()
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
-    bad = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", str(GOLDEN / "campaign_2x4.yaml"),
-                          "--run", "nope", "--dry-run"], capture_output=True, text=True, env=env,
-                         cwd=tmp_path)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            "submit",
+            str(GOLDEN / "campaign_2x4.yaml"),
+            "--run",
+            "nope",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert bad.returncode == 2 and "--run nope: not a run of" in bad.stderr
 
 
@@ -154,68 +226,157 @@ def test_a_site_image_wraps_the_python_of_every_job(tmp_path):
     """`[srun <geometry>] [env NAME=value ...] apptainer exec [--nv] <options> <image> python`:
     --nv for GPU jobs, the image and command from the site file or PMPIPE_IMAGE /
     PMPIPE_APPTAINER, the site's environment variables in front."""
-    assert launch.wrapper_command(None, True) == [] and launch.wrapper_command(site.Site(), True) == []
+    assert (
+        launch.wrapper_command(None, True) == [] and launch.wrapper_command(site.Site(), True) == []
+    )
     s = site.load_site(GOLDEN / "site_apptainer.yaml", {"PMPIPE_APPTAINER": "singularity --silent"})
     assert s.image == "/images/pmpipe-gpu.sif"
     assert launch.wrapper_command(s, gpus=True) == [
-        "env", "NCCL_DEBUG=WARN", "NCCL_NET_GDR_LEVEL=PHB", "singularity", "--silent", "exec", "--nv",
-        "--bind=/scratch", "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib", "/images/pmpipe-gpu.sif"]
+        "env",
+        "NCCL_DEBUG=WARN",
+        "NCCL_NET_GDR_LEVEL=PHB",
+        "singularity",
+        "--silent",
+        "exec",
+        "--nv",
+        "--bind=/scratch",
+        "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib",
+        "/images/pmpipe-gpu.sif",
+    ]
     assert "--nv" not in launch.wrapper_command(s, gpus=False)
     _, _, job = _nbody_job()
     assert launch.job_python(job, None) is None and launch.job_python(job, site.Site()) is None
     assert launch.job_python(job, s) == (
         "env NCCL_DEBUG=WARN NCCL_NET_GDR_LEVEL=PHB singularity --silent exec --nv --bind=/scratch "
-        "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /images/pmpipe-gpu.sif python")
+        "--bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /images/pmpipe-gpu.sif python"
+    )
     bare = site.Site(env={"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"})
     assert launch.job_python(job, bare) == shlex.join(
-        ["env", "XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true", sys.executable])
+        ["env", "XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true", sys.executable]
+    )
     with pytest.raises(config.ConfigError, match="env"):
         site.from_mapping({"env": {"NOT A NAME": "1"}}, {}, "site.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMPIPE_")}
-    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", str(GOLDEN / "campaign_2x4.yaml"),
-                          "--site", str(GOLDEN / "site_apptainer.yaml"), "--stage", "nbody", "--logs",
-                          LOGS, "--dry-run"], capture_output=True, text=True,
-                         env={**env, "PMPIPE_IMAGE": "/other/pmpipe.sif"}, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            "submit",
+            str(GOLDEN / "campaign_2x4.yaml"),
+            "--site",
+            str(GOLDEN / "site_apptainer.yaml"),
+            "--stage",
+            "nbody",
+            "--logs",
+            LOGS,
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        env={**env, "PMPIPE_IMAGE": "/other/pmpipe.sif"},
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
-    assert (f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 env NCCL_DEBUG=WARN "
-            "NCCL_NET_GDR_LEVEL=PHB apptainer exec --nv "
-            "--bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /other/pmpipe.sif python -u -m "
-            f"submitit.core._submit {LOGS}\n") in out.stdout
+    assert (
+        f"srun --unbuffered --output {LOGS}/%j_%t_log.out --kill-on-bad-exit=1 env NCCL_DEBUG=WARN "
+        "NCCL_NET_GDR_LEVEL=PHB apptainer exec --nv "
+        "--bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib /other/pmpipe.sif python -u -m "
+        f"submitit.core._submit {LOGS}\n"
+    ) in out.stdout
 
 
-@pytest.mark.parametrize("per_process, environ, expected", [
-    # srun --ntasks-per-node=4 --gres=gpu:4: every task sees the node's 4 GPUs
-    (1, {"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, [2]),
-    # srun --ntasks-per-node=2 --gres=gpu:4: two GPUs each, all four visible to both
-    (2, {"SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, [2, 3]),
-    # srun --ntasks-per-node=4 --gpus-per-task=1 (or --gpu-bind=single:1): each task sees its GPU
-    (1, {"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "2"}, [0]),
-    (1, {"SLURM_LOCALID": "3", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "ROCR_VISIBLE_DEVICES": "0"}, [0]),
-    # srun --ntasks-per-node=2 --gpus-per-task=2: each task sees its two GPUs
-    (2, {"SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "2,3"}, [0, 1]),
-    # srun --ntasks-per-node=1 --gres=gpu:4: one process drives every GPU of its node
-    (4, {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
-     [0, 1, 2, 3]),
-    (4, {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}, None),
-    # mpiexec: the MPI library's local rank
-    (1, {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, [1]),
-    (1, {"MPI_LOCALRANKID": "1"}, [1]),
-    (2, {"MPI_LOCALRANKID": "1"}, [2, 3]),
-    (1, {}, None),
-], ids=["gres", "gres-two-each", "gpus-per-task", "gpus-per-task-rocm", "gpus-per-task-two",
-        "one-per-node", "one-per-node-unset", "openmpi", "mpich", "mpich-two-each", "none"])
+@pytest.mark.parametrize(
+    "per_process, environ, expected",
+    [
+        # srun --ntasks-per-node=4 --gres=gpu:4: every task sees the node's 4 GPUs
+        (
+            1,
+            {
+                "SLURM_LOCALID": "2",
+                "SLURM_STEP_TASKS_PER_NODE": "4",
+                "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            },
+            [2],
+        ),
+        # srun --ntasks-per-node=2 --gres=gpu:4: two GPUs each, all four visible to both
+        (
+            2,
+            {
+                "SLURM_LOCALID": "1",
+                "SLURM_STEP_TASKS_PER_NODE": "2",
+                "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            },
+            [2, 3],
+        ),
+        # srun --ntasks-per-node=4 --gpus-per-task=1 (or --gpu-bind=single:1): each task sees its GPU
+        (
+            1,
+            {"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "2"},
+            [0],
+        ),
+        (
+            1,
+            {
+                "SLURM_LOCALID": "3",
+                "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+                "ROCR_VISIBLE_DEVICES": "0",
+            },
+            [0],
+        ),
+        # srun --ntasks-per-node=2 --gpus-per-task=2: each task sees its two GPUs
+        (
+            2,
+            {"SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "2,3"},
+            [0, 1],
+        ),
+        # srun --ntasks-per-node=1 --gres=gpu:4: one process drives every GPU of its node
+        (
+            4,
+            {
+                "SLURM_LOCALID": "0",
+                "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+                "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            },
+            [0, 1, 2, 3],
+        ),
+        (4, {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}, None),
+        # mpiexec: the MPI library's local rank
+        (1, {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, [1]),
+        (1, {"MPI_LOCALRANKID": "1"}, [1]),
+        (2, {"MPI_LOCALRANKID": "1"}, [2, 3]),
+        (1, {}, None),
+    ],
+    ids=[
+        "gres",
+        "gres-two-each",
+        "gpus-per-task",
+        "gpus-per-task-rocm",
+        "gpus-per-task-two",
+        "one-per-node",
+        "one-per-node-unset",
+        "openmpi",
+        "mpich",
+        "mpich-two-each",
+        "none",
+    ],
+)
 def test_local_device_ids_follow_the_launcher_s_gpu_binding(per_process, environ, expected):
     assert parallel.local_device_ids(per_process, environ) == expected
 
 
-@pytest.mark.parametrize("platforms, plugins, files, expected", [
-    ("", ["xla_cuda13"], ["/dev/nvidia0"], True),
-    ("cuda,cpu", ["xla_cuda13"], ["/dev/nvidia0"], True),
-    ("", ["xla_rocm7"], ["/dev/kfd"], True),
-    ("cpu", ["xla_cuda13"], ["/dev/nvidia0"], False),  # JAX_PLATFORMS=cpu
-    ("", [], ["/dev/nvidia0"], False),  # no GPU plugin installed
-    ("", ["xla_cuda13"], [], False),  # a GPU image on a CPU node
-], ids=["cuda", "cuda-listed", "rocm", "cpu-only", "no-plugin", "no-gpu"])
+@pytest.mark.parametrize(
+    "platforms, plugins, files, expected",
+    [
+        ("", ["xla_cuda13"], ["/dev/nvidia0"], True),
+        ("cuda,cpu", ["xla_cuda13"], ["/dev/nvidia0"], True),
+        ("", ["xla_rocm7"], ["/dev/kfd"], True),
+        ("cpu", ["xla_cuda13"], ["/dev/nvidia0"], False),  # JAX_PLATFORMS=cpu
+        ("", [], ["/dev/nvidia0"], False),  # no GPU plugin installed
+        ("", ["xla_cuda13"], [], False),  # a GPU image on a CPU node
+    ],
+    ids=["cuda", "cuda-listed", "rocm", "cpu-only", "no-plugin", "no-gpu"],
+)
 def test_the_platform_is_known_before_jax_starts(platforms, plugins, files, expected):
     """The CPU-only settings of several processes (gloo, synchronous dispatch) are set only
     when this is False."""

@@ -18,9 +18,18 @@ C_KM_S = 299792.458
 
 
 def ccl_cosmology(c: config.Cosmology):
-    return pyccl.Cosmology(Omega_c=c.Omega_m - c.Omega_b, Omega_b=c.Omega_b, h=c.h, n_s=c.n_s,
-                           sigma8=c.sigma8, T_CMB=c.T_cmb, Neff=c.N_eff, m_nu=0.0,
-                           transfer_function="eisenstein_hu", matter_power_spectrum="halofit")
+    return pyccl.Cosmology(
+        Omega_c=c.Omega_m - c.Omega_b,
+        Omega_b=c.Omega_b,
+        h=c.h,
+        n_s=c.n_s,
+        sigma8=c.sigma8,
+        T_CMB=c.T_cmb,
+        Neff=c.N_eff,
+        m_nu=0.0,
+        transfer_function="eisenstein_hu",
+        matter_power_spectrum="halofit",
+    )
 
 
 def test_thin_plane_matches_the_born_formula():
@@ -33,18 +42,30 @@ def test_thin_plane_matches_the_born_formula():
     assert abs(chi_s / (pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h) - 1) < 1e-4
     weights = lensing.plane_weights(cosmo, [chi_p - 0.5, chi_p + 0.5], [chi_s], [1.0])[None, :]
     x = np.arange(m) * box / m
-    sigma = 3.0 * np.cos(2 * np.pi * 2 * x[:, None] / box) * np.sin(2 * np.pi * x[None, :] / box) + 1.5
+    sigma = (
+        3.0 * np.cos(2 * np.pi * 2 * x[:, None] / box) * np.sin(2 * np.pi * x[None, :] / box) + 1.5
+    )
     theta = lensing.pixel_centres(10.0, 48)
     offsets = (17.0, -5.0)
     mesh = parallel.make_mesh((1, 1))
     kappa = lensing.flat_sky_convergence(
-        [lambda: jnp.asarray(sigma)], weights, box, [chi_p], theta, [offsets], mesh, jnp.float64
-        if jax.config.jax_enable_x64 else jnp.float32)
+        [lambda: jnp.asarray(sigma)],
+        weights,
+        box,
+        [chi_p],
+        theta,
+        [offsets],
+        mesh,
+        jnp.float64 if jax.config.jax_enable_x64 else jnp.float32,
+    )
     chi_s_ccl = pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h
     a_p = float(pyccl.scale_factor_of_chi(ccl, chi_p / cfg.h))
     born = 1.5 * cfg.Omega_m * (100 / C_KM_S) ** 2 * chi_p * (chi_s_ccl - chi_p) / (chi_s_ccl * a_p)
     px, py = chi_p * theta + offsets[0], chi_p * theta + offsets[1]
-    exact = 3.0 * np.cos(2 * np.pi * 2 * px[:, None] / box) * np.sin(2 * np.pi * py[None, :] / box) + 1.5
+    exact = (
+        3.0 * np.cos(2 * np.pi * 2 * px[:, None] / box) * np.sin(2 * np.pi * py[None, :] / box)
+        + 1.5
+    )
     # the plane is read with its CIC window divided out; a pure sinusoid is scaled by 1/W(k)
     window = np.sinc(2 / m) ** 2 * np.sinc(1 / m) ** 2
     expected = born * (1.5 + (exact - 1.5) / window)
@@ -68,7 +89,7 @@ def test_kaiser_squires_round_trip_and_sign():
     rng = np.random.default_rng(3)
     n = 128
     ell = np.hypot(np.fft.fftfreq(n)[:, None], np.fft.fftfreq(n)[None, :])
-    kappa = np.fft.ifft2(np.fft.fft2(rng.normal(size=(n, n))) * np.exp(-(ell * 20) ** 2)).real
+    kappa = np.fft.ifft2(np.fft.fft2(rng.normal(size=(n, n))) * np.exp(-((ell * 20) ** 2))).real
     kappa = jnp.asarray(kappa - kappa.mean(), jnp.float32)
     g1, g2 = lensing.shear_from_convergence(kappa)
     back = lensing.convergence_from_shear(g1, g2)
@@ -112,7 +133,9 @@ def test_planes_and_shells_do_not_depend_on_the_device_mesh(pdims):
         field = jax.device_put(rho, parallel.field_sharding(mesh))
         flat = lightcone.flat_plane(field - 1, mesh, box, 8, transform)
         delta = lightcone.band_limited_overdensity(field, mesh, box, 1.0)
-        shell = lightcone.shell_healpix(delta, mesh, box, 8, 100.0, 140.0, (3.0, 5.0, 7.0), transform)
+        shell = lightcone.shell_healpix(
+            delta, mesh, box, 8, 100.0, 140.0, (3.0, 5.0, 7.0), transform
+        )
         out[p] = np.asarray(flat), np.asarray(shell)
     for a, b in zip(out[1, 1], out[pdims]):
         assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
@@ -123,7 +146,9 @@ def test_flat_plane_is_the_slab_of_the_rotated_box():
     m, box = 16, 16.0
     delta = np.random.default_rng(2).normal(size=(m, m, m)).astype(np.float32)
     t = lightcone.PlaneTransform(axes=(2, 0, 1), flips=(True, False, False), shift=(3, 5, 7))
-    plane = np.asarray(lightcone.flat_plane(jnp.asarray(delta), parallel.make_mesh((1, 1)), box, 4, t))
+    plane = np.asarray(
+        lightcone.flat_plane(jnp.asarray(delta), parallel.make_mesh((1, 1)), box, 4, t)
+    )
     # observer axes (u, v, los) = box axes (z, x, y); u reversed; box cell = shift ± index
     slab = delta[:, (5 + np.arange(4)) % m, :].sum(axis=1)  # (x, z) summed over y
     i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
@@ -156,8 +181,11 @@ def test_reading_owned_points_on_every_device_reads_each_point_once():
             values = painting.read_owned(painting.pad_for_reading(block, pdims), p, m, pdims)
             return jax.lax.psum(values, parallel.AXES)
 
-        read = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(parallel.FIELD_SPEC, jax.P()),
-                                     out_specs=jax.P()))
+        read = jax.jit(
+            jax.shard_map(
+                local, mesh=mesh, in_specs=(parallel.FIELD_SPEC, jax.P()), out_specs=jax.P()
+            )
+        )
         v = read(jax.device_put(f, parallel.field_sharding(mesh)), jnp.asarray(pts))
         assert np.abs(np.asarray(v) - _trilinear(f, pts)).max() < 1e-5
 
@@ -169,8 +197,9 @@ def test_shell_is_the_field_summed_along_rays_through_the_rotated_box():
     directions = np.stack(healpy.pix2vec(4, np.arange(healpy.nside2npix(4))), axis=-1)
     t = lightcone.PlaneTransform(axes=(2, 0, 1), flips=(True, False, True), shift=(3, 5, 7))
     observer = (10.0, 20.0, 30.0)
-    shell = lightcone.shell_healpix(jnp.asarray(delta), parallel.make_mesh((1, 1)), box, 4,
-                                    50.0, 70.0, observer, t)
+    shell = lightcone.shell_healpix(
+        jnp.asarray(delta), parallel.make_mesh((1, 1)), box, 4, 50.0, 70.0, observer, t
+    )
     # 5 samples of 4 Mpc/h per ray; observer axis j is box axis t.axes[j], reversed if flipped
     ref = 0
     for r in 52.0 + 4.0 * np.arange(5):
@@ -185,15 +214,30 @@ def test_shell_is_the_field_summed_along_rays_through_the_rotated_box():
 BASE = {"box": {"box_size": 256.0, "particles": 32}, "lightcone": {"z_max": 1.0}}
 
 
-@pytest.mark.parametrize("lens, field, words", [
-    ({"source_redshifts": [1.5]}, "source_redshifts", "beyond the lightcone"),
-    ({"flat_sky": {"field_of_view": 8.0}}, "field_of_view", "wider than the box allows"),
-    ({"full_sky": {"nside": 48}}, "nside", "power of two"),
-    ({"distributions": [{"kind": "table", "name": "empty", "z": [], "n": []}]}, "distributions", "empty"),
-    ({"distributions": [{"kind": "table", "name": "zero", "z": [0.1, 0.5], "n": [0, 0]}]}, "distributions", "empty"),
-    ({"distributions": [{"kind": "table", "name": "far", "z": [0.5, 1.4], "n": [1, 1]}]}, "distributions", "beyond the lightcone"),
-    ({"source_redshifts": [], "distributions": []}, "lensing", "no sources"),
-])
+@pytest.mark.parametrize(
+    "lens, field, words",
+    [
+        ({"source_redshifts": [1.5]}, "source_redshifts", "beyond the lightcone"),
+        ({"flat_sky": {"field_of_view": 8.0}}, "field_of_view", "wider than the box allows"),
+        ({"full_sky": {"nside": 48}}, "nside", "power of two"),
+        (
+            {"distributions": [{"kind": "table", "name": "empty", "z": [], "n": []}]},
+            "distributions",
+            "empty",
+        ),
+        (
+            {"distributions": [{"kind": "table", "name": "zero", "z": [0.1, 0.5], "n": [0, 0]}]},
+            "distributions",
+            "empty",
+        ),
+        (
+            {"distributions": [{"kind": "table", "name": "far", "z": [0.5, 1.4], "n": [1, 1]}]},
+            "distributions",
+            "beyond the lightcone",
+        ),
+        ({"source_redshifts": [], "distributions": []}, "lensing", "no sources"),
+    ],
+)
 def test_bad_lensing_input_is_rejected_naming_the_field(tmp_path, lens, field, words):
     path = tmp_path / "run.yaml"
     import yaml
@@ -214,9 +258,13 @@ def test_lightcone_geometry_is_checked():
         validation.validate_run({"lensing": {}}, "x.yaml")
     run = validation.validate_run(BASE | {"lensing": {}}, "x.yaml")
     planes = derive.planes(run)
-    assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(derive.cosmology_params(run), 0.5))
+    assert planes.chi_edges[-1] >= float(
+        cosmology.comoving_distance(derive.cosmology_params(run), 0.5)
+    )
     thickness = run.box.box_size  # the default: one box
-    assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(planes.chi_edges[-1] / thickness)
+    assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(
+        planes.chi_edges[-1] / thickness
+    )
 
 
 def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
@@ -231,8 +279,9 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
     n, box, nside = 64, 256.0, 32
     mesh = parallel.make_mesh((1, 1))
     cosmo = cosmology.Cosmology()
-    delta = ics.linear_density(ics.white_noise(3, n, mesh), simulation.power_function(cosmo),
-                               box, mesh)
+    delta = ics.linear_density(
+        ics.white_noise(3, n, mesh), simulation.power_function(cosmo), box, mesh
+    )
     k_mesh = sky.shell_k_max(n, n, box)
     transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
     observer = (0.3 * box, 0.5 * box, 0.7 * box)
@@ -240,8 +289,10 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
 
     def rays(k_max, ray_nside, lo, hi):
         field = lightcone.band_limited_overdensity(delta, mesh, box, k_max)
-        return np.asarray(lightcone.shell_healpix(field, mesh, box, ray_nside, lo, hi, observer,
-                                                  transform), np.float64)
+        return np.asarray(
+            lightcone.shell_healpix(field, mesh, box, ray_nside, lo, hi, observer, transform),
+            np.float64,
+        )
 
     for lo, hi in ((1152.0, 1280.0), (2176.0, 2304.0)):
         ray_nside = nside * sky.RAYS_PER_PIXEL_SIDE
@@ -272,7 +323,15 @@ def test_flat_maps_hold_no_plane_modes_above_their_nyquist_multipole():
     plane = (np.cos(k_low * x) + np.cos(k_high * x))[:, None] * np.ones(n)[None, :]
     window = lensing._cic_window_2d(n, box)  # the planes carry it; the map divides it out
     painted = np.fft.ifft2(np.fft.fft2(plane) * window).real
-    kappa = lensing.flat_sky_convergence([lambda: jnp.asarray(painted)], np.ones((1, 1)), box,
-                                         [chi], theta, [(0.0, 0.0)], mesh, np.float64)
+    kappa = lensing.flat_sky_convergence(
+        [lambda: jnp.asarray(painted)],
+        np.ones((1, 1)),
+        box,
+        [chi],
+        theta,
+        [(0.0, 0.0)],
+        mesh,
+        np.float64,
+    )
     expected = np.cos(k_low * chi * theta)[:, None] * np.ones(16)[None, :]
     np.testing.assert_allclose(np.asarray(kappa[0]), expected, atol=1e-6)

@@ -16,12 +16,19 @@ import zarr
 from pmpipe import config
 from pmpipe.stages import runner
 
-RUN = {"box": {"box_size": 256.0, "particles": 64, "oversample": 2},
-       "ic": {"fixed_amplitude": True}, "nbody": {"steps": 10}, "parallel": {"halo_cells": 8},
-       "lightcone": {"z_max": 1.0},
-       "lensing": {"source_redshifts": [1.0], "flat_sky": {"field_of_view": 6.0, "pixels": 32},
-                   "full_sky": {"nside": 64}},
-       "summaries": {"smoothing_arcmin": [20.0]}}
+RUN = {
+    "box": {"box_size": 256.0, "particles": 64, "oversample": 2},
+    "ic": {"fixed_amplitude": True},
+    "nbody": {"steps": 10},
+    "parallel": {"halo_cells": 8},
+    "lightcone": {"z_max": 1.0},
+    "lensing": {
+        "source_redshifts": [1.0],
+        "flat_sky": {"field_of_view": 6.0, "pixels": 32},
+        "full_sky": {"nside": 64},
+    },
+    "summaries": {"smoothing_arcmin": [20.0]},
+}
 SEEDS = tuple(range(6))
 TOLERANCE = 0.10
 
@@ -42,9 +49,18 @@ def _simulate(root, seed):
 def test_convergence_cl_agrees_with_halofit_limber_inside_the_resolved_range(tmp_path):
     runs = [_simulate(tmp_path, seed) for seed in SEEDS]
     c = runs[0][1].cosmology
-    ccl = pyccl.Cosmology(Omega_c=c.Omega_m - c.Omega_b, Omega_b=c.Omega_b, h=c.h, n_s=c.n_s,
-                          sigma8=c.sigma8, T_CMB=c.T_cmb, Neff=c.N_eff, m_nu=0.0,
-                          transfer_function="eisenstein_hu", matter_power_spectrum="halofit")
+    ccl = pyccl.Cosmology(
+        Omega_c=c.Omega_m - c.Omega_b,
+        Omega_b=c.Omega_b,
+        h=c.h,
+        n_s=c.n_s,
+        sigma8=c.sigma8,
+        T_CMB=c.T_cmb,
+        Neff=c.N_eff,
+        m_nu=0.0,
+        transfer_function="eisenstein_hu",
+        matter_power_spectrum="halofit",
+    )
     z = np.linspace(0.001, 1.5, 3000)
     sources = pyccl.WeakLensingTracer(ccl, dndz=(z, np.exp(-0.5 * ((z - 1.0) / 0.002) ** 2)))
     for suffix in ("", "_healpix"):
@@ -59,7 +75,9 @@ def test_convergence_cl_agrees_with_halofit_limber_inside_the_resolved_range(tmp
         assert inside.sum() >= 2, (suffix, low, high, lo, hi)
         cl = np.mean([g["cl" + suffix][0] for g, _ in runs], axis=0)
         ratio = cl[inside] / pyccl.angular_cl(ccl, sources, sources, ell[inside])
-        print(f"C_ell{suffix} / halofit Limber at mean ell "
-              f"{dict(zip(np.round(ell[inside]).tolist(), np.round(ratio, 3).tolist()))}; "
-              f"valid range {low:.0f}-{high:.0f}")
+        print(
+            f"C_ell{suffix} / halofit Limber at mean ell "
+            f"{dict(zip(np.round(ell[inside]).tolist(), np.round(ratio, 3).tolist()))}; "
+            f"valid range {low:.0f}-{high:.0f}"
+        )
         assert np.all(np.abs(ratio - 1) < TOLERANCE), (suffix, ell[inside], ratio)

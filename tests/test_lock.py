@@ -20,8 +20,11 @@ def uv_lock_check(project, tmp_path):
     """`uv lock --check` offline and with an empty cache: the lock alone must answer."""
     return subprocess.run(
         ["uv", "lock", "--check", "--offline", "--project", str(project)],
-        capture_output=True, text=True, check=False,
-        env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache")})
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache")},
+    )
 
 
 def test_the_lock_agrees_with_pyproject(tmp_path):
@@ -35,7 +38,9 @@ def test_the_lock_check_fails_when_pyproject_changes(tmp_path):
     shutil.copy(ROOT / "uv.lock", project)
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"numpy>=1.26",' in pyproject
-    (project / "pyproject.toml").write_text(pyproject.replace('"numpy>=1.26",', '"numpy>=1.26", "tqdm",'))
+    (project / "pyproject.toml").write_text(
+        pyproject.replace('"numpy>=1.26",', '"numpy>=1.26", "tqdm",')
+    )
     res = uv_lock_check(project, tmp_path)
     assert res.returncode != 0
 
@@ -50,13 +55,18 @@ def export_command(path):
 @pytest.mark.parametrize("path", EXPORTS, ids=[p.name for p in EXPORTS])
 def test_each_export_is_what_its_command_makes_of_the_lock(path, tmp_path):
     cmd = export_command(path)
-    assert cmd[:2] == ["uv", "export"] and "--frozen" in cmd and cmd[-2:] == ["-o", f"requirements/{path.name}"]
+    assert (
+        cmd[:2] == ["uv", "export"]
+        and "--frozen" in cmd
+        and cmd[-2:] == ["-o", f"requirements/{path.name}"]
+    )
     for name in ("pyproject.toml", "uv.lock", "README.md"):
         shutil.copy(ROOT / name, tmp_path)
     (tmp_path / "requirements").mkdir()
     subprocess.run(cmd + ["-q"], cwd=tmp_path, check=True)
     assert (tmp_path / "requirements" / path.name).read_text() == path.read_text(), (
-        f"{path.relative_to(ROOT)} is out of date: run `{' '.join(cmd)}`")
+        f"{path.relative_to(ROOT)} is out of date: run `{' '.join(cmd)}`"
+    )
 
 
 def pinned(path):
@@ -72,13 +82,21 @@ def pinned(path):
 def test_this_environment_was_installed_from_the_test_export():
     pins = pinned(ROOT / "requirements" / "test.txt")
     assert {"jax", "jaxlib", "jaxdecomp", "snakemake", "zarr", "pytest"} <= set(pins)
-    wrong = {name: (version, importlib.metadata.version(name)) for name, version in pins.items()
-             if importlib.metadata.version(name) != version}
-    assert not wrong, f"installed versions differ from requirements/test.txt (locked, installed): {wrong}"
+    wrong = {
+        name: (version, importlib.metadata.version(name))
+        for name, version in pins.items()
+        if importlib.metadata.version(name) != version
+    }
+    assert not wrong, (
+        f"installed versions differ from requirements/test.txt (locked, installed): {wrong}"
+    )
 
 
 def test_the_readme_and_ci_install_from_the_lock():
     install = "python -m pip install --require-hashes -r requirements/test.txt && python -m pip install --no-deps -e ."
     assert install in (ROOT / "README.md").read_text()
     assert install in (ROOT / ".ci" / "run").read_text()
-    assert "python -m pip install --require-hashes -r requirements/run.txt" in (ROOT / "README.md").read_text()
+    assert (
+        "python -m pip install --require-hashes -r requirements/run.txt"
+        in (ROOT / "README.md").read_text()
+    )

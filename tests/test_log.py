@@ -41,5 +41,6 @@ def test_configure_writes_bare_lines_to_the_current_stderr_once(capsys, monkeypa
     log.configure(process=0)
     logger.info("[pmpipe ic run] shown on process 0")
     err = capsys.readouterr().err
-    assert err == ("[pmpipe ic run] shown on every process\nerror: shown\n"
-                   "[pmpipe ic run] shown on process 0\n")
+    assert err == (
+        "[pmpipe ic run] shown on every process\nerror: shown\n[pmpipe ic run] shown on process 0\n"
+    )

@@ -18,12 +18,18 @@ import zarr
 from pmpipe import config, parallel
 from pmpipe.stages import runner
 
-RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
-       "parallel": {"pdims": [1, 2], "halo_cells": 4},
-       "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
-       "lensing": {"source_redshifts": [0.05], "flat_sky": {"field_of_view": 20.0, "pixels": 32},
-                   "full_sky": {"nside": 8}},
-       "summaries": {"shape_noise": {}, "kappa_range": [-0.01, 0.01]}}
+RUN = {
+    "box": {"particles": 16, "box_size": 64.0},
+    "nbody": {"steps": 3, "snapshots": [0.5]},
+    "parallel": {"pdims": [1, 2], "halo_cells": 4},
+    "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
+    "lensing": {
+        "source_redshifts": [0.05],
+        "flat_sky": {"field_of_view": 20.0, "pixels": 32},
+        "full_sky": {"nside": 8},
+    },
+    "summaries": {"shape_noise": {}, "kappa_range": [-0.01, 0.01]},
+}
 
 
 def test_launcher_is_read_from_the_environment():
@@ -32,13 +38,21 @@ def test_launcher_is_read_from_the_environment():
     assert parallel.launcher_processes({"OMPI_COMM_WORLD_SIZE": "2"}) == ("mpi", 2)
     srun = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "8", "SLURM_NTASKS": "8", "PMI_SIZE": "8"}
     assert parallel.launcher_processes(srun) == ("slurm", 8)
-    assert parallel.launcher_processes({"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}) == ("single", 1)
+    assert parallel.launcher_processes({"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}) == (
+        "single",
+        1,
+    )
 
 
 def _run(stage, config_path, launcher=()):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # each process sets its share
-    out = subprocess.run([*launcher, sys.executable, "-m", f"pmpipe.stages.{stage}", str(config_path)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run(
+        [*launcher, sys.executable, "-m", f"pmpipe.stages.{stage}", str(config_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stderr
 
@@ -100,11 +114,14 @@ def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process, 
     _assert_same_stores(one_process, path.parent, ("ic", "nbody"))
 
 
-@pytest.mark.parametrize("binding, stage_names", [((), ("ic", "nbody")), (("--gres=gpu:2",), ("ic",)),
-                                                  (("--gpus-per-task=1",), ("ic",))],
-                         ids=["no-gpus", "gres", "gpus-per-task"])
-def test_two_processes_under_srun_write_the_stores_of_one(slurm, one_process, tmp_path, binding,
-                                                          stage_names):
+@pytest.mark.parametrize(
+    "binding, stage_names",
+    [((), ("ic", "nbody")), (("--gres=gpu:2",), ("ic",)), (("--gpus-per-task=1",), ("ic",))],
+    ids=["no-gpus", "gres", "gpus-per-task"],
+)
+def test_two_processes_under_srun_write_the_stores_of_one(
+    slurm, one_process, tmp_path, binding, stage_names
+):
     """Under each binding of the test cluster's 2 (fake) GPUs that a CPU cluster can express
     (none, both to each task, one per task); the device ids each gets: tests/test_doctor.py."""
     path = _write_config(tmp_path / "p2")
@@ -117,8 +134,11 @@ def test_two_processes_under_srun_write_the_stores_of_one(slurm, one_process, tm
 @pytest.mark.parametrize("processes", [3, 5])
 def test_processes_hold_equal_shares_of_the_devices(monkeypatch, processes):
     monkeypatch.setenv("PMI_SIZE", str(processes))
-    with pytest.raises(ValueError, match=f"needs 4 devices but {processes} processes were "
-                                         "launched; each process holds an equal share"):
+    with pytest.raises(
+        ValueError,
+        match=f"needs 4 devices but {processes} processes were "
+        "launched; each process holds an equal share",
+    ):
         parallel.start_processes(4)
 
 
@@ -142,9 +162,13 @@ def test_a_process_that_dies_ends_its_partner_within_two_minutes(tmp_path):
     in its next collective until the job's time limit."""
     path = _write_config(tmp_path / "lost")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    launcher = subprocess.Popen([shutil.which("mpiexec"), "-n", "2", sys.executable, "-m",
-                                 "pmpipe.stages.ic", str(path)], env=env, text=True,
-                                stderr=subprocess.PIPE, start_new_session=True)
+    launcher = subprocess.Popen(
+        [shutil.which("mpiexec"), "-n", "2", sys.executable, "-m", "pmpipe.stages.ic", str(path)],
+        env=env,
+        text=True,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         lines = []
         for line in launcher.stderr:  # both processes have joined once rank 1 says so
@@ -159,7 +183,8 @@ def test_a_process_that_dies_ends_its_partner_within_two_minutes(tmp_path):
         assert launcher.returncode != 0
         assert time.monotonic() - start < 120
         assert not (path.parent / "ic.zarr" / "zarr.json").exists() or not zarr.open_group(
-            path.parent / "ic.zarr", mode="r").attrs.get("pmpipe_complete")
+            path.parent / "ic.zarr", mode="r"
+        ).attrs.get("pmpipe_complete")
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)

@@ -11,13 +11,26 @@ from pmpipe.physics import domain, ics, lpt, nbody, painting, simulation, stats,
 COSMO = C.Cosmology()
 
 
-def _run(n, box, oversample, a_init, a_final, steps, pdims=(1, 1), seed=1, fixed=False,
-         snapshots=(), halo=4, cosmo=COSMO):
+def _run(
+    n,
+    box,
+    oversample,
+    a_init,
+    a_final,
+    steps,
+    pdims=(1, 1),
+    seed=1,
+    fixed=False,
+    snapshots=(),
+    halo=4,
+    cosmo=COSMO,
+):
     mesh = parallel.make_mesh(pdims)
     noise = ics.white_noise(seed, n, mesh)
     grid = domain.Grid(mesh, n, oversample, box, halo)
-    init, res = simulation.simulate(cosmo, noise, grid, a_init, a_final, steps,
-                                    fixed_amplitude=fixed, snapshots=snapshots)
+    init, res = simulation.simulate(
+        cosmo, noise, grid, a_init, a_final, steps, fixed_amplitude=fixed, snapshots=snapshots
+    )
     return mesh, grid, init, res
 
 
@@ -39,8 +52,9 @@ def test_pm_agrees_with_2lpt_at_early_times():
     k_cut = np.pi * n / box / 3
     mesh = parallel.make_mesh((1, 1))
     power = lambda k: C.linear_power_eisenstein_hu(COSMO, k) * (k < k_cut)
-    init, res = simulation.simulate(COSMO, ics.white_noise(1, n, mesh),
-                                    domain.Grid(mesh, n, 2, box, 4), a0, a1, 10, power=power)
+    init, res = simulation.simulate(
+        COSMO, ics.white_noise(1, n, mesh), domain.Grid(mesh, n, 2, box, 4), a0, a1, 10, power=power
+    )
     disp_lpt, _ = lpt.lpt_state(COSMO, init.s1, init.s2, a1)
     rms = float(jnp.sqrt(jnp.mean(disp_lpt**2)))
     diff = float(jnp.sqrt(jnp.mean((res.disp - disp_lpt) ** 2)))
@@ -99,7 +113,9 @@ def test_nan_in_the_state_stops_the_run_naming_step_and_a():
 def test_step_boundaries():
     b = timesteps.step_boundaries(0.1, 1.0, 9, snapshots=(0.5, 0.55))
     assert b[0] == 0.1 and b[-1] == 1.0 and 0.5 in b and 0.55 in b and len(b) == 11
-    np.testing.assert_allclose(timesteps.step_boundaries(0.1, 0.5, [0.1, 0.2, 0.5]), [0.1, 0.2, 0.5])
+    np.testing.assert_allclose(
+        timesteps.step_boundaries(0.1, 0.5, [0.1, 0.2, 0.5]), [0.1, 0.2, 0.5]
+    )
     with pytest.raises(ValueError, match="nbody.a_final"):
         timesteps.step_boundaries(0.5, 0.5, 10)
     with pytest.raises(ValueError, match="strictly increasing"):
@@ -165,19 +181,42 @@ def test_a_halo_overflow_stops_the_evolution_at_its_step():
     n, box, steps = 32, 64.0, 8
     grid = domain.Grid(mesh, n, 1, box, 1)
     noise = ics.white_noise(1, n, mesh)
-    init = simulation.initial_conditions(COSMO, noise, simulation.power_function(COSMO), mesh, box, 0.1)
+    init = simulation.initial_conditions(
+        COSMO, noise, simulation.power_function(COSMO), mesh, box, 0.1
+    )
     disp, mom = init.disp, init.mom
     bounds = timesteps.step_boundaries(0.1, 1.0, steps)
-    args = (nbody.snapshot_slots(bounds, ()), nbody.crossing_slots(bounds, ()),
-            C.growth_table(COSMO), None)
-    state = nbody.evolution(COSMO, disp, mom, bounds.astype(np.float32), *args, grid=grid,
-                            n_snapshots=0, stop_early=True)
+    args = (
+        nbody.snapshot_slots(bounds, ()),
+        nbody.crossing_slots(bounds, ()),
+        C.growth_table(COSMO),
+        None,
+    )
+    state = nbody.evolution(
+        COSMO,
+        disp,
+        mom,
+        bounds.astype(np.float32),
+        *args,
+        grid=grid,
+        n_snapshots=0,
+        stop_early=True,
+    )
     beyond = int(state.trouble[0])
     assert 0 < beyond < steps - 1  # stopped before the end
-    shorter = bounds[:beyond + 1]
-    upto = nbody.evolution(COSMO, disp, mom, shorter.astype(np.float32),
-                           nbody.snapshot_slots(shorter, ()), nbody.crossing_slots(shorter, ()),
-                           C.growth_table(COSMO), None, grid=grid, n_snapshots=0)
+    shorter = bounds[: beyond + 1]
+    upto = nbody.evolution(
+        COSMO,
+        disp,
+        mom,
+        shorter.astype(np.float32),
+        nbody.snapshot_slots(shorter, ()),
+        nbody.crossing_slots(shorter, ()),
+        C.growth_table(COSMO),
+        None,
+        grid=grid,
+        n_snapshots=0,
+    )
     np.testing.assert_array_equal(np.asarray(state.disp), np.asarray(upto.disp))
     with pytest.raises(painting.HaloError, match=rf"at step {beyond} of {steps} \(a = "):
         nbody.check_state(state.trouble, state.needed, bounds, grid.halo)

@@ -13,16 +13,35 @@ from pmpipe.orchestration import campaign
 from pmpipe.stages import pipeline, runner
 from pmpipe.storage import store
 
-RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
-       "parallel": {"pdims": [2, 2], "halo_cells": 4},
-       "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
-       "lensing": {"source_redshifts": [0.05], "flat_sky": {"field_of_view": 20.0, "pixels": 32},
-                   "full_sky": {"nside": 8}},
-       "summaries": {"kappa_range": [-0.01, 0.01]}}
+RUN = {
+    "box": {"particles": 16, "box_size": 64.0},
+    "nbody": {"steps": 3, "snapshots": [0.5]},
+    "parallel": {"pdims": [2, 2], "halo_cells": 4},
+    "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
+    "lensing": {
+        "source_redshifts": [0.05],
+        "flat_sky": {"field_of_view": 20.0, "pixels": 32},
+        "full_sky": {"nside": 8},
+    },
+    "summaries": {"kappa_range": [-0.01, 0.01]},
+}
 LEAN = {"particles": False, "density": 2, "ic": "linear", "lightcone": False}
-BIG_ARRAYS = ("linear_density", "displacement", "momentum", "density", "lightcone_density",
-              "lightcone_healpix", "lightcone_healpix_alm", "kappa", "gamma1", "gamma2",
-              "kappa_healpix", "kappa_healpix_alm", "gamma1_healpix", "gamma2_healpix")
+BIG_ARRAYS = (
+    "linear_density",
+    "displacement",
+    "momentum",
+    "density",
+    "lightcone_density",
+    "lightcone_healpix",
+    "lightcone_healpix_alm",
+    "kappa",
+    "gamma1",
+    "gamma2",
+    "kappa_healpix",
+    "kappa_healpix_alm",
+    "gamma1_healpix",
+    "gamma2_healpix",
+)
 
 
 def _write_run(run_dir, outputs=None):
@@ -55,8 +74,16 @@ def test_lean_outputs_leave_out_what_they_say(runs):
     assert {"displacement", "momentum", "linear_density"} <= _arrays(full, "ic")
     assert "linear_density" in _arrays(lean, "ic")
     assert not {"displacement", "momentum"} & _arrays(lean, "ic")
-    assert not ({"displacement", "momentum", "lightcone_density", "lightcone_healpix",
-                 "lightcone_healpix_alm"} & _arrays(lean, "nbody"))
+    assert not (
+        {
+            "displacement",
+            "momentum",
+            "lightcone_density",
+            "lightcone_healpix",
+            "lightcone_healpix_alm",
+        }
+        & _arrays(lean, "nbody")
+    )
     assert {"plane", "plane_a", "plane_chi_lo"} <= _arrays(lean, "nbody")  # geometry always
     assert not {"kappa", "kappa_healpix", "kappa_healpix_alm", "gamma1"} & _arrays(lean, "lensing")
     assert "plane_weight" in _arrays(lean, "lensing")
@@ -90,7 +117,9 @@ def test_summaries_do_not_depend_on_what_the_stores_keep(runs):
 
 
 def test_a_stage_that_needs_what_was_not_kept_says_which_setting(runs, tmp_path):
-    with pytest.raises(store.IncompleteStoreError, match=r"density at full resolution \(outputs.density"):
+    with pytest.raises(
+        store.IncompleteStoreError, match=r"density at full resolution \(outputs.density"
+    ):
         runner.run_stage("summaries", runs["lean"] / "config.json")
     assert runner.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
 

@@ -1,5 +1,6 @@
 """The package as a whole: ruff finds nothing with the rules of pyproject.toml ([tool.ruff]),
-mypy with pydantic's plugin finds nothing ([tool.mypy]), and it reports its version."""
+its formatter would change nothing, mypy with pydantic's plugin finds nothing ([tool.mypy]),
+and it reports its version."""
 
 import subprocess
 import sys
@@ -8,15 +9,45 @@ from conftest import REPO
 
 
 def test_ruff_finds_nothing_in_the_package_and_the_tests():
-    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache",
-                          "--output-format", "concise", "pmpipe", "tests"],
-                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--output-format",
+            "concise",
+            "pmpipe",
+            "tests",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_the_formatter_would_change_nothing():
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "pmpipe", "tests"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
 def test_mypy_finds_nothing_in_the_package():
-    out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"],
-                         capture_output=True, text=True, cwd=REPO, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "Success: no issues found" in out.stdout
 

@@ -27,8 +27,12 @@ def four_runs_in_one_job() -> str:
 
 
 def stamps(results):
-    return {(run, s): finished(results / run / f"{s}.zarr")
-            for run in RUNS for s in stages.STAGES if store.is_complete(results / run / f"{s}.zarr")}
+    return {
+        (run, s): finished(results / run / f"{s}.zarr")
+        for run in RUNS
+        for s in stages.STAGES
+        if store.is_complete(results / run / f"{s}.zarr")
+    }
 
 
 def corrupt(array_dir):
@@ -102,9 +106,18 @@ def test_a_job_skips_complete_runs_and_stages(packed):
     results = workdir / "results" / "tiny"
     before = stamps(results)
     shutil.rmtree(results / RUNS[1] / "summaries.zarr")
-    out = subprocess.run([sys.executable, "-m", "pmpipe.stages.pipeline",
-                          *(str(results / run / "config.json") for run in RUNS)],
-                         capture_output=True, text=True, cwd=workdir, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.stages.pipeline",
+            *(str(results / run / "config.json") for run in RUNS),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"[pmpipe run {RUNS[0]}] complete already" in out.stderr
     assert f"[pmpipe run {RUNS[1]}] summaries done" in out.stderr

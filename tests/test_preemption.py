@@ -21,27 +21,41 @@ from pmpipe import stages
 from pmpipe.storage import checkpoint, store
 
 CAMPAIGN = {
-    "name": "preempt", "seed": 5,
-    "base": {"box": {"box_size": 128.0, "particles": 32, "oversample": 2},
-             "nbody": {"steps": 120}, "parallel": {"pdims": [1, 2], "halo_cells": 16},
-             "checkpoints": {"every_steps": 10}},
-    "design": {"kind": "fiducial"}, "realisations": 2,
-    "execution": {"platform": "cpu", "devices_per_node": 2, "processes_per_node": 2,
-                  "cpus_per_task": 1, "device_memory_gb": 2, "runs_per_job": 2},
+    "name": "preempt",
+    "seed": 5,
+    "base": {
+        "box": {"box_size": 128.0, "particles": 32, "oversample": 2},
+        "nbody": {"steps": 120},
+        "parallel": {"pdims": [1, 2], "halo_cells": 16},
+        "checkpoints": {"every_steps": 10},
+    },
+    "design": {"kind": "fiducial"},
+    "realisations": 2,
+    "execution": {
+        "platform": "cpu",
+        "devices_per_node": 2,
+        "processes_per_node": 2,
+        "cpus_per_task": 1,
+        "device_memory_gb": 2,
+        "runs_per_job": 2,
+    },
 }
 SECOND = "preempt-fiducial-r1"
 
 
 def _finished(run_dir):
-    return {s: store.is_complete(stages.store_path(run_dir, s))
-            and zarr.open_group(stages.store_path(run_dir, s), mode="r").attrs["finished"]
-            for s in ("ic", "nbody", "summaries")}
+    return {
+        s: store.is_complete(stages.store_path(run_dir, s))
+        and zarr.open_group(stages.store_path(run_dir, s), mode="r").attrs["finished"]
+        for s in ("ic", "nbody", "summaries")
+    }
 
 
 def _running_job():
     """The id of the one running job (an array element as <array>_<index>)."""
-    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True, check=True
+    )
     ids = out.stdout.split()
     assert len(ids) == 1, ids
     return ids[0]
@@ -53,10 +67,15 @@ def _release_when_requeued(job, timeout=300):
     (its begin time), time this test need not spend."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        records = subprocess.run(["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
-                                 capture_output=True, text=True, check=False).stdout.split()
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True,
-                               text=True, check=False).stdout.split()
+        records = subprocess.run(
+            ["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True, check=False
+        ).stdout.split()
         if "REQUEUED" in records and state == ["PENDING", "BeginTime"]:
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
             return
@@ -67,8 +86,11 @@ def _release_when_requeued(job, timeout=300):
 def _checkpoint_steps(results):
     """The steps of the second run's complete checkpoints."""
     paths = (results / SECOND / checkpoint.FOLDER).glob("nbody-step*.zarr")
-    return [int(p.name.removeprefix("nbody-step").removesuffix(".zarr")) for p in paths
-            if store.is_complete(p)]
+    return [
+        int(p.name.removeprefix("nbody-step").removesuffix(".zarr"))
+        for p in paths
+        if store.is_complete(p)
+    ]
 
 
 def _checkpoint_after(results, process, after=0, timeout=600):
@@ -111,9 +133,15 @@ def _requeue(job):
 @contextlib.contextmanager
 def _started(cmd, workdir):
     """The command running in the background; killed with its jobs if the test fails."""
-    process = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True,
-                               env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"})
+    process = subprocess.Popen(
+        cmd,
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},
+    )
     try:
         yield process
     finally:
@@ -130,8 +158,12 @@ def _assert_resumed_and_complete(results, first_before, log_text, job):
     assert not (results / SECOND / checkpoint.FOLDER).exists()
     end = time.monotonic() + 60  # the accounting may close the last run after the job ended
     while True:
-        states = subprocess.run(["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
-                                capture_output=True, text=True, check=True).stdout.split()
+        states = subprocess.run(
+            ["sacct", "-n", "-X", "--duplicates", "-j", job, "-o", "State"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         if states[-1:] not in (["RUNNING"], ["COMPLETING"]) or time.monotonic() > end:
             break
         time.sleep(0.5)
@@ -140,11 +172,21 @@ def _assert_resumed_and_complete(results, first_before, log_text, job):
 
 def test_snakemake_job_signalled_then_requeued_resumes_each_time(slurm, tmp_path):
     (tmp_path / "preempt.yaml").write_text(yaml.safe_dump(CAMPAIGN))
-    cmd = [sys.executable, str(REPO / "tests" / "slurm_snakemake.py"),  # status every 2 s
-           "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-           "--profile", str(REPO / "profiles/slurm"), "--configfile",
-           str(REPO / "profiles/slurm/site.yaml"), "--config", "campaign=preempt.yaml",
-           *STATUS_CHECKS]
+    cmd = [
+        sys.executable,
+        str(REPO / "tests" / "slurm_snakemake.py"),  # status every 2 s
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--configfile",
+        str(REPO / "profiles/slurm/site.yaml"),
+        "--config",
+        "campaign=preempt.yaml",
+        *STATUS_CHECKS,
+    ]
     results = tmp_path / "results" / "preempt"
     with _started(cmd, tmp_path) as process:
         first, job = _stop_twice(results, process, _usr2, _requeue)
@@ -156,8 +198,16 @@ def test_snakemake_job_signalled_then_requeued_resumes_each_time(slurm, tmp_path
 
 def test_submitted_array_element_requeued_then_signalled_resumes_each_time(slurm, tmp_path):
     (tmp_path / "preempt.yaml").write_text(yaml.safe_dump(CAMPAIGN))
-    cmd = [sys.executable, "-m", "pmpipe.cli", "submit", "preempt.yaml", "--wait",
-           "--site", str(REPO / "profiles/slurm/site.yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pmpipe.cli",
+        "submit",
+        "preempt.yaml",
+        "--wait",
+        "--site",
+        str(REPO / "profiles/slurm/site.yaml"),
+    ]
     results = tmp_path / "results" / "preempt"
     with _started(cmd, tmp_path) as process:
         first, job = _stop_twice(results, process, _requeue, _usr2)
@@ -183,9 +233,20 @@ def test_a_batch_step_process_signals_itself_ahead_of_the_time_limit(slurm, tmp_
     SLURM's --signal does not reach): SIGUSR2 from itself 50 s before its 1-minute limit."""
     (tmp_path / "self.py").write_text(SIGNALLED_BY_ITSELF)
     out = tmp_path / "self.out"
-    subprocess.run(["sbatch", "--time=1", f"--output={out}",
-                    f"--wrap={sys.executable} {tmp_path / 'self.py'}"], cwd=tmp_path,
-                   env=slurm_env(), capture_output=True, text=True, check=True, timeout=60)
+    subprocess.run(
+        [
+            "sbatch",
+            "--time=1",
+            f"--output={out}",
+            f"--wrap={sys.executable} {tmp_path / 'self.py'}",
+        ],
+        cwd=tmp_path,
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     end = time.monotonic() + 90  # sbatch --wait would see the end up to 30 s late
     while time.monotonic() < end and len(out.read_text().split() if out.exists() else ()) < 3:
         time.sleep(0.5)

@@ -21,10 +21,23 @@ ARGS = ["bench", "scaling", "--particles", str(N), "--halo", str(HALO), "--repea
 
 def _bench(tmp_path, launcher=(), extra=()):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the bench asks for its own
-    out = subprocess.run([*launcher, sys.executable, "-m", "pmpipe.cli", *ARGS,
-                          "--json", str(tmp_path / "scaling.json"), *extra],
-                         check=False, capture_output=True, text=True, env=env,
-                         timeout=600)
+    out = subprocess.run(
+        [
+            *launcher,
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            *ARGS,
+            "--json",
+            str(tmp_path / "scaling.json"),
+            *extra,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads((tmp_path / "scaling.json").read_text()), out.stdout
 
@@ -32,8 +45,9 @@ def _bench(tmp_path, launcher=(), extra=()):
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("scaling")
-    record, table = _bench(tmp, extra=["--plot", str(tmp / "scaling.png"),
-                                       "--trace", str(tmp / "trace")])
+    record, table = _bench(
+        tmp, extra=["--plot", str(tmp / "scaling.png"), "--trace", str(tmp / "trace")]
+    )
     return tmp, record, table
 
 
@@ -45,11 +59,20 @@ def _permutes_per_step(pdims):
 
 def test_strong_and_weak_rows_on_8_devices(one_process):
     tmp, record, table = one_process
-    assert (record["benchmark"], record["processes"], record["devices"]) == ("scaling", 1,
-                                                                             [1, 2, 4, 8])
+    assert (record["benchmark"], record["processes"], record["devices"]) == (
+        "scaling",
+        1,
+        [1, 2, 4, 8],
+    )
     strong = [(r["devices"], tuple(r["pdims"]), r["decomposition"]) for r in record["strong"]]
-    assert strong == [(1, (1, 1), "single"), (2, (2, 1), "slab"), (4, (4, 1), "slab"),
-                      (4, (2, 2), "pencil"), (8, (8, 1), "slab"), (8, (2, 4), "pencil")]
+    assert strong == [
+        (1, (1, 1), "single"),
+        (2, (2, 1), "slab"),
+        (4, (4, 1), "slab"),
+        (4, (2, 2), "pencil"),
+        (8, (8, 1), "slab"),
+        (8, (2, 4), "pencil"),
+    ]
     for row in record["strong"] + record["weak"]:
         assert all(row[part] > 0 for part in scaling.PARTS), row
         assert row["efficiency"] > 0
@@ -65,7 +88,9 @@ def test_strong_and_weak_rows_on_8_devices(one_process):
     assert [r["particles"] for r in record["weak"]][-1] == 2 * N  # 8 devices: (2N)^3
     assert max(cells) / min(cells) < 1.3, cells
     assert table.splitlines()[0].split()[:3] == ["scaling", "devices", "pdims"]
-    rows = [line.split()[0] for line in table.splitlines()[1:] if line.split()[0] in scaling.SCALINGS]
+    rows = [
+        line.split()[0] for line in table.splitlines()[1:] if line.split()[0] in scaling.SCALINGS
+    ]
     assert rows == ["strong"] * len(record["strong"]) + ["weak"] * len(record["weak"])
     assert (tmp / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -84,15 +109,19 @@ def test_trace_of_the_most_devices_and_its_summary(one_process):
     # the trace runs the collectives that the bytes model counts
     counts = summary["collectives_per_step"]
     assert counts["all-to-all"] == collectives.TRANSFORMS_PER_STEP * len(
-        collectives.transposes((8, 1)))
+        collectives.transposes((8, 1))
+    )
     assert counts["collective-permute"] == _permutes_per_step((8, 1))
     assert "collectives a step and device: 4 all-to-all, 8 collective-permute" in table
 
 
 def test_two_processes_under_mpiexec_give_the_results_of_one(one_process, tmp_path):
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
-    record, _ = _bench(tmp_path, [shutil.which("mpiexec"), "-n", "2"],
-                       ["--devices", "1", "2", "4", "--scaling", "strong"])
+    record, _ = _bench(
+        tmp_path,
+        [shutil.which("mpiexec"), "-n", "2"],
+        ["--devices", "1", "2", "4", "--scaling", "strong"],
+    )
     assert (record["processes"], record["launcher"], record["devices"]) == (2, "mpi", [2, 4])
     rows = [(r["devices"], tuple(r["pdims"])) for r in record["strong"]]
     assert rows == [(2, (2, 1)), (4, (4, 1)), (4, (2, 2))]
@@ -104,13 +133,14 @@ def test_two_processes_under_mpiexec_give_the_results_of_one(one_process, tmp_pa
         assert row["bytes_model"]["fft"] == row["bytes_compiled"]["all-to-all"]
 
 
-@pytest.mark.parametrize("pdims,oversample", [((8, 1), 1), ((1, 8), 1), ((2, 4), 1),
-                                              ((4, 2), 2), ((2, 1), 1), ((1, 1), 1)])
+@pytest.mark.parametrize(
+    "pdims,oversample",
+    [((8, 1), 1), ((1, 8), 1), ((2, 4), 1), ((4, 2), 2), ((2, 1), 1), ((1, 1), 1)],
+)
 def test_bytes_model_equals_the_collectives_of_the_compiled_step(pdims, oversample):
     mesh = parallel.make_mesh(pdims)
     grid = domain.Grid(mesh, N, oversample, bench.BOX_SIZE, HALO)
-    field = jax.ShapeDtypeStruct((N, N, N, 3), np.float32,
-                                 sharding=parallel.field_sharding(mesh))
+    field = jax.ShapeDtypeStruct((N, N, N, 3), np.float32, sharding=parallel.field_sharding(mesh))
     program = bench.pm_step.lower(field, field, 0.3, grid=grid).compile().as_text()
     found = collectives.bytes_by_kind(program)
     model = collectives.bytes_per_step(grid.force_cells, pdims, HALO)
@@ -132,13 +162,27 @@ def test_decompositions_and_weak_grids():
     assert scaling.decompositions_of(8, 16, 1, 4) == {"pencil": (2, 4)}  # slabs 2 cells wide
     assert scaling.decompositions_of(2, 32, 1, 4) == {"slab": (2, 1)}
     assert scaling.decompositions_of(8, 32, 1, 4, ["slab"]) == {"slab": (8, 1)}
-    assert [scaling.weak_particles(32, 1, d, p) for d, p in
-            [(1, (1, 1)), (2, (2, 1)), (4, (4, 1)), (4, (2, 2)), (8, (8, 1))]] == [32, 40, 52, 50, 64]
+    assert [
+        scaling.weak_particles(32, 1, d, p)
+        for d, p in [(1, (1, 1)), (2, (2, 1)), (4, (4, 1)), (4, (2, 2)), (8, (8, 1))]
+    ] == [32, 40, 52, 50, 64]
 
 
 def test_options_that_split_nothing_are_refused_before_jax_starts(capsys):
-    code = cli.main(["bench", "scaling", "--particles", "16", "--halo", "4", "--devices", "8",
-                     "--decompositions", "slab"])
+    code = cli.main(
+        [
+            "bench",
+            "scaling",
+            "--particles",
+            "16",
+            "--halo",
+            "4",
+            "--devices",
+            "8",
+            "--decompositions",
+            "slab",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "--devices 8" in err and "--halo 4" in err and "--particles 16" in err

@@ -17,8 +17,9 @@ def _jax_seed(campaign_seed: int, index: int) -> int:
     return int(jax.random.bits(key, dtype=np.uint32))
 
 
-@pytest.mark.parametrize("campaign_seed, index", [(0, 0), (1, 2), (5, 1), (2**32 - 1, 2**32 - 1),
-                                                  (123456789, 987654)])
+@pytest.mark.parametrize(
+    "campaign_seed, index", [(0, 0), (1, 2), (5, 1), (2**32 - 1, 2**32 - 1), (123456789, 987654)]
+)
 def test_edge_seeds_are_jaxs(campaign_seed, index):
     assert seeds.derive_seed(campaign_seed, index) == _jax_seed(campaign_seed, index)
 

@@ -17,28 +17,48 @@ from pmpipe.orchestration import campaign
 from pmpipe.stages import runner
 from pmpipe.storage import store
 
-STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2",
-                 "--seconds-between-status-checks", "2")
+STATUS_CHECKS = (
+    "--slurm-init-seconds-before-status-checks",
+    "2",
+    "--seconds-between-status-checks",
+    "2",
+)
 
 
 def slurm_env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMPIPE_", "SLURM_"))
-           and k != "JAX_COMPILATION_CACHE_DIR"}  # each campaign its own results/.jax_cache
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PMPIPE_", "SLURM_")) and k != "JAX_COMPILATION_CACHE_DIR"
+    }  # each campaign its own results/.jax_cache
     return {**env, "PMPIPE_SLURM_PARTITION": "pmpipe", **extra}
 
 
 def snakemake_slurm(workdir, campaign_file, check=True, timeout=1200):
-    return run_snakemake(workdir, "--profile", str(REPO / "profiles/slurm"),
-                         "--configfile", str(REPO / "profiles/slurm/site.yaml"),
-                         "--config", f"campaign={campaign_file}", *STATUS_CHECKS,
-                         check=check, env=slurm_env(), timeout=timeout,
-                         main=REPO / "tests" / "slurm_snakemake.py",  # status every 2 s
-                         share_programs=False)  # each campaign compiles its own programs
+    return run_snakemake(
+        workdir,
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--configfile",
+        str(REPO / "profiles/slurm/site.yaml"),
+        "--config",
+        f"campaign={campaign_file}",
+        *STATUS_CHECKS,
+        check=check,
+        env=slurm_env(),
+        timeout=timeout,
+        main=REPO / "tests" / "slurm_snakemake.py",  # status every 2 s
+        share_programs=False,
+    )  # each campaign compiles its own programs
 
 
 def job_count():
-    out = subprocess.run(["sacct", "-n", "-X", "-P", "-S", "2000-01-01", "-o", "JobID"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-S", "2000-01-01", "-o", "JobID"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return len(out.stdout.split())
 
 
@@ -105,10 +125,24 @@ def test_second_invocation_does_nothing(quickstart):
 
 
 def _submit(workdir, *args):
-    out = subprocess.run([sys.executable, "-m", "pmpipe.cli", "submit", "tiny.yaml", "--wait",
-                          "--site", str(REPO / "profiles/slurm/site.yaml"), *args],
-                         capture_output=True, text=True, cwd=workdir, timeout=900,
-                         env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pmpipe.cli",
+            "submit",
+            "tiny.yaml",
+            "--wait",
+            "--site",
+            str(REPO / "profiles/slurm/site.yaml"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        timeout=900,
+        env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout
 
@@ -127,8 +161,11 @@ def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tm
     assert not (results / first / "nbody.zarr").exists()
 
     out = _submit(tmp_path, "--max-parallel", "2")
-    array_ids = {line.split("SLURM job ")[1].split(",")[0].split("_")[0]
-                 for line in out.splitlines() if "SLURM job" in line}
+    array_ids = {
+        line.split("SLURM job ")[1].split(",")[0].split("_")[0]
+        for line in out.splitlines()
+        if "SLURM job" in line
+    }
     assert len(array_ids) == 1, out  # both runs in one array
     for run in ("tiny-fiducial-r0", "tiny-fiducial-r1"):
         for stage in stages.STAGES:
@@ -137,24 +174,28 @@ def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tm
 
 
 def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
-    (tmp_path / "tiny.yaml").write_text(two_processes_per_run(TINY.replace("realisations: 2",
-                                                                           "realisations: 1")))
+    (tmp_path / "tiny.yaml").write_text(
+        two_processes_per_run(TINY.replace("realisations: 2", "realisations: 1"))
+    )
     camp = campaign.load(tmp_path / "tiny.yaml")
     campaign.write_run_files(camp, tmp_path / "results")
     run_dir = tmp_path / "results" / "tiny" / "tiny-fiducial-r0"
     runner.run_stage("ic", run_dir / "config.json")
     # damage the input of the nbody stage: its displacement chunks keep their sizes (the store
     # still looks complete when the workflow plans) but no longer decode
-    chunks = [p for p in (run_dir / "ic.zarr" / "displacement").rglob("*")
-              if p.is_file() and p.name != "zarr.json"]
+    chunks = [
+        p
+        for p in (run_dir / "ic.zarr" / "displacement").rglob("*")
+        if p.is_file() and p.name != "zarr.json"
+    ]
     assert chunks
     for chunk in chunks:
         chunk.write_bytes(b"x" * chunk.stat().st_size)
     out = snakemake_slurm(tmp_path, "tiny.yaml", check=False, timeout=600)  # never hangs
     assert out.returncode != 0
     text = out.stdout + out.stderr
-    block = text[text.index("Error in rule runs_job0000:"):][:3000]
-    block = block[:block.index("Logfile")] if "Logfile" in block else block
+    block = text[text.index("Error in rule runs_job0000:") :][:3000]
+    block = block[: block.index("Logfile")] if "Logfile" in block else block
     assert "SLURM-job" in block and "'FAILED'" in block, block
     log = tmp_path / "results" / "tiny" / "logs" / "job0000.log"
     assert f"log: {log.relative_to(tmp_path)}" in block, block

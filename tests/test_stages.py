@@ -13,12 +13,18 @@ from pmpipe import config, parallel, stages, validation
 from pmpipe.stages import runner
 from pmpipe.storage import store
 
-RUN = {"box": {"particles": 16, "box_size": 64.0}, "nbody": {"steps": 3, "snapshots": [0.5]},
-       "parallel": {"halo_cells": 4},
-       "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
-       "lensing": {"source_redshifts": [0.03, 0.05], "flat_sky": {"field_of_view": 20.0, "pixels": 32},
-                   "full_sky": {"nside": 8}},
-       "summaries": {"shape_noise": {}, "smoothing_arcmin": [0, 60.0], "kappa_range": [-0.01, 0.01]}}
+RUN = {
+    "box": {"particles": 16, "box_size": 64.0},
+    "nbody": {"steps": 3, "snapshots": [0.5]},
+    "parallel": {"halo_cells": 4},
+    "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
+    "lensing": {
+        "source_redshifts": [0.03, 0.05],
+        "flat_sky": {"field_of_view": 20.0, "pixels": 32},
+        "full_sky": {"nside": 8},
+    },
+    "summaries": {"shape_noise": {}, "smoothing_arcmin": [0, 60.0], "kappa_range": [-0.01, 0.01]},
+}
 
 
 def _write_run(run_dir, pdims=(1, 1), **overrides):
@@ -28,7 +34,9 @@ def _write_run(run_dir, pdims=(1, 1), **overrides):
     run = config.Run.model_validate(data)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.json"
-    path.write_text(config.RunFile.build("test", run_dir.name, 0, {"Omega_m": 0.3111}, run).to_json())
+    path.write_text(
+        config.RunFile.build("test", run_dir.name, 0, {"Omega_m": 0.3111}, run).to_json()
+    )
     return path
 
 
@@ -78,22 +86,32 @@ def test_provenance_and_config_hash(runs):
     for stage in stages.STAGES:
         attrs = xr.open_zarr(stages.store_path(run_dir, stage)).attrs
         assert attrs["config_hash"] == run_file.config_hash
-        assert attrs["config_hash"] == config.config_hash(config.Run.model_validate(attrs["config"]))
+        assert attrs["config_hash"] == config.config_hash(
+            config.Run.model_validate(attrs["config"])
+        )
         assert attrs["stage"] == stage and attrs["run_id"] == run_dir.name
         assert attrs["pdims"] == [2, 2] and attrs["device_count"] == 4
-        for key in ("pmpipe_version", "jax_version", "jaxdecomp_version", "device_kind",
-                    "started", "finished", store.COMPLETE):
+        for key in (
+            "pmpipe_version",
+            "jax_version",
+            "jaxdecomp_version",
+            "device_kind",
+            "started",
+            "finished",
+            store.COMPLETE,
+        ):
             assert attrs[key], key
         assert attrs["started"] <= attrs["finished"]
 
 
 def test_stores_do_not_depend_on_the_device_mesh(runs):
     one, four = runs[1, 1], runs[2, 2]
-    for stage, names in [("ic", ["linear_density", "displacement"]),
-                         ("nbody", ["density", "displacement", "momentum"]),
-                         ("lensing", ["kappa", "gamma1", "kappa_healpix", "kappa_healpix_alm",
-                                      "gamma2_healpix"]),
-                         ("summaries", ["pk", "pk_cross_initial", "cl", "cl_healpix", "pdf"])]:
+    for stage, names in [
+        ("ic", ["linear_density", "displacement"]),
+        ("nbody", ["density", "displacement", "momentum"]),
+        ("lensing", ["kappa", "gamma1", "kappa_healpix", "kappa_healpix_alm", "gamma2_healpix"]),
+        ("summaries", ["pk", "pk_cross_initial", "cl", "cl_healpix", "pdf"]),
+    ]:
         a = zarr.open_group(stages.store_path(one, stage), mode="r")
         b = zarr.open_group(stages.store_path(four, stage), mode="r")
         for name in names:
@@ -166,7 +184,9 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
     lens = xr.open_zarr(run_dir / "lensing.zarr")
     assert list(lens.source.values) == ["z=0.03", "z=0.05"]
     np.testing.assert_allclose(lens.z_source.values, [0.03, 0.05])
-    assert lens.kappa.dims == ("source", "theta_x", "theta_y") and lens.theta_x.attrs["units"] == "deg"
+    assert (
+        lens.kappa.dims == ("source", "theta_x", "theta_y") and lens.theta_x.attrs["units"] == "deg"
+    )
     hp = lens.kappa_healpix
     assert hp.dims == ("source", "pixel") and hp.attrs["grid_name"] == "HEALPix"
     assert hp.attrs["nside"] == 8 and hp.attrs["nest"] is False and hp.shape[1] == 768
@@ -176,7 +196,9 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
     assert alm.dims == ("source", "alm") and alm.attrs["ell_max"] == 23
     for kappa, coefficients in zip(hp.values, alm.values):
         synthesis = healpy.alm2map(coefficients.astype(np.complex128), 8, lmax=23)
-        np.testing.assert_allclose(kappa, synthesis - synthesis.mean(), atol=1e-5 * np.abs(kappa).max())
+        np.testing.assert_allclose(
+            kappa, synthesis - synthesis.mean(), atol=1e-5 * np.abs(kappa).max()
+        )
     sm = xr.open_zarr(run_dir / "summaries.zarr")
     cl = np.stack([healpy.alm2cl(a.astype(np.complex128)) for a in alm.values])
     for b, (lo, hi) in enumerate(zip(sm.ell_healpix_lo.values, sm.ell_healpix_hi.values)):
@@ -186,7 +208,9 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
             binned = cl[:, inside] @ (2 * ell[inside] + 1) / np.sum(2 * ell[inside] + 1)
             np.testing.assert_allclose(sm.cl_healpix.values[:, b], binned, rtol=1e-5)
     assert sm.peaks.dims == ("source", "smoothing", "kappa") and sm.kappa_lo.dims == ("kappa",)
-    assert sm.cl_healpix.dims == ("source", "ell_healpix") and np.all(np.isfinite(sm.r_initial.values[:3]))
+    assert sm.cl_healpix.dims == ("source", "ell_healpix") and np.all(
+        np.isfinite(sm.r_initial.values[:3])
+    )
     assert 0.9 < sm.r_initial.values[0] <= 1.0 + 1e-6  # the largest scales stay linear
     # the mean multipole of each bin, computed here from the map geometry
     pixel = np.radians(20.0) / 32
@@ -198,8 +222,11 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
         expected = []
         for a, b in zip(lo, hi):
             inside = (ell >= a) & (ell < b) & (ell > 0)
-            expected.append(np.sum(weights[inside] * ell[inside]) / np.sum(weights[inside])
-                            if inside.any() else np.nan)
+            expected.append(
+                np.sum(weights[inside] * ell[inside]) / np.sum(weights[inside])
+                if inside.any()
+                else np.nan
+            )
         np.testing.assert_allclose(sm["ell" + suffix + "_mean"].values, expected, rtol=1e-12)
         assert np.isfinite(expected).sum() >= 3
 
@@ -207,14 +234,18 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
 def test_valid_ranges_are_stored_with_their_reasons(runs):
     lens = zarr.open_group(runs[1, 1] / "lensing.zarr", mode="r")
     sm = xr.open_zarr(runs[1, 1] / "summaries.zarr")
-    for suffix, ell_low, ell_high in (("", 2 * np.pi / np.radians(20.0), np.pi * 32 / np.radians(20.0)),
-                                      ("_healpix", 2, 23)):
+    for suffix, ell_low, ell_high in (
+        ("", 2 * np.pi / np.radians(20.0), np.pi * 32 / np.radians(20.0)),
+        ("_healpix", 2, 23),
+    ):
         low, high = sm["ell_min_valid" + suffix], sm["ell_max_valid" + suffix]
         assert low.dims == ("source",) and len(low.attrs["reasons"]) == 2
         np.testing.assert_array_equal(low.values, lens["ell_min_valid" + suffix][:])
         assert np.all(low.values >= ell_low - 1e-9) and np.all(high.values <= ell_high + 1e-9)
-        assert all(r.startswith(("map:", "geometry:", "resolution:", "no multipole"))
-                   for r in high.attrs["reasons"] + low.attrs["reasons"])
+        assert all(
+            r.startswith(("map:", "geometry:", "resolution:", "no multipole"))
+            for r in high.attrs["reasons"] + low.attrs["reasons"]
+        )
     k_valid = sm.k_max_valid.values
     assert sm.k_max_valid.dims == ("a",) and np.all(k_valid == k_valid[0])
     assert 0 < k_valid[0] <= np.pi * 16 / 64.0  # at most the particle Nyquist frequency

@@ -76,7 +76,9 @@ def test_flat_sky_cl_of_a_gaussian_map_is_recovered():
     n, fov = 128, 10.0
     cl = lambda ell: 1e-9 * (ell / 100.0) ** -1.2
     edges = stats.log_bin_edges(80, 2000, 8)
-    ell, measured, modes = stats.flat_sky_cl(jnp.asarray(flat_gaussian_map(n, fov, cl, 4)), fov, edges)
+    ell, measured, modes = stats.flat_sky_cl(
+        jnp.asarray(flat_gaussian_map(n, fov, cl, 4)), fov, edges
+    )
     ratio = measured / cl(ell)
     assert np.all(np.abs(ratio - 1) < 4 * np.sqrt(2 / modes))
     sigma = 4.0
@@ -101,8 +103,9 @@ def test_flat_sky_cl_of_patches_cut_from_a_larger_field_is_unbiased():
         field = flat_gaussian_map(n * tiles, fov * tiles, cl, seed)
         for i in range(tiles):
             for j in range(tiles):
-                ell, measured, _ = stats.flat_sky_cl(field[i * n:(i + 1) * n, j * n:(j + 1) * n],
-                                                     fov, edges)
+                ell, measured, _ = stats.flat_sky_cl(
+                    field[i * n : (i + 1) * n, j * n : (j + 1) * n], fov, edges
+                )
                 ratios.append(measured / cl(ell))
     ratios = np.asarray(ratios)
     error = ratios.std(axis=0) / np.sqrt(len(ratios))
@@ -151,7 +154,9 @@ def test_peaks_and_pdf_on_maps_with_known_maxima():
     nside = 8
     hp = np.zeros(healpy.nside2npix(nside))
     hp[[10, 300, 700]] = [0.5, 1.5, 2.5]
-    np.testing.assert_array_equal(stats.peak_counts_healpix(hp, np.array([0.25, 1.0, 2.0, 3.0])), [1, 1, 1])
+    np.testing.assert_array_equal(
+        stats.peak_counts_healpix(hp, np.array([0.25, 1.0, 2.0, 3.0])), [1, 1, 1]
+    )
 
 
 @pytest.mark.parametrize("pdims", [(2, 4), (8, 1)])
@@ -168,11 +173,14 @@ def test_statistics_on_8_devices_equal_one_device(pdims):
         g = jax.device_put(other, parallel.field_sharding(mesh))
         k = jax.device_put(kappa, NamedSharding(mesh, P("x", "y")))
         smoothed = stats.smooth_flat(k, 5.0, 3.0)
-        results[p] = [stats.power_spectrum(f, mesh, 100.0, compensate_cic=True)[1],
-                      stats.power_spectrum(f, mesh, 100.0, field2=g, compensate_cic=True,
-                                           compensate_cic2=False)[1],
-                      stats.flat_sky_cl(k, 5.0, edges_ell)[1],
-                      stats.pdf(smoothed, edges_kappa),
-                      stats.peak_counts_flat(smoothed, edges_kappa)]
+        results[p] = [
+            stats.power_spectrum(f, mesh, 100.0, compensate_cic=True)[1],
+            stats.power_spectrum(
+                f, mesh, 100.0, field2=g, compensate_cic=True, compensate_cic2=False
+            )[1],
+            stats.flat_sky_cl(k, 5.0, edges_ell)[1],
+            stats.pdf(smoothed, edges_kappa),
+            stats.peak_counts_flat(smoothed, edges_kappa),
+        ]
     for single, sharded in zip(results[1, 1], results[pdims]):
         np.testing.assert_allclose(sharded, single, rtol=1e-5, atol=1e-5 * np.abs(single).max())

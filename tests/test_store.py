@@ -54,9 +54,16 @@ def test_chunks_tile_device_blocks_and_read_back_exactly(tmp_path, monkeypatch, 
     store.write_array(group, "displacement", data, DIMS, "Mpc/h", "displacement")
     snaps = [_particles(32, seed)[..., 0] for seed in (1, 2)]  # a stacked (a, x, y, z) array
     first = _sharded(snaps[0], pdims)
-    density = store.create_array(group, "density", (2, 32, 32, 32), np.float32,
-                                 ("a", "x", "y", "z"), "1", "density",
-                                 (1,) + store.block_chunks(first))
+    density = store.create_array(
+        group,
+        "density",
+        (2, 32, 32, 32),
+        np.float32,
+        ("a", "x", "y", "z"),
+        "1",
+        "density",
+        (1,) + store.block_chunks(first),
+    )
     for i, snap in enumerate(snaps):
         store.write_blocks(density, _sharded(snap, pdims), (i,))
     store.mark_complete(group)
@@ -233,8 +240,9 @@ store.write_array(group, "x", np.arange(4 * 10**5, dtype=np.int32).reshape(4, -1
 assert store._state(store._key(group)).pending  # exits with the write still pending
 """
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.zarr")], check=True, env=env,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s.zarr")], check=True, env=env, timeout=120
+    )
     back = zarr.open_group(tmp_path / "s.zarr", mode="r")["x"][:]
     assert np.array_equal(back, np.arange(4 * 10**5, dtype=np.int32).reshape(4, -1))
 
@@ -308,11 +316,17 @@ def test_a_failed_completion_leaves_no_marker(tmp_path, monkeypatch):
 
 def _mount_tmpfs(folder: Path, size: str) -> None:
     folder.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
-        pytest.skip(f"this machine lets no test mount a small filesystem (mount -t tmpfs: "
-                    f"{done.stderr.strip()})")
+        pytest.skip(
+            f"this machine lets no test mount a small filesystem (mount -t tmpfs: "
+            f"{done.stderr.strip()})"
+        )
 
 
 def test_a_stage_on_a_full_disk_fails_cleanly_without_marker(tmp_path):
@@ -323,13 +337,19 @@ def test_a_stage_on_a_full_disk_fails_cleanly_without_marker(tmp_path):
     small = tmp_path / "small"
     _mount_tmpfs(small, "600k")  # the ICs of 32^3 particles take 3 MB
     try:
-        run = config.Run.model_validate({"box": {"particles": 32, "box_size": 64.0},
-                                         "outputs": {"ic": "all"}})
+        run = config.Run.model_validate(
+            {"box": {"particles": 32, "box_size": 64.0}, "outputs": {"ic": "all"}}
+        )
         path = small / "run" / "config.json"
         path.parent.mkdir()
         path.write_text(config.RunFile.build("test", "run", 0, {}, run).to_json())
-        done = subprocess.run([sys.executable, "-m", "pmpipe.cli", "run", "ic", str(path)],
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "pmpipe.cli", "run", "ic", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 1, done.stderr[-2000:]
         assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
         assert not store.has_marker(path.parent / "ic.zarr")

@@ -16,9 +16,15 @@ STAGES = ("ic", "nbody", "lensing", "summaries")
 
 def stamps(runs_dir):
     """Completion time of every stage store of every run."""
-    return {(run.name, s): (finished(run / f"{s}.zarr"), (run / f"{s}.zarr" / "zarr.json").stat().st_mtime_ns)
-            for run in sorted(runs_dir.iterdir()) if (run / "config.json").exists()
-            for s in STAGES}
+    return {
+        (run.name, s): (
+            finished(run / f"{s}.zarr"),
+            (run / f"{s}.zarr" / "zarr.json").stat().st_mtime_ns,
+        )
+        for run in sorted(runs_dir.iterdir())
+        if (run / "config.json").exists()
+        for s in STAGES
+    }
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +55,12 @@ def test_first_run_writes_every_store_manifest_and_figures(campaign):
     ds = xr.open_zarr(results / "summaries.zarr")
     assert ds.pk.dims == ("run", "a", "k") and list(ds.run.values) == runs
     assert "seed" in ds.pk.coords
-    assert ds.cl.dims == ("run", "source", "ell") and ds.peaks.dims == ("run", "source", "smoothing", "kappa")
+    assert ds.cl.dims == ("run", "source", "ell") and ds.peaks.dims == (
+        "run",
+        "source",
+        "smoothing",
+        "kappa",
+    )
 
 
 def test_second_run_does_nothing(campaign):
@@ -66,8 +77,11 @@ def test_deleted_nbody_store_recomputes_only_that_run(campaign):
     snakemake(campaign)
     after = stamps(runs_dir)
     changed = {key for key in before if before[key] != after[key]}
-    assert changed == {("tiny-fiducial-r0", "nbody"), ("tiny-fiducial-r0", "lensing"),
-                       ("tiny-fiducial-r0", "summaries")}
+    assert changed == {
+        ("tiny-fiducial-r0", "nbody"),
+        ("tiny-fiducial-r0", "lensing"),
+        ("tiny-fiducial-r0", "summaries"),
+    }
 
 
 def test_store_without_marker_is_recomputed(campaign):
@@ -100,8 +114,10 @@ def test_damaged_stores_are_found_by_verify_and_recomputed(campaign):
     assert cli.main(["verify", str(runs_dir)]) == 0
     after = stamps(runs_dir)
     assert {key for key in before if before[key] != after[key]} == {
-        ("tiny-fiducial-r0", "lensing"), ("tiny-fiducial-r0", "summaries"),
-        ("tiny-fiducial-r1", "summaries")}
+        ("tiny-fiducial-r0", "lensing"),
+        ("tiny-fiducial-r0", "summaries"),
+        ("tiny-fiducial-r1", "summaries"),
+    }
 
 
 def stamps_without(runs_dir, key):
@@ -123,15 +139,18 @@ def test_bad_campaign_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-CAMPAIGNS = sorted((REPO / "config").glob("*.yaml")) + sorted((REPO / "config/examples").glob("*.yaml"))
+CAMPAIGNS = sorted((REPO / "config").glob("*.yaml")) + sorted(
+    (REPO / "config/examples").glob("*.yaml")
+)
 
 
 @pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: p.name)
 def test_every_documented_campaign_dry_runs(path, tmp_path):
     """`snakemake -n` through the real Snakefile: the campaign loads, every job and its
     resources are planned (with and without lensing, on cpu and gpu)."""
-    out = run_snakemake(tmp_path, "--profile", str(REPO / "profiles/local"), "-n",
-                        "--config", f"campaign={path}")
+    out = run_snakemake(
+        tmp_path, "--profile", str(REPO / "profiles/local"), "-n", "--config", f"campaign={path}"
+    )
     text = out.stdout + out.stderr
     runs = len(list((tmp_path / "results").glob("*/*/config.json")))
     assert runs > 0 and "runs_job0000" in text, text[-2000:]
@@ -140,8 +159,15 @@ def test_every_documented_campaign_dry_runs(path, tmp_path):
 
 def test_list_example_runs_to_the_end(tmp_path):
     """A documented example (no lightcone, 2 runs of 32^3) from the campaign file to the figures."""
-    run_snakemake(tmp_path, "--profile", str(REPO / "profiles/local"), "--cores", "2",
-                  "--config", f"campaign={REPO / 'config/examples/list.yaml'}")
+    run_snakemake(
+        tmp_path,
+        "--profile",
+        str(REPO / "profiles/local"),
+        "--cores",
+        "2",
+        "--config",
+        f"campaign={REPO / 'config/examples/list.yaml'}",
+    )
     results = tmp_path / "results" / "list"
     for run in ("list-planck-r0", "list-lowS8-r0"):
         for stage in ("ic", "nbody", "summaries"):

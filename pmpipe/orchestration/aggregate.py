@@ -20,38 +20,76 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
     specs = list(camp.runs)
     campaign_dir = Path(results) / camp.name
     run_dirs = [campaign_dir / spec.run_id for spec in specs]
-    groups = [store.open_complete(stages.store_path(d, "summaries"),
-                                  validation.load_run_file(d / "config.json").config_hash)
-              for d in run_dirs]
+    groups = [
+        store.open_complete(
+            stages.store_path(d, "summaries"),
+            validation.load_run_file(d / "config.json").config_hash,
+        )
+        for d in run_dirs
+    ]
     first = groups[0]
     started = store.now()
-    out = store.create(campaign_dir / "summaries.zarr", {
-        "format": store.FORMAT, "stage": "collect", "campaign": camp.name,
-        "campaign_config": camp.model_dump(mode="json"),
-        "run_config_hashes": [g.attrs["config_hash"] for g in groups],
-        **store.software(), "started": started})
+    out = store.create(
+        campaign_dir / "summaries.zarr",
+        {
+            "format": store.FORMAT,
+            "stage": "collect",
+            "campaign": camp.name,
+            "campaign_config": camp.model_dump(mode="json"),
+            "run_config_hashes": [g.attrs["config_hash"] for g in groups],
+            **store.software(),
+            "started": started,
+        },
+    )
     store.write_coordinate(out, "run", np.array([s.run_id for s in specs]), "1", "run id")
     names = sorted(first.array_keys())
     coordinates = [n for n in names if tuple(first[n].metadata.dimension_names) == (n,)]
     for name in coordinates:
         source = first[name]
-        store.write_coordinate(out, name, source[:], source.attrs["units"], source.attrs["long_name"])
+        store.write_coordinate(
+            out, name, source[:], source.attrs["units"], source.attrs["long_name"]
+        )
     parameters = campaigns.parameter_names(specs)
     for name in parameters:
-        store.write_array(out, name, np.array([s.parameters.get(name, np.nan) for s in specs]),
-                          ("run",), "1", f"cosmology.{name} of the run (design parameter)")
-    store.write_array(out, "seed", np.array([s.seed for s in specs], dtype=np.int64), ("run",),
-                      "1", "white-noise seed of the run")
-    store.write_array(out, "paired", np.array([s.paired for s in specs]), ("run",), "1",
-                      "phases inverted (partner of a pair)")
+        store.write_array(
+            out,
+            name,
+            np.array([s.parameters.get(name, np.nan) for s in specs]),
+            ("run",),
+            "1",
+            f"cosmology.{name} of the run (design parameter)",
+        )
+    store.write_array(
+        out,
+        "seed",
+        np.array([s.seed for s in specs], dtype=np.int64),
+        ("run",),
+        "1",
+        "white-noise seed of the run",
+    )
+    store.write_array(
+        out,
+        "paired",
+        np.array([s.paired for s in specs]),
+        ("run",),
+        "1",
+        "phases inverted (partner of a pair)",
+    )
     per_run = " ".join(parameters + ["seed", "paired"])  # xarray reads them as coordinates
     for name in (n for n in names if n not in coordinates):  # every statistic, stacked by run
         source = first[name]
         dims = ("run",) + tuple(source.metadata.dimension_names)
         extra = {k: v for k, v in source.attrs.items() if k not in ("units", "long_name")}
-        store.write_array(out, name, np.stack([np.asarray(g[name][:]) for g in groups]), dims,
-                          source.attrs["units"], source.attrs["long_name"],
-                          coordinates=per_run, **extra)
+        store.write_array(
+            out,
+            name,
+            np.stack([np.asarray(g[name][:]) for g in groups]),
+            dims,
+            source.attrs["units"],
+            source.attrs["long_name"],
+            coordinates=per_run,
+            **extra,
+        )
     store.mark_complete(out)
     campaigns.write_manifest(camp, campaign_dir / "manifest.csv", runner.run_status)
     return campaign_dir

@@ -44,8 +44,9 @@ ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
 
 def _not_empty(parameters: dict) -> dict:
     if not parameters:
-        raise ValueError("empty design: name at least one cosmology parameter "
-                         f"({', '.join(DESIGN_PARAMETERS)})")
+        raise ValueError(
+            f"empty design: name at least one cosmology parameter ({', '.join(DESIGN_PARAMETERS)})"
+        )
     return parameters
 
 
@@ -78,7 +79,8 @@ class GridDesign(config.StrictModel):
     kind: Literal["grid"]
     parameters: Annotated[dict[ParameterName, Values], AfterValidator(_not_empty)] = Field(
         description="values of each cosmology parameter (its units); every combination is a "
-                    "design point, the last parameter varying fastest")
+        "design point, the last parameter varying fastest"
+    )
 
 
 class SampledDesign(config.StrictModel):
@@ -87,7 +89,8 @@ class SampledDesign(config.StrictModel):
 
     kind: Literal["latin_hypercube", "sobol"]
     parameters: Annotated[dict[ParameterName, Range], AfterValidator(_not_empty)] = Field(
-        description="[low, high] range of each cosmology parameter (its units)")
+        description="[low, high] range of each cosmology parameter (its units)"
+    )
     samples: int = Field(ge=1, description="number of design points (a power of 2 for sobol)")
 
     @field_validator("samples")
@@ -95,8 +98,10 @@ class SampledDesign(config.StrictModel):
     def _sobol_power_of_two(cls, samples: int, info: ValidationInfo) -> int:
         if info.data.get("kind") == "sobol" and samples & (samples - 1):
             low = 1 << (samples.bit_length() - 1)
-            raise ValueError(f"Sobol samples must be a power of 2 for the sequence's balance "
-                             f"properties: use {low} or {2 * low}, or kind latin_hypercube")
+            raise ValueError(
+                f"Sobol samples must be a power of 2 for the sequence's balance "
+                f"properties: use {low} or {2 * low}, or kind latin_hypercube"
+            )
         return samples
 
 
@@ -107,7 +112,8 @@ class DerivativesDesign(config.StrictModel):
     kind: Literal["derivatives"]
     parameters: Annotated[dict[ParameterName, Step], AfterValidator(_not_empty)] = Field(
         description="step of each cosmology parameter (its units): points at fiducial - step "
-                    "and fiducial + step")
+        "and fiducial + step"
+    )
 
 
 class Point(config.StrictModel):
@@ -115,15 +121,19 @@ class Point(config.StrictModel):
 
     name: str = Field(pattern=NAME_PATTERN, description="point label used in the run id")
     parameters: dict[ParameterName, float] = Field(
-        default_factory=dict, description="cosmology parameters of the point (their units); "
-                                          "the others come from base.cosmology")
+        default_factory=dict,
+        description="cosmology parameters of the point (their units); "
+        "the others come from base.cosmology",
+    )
 
 
 class ListDesign(config.StrictModel):
     """Explicit, named points."""
 
     kind: Literal["list"]
-    points: list[Point] = Field(min_length=1, description="the design points, each with a unique name")
+    points: list[Point] = Field(
+        min_length=1, description="the design points, each with a unique name"
+    )
 
     @field_validator("points")
     @classmethod
@@ -131,8 +141,10 @@ class ListDesign(config.StrictModel):
         names = [p.name for p in points]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"duplicate point name(s) {', '.join(duplicates)} would give "
-                             "duplicate run ids; every point needs its own name")
+            raise ValueError(
+                f"duplicate point name(s) {', '.join(duplicates)} would give "
+                "duplicate run ids; every point needs its own name"
+            )
         return points
 
 
@@ -145,8 +157,16 @@ RUNS_PER_JOB = {"cpu": 8, "gpu": 16}
 
 # What a calibration record (`pmpipe bench nbody --json`) must hold: the configuration measured
 # and its step time and peak memory (device_peak_bytes on gpu, peak_rss_bytes on cpu).
-CALIBRATION_FIELDS = ("platform", "particles", "oversample", "pdims", "halo", "steps", "step_s",
-                      "peak_rss_bytes")
+CALIBRATION_FIELDS = (
+    "platform",
+    "particles",
+    "oversample",
+    "pdims",
+    "halo",
+    "steps",
+    "step_s",
+    "peak_rss_bytes",
+)
 
 
 class Execution(config.StrictModel):
@@ -154,26 +174,39 @@ class Execution(config.StrictModel):
 
     platform: Literal["cpu", "gpu"] = Field("cpu", description="devices the stages run on")
     device_memory_gb: float = Field(
-        16.0, gt=0, description="memory of one device in GB (1e9 bytes); on cpu the memory one "
-                                "process may use, all its XLA host devices together")
+        16.0,
+        gt=0,
+        description="memory of one device in GB (1e9 bytes); on cpu the memory one "
+        "process may use, all its XLA host devices together",
+    )
     devices_per_node: int = Field(
-        1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use")
+        1, ge=1, description="GPUs per node; on cpu the XLA host devices one process may use"
+    )
     processes_per_node: int | None = Field(
-        None, ge=1, description="processes (srun tasks) per node, each holding an equal share of "
-                                "the node's devices: on gpu one per GPU by default, or 1 for "
-                                "one process that drives every GPU of its node; on cpu 1 by "
-                                "default (one process holds every host device)")
+        None,
+        ge=1,
+        description="processes (srun tasks) per node, each holding an equal share of "
+        "the node's devices: on gpu one per GPU by default, or 1 for "
+        "one process that drives every GPU of its node; on cpu 1 by "
+        "default (one process holds every host device)",
+    )
     cpus_per_task: int = Field(2, ge=1, description="CPU cores per process")
     runtime_safety: float = Field(
-        3.0, ge=1, description="factor applied to the runtime estimate in resource requests")
+        3.0, ge=1, description="factor applied to the runtime estimate in resource requests"
+    )
     runs_per_job: int | None = Field(
-        None, ge=1, description="runs packed into one job and one process, every stage of each "
-                                "(default: 8 on cpu, 16 on gpu); runs are grouped by their "
-                                "position in the design")
+        None,
+        ge=1,
+        description="runs packed into one job and one process, every stage of each "
+        "(default: 8 on cpu, 16 on gpu); runs are grouped by their "
+        "position in the design",
+    )
     calibration: Path | None = Field(
-        None, description="a `pmpipe bench nbody --json` record measured on this platform: the "
-                          "runtime and memory model is scaled to its step time and peak memory "
-                          "(device memory on gpu, the process's on cpu)")
+        None,
+        description="a `pmpipe bench nbody --json` record measured on this platform: the "
+        "runtime and memory model is scaled to its step time and peak memory "
+        "(device memory on gpu, the process's on cpu)",
+    )
     _calibration_record: dict | None = PrivateAttr(None)
 
     @model_validator(mode="after")
@@ -181,16 +214,22 @@ class Execution(config.StrictModel):
         if self.calibration is None:
             return self
         record = config.read_mapping(self.calibration)
-        measured = "gpu" if record.get("platform") in ("gpu", "cuda", "rocm") else record.get("platform")
+        measured = (
+            "gpu" if record.get("platform") in ("gpu", "cuda", "rocm") else record.get("platform")
+        )
         if measured != self.platform:
-            raise ValueError(f"execution.calibration {self.calibration} was measured on "
-                             f"{record.get('platform')}, execution.platform is {self.platform}")
+            raise ValueError(
+                f"execution.calibration {self.calibration} was measured on "
+                f"{record.get('platform')}, execution.platform is {self.platform}"
+            )
         needed = CALIBRATION_FIELDS + (("device_peak_bytes",) if self.platform == "gpu" else ())
         missing = [k for k in needed if record.get(k) is None]
         if missing:
-            raise ValueError(f"execution.calibration {self.calibration}: the record lacks "
-                             f"{', '.join(missing)}; write it with `pmpipe bench nbody --json` "
-                             f"on the {self.platform} platform")
+            raise ValueError(
+                f"execution.calibration {self.calibration}: the record lacks "
+                f"{', '.join(missing)}; write it with `pmpipe bench nbody --json` "
+                f"on the {self.platform} platform"
+            )
         self._calibration_record = record
         return self
 
@@ -209,7 +248,8 @@ class Execution(config.StrictModel):
             raise ValueError(
                 f"execution.processes_per_node = {self.processes_per_node} with {on_node} "
                 f"devices on a node: each process holds an equal share of its node's devices; "
-                f"choose a divisor of {on_node}")
+                f"choose a divisor of {on_node}"
+            )
         return processes, on_node // processes
 
     def job_size(self) -> int:
@@ -222,29 +262,50 @@ class Decomposition(config.StrictModel):
 
     devices: int = Field(ge=1, description="devices of every run, px * py")
     file: Path | None = Field(
-        None, description="decomposition file kept with the site settings (e.g. "
-                          "profiles/<site>/decompositions.yaml), written by `pmpipe tune`; "
-                          "without one, or without a sweep of these devices, pdims are guessed")
+        None,
+        description="decomposition file kept with the site settings (e.g. "
+        "profiles/<site>/decompositions.yaml), written by `pmpipe tune`; "
+        "without one, or without a sweep of these devices, pdims are guessed",
+    )
 
 
 class Campaign(config.StrictModel):
     """A suite of runs: a base configuration, a design that varies cosmology parameters,
     realisations (seeds) per point, and the execution platform."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="campaign name: results/<name>/, run ids <name>-<point>-r<i>")
-    seed: int = Field(0, ge=0, description="campaign seed; run seeds derive from it and the run's position")
-    base: config.Run = Field(default_factory=config.Run, description="configuration shared by every run; "
-                                                       "base.ic.seed stays unset (seeds are derived)")
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="campaign name: results/<name>/, run ids <name>-<point>-r<i>",
+    )
+    seed: int = Field(
+        0, ge=0, description="campaign seed; run seeds derive from it and the run's position"
+    )
+    base: config.Run = Field(
+        default_factory=config.Run,
+        description="configuration shared by every run; "
+        "base.ic.seed stays unset (seeds are derived)",
+    )
     design: FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign = Field(
-        default_factory=lambda: FiducialDesign(kind="fiducial"), discriminator="kind",
-        description="how the runs vary: fiducial, grid, latin_hypercube, sobol, derivatives, list")
-    realisations: int = Field(1, ge=1, description="seeds (independent white-noise fields) per design point")
-    common_seeds: bool = Field(False, description="every design point uses the same realisation seeds (always so for derivatives)")
-    paired: bool = Field(False, description="each realisation also runs with inverted phases (Angulo & Pontzen 2016)")
+        default_factory=lambda: FiducialDesign(kind="fiducial"),
+        discriminator="kind",
+        description="how the runs vary: fiducial, grid, latin_hypercube, sobol, derivatives, list",
+    )
+    realisations: int = Field(
+        1, ge=1, description="seeds (independent white-noise fields) per design point"
+    )
+    common_seeds: bool = Field(
+        False,
+        description="every design point uses the same realisation seeds (always so for derivatives)",
+    )
+    paired: bool = Field(
+        False, description="each realisation also runs with inverted phases (Angulo & Pontzen 2016)"
+    )
     execution: Execution = Field(default_factory=Execution)
     decomposition: Decomposition | None = Field(
-        None, description="choose base.parallel.pdims for this many devices from recorded "
-                          "sweeps (pmpipe tune) instead of giving them")
+        None,
+        description="choose base.parallel.pdims for this many devices from recorded "
+        "sweeps (pmpipe tune) instead of giving them",
+    )
     _pdims_source: str = PrivateAttr("given")
     _runs: tuple[RunSpec, ...] = PrivateAttr(())
 
@@ -266,12 +327,17 @@ class Campaign(config.StrictModel):
         """base.parallel.pdims 'auto' is left out of the base run, to be chosen (_choose_pdims)."""
         base = data.get("base") if isinstance(data, dict) else None
         parallel = base.get("parallel") if isinstance(base, dict) else None
-        if not isinstance(base, dict) or not isinstance(parallel, dict) \
-                or parallel.get("pdims") != "auto":
+        if (
+            not isinstance(base, dict)
+            or not isinstance(parallel, dict)
+            or parallel.get("pdims") != "auto"
+        ):
             return data
         if not data.get("decomposition"):
-            raise ValueError("base.parallel.pdims 'auto' needs a decomposition section: devices "
-                             "(and file, the sweeps recorded by `pmpipe tune`)")
+            raise ValueError(
+                "base.parallel.pdims 'auto' needs a decomposition section: devices "
+                "(and file, the sweeps recorded by `pmpipe tune`)"
+            )
         rest = {k: v for k, v in parallel.items() if k != "pdims"}
         return {**data, "base": {**base, "parallel": rest}}
 
@@ -286,8 +352,10 @@ class Campaign(config.StrictModel):
         if self.decomposition is not None:
             self._choose_pdims()
         if self.base.ic.seed != 0:
-            raise ValueError("base.ic.seed must not be set: run seeds derive from the campaign "
-                             "seed and the run's position; change 'seed' instead")
+            raise ValueError(
+                "base.ic.seed must not be set: run seeds derive from the campaign "
+                "seed and the run's position; change 'seed' instead"
+            )
         if self.base.ic.paired:
             raise ValueError("base.ic.paired must not be set: use 'paired: true' at the top level")
         devices = self.base.parallel.pdims[0] * self.base.parallel.pdims[1]
@@ -295,19 +363,23 @@ class Campaign(config.StrictModel):
             raise ValueError(
                 f"base.parallel.pdims needs {devices} devices but execution.devices_per_node = "
                 f"{self.execution.devices_per_node} on cpu (one process); raise devices_per_node "
-                "or use fewer devices")
+                "or use fewer devices"
+            )
         self.execution.node_layout(devices)
         self._runs = tuple(expand(self, (info.context or {}).get("source", "campaign")))
         return self
 
     def _choose_pdims(self) -> None:
         if "pdims" in self.base.parallel.model_fields_set:
-            raise ValueError("base.parallel.pdims are given and so is a decomposition section: "
-                             "set base.parallel.pdims to 'auto' or remove the section")
+            raise ValueError(
+                "base.parallel.pdims are given and so is a decomposition section: "
+                "set base.parallel.pdims to 'auto' or remove the section"
+            )
         box, par = self.base.box, self.base.parallel
         chosen = config.section(self.decomposition, "decomposition")
-        pdims, source = decomposition.choose(chosen.devices, box.particles, box.oversample,
-                                             par.halo_cells, chosen.file)
+        pdims, source = decomposition.choose(
+            chosen.devices, box.particles, box.oversample, par.halo_cells, chosen.file
+        )
         base = self.base.model_dump()
         base["parallel"]["pdims"] = pdims
         object.__setattr__(self, "base", self._simulable(config.Run.model_validate(base)))
@@ -346,8 +418,10 @@ def design_points(camp: Campaign) -> list[tuple[str, dict[str, float]]]:
         fiducial = {name: getattr(camp.base.cosmology, name) for name in design.parameters}
         points = [("fiducial", fiducial)]
         for name, step in design.parameters.items():  # rounded: 0.3111 - 0.01 = 0.3011, not ...0001
-            points += [(f"{name}-{side}", {**fiducial, name: round(fiducial[name] + sign * step, 12)})
-                       for side, sign in (("minus", -1), ("plus", 1))]
+            points += [
+                (f"{name}-{side}", {**fiducial, name: round(fiducial[name] + sign * step, 12)})
+                for side, sign in (("minus", -1), ("plus", 1))
+            ]
         return points
     names = list(design.parameters)
     if design.kind == "grid":
@@ -357,10 +431,13 @@ def design_points(camp: Campaign) -> list[tuple[str, dict[str, float]]]:
 
         # a Generator (not an int) gives the same stream through scipy's `seed` and `rng` keywords
         engine = (qmc.LatinHypercube if design.kind == "latin_hypercube" else qmc.Sobol)(
-            d=len(names), scramble=True, seed=np.random.default_rng(camp.seed))
+            d=len(names), scramble=True, seed=np.random.default_rng(camp.seed)
+        )
         low, high = (np.array([design.parameters[n][i] for n in names]) for i in (0, 1))
         values = qmc.scale(engine.random(design.samples), low, high)
-    return [(f"p{i:04d}", {n: float(v) for n, v in zip(names, row)}) for i, row in enumerate(values)]
+    return [
+        (f"p{i:04d}", {n: float(v) for n, v in zip(names, row)}) for i, row in enumerate(values)
+    ]
 
 
 def _point_run(base: dict, label: str, parameters: dict[str, float], source: str) -> config.Run:
@@ -389,8 +466,18 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
             for paired in (False, True) if camp.paired else (False,):
                 run_id = f"{camp.name}-{label}-r{r}" + ("-paired" if paired else "")
                 ic = run.ic.model_copy(update={"seed": seed, "paired": paired})
-                specs.append(RunSpec(run_id, len(specs), label, r, paired, parameters, seed,
-                                     run.model_copy(update={"ic": ic})))
+                specs.append(
+                    RunSpec(
+                        run_id,
+                        len(specs),
+                        label,
+                        r,
+                        paired,
+                        parameters,
+                        seed,
+                        run.model_copy(update={"ic": ic}),
+                    )
+                )
     ids = [s.run_id for s in specs]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
@@ -449,7 +536,7 @@ IC_STEPS = 4
 GPU_SPEEDUP = 50.0
 STARTUP_SECONDS = 10.0
 MIN_RUNTIME_MINUTES = 10  # least wall time asked for: queue start, imports, compilation, file
-                          # system latency vary by site and are not in the model
+# system latency vary by site and are not in the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,21 +584,27 @@ def calibration_factors(execution: Execution) -> tuple[float, float]:
     record = execution.calibration_record
     if record is None:
         return 1.0, 1.0
-    measured = config.Run.model_validate({
-        "box": {"particles": record["particles"], "oversample": record["oversample"],
-                "box_size": record.get("box_size", 256.0)},
-        "parallel": {"pdims": record["pdims"], "halo_cells": record["halo"]},
-        "nbody": {"steps": record["steps"]}})
+    measured = config.Run.model_validate(
+        {
+            "box": {
+                "particles": record["particles"],
+                "oversample": record["oversample"],
+                "box_size": record.get("box_size", 256.0),
+            },
+            "parallel": {"pdims": record["pdims"], "halo_cells": record["halo"]},
+            "nbody": {"steps": record["steps"]},
+        }
+    )
     model = _model(measured, execution, 1.0, 1.0)
     overhead = PROCESS_OVERHEAD_BYTES[execution.platform]
     gpu = execution.platform == "gpu"
     peak = record["device_peak_bytes"] if gpu else record["peak_rss_bytes"] - overhead
-    return (record["step_s"] / model.step_s,
-            peak / (model.memory_per_device_bytes - overhead))
+    return (record["step_s"] / model.step_s, peak / (model.memory_per_device_bytes - overhead))
 
 
-def _model(run: config.Run, execution: Execution, time_factor: float,
-           memory_factor: float) -> Estimate:
+def _model(
+    run: config.Run, execution: Execution, time_factor: float, memory_factor: float
+) -> Estimate:
     """:func:`estimate` with the runtime beyond start-up times ``time_factor`` and the memory
     beyond the process overhead times ``memory_factor``."""
     px, py = run.parallel.pdims
@@ -522,20 +615,27 @@ def _model(run: config.Run, execution: Execution, time_factor: float,
     snapshots = len(set(run.nbody.snapshots) | {run.nbody.a_final})
     planes = len(validation.planes(run)) if run.lightcone is not None else 0
     plane_cells = planes * (run.box.particles * run.box.oversample) ** 2
-    field_bytes = itemsize * (PARTICLE_WORDS * particles + plane_cells
-                              + (MESH_WORDS * _halo_padding(run) + snapshots) * cells)
+    field_bytes = itemsize * (
+        PARTICLE_WORDS * particles
+        + plane_cells
+        + (MESH_WORDS * _halo_padding(run) + snapshots) * cells
+    )
     shells = itemsize * _shell_words(run, planes, devices) * (1 if gpu else devices)
-    memory = (memory_factor * (field_bytes / (devices if gpu else 1) + shells)
-              + PROCESS_OVERHEAD_BYTES[execution.platform])
+    memory = (
+        memory_factor * (field_bytes / (devices if gpu else 1) + shells)
+        + PROCESS_OVERHEAD_BYTES[execution.platform]
+    )
     steps = validation.step_count(run)
     speed = (devices * GPU_SPEEDUP if gpu else 1.0) / time_factor
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
     ic = IC_STEPS * (SECONDS_PER_PARTICLE_STEP + SECONDS_PER_CELL_STEP) * particles / speed
     paint = SECONDS_PER_PARTICLE_STEP * particles / speed  # a plane costs about one paint
-    runtime = {"ic": STARTUP_SECONDS + ic,
-               "nbody": STARTUP_SECONDS + (steps + 1) * step + planes * paint,  # + forces at a_init
-               "lensing": STARTUP_SECONDS + planes * SECONDS_PER_CELL_STEP * cells / speed,
-               "summaries": STARTUP_SECONDS + (snapshots + 1) * SECONDS_PER_CELL_STEP * cells / speed}
+    runtime = {
+        "ic": STARTUP_SECONDS + ic,
+        "nbody": STARTUP_SECONDS + (steps + 1) * step + planes * paint,  # + forces at a_init
+        "lensing": STARTUP_SECONDS + planes * SECONDS_PER_CELL_STEP * cells / speed,
+        "summaries": STARTUP_SECONDS + (snapshots + 1) * SECONDS_PER_CELL_STEP * cells / speed,
+    }
     return Estimate(devices, nodes, memory, runtime, step)
 
 
@@ -568,22 +668,28 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
             sources = len(run.lensing.source_labels())
             flat = run.lensing.flat_sky.pixels**2 if run.lensing.flat_sky else 0
             sizes["lensing"] = sources * (3 * itemsize * (flat + shells) + alm_bytes)
-    return {stage: float(size) for stage, size in sizes.items()
-            if stage != "lensing" or run.lensing is not None}
+    return {
+        stage: float(size)
+        for stage, size in sizes.items()
+        if stage != "lensing" or run.lensing is not None
+    }
 
 
 def check_fits(camp: Campaign) -> None:
     """Raise ConfigError naming the first run whose memory estimate exceeds the device memory."""
-    hint = ("use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
-            if camp.execution.platform == "gpu" else
-            "on cpu all devices share one process: use fewer particles (base.box.particles) or "
-            "raise execution.device_memory_gb if the machine has that memory")
+    hint = (
+        "use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
+        if camp.execution.platform == "gpu"
+        else "on cpu all devices share one process: use fewer particles (base.box.particles) or "
+        "raise execution.device_memory_gb if the machine has that memory"
+    )
     for spec in camp.runs:
         need = estimate(spec.run, camp.execution).memory_per_device_bytes
         if need > camp.execution.device_memory_gb * 1e9:
             raise config.ConfigError(
                 f"run {spec.run_id} needs about {need / 1e9:.2f} GB per device but "
-                f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {hint}")
+                f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {hint}"
+            )
 
 
 def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: Execution) -> dict:
@@ -612,8 +718,9 @@ def resources(spec_or_run: RunSpec | config.Run, stage: str, execution: Executio
         "tasks_per_node": tasks,
         "cpus_per_task": execution.cpus_per_task,
         "mem_mb": max(1000, math.ceil(memory / 1e6)),
-        "runtime": max(MIN_RUNTIME_MINUTES,
-                       math.ceil(est.runtime_s[stage] * execution.runtime_safety / 60)),
+        "runtime": max(
+            MIN_RUNTIME_MINUTES, math.ceil(est.runtime_s[stage] * execution.runtime_safety / 60)
+        ),
         "devices": est.devices,
     }
 
@@ -622,14 +729,23 @@ def job_resources(runs: list[config.Run], execution: Execution) -> dict:
     """Resources of a job that runs every stage of ``runs`` in one process: the largest
     memory of its stages, and one start-up plus every run's stage runtimes (same keys as
     :func:`resources`)."""
-    per_stage = [(run, stage, resources(run, stage, execution))
-                 for run in runs for stage in STAGES if stage != "lensing" or run.lensing]
-    work = sum(estimate(run, execution).runtime_s[stage] - STARTUP_SECONDS
-               for run, stage, _ in per_stage)
+    per_stage = [
+        (run, stage, resources(run, stage, execution))
+        for run in runs
+        for stage in STAGES
+        if stage != "lensing" or run.lensing
+    ]
+    work = sum(
+        estimate(run, execution).runtime_s[stage] - STARTUP_SECONDS for run, stage, _ in per_stage
+    )
     first = per_stage[0][2]
-    return {**first, "mem_mb": max(r["mem_mb"] for _, _, r in per_stage),
-            "runtime": max(MIN_RUNTIME_MINUTES,
-                           math.ceil((STARTUP_SECONDS + work) * execution.runtime_safety / 60))}
+    return {
+        **first,
+        "mem_mb": max(r["mem_mb"] for _, _, r in per_stage),
+        "runtime": max(
+            MIN_RUNTIME_MINUTES, math.ceil((STARTUP_SECONDS + work) * execution.runtime_safety / 60)
+        ),
+    }
 
 
 def job_groups(specs: Sequence[RunSpec], size: int) -> dict[str, list[RunSpec]]:
@@ -660,20 +776,32 @@ def plan_table(camp: Campaign) -> str:
         run_disk = sum(disk_bytes(spec.run).values())
         total += est.runtime_s["nbody"]
         disk += run_disk
-        rows.append([spec.run_id, *(f"{spec.parameters[n]:.5g}" if n in spec.parameters else "-"
-                                    for n in names), str(spec.seed), str(est.devices),
-                     str(est.nodes), f"{est.memory_per_device_bytes / 1e9:.2f}",
-                     f"{est.runtime_s['nbody'] / 60:.1f}", f"{run_disk / 1e9:.3f}"])
+        rows.append(
+            [
+                spec.run_id,
+                *(f"{spec.parameters[n]:.5g}" if n in spec.parameters else "-" for n in names),
+                str(spec.seed),
+                str(est.devices),
+                str(est.nodes),
+                f"{est.memory_per_device_bytes / 1e9:.2f}",
+                f"{est.runtime_s['nbody'] / 60:.1f}",
+                f"{run_disk / 1e9:.3f}",
+            ]
+        )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     if camp.execution.calibration is not None:
         time, memory = calibration_factors(camp.execution)
-        lines.append(f"model calibrated by {camp.execution.calibration}: runtime x{time:.3g}, "
-                     f"memory beyond the process overhead x{memory:.3g}")
+        lines.append(
+            f"model calibrated by {camp.execution.calibration}: runtime x{time:.3g}, "
+            f"memory beyond the process overhead x{memory:.3g}"
+        )
     per_stage = {stage: f"{b / 1e9:.3f}" for stage, b in disk_bytes(specs[0].run).items()}
-    lines.append(f"{len(specs)} runs, nbody {total / 60:.1f} min in all (estimate, before the "
-                 f"safety factor {camp.execution.runtime_safety}); disk {disk / 1e9:.2f} GB in "
-                 f"all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items()))
+    lines.append(
+        f"{len(specs)} runs, nbody {total / 60:.1f} min in all (estimate, before the "
+        f"safety factor {camp.execution.runtime_safety}); disk {disk / 1e9:.2f} GB in "
+        f"all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items())
+    )
     return "\n".join(lines)
 
 
@@ -682,23 +810,33 @@ def decomposition_line(camp: Campaign) -> str | None:
     if camp.decomposition is None:
         return None
     d, box = camp.decomposition, camp.base.box
-    what = (f"decomposition: pdims {tuple(camp.base.parallel.pdims)} for {d.devices} devices at "
-            f"{box.particles * box.oversample}^3 cells")
+    what = (
+        f"decomposition: pdims {tuple(camp.base.parallel.pdims)} for {d.devices} devices at "
+        f"{box.particles * box.oversample}^3 cells"
+    )
     if camp.pdims_source == "guessed":
-        where = (f"no sweep of {d.devices} devices in {d.file}" if d.file and d.file.exists()
-                 else f"no decomposition file {d.file or ''}".rstrip())
+        where = (
+            f"no sweep of {d.devices} devices in {d.file}"
+            if d.file and d.file.exists()
+            else f"no decomposition file {d.file or ''}".rstrip()
+        )
         return f"{what}: guessed ({where}; measure with `pmpipe tune`)"
     table = decomposition.load(config.section(d.file, "decomposition.file"))
-    sweep = min((s for s in table.sweeps if s.devices == d.devices
-                 and s.pdims == camp.base.parallel.pdims),
-                key=lambda s: abs(s.force_mesh - box.particles * box.oversample))
-    return (f"{what}: {camp.pdims_source} in {d.file} ({table.device_kind}, {sweep.force_mesh}^3, "
-            f"{sweep.measured}: " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in
-                                             sweep.step_seconds.items()) + " a step)")
+    sweep = min(
+        (s for s in table.sweeps if s.devices == d.devices and s.pdims == camp.base.parallel.pdims),
+        key=lambda s: abs(s.force_mesh - box.particles * box.oversample),
+    )
+    return (
+        f"{what}: {camp.pdims_source} in {d.file} ({table.device_kind}, {sweep.force_mesh}^3, "
+        f"{sweep.measured}: "
+        + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in sweep.step_seconds.items())
+        + " a step)"
+    )
 
 
-def manifest_rows(camp: Campaign, results_dir: str | Path,
-                  status: Callable[[Path], str]) -> list[dict]:
+def manifest_rows(
+    camp: Campaign, results_dir: str | Path, status: Callable[[Path], str]
+) -> list[dict]:
     """One row per run: id, index, point, realisation, paired, seed, each design parameter
     (empty where a point does not set it), run folder, config hash and status(run folder)."""
     specs = list(camp.runs)
@@ -706,10 +844,20 @@ def manifest_rows(camp: Campaign, results_dir: str | Path,
     rows = []
     for spec in specs:
         run_dir = Path(results_dir) / camp.name / spec.run_id
-        rows.append({"run_id": spec.run_id, "index": spec.index, "point": spec.point,
-                     "realisation": spec.realisation, "paired": spec.paired, "seed": spec.seed,
-                     **{n: spec.parameters.get(n, "") for n in names}, "run_dir": run_dir,
-                     "config_hash": config.config_hash(spec.run), "status": status(run_dir)})
+        rows.append(
+            {
+                "run_id": spec.run_id,
+                "index": spec.index,
+                "point": spec.point,
+                "realisation": spec.realisation,
+                "paired": spec.paired,
+                "seed": spec.seed,
+                **{n: spec.parameters.get(n, "") for n in names},
+                "run_dir": run_dir,
+                "config_hash": config.config_hash(spec.run),
+                "status": status(run_dir),
+            }
+        )
     return rows
 
 
@@ -717,8 +865,10 @@ def write_manifest(camp: Campaign, path: str | Path, status: Callable[[Path], st
     """Write manifest.csv at path = <results>/<campaign>/manifest.csv, next to the run folders."""
     path = Path(path)
     if path.parent.name != camp.name:
-        raise ValueError(f"the manifest of campaign {camp.name} belongs in <results>/{camp.name}/, "
-                         f"next to its run folders, not in {path.parent}")
+        raise ValueError(
+            f"the manifest of campaign {camp.name} belongs in <results>/{camp.name}/, "
+            f"next to its run folders, not in {path.parent}"
+        )
     rows = manifest_rows(camp, path.parent.parent, status)
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -728,8 +878,10 @@ def write_manifest(camp: Campaign, path: str | Path, status: Callable[[Path], st
 
 def campaign_schema() -> dict:
     """JSON schema (draft 2020-12) of campaign files."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            **Campaign.model_json_schema()}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **Campaign.model_json_schema(),
+    }
 
 
 def write_schema(path: str | Path) -> None:

@@ -29,7 +29,8 @@ class Sweep(config.StrictModel):
     force_mesh: int = Field(ge=1, description="force-mesh cells per side, particles * oversample")
     pdims: tuple[int, int] = Field(description="the fastest decomposition (px, py)")
     step_seconds: dict[str, float] = Field(
-        description="best time of one PM step per decomposition 'PXxPY', seconds")
+        description="best time of one PM step per decomposition 'PXxPY', seconds"
+    )
     measured: str = Field(description="date of the sweep, YYYY-MM-DD")
     jax: str = Field(description="JAX version of the sweep")
 
@@ -38,13 +39,16 @@ class Sweep(config.StrictModel):
         if self.pdims[0] * self.pdims[1] != self.devices:
             raise ValueError(f"pdims {list(self.pdims)} do not make {self.devices} devices")
         if label(self.pdims) not in self.step_seconds:
-            raise ValueError(f"pdims {list(self.pdims)} is not among the decompositions timed "
-                             f"({', '.join(self.step_seconds)})")
+            raise ValueError(
+                f"pdims {list(self.pdims)} is not among the decompositions timed "
+                f"({', '.join(self.step_seconds)})"
+            )
         for name in self.step_seconds:
             px, sep, py = name.partition("x")
             if not (sep and px.isdigit() and py.isdigit() and int(px) * int(py) == self.devices):
-                raise ValueError(f"step_seconds key {name!r}: write PXxPY with PX * PY = "
-                                 f"{self.devices}")
+                raise ValueError(
+                    f"step_seconds key {name!r}: write PXxPY with PX * PY = {self.devices}"
+                )
         return self
 
 
@@ -88,17 +92,20 @@ def load(path: str | Path) -> Decompositions:
     return config.validate(Decompositions, config.read_mapping(path), path)
 
 
-def choose(devices: int, particles: int, oversample: int, halo: int,
-           path: str | Path | None) -> tuple[tuple[int, int], str]:
+def choose(
+    devices: int, particles: int, oversample: int, halo: int, path: str | Path | None
+) -> tuple[tuple[int, int], str]:
     """pdims for a run and how they were chosen: 'recorded' (a sweep of this device count and
     force mesh in the file at ``path``), 'nearest' (the sweep of the nearest force mesh measured for this
     device count, when its pdims fit), else 'guessed' (:func:`guess`; also without a file). ValueError when no
     decomposition fits."""
     options = candidates(devices, particles, oversample, halo)
     if not options:
-        raise ValueError(f"no decomposition of {devices} devices splits {particles} particles "
-                         f"per side with parallel.halo_cells = {halo}: choose a device count "
-                         f"that divides the particle grid")
+        raise ValueError(
+            f"no decomposition of {devices} devices splits {particles} particles "
+            f"per side with parallel.halo_cells = {halo}: choose a device count "
+            f"that divides the particle grid"
+        )
     mesh = particles * oversample
     recorded = load(path).sweeps if path and Path(path).exists() else []
     sweeps = [s for s in recorded if s.devices == devices]
@@ -119,13 +126,17 @@ def sweep(devices: int, particles: int, oversample: int, halo: int, repeat: int 
         mesh = parallel.make_mesh(pdims)
         grid = domain.Grid(mesh, particles, oversample, bench.BOX_SIZE, halo)
         disp, mom = bench.lpt_particles(particles, mesh)
-        seconds[label(pdims)] = bench.step_seconds(disp, mom, grid, bench.COSMOLOGY.Omega_m,
-                                                   repeat)
+        seconds[label(pdims)] = bench.step_seconds(disp, mom, grid, bench.COSMOLOGY.Omega_m, repeat)
     fastest = min(seconds, key=lambda name: seconds[name])
     px, py = (int(p) for p in fastest.split("x"))
-    return Sweep(devices=devices, force_mesh=particles * oversample, pdims=(px, py),
-                 step_seconds=seconds, measured=datetime.date.today().isoformat(),
-                 jax=jax.__version__)
+    return Sweep(
+        devices=devices,
+        force_mesh=particles * oversample,
+        pdims=(px, py),
+        step_seconds=seconds,
+        measured=datetime.date.today().isoformat(),
+        jax=jax.__version__,
+    )
 
 
 def record(path: str | Path, device_kind: str, new: Sweep) -> Decompositions:
@@ -134,11 +145,15 @@ def record(path: str | Path, device_kind: str, new: Sweep) -> Decompositions:
     path = Path(path)
     table = load(path) if path.exists() else Decompositions(device_kind=device_kind)
     if table.device_kind != device_kind:
-        raise config.ConfigError(f"{path}: holds sweeps of {table.device_kind!r}, this machine "
-                                 f"is {device_kind!r}; keep one file per machine kind (site)")
+        raise config.ConfigError(
+            f"{path}: holds sweeps of {table.device_kind!r}, this machine "
+            f"is {device_kind!r}; keep one file per machine kind (site)"
+        )
     kept = [s for s in table.sweeps if (s.devices, s.force_mesh) != (new.devices, new.force_mesh)]
-    table = Decompositions(device_kind=device_kind, sweeps=sorted(
-        [*kept, new], key=lambda s: (s.devices, s.force_mesh)))
+    table = Decompositions(
+        device_kind=device_kind,
+        sweeps=sorted([*kept, new], key=lambda s: (s.devices, s.force_mesh)),
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(table.model_dump(mode="json"), sort_keys=False))
     return table

@@ -63,12 +63,21 @@ def site_execution(execution: campaigns.Execution, site: Site | None) -> campaig
 def slurm_job(name: str, resources: dict, site: Site | None) -> SlurmJob:
     """The job of a stage from pmpipe's resources (campaign.resources) and the site."""
     site = site or Site()
-    return SlurmJob(name=name, nodes=resources["nodes"], tasks_per_node=resources["tasks_per_node"],
-                    cpus_per_task=resources["cpus_per_task"], gpus_per_node=resources["gpu"],
-                    mem_mb=resources["mem_mb"], time_min=resources["runtime"],
-                    partition=site.partition, account=site.account, qos=site.qos,
-                    constraint=site.constraint, extra=tuple(site.extra),
-                    signal_seconds=signal_lead(site.signal_seconds, resources["runtime"]))
+    return SlurmJob(
+        name=name,
+        nodes=resources["nodes"],
+        tasks_per_node=resources["tasks_per_node"],
+        cpus_per_task=resources["cpus_per_task"],
+        gpus_per_node=resources["gpu"],
+        mem_mb=resources["mem_mb"],
+        time_min=resources["runtime"],
+        partition=site.partition,
+        account=site.account,
+        qos=site.qos,
+        constraint=site.constraint,
+        extra=tuple(site.extra),
+        signal_seconds=signal_lead(site.signal_seconds, resources["runtime"]),
+    )
 
 
 def signal_lead(seconds: int, time_min: int) -> int:
@@ -81,8 +90,14 @@ def srun_command(job: SlurmJob, launcher: str = "srun") -> list[str]:
     """The launcher with the job's full geometry: inside a Snakemake job step no SLURM_*
     variable is left to inherit it from."""
     gpus = [f"--gres=gpu:{job.gpus_per_node}"] if job.gpus_per_node else []
-    return [*shlex.split(launcher), f"--nodes={job.nodes}", f"--ntasks-per-node={job.tasks_per_node}",
-            f"--cpus-per-task={job.cpus_per_task}", *gpus, *SRUN_OPTIONS]
+    return [
+        *shlex.split(launcher),
+        f"--nodes={job.nodes}",
+        f"--ntasks-per-node={job.tasks_per_node}",
+        f"--cpus-per-task={job.cpus_per_task}",
+        *gpus,
+        *SRUN_OPTIONS,
+    ]
 
 
 def wrapper_command(site: Site | None, gpus: bool) -> list[str]:
@@ -94,8 +109,14 @@ def wrapper_command(site: Site | None, gpus: bool) -> list[str]:
     env = ["env", *(f"{name}={value}" for name, value in site.env.items())] if site.env else []
     if site.image is None:
         return env
-    return [*env, *shlex.split(site.apptainer), "exec", *(["--nv"] if gpus else []),
-            *site.apptainer_options, site.image]
+    return [
+        *env,
+        *shlex.split(site.apptainer),
+        "exec",
+        *(["--nv"] if gpus else []),
+        *site.apptainer_options,
+        site.image,
+    ]
 
 
 def job_python(job: SlurmJob, site: Site | None) -> str | None:
@@ -116,13 +137,22 @@ def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:
     plugin takes no srun line of one task). ``slurm_extra``: the site's options, then
     --signal=USR2@s, which SLURM sends to the job's steps (the srun of a multi-process
     stage) ahead of the time limit."""
-    res = {"nodes": job.nodes, "tasks_per_node": job.tasks_per_node,
-           "cpus_per_task": job.cpus_per_task, "mem_mb": job.mem_mb, "runtime": job.time_min,
-           "gres": f"gpu:{job.gpus_per_node}" if job.gpus_per_node else "",
-           "mpi": shlex.join(srun_command(job, launcher)) if job.tasks > 1 else "",
-           "slurm_extra": shlex.join([*job.extra, f"--signal=USR2@{job.signal_seconds}"])}
-    for key, value in (("slurm_partition", job.partition), ("slurm_account", job.account),
-                       ("qos", job.qos), ("constraint", job.constraint)):
+    res = {
+        "nodes": job.nodes,
+        "tasks_per_node": job.tasks_per_node,
+        "cpus_per_task": job.cpus_per_task,
+        "mem_mb": job.mem_mb,
+        "runtime": job.time_min,
+        "gres": f"gpu:{job.gpus_per_node}" if job.gpus_per_node else "",
+        "mpi": shlex.join(srun_command(job, launcher)) if job.tasks > 1 else "",
+        "slurm_extra": shlex.join([*job.extra, f"--signal=USR2@{job.signal_seconds}"]),
+    }
+    for key, value in (
+        ("slurm_partition", job.partition),
+        ("slurm_account", job.account),
+        ("qos", job.qos),
+        ("constraint", job.constraint),
+    ):
         if value:
             res[key] = value
     return res
@@ -137,10 +167,13 @@ def workflow_resources(res: dict, name: str, site: Site | None) -> dict:
     return snakemake_resources(slurm_job(name, res, site), site.launcher)
 
 
-def job_resources(runs: list[config.Run], execution: campaigns.Execution, site: Site | None) -> dict:
+def job_resources(
+    runs: list[config.Run], execution: campaigns.Execution, site: Site | None
+) -> dict:
     """Snakemake resources of a job that runs every stage of ``runs`` in one process."""
-    return workflow_resources(campaigns.job_resources(runs, site_execution(execution, site)),
-                              "runs", site)
+    return workflow_resources(
+        campaigns.job_resources(runs, site_execution(execution, site)), "runs", site
+    )
 
 
 def stop_ahead(res: dict, site: Site | None) -> int:
@@ -158,18 +191,26 @@ def _sbatch_extra(extra: tuple[str, ...]) -> dict:
     for option in extra:
         key, sep, value = option.removeprefix("--").partition("=")
         if not option.startswith("--") or not key:
-            raise config.ConfigError(f"site extra option {option!r}: write sbatch options as "
-                                     "--key=value or --flag")
+            raise config.ConfigError(
+                f"site extra option {option!r}: write sbatch options as --key=value or --flag"
+            )
         out[key.replace("-", "_")] = value if sep else True
     return out
 
 
 def submitit_parameters(job: SlurmJob) -> dict:
     """submitit SlurmExecutor parameters of a job (names of submitit's update_parameters)."""
-    params = {"job_name": job.name, "nodes": job.nodes, "ntasks_per_node": job.tasks_per_node,
-              "cpus_per_task": job.cpus_per_task, "mem": f"{job.mem_mb}M", "time": job.time_min,
-              "stderr_to_stdout": True, "srun_args": list(SRUN_OPTIONS),
-              "signal_delay_s": job.signal_seconds}
+    params = {
+        "job_name": job.name,
+        "nodes": job.nodes,
+        "ntasks_per_node": job.tasks_per_node,
+        "cpus_per_task": job.cpus_per_task,
+        "mem": f"{job.mem_mb}M",
+        "time": job.time_min,
+        "stderr_to_stdout": True,
+        "srun_args": list(SRUN_OPTIONS),
+        "signal_delay_s": job.signal_seconds,
+    }
     if job.gpus_per_node:
         params["gpus_per_node"] = job.gpus_per_node
     for key in ("partition", "account", "qos", "constraint"):
@@ -180,8 +221,13 @@ def submitit_parameters(job: SlurmJob) -> dict:
     return params
 
 
-def sbatch_script(job: SlurmJob, folder: str | Path, python: str = "python",
-                  array_size: int | None = None, array_parallelism: int | None = None) -> str:
+def sbatch_script(
+    job: SlurmJob,
+    folder: str | Path,
+    python: str = "python",
+    array_size: int | None = None,
+    array_parallelism: int | None = None,
+) -> str:
     """The sbatch script submitit writes for this job (its own builder, with the same
     parameters), logs in ``folder``; ``array_size`` elements for a job array."""
     from submitit.slurm import slurm
@@ -205,15 +251,17 @@ def _executor(folder: Path, job: SlurmJob, site: Site | None, array_parallelism:
     return executor
 
 
-def campaign_job(camp: campaigns.Campaign, spec: campaigns.RunSpec, site: Site | None,
-                 stage: str) -> SlurmJob:
+def campaign_job(
+    camp: campaigns.Campaign, spec: campaigns.RunSpec, site: Site | None, stage: str
+) -> SlurmJob:
     """The job of one stage of a run."""
     res = campaigns.resources(spec.run, stage, site_execution(camp.execution, site))
     return slurm_job(f"pmpipe-{stage}-{spec.run_id}", res, site)
 
 
-def array_job(camp: campaigns.Campaign, groups: list[list[campaigns.RunSpec]],
-              site: Site | None) -> SlurmJob:
+def array_job(
+    camp: campaigns.Campaign, groups: list[list[campaigns.RunSpec]], site: Site | None
+) -> SlurmJob:
     """The job of each element of a campaign's array, one element per group of runs that
     run in one process (sized for the largest group; the design varies cosmology only)."""
     largest = max(groups, key=len)
@@ -253,30 +301,49 @@ class RunsJob:
         return submitit.helpers.DelayedSubmission(self, *args)
 
 
-def submit_stage(camp: campaigns.Campaign, spec: campaigns.RunSpec, stage: str, results: Path,
-                 folder: Path, site: Site | None):
+def submit_stage(
+    camp: campaigns.Campaign,
+    spec: campaigns.RunSpec,
+    stage: str,
+    results: Path,
+    folder: Path,
+    site: Site | None,
+):
     """Submit one stage of one run (its inputs must be complete); returns the submitit job."""
     run_dir = results / camp.name / spec.run_id
     names = stages.run_stages(spec.run)
     if stage not in names:
-        raise config.ConfigError(f"stage {stage!r} is not one of this run's stages: {', '.join(names)}")
-    for earlier in names[:names.index(stage)]:
+        raise config.ConfigError(
+            f"stage {stage!r} is not one of this run's stages: {', '.join(names)}"
+        )
+    for earlier in names[: names.index(stage)]:
         if not store.is_complete(stages.store_path(run_dir, earlier)):
             raise store.IncompleteStoreError(
                 f"{stages.store_path(run_dir, earlier)} is missing or incomplete: run the "
-                f"{earlier} stage before {stage}")
+                f"{earlier} stage before {stage}"
+            )
     executor = _executor(folder, campaign_job(camp, spec, site, stage), site)
     return executor.submit(RunsJob(runner.run_stage), stage, str(run_dir / "config.json"))
 
 
-def submit_campaign(camp: campaigns.Campaign, groups: list[list[campaigns.RunSpec]], results: Path,
-                    folder: Path, site: Site | None, max_parallel: int):
+def submit_campaign(
+    camp: campaigns.Campaign,
+    groups: list[list[campaigns.RunSpec]],
+    results: Path,
+    folder: Path,
+    site: Site | None,
+    max_parallel: int,
+):
     """Submit the groups of runs as one job array (at most ``max_parallel`` elements at a
     time); each element runs every stage of its runs in one process. Returns the submitit
     jobs, in the order of ``groups``."""
     from pmpipe.stages import pipeline
 
-    executor = _executor(folder, array_job(camp, groups, site), site, array_parallelism=max_parallel)
-    paths = [[str(results / camp.name / spec.run_id / "config.json") for spec in group]
-             for group in groups]
+    executor = _executor(
+        folder, array_job(camp, groups, site), site, array_parallelism=max_parallel
+    )
+    paths = [
+        [str(results / camp.name / spec.run_id / "config.json") for spec in group]
+        for group in groups
+    ]
     return executor.map_array(RunsJob(pipeline.run_job), paths)

@@ -51,28 +51,44 @@ class Site(BaseModel):
     qos: str | None = Field(None, description="sbatch --qos")
     constraint: str | None = Field(None, description="sbatch --constraint (node features)")
     gpus_per_node: int | None = Field(
-        None, ge=1, description="GPUs per node; replaces the campaign's execution.devices_per_node "
-                                "on gpu")
+        None,
+        ge=1,
+        description="GPUs per node; replaces the campaign's execution.devices_per_node on gpu",
+    )
     extra: list[str] = Field(default_factory=list, description="further sbatch options")
-    launcher: str = Field("srun", description="command that starts a multi-process stage "
-                                               "(its geometry options are added by pmpipe)")
+    launcher: str = Field(
+        "srun",
+        description="command that starts a multi-process stage "
+        "(its geometry options are added by pmpipe)",
+    )
     signal_seconds: int = Field(
-        300, ge=10, description="SLURM sends SIGUSR2 this many seconds before a job's time limit "
+        300,
+        ge=10,
+        description="SLURM sends SIGUSR2 this many seconds before a job's time limit "
         "(sbatch --signal=USR2@s; at most a quarter of the job's time): time for the N-body to "
-        "end its step and write a checkpoint; the job then requeues itself")
+        "end its step and write a checkpoint; the job then requeues itself",
+    )
     image: str | None = Field(
-        None, description="Apptainer image (.sif file or sandbox directory) every job's pmpipe "
+        None,
+        description="Apptainer image (.sif file or sandbox directory) every job's pmpipe "
         "runs in, as `[srun <geometry>] apptainer exec [--nv] <options> <image> python -m "
-        "pmpipe...`; null: the Python of the job's environment")
-    apptainer: str = Field("apptainer", description="command that runs the image (apptainer, "
-                                                    "singularity, or a site's wrapper)")
+        "pmpipe...`; null: the Python of the job's environment",
+    )
+    apptainer: str = Field(
+        "apptainer",
+        description="command that runs the image (apptainer, singularity, or a site's wrapper)",
+    )
     apptainer_options: list[str] = Field(
-        default_factory=list, description="options of `apptainer exec`, e.g. --bind=/scratch "
-        "(--nv is added for jobs with GPUs)")
+        default_factory=list,
+        description="options of `apptainer exec`, e.g. --bind=/scratch "
+        "(--nv is added for jobs with GPUs)",
+    )
     env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
-        default_factory=dict, description="environment variables of every job's pmpipe "
+        default_factory=dict,
+        description="environment variables of every job's pmpipe "
         "processes (NCCL_*, XLA_FLAGS, ...), set by `env NAME=value` in front of the image or "
-        "the Python, after the launcher")
+        "the Python, after the launcher",
+    )
 
 
 def from_mapping(data: Mapping, environ: Mapping[str, str], source: str) -> Site:
@@ -100,7 +116,9 @@ def load_site(path: str | Path | None, environ: Mapping[str, str]) -> Site:
             raise config.ConfigError(f"PMPIPE_SITE={path}: no such site file")
         whole = config.read_mapping(path) or {}
         if set(whole) != {"site"}:
-            raise config.ConfigError(f"{path}: a site file has one top-level key, 'site' "
-                                     f"(found {', '.join(map(str, whole)) or 'none'})")
+            raise config.ConfigError(
+                f"{path}: a site file has one top-level key, 'site' "
+                f"(found {', '.join(map(str, whole)) or 'none'})"
+            )
         data = whole["site"] or {}
     return from_mapping(data, environ, str(path) if path is not None else "site settings")

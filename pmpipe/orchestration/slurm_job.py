@@ -25,7 +25,9 @@ def requeue_this_job(environ=None) -> str | None:
     if not job:
         return None
     try:
-        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["scontrol", "requeue", job], capture_output=True, text=True, check=False
+        )
     except OSError as err:  # no SLURM client here, e.g. in an image without the site's binds
         return f"SLURM job {job} could not be requeued: scontrol: {err.strerror}"
     if done.returncode:
@@ -38,8 +40,11 @@ def slurm_seconds(text: str) -> int | None:
     minutes:seconds); None for UNLIMITED, NOT_SET, INVALID or anything else."""
     days, _, clock = text.strip().rpartition("-")
     parts = clock.split(":")
-    if not (days == "" or days.isdigit()) or not 2 <= len(parts) <= 3 \
-            or not all(p.isdigit() for p in parts):
+    if (
+        not (days == "" or days.isdigit())
+        or not 2 <= len(parts) <= 3
+        or not all(p.isdigit() for p in parts)
+    ):
         return None
     seconds = 0
     for part in parts:
@@ -54,8 +59,13 @@ def time_left(environ=None) -> int | None:
     if not job:
         return None
     try:
-        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True,
-                              text=True, check=False, timeout=60)
+        done = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%L"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return slurm_seconds(done.stdout) if done.returncode == 0 else None

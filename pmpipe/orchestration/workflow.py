@@ -67,7 +67,8 @@ def campaign_file(snakemake_config: dict) -> Path:
     if extra:
         raise config.ConfigError(
             f"unknown Snakemake config key(s) {', '.join(extra)}: pass the campaign file as "
-            "--config campaign=<file.yaml> (and site settings under 'site')")
+            "--config campaign=<file.yaml> (and site settings under 'site')"
+        )
     return Path(snakemake_config.get("campaign", DEFAULT_CAMPAIGN))
 
 
@@ -98,8 +99,13 @@ def prune_incomplete(run_dir: Path) -> list[tuple[Path, list[str]]]:
     return removed
 
 
-def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
-            results: Path = RESULTS, environ=None) -> Plan:
+def prepare(
+    snakemake_config: dict,
+    locked: bool = False,
+    prune: bool = True,
+    results: Path = RESULTS,
+    environ=None,
+) -> Plan:
     """Validate the campaign (ConfigError naming file and field), check that every run fits
     its devices, write the runs' config.json files (only those that changed) and, unless
     another Snakemake holds the directory, remove incomplete or damaged stores so they are
@@ -116,22 +122,39 @@ def prepare(snakemake_config: dict, locked: bool = False, prune: bool = True,
     if prune and not locked:
         for spec in specs:
             for removed, why in prune_incomplete(campaign_dir / spec.run_id):
-                LOG.warning("pmpipe: removed %s: it %s, so it is recomputed", removed,
-                            "; ".join(why))
+                LOG.warning(
+                    "pmpipe: removed %s: it %s, so it is recomputed", removed, "; ".join(why)
+                )
     run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
     slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
     jobs, groups = [], campaigns.job_groups(specs, camp.execution.job_size())
     for name, group in groups.items():
-        todo = {s.run_id: runner.pending_stages(s.run, config.config_hash(s.run),
-                                                campaign_dir / s.run_id) for s in group}
+        todo = {
+            s.run_id: runner.pending_stages(
+                s.run, config.config_hash(s.run), campaign_dir / s.run_id
+            )
+            for s in group
+        }
         pending = [s for s in group if todo[s.run_id]]
         if pending:
             resources = launch.job_resources([s.run for s in pending], camp.execution, slurm_site)
-            jobs.append(Job(name, tuple(s.run_id for s in pending),
-                            tuple((s.run_id, stage) for s in pending for stage in todo[s.run_id]),
-                            resources, launch.stop_ahead(resources, slurm_site),
-                            shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres"))))))
-    return Plan(path, config.read_mapping(path), campaign_dir, tuple(s.run_id for s in specs),
-                run_stages, camp.base.outputs,
-                {name: tuple(s.run_id for s in group) for name, group in groups.items()},
-                tuple(jobs))
+            jobs.append(
+                Job(
+                    name,
+                    tuple(s.run_id for s in pending),
+                    tuple((s.run_id, stage) for s in pending for stage in todo[s.run_id]),
+                    resources,
+                    launch.stop_ahead(resources, slurm_site),
+                    shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres")))),
+                )
+            )
+    return Plan(
+        path,
+        config.read_mapping(path),
+        campaign_dir,
+        tuple(s.run_id for s in specs),
+        run_stages,
+        camp.base.outputs,
+        {name: tuple(s.run_id for s in group) for name, group in groups.items()},
+        tuple(jobs),
+    )

@@ -74,5 +74,7 @@ def scale_factor_at_distance(cosmo, chi) -> np.ndarray:
     lna = np.interp(-chi, -comoving_distance(cosmo, np.exp(grid)), grid)
     for _ in range(4):
         a = np.exp(lna)
-        lna = lna - (comoving_distance(cosmo, a) - chi) / (-HUBBLE_DISTANCE / (a * np.sqrt(E2(cosmo, a))))
+        lna = lna - (comoving_distance(cosmo, a) - chi) / (
+            -HUBBLE_DISTANCE / (a * np.sqrt(E2(cosmo, a)))
+        )
     return np.exp(lna)

@@ -223,7 +223,7 @@ def on_host(function, cosmo: Cosmology, x, table=None) -> np.ndarray:
     size = max(64, 1 << max(0, x.size - 1).bit_length())
     padded = np.concatenate([x.ravel(), np.full(size - x.size, x.ravel()[-1] if x.size else 1.0)])
     out = np.asarray(function(cosmo, padded, table), np.float64)
-    return out[:x.size].reshape(x.shape)
+    return out[: x.size].reshape(x.shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +260,9 @@ def transfer_eisenstein_hu(cosmo: Cosmology, k, wiggles: bool = True):
     R_d = 31.5 * ob * theta**-4 * (1e3 / z_d)
     R_eq = 31.5 * ob * theta**-4 * (1e3 / z_eq)
     s = (
-        2.0 / (3.0 * k_eq) * jnp.sqrt(6.0 / R_eq)
+        2.0
+        / (3.0 * k_eq)
+        * jnp.sqrt(6.0 / R_eq)
         * jnp.log((jnp.sqrt(1.0 + R_d) + jnp.sqrt(R_d + R_eq)) / (1.0 + jnp.sqrt(R_eq)))
     )
     k_silk = 1.6 * ob**0.52 * om**0.73 * (1.0 + (10.4 * om) ** -0.95)

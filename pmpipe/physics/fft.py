@@ -56,7 +56,9 @@ def wavevectors(field_k, mesh: Mesh, box_size: float):
             axis = next(i for i, size in enumerate(k.shape) if size > 1)
             parts = [None, None, None]
             parts[axis] = spec[axis]
-            return laid_out(k.astype(field_k.real.dtype), NamedSharding(mesh, PartitionSpec(*parts)))
+            return laid_out(
+                k.astype(field_k.real.dtype), NamedSharding(mesh, PartitionSpec(*parts))
+            )
 
         return tuple(laid_out_along_its_axis(k) for k in ks)
     n = field_k.shape[0]

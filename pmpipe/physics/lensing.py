@@ -57,8 +57,9 @@ def lensing_efficiency(cosmo: cosmology.Cosmology, chi, source_chi, source_weigh
     return LENSING_PREFACTOR * cosmo.Omega_m * chi / a * (ratio @ np.asarray(source_weights))
 
 
-def plane_weights(cosmo: cosmology.Cosmology, chi_edges, source_chi, source_weights, table=None,
-                  samples: int = 64):
+def plane_weights(
+    cosmo: cosmology.Cosmology, chi_edges, source_chi, source_weights, table=None, samples: int = 64
+):
     """Born weight w_i of each plane [χ_i, χ_i+1): q averaged over the plane (h/Mpc), so that
     κ = Σ_i w_i Σ_i with Σ_i the plane's projected overdensity in Mpc/h."""
     edges = np.asarray(chi_edges, np.float64)
@@ -114,8 +115,9 @@ def _add_plane(maps, plane, weights, ex, ey, transfer, mesh: Mesh):
     return jax.lax.with_sharding_constraint(maps, NamedSharding(mesh, _MAPS_SPEC))
 
 
-def flat_sky_convergence(planes, weights, box_size: float, chi, theta, offsets, mesh: Mesh,
-                         dtype=jnp.float32):
+def flat_sky_convergence(
+    planes, weights, box_size: float, chi, theta, offsets, mesh: Mesh, dtype=jnp.float32
+):
     """κ (S, n, n) for S sources: planes P callables returning plane i's projected overdensity
     (M, M), weights (S, P), chi (P,) plane distances, offsets (P, 2), theta (n,) the pixel
     centres (rad, equally spaced). The maps are sharded like a field's first two axes. Every
@@ -125,19 +127,24 @@ def flat_sky_convergence(planes, weights, box_size: float, chi, theta, offsets, 
     theta = np.asarray(theta)
     weights = np.asarray(weights)
     pixel = float(theta[1] - theta[0]) if theta.size > 1 else math.inf
-    maps = jax.device_put(np.zeros((weights.shape[0], theta.size, theta.size), dtype),
-                          NamedSharding(mesh, _MAPS_SPEC))
+    maps = jax.device_put(
+        np.zeros((weights.shape[0], theta.size, theta.size), dtype), NamedSharding(mesh, _MAPS_SPEC)
+    )
     for i, plane in enumerate(planes):
         if not np.any(weights[:, i]):
             continue  # beyond every source
         plane = plane()
         mesh_n = plane.shape[0]
-        ex, ey = (_fourier_matrix(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
-                  for j in range(2))
+        ex, ey = (
+            _fourier_matrix(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
+            for j in range(2)
+        )
         transfer = map_band_limit(mesh_n, box_size, float(chi[i]), pixel) / _cic_window_2d(
-            mesh_n, box_size)
-        maps = _add_plane(maps, plane, weights[:, i].astype(dtype), ex, ey,
-                          transfer.astype(dtype), mesh=mesh)
+            mesh_n, box_size
+        )
+        maps = _add_plane(
+            maps, plane, weights[:, i].astype(dtype), ex, ey, transfer.astype(dtype), mesh=mesh
+        )
     return maps
 
 
@@ -202,15 +209,23 @@ def healpix_convergence_from_shear(gamma1, gamma2, lmax: int):
     the inverse of :func:`healpix_shear`, up to the monopole and dipole."""
     import healpy
 
-    e_alm, _ = healpy.map2alm_spin([np.asarray(gamma1, np.float64), np.asarray(gamma2, np.float64)],
-                                   2, lmax=lmax)
+    e_alm, _ = healpy.map2alm_spin(
+        [np.asarray(gamma1, np.float64), np.asarray(gamma2, np.float64)], 2, lmax=lmax
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         inverse = np.where(_spin2_factor(lmax) > 0, 1.0 / _spin2_factor(lmax), 0.0)
     return healpy.almxfl(e_alm, inverse)
 
 
-def limber_integrand(cosmo: cosmology.Cosmology, ell, source_chi, source_weights, power,
-                     table=None, samples: int = 256):
+def limber_integrand(
+    cosmo: cosmology.Cosmology,
+    ell,
+    source_chi,
+    source_weights,
+    power,
+    table=None,
+    samples: int = 256,
+):
     """The Limber integrand of κ's C_ℓ with the linear power D1(a)² P_lin(k) (power: callable
     of k [h/Mpc] giving (Mpc/h)³), q(χ)² / χ² P((ℓ + 1/2)/χ, a(χ)) at ``samples`` distances
     up to the farthest source. Returns (χ (S,) Mpc/h, integrand (L, S) sr h/Mpc, dχ Mpc/h)."""
@@ -224,9 +239,17 @@ def limber_integrand(cosmo: cosmology.Cosmology, ell, source_chi, source_weights
     return chi, q**2 / chi**2 * pk, chi_max / samples
 
 
-def limber_convergence_cl(cosmo: cosmology.Cosmology, ell, source_chi, source_weights, power,
-                          table=None, samples: int = 256):
+def limber_convergence_cl(
+    cosmo: cosmology.Cosmology,
+    ell,
+    source_chi,
+    source_weights,
+    power,
+    table=None,
+    samples: int = 256,
+):
     """Limber C_ℓ (L,) of κ with the linear power: the sum of :func:`limber_integrand`."""
-    _, integrand, dchi = limber_integrand(cosmo, ell, source_chi, source_weights, power, table,
-                                          samples)
+    _, integrand, dchi = limber_integrand(
+        cosmo, ell, source_chi, source_weights, power, table, samples
+    )
     return np.sum(integrand, axis=1) * dchi

@@ -63,7 +63,9 @@ def rotations() -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
     return out
 
 
-def plane_transforms(seed: int, n_planes: int, mesh_n: int, randomize: bool) -> list[PlaneTransform]:
+def plane_transforms(
+    seed: int, n_planes: int, mesh_n: int, randomize: bool
+) -> list[PlaneTransform]:
     """One transform per plane from numpy's generator seeded by (seed, plane index);
     identities when ``randomize`` is false."""
     if not randomize:
@@ -73,17 +75,27 @@ def plane_transforms(seed: int, n_planes: int, mesh_n: int, randomize: bool) -> 
     for i in range(n_planes):
         rng = np.random.default_rng([seed, i])
         axes, flips = table[int(rng.integers(len(table)))]
-        out.append(PlaneTransform(tuple(axes), tuple(bool(f) for f in flips),
-                                  tuple(int(s) for s in rng.integers(mesh_n, size=3))))
+        out.append(
+            PlaneTransform(
+                tuple(axes),
+                tuple(bool(f) for f in flips),
+                tuple(int(s) for s in rng.integers(mesh_n, size=3)),
+            )
+        )
     return out
 
 
-def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None) -> sky.Planes:
+def plane_geometry(
+    cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None
+) -> sky.Planes:
     """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
     table = cosmology.table_for(cosmo, table)
     chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
-    return sky.planes(chi_max, thickness, partial(
-        cosmology.on_host, cosmology.scale_factor_at_distance, cosmo, table=table))
+    return sky.planes(
+        chi_max,
+        thickness,
+        partial(cosmology.on_host, cosmology.scale_factor_at_distance, cosmo, table=table),
+    )
 
 
 def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: PlaneTransform):
@@ -91,9 +103,15 @@ def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: Plan
     transform's line of sight, on the transverse (M, M) grid in observer axes, mean removed
     (so ρ/ρ̄ in place of δ gives the same plane). The transform is an argument of the compiled
     program: every plane and seed runs the same one."""
-    return _flat_plane(delta, np.asarray(transform.axes, np.int32), np.asarray(transform.flips),
-                       np.asarray(transform.shift, np.int32), mesh=mesh, box_size=box_size,
-                       n_cells=n_cells)
+    return _flat_plane(
+        delta,
+        np.asarray(transform.axes, np.int32),
+        np.asarray(transform.flips),
+        np.asarray(transform.shift, np.int32),
+        mesh=mesh,
+        box_size=box_size,
+        n_cells=n_cells,
+    )
 
 
 @partial(jax.jit, static_argnames=("mesh", "box_size", "n_cells"))
@@ -113,21 +131,31 @@ def _flat_plane(delta, axes, flips, shift, mesh: Mesh, box_size: float, n_cells:
     # the plane's axes are the two box axes other than los, in box order; observer axis j is
     # box axis axes[j], its index i the box cell shift + i (reversed: shift - i)
     plane = jnp.where(axes[0] < axes[1], plane, plane.T)
-    index = [jnp.where(flips[j], shift[axes[j]] - cells, shift[axes[j]] + cells) % mesh_n
-             for j in range(2)]
+    index = [
+        jnp.where(flips[j], shift[axes[j]] - cells, shift[axes[j]] + cells) % mesh_n
+        for j in range(2)
+    ]
     plane = plane[index[0][:, None], index[1][None, :]]
     plane = plane - jnp.mean(plane)
     return jax.lax.with_sharding_constraint(plane, NamedSharding(mesh, FIELD_SPEC))
 
 
-
-
-
 @partial(
     jax.tree_util.register_dataclass,
-    data_fields=["a", "axes", "flips", "shift", "chi_lo", "dr", "source", "scale", "offset",
-                 "k_max"],
-    meta_fields=["n_cells", "n_r", "rays_nside"])
+    data_fields=[
+        "a",
+        "axes",
+        "flips",
+        "shift",
+        "chi_lo",
+        "dr",
+        "source",
+        "scale",
+        "offset",
+        "k_max",
+    ],
+    meta_fields=["n_cells", "n_r", "rays_nside"],
+)
 @dataclasses.dataclass(frozen=True)
 class Capture:
     """What the N-body program captures as the light cone crosses the planes: arrays of length
@@ -157,15 +185,24 @@ class Capture:
     rays_nside: int | None
 
 
-def capture_plan(planes: sky.Planes, transforms, observer, box_size: float, mesh_n: int,
-                 n_cells: int, rays_nside: int | None = None, k_max=0.0,
-                 dtype=np.float32) -> Capture:
+def capture_plan(
+    planes: sky.Planes,
+    transforms,
+    observer,
+    box_size: float,
+    mesh_n: int,
+    n_cells: int,
+    rays_nside: int | None = None,
+    k_max=0.0,
+    dtype=np.float32,
+) -> Capture:
     """The :class:`Capture` of ``planes`` seen through ``transforms``; with ``rays_nside`` the
     full-sky shells too, sampled along the rays of that HEALPix grid and band-limited to k_max
     (h/Mpc; one value or one per plane)."""
     n, size = len(planes), sky.PLANE_BUCKET * math.ceil(len(planes) / sky.PLANE_BUCKET)
-    n_r = ray_samples(float(np.max(np.diff(planes.chi_edges))), box_size / mesh_n,
-                      float(np.max(k_max)))
+    n_r = ray_samples(
+        float(np.max(np.diff(planes.chi_edges))), box_size / mesh_n, float(np.max(k_max))
+    )
     frames = [box_frame(observer, t, box_size, mesh_n) for t in transforms]
 
     def padded(rows, kind):
@@ -173,28 +210,35 @@ def capture_plan(planes: sky.Planes, transforms, observer, box_size: float, mesh
         return np.concatenate([rows, np.zeros((size - n,) + rows.shape[1:], kind)])
 
     return Capture(
-        a=padded(planes.a, dtype), axes=padded([t.axes for t in transforms], np.int32),
+        a=padded(planes.a, dtype),
+        axes=padded([t.axes for t in transforms], np.int32),
         flips=padded([t.flips for t in transforms], bool),
         shift=padded([t.shift for t in transforms], np.int32),
         chi_lo=padded(planes.chi_edges[:-1], dtype),
         dr=padded(np.diff(planes.chi_edges) / n_r, dtype),
         source=padded([f[0] for f in frames], np.int32),
-        scale=padded([f[1] for f in frames], dtype), offset=padded([f[2] for f in frames], dtype),
+        scale=padded([f[1] for f in frames], dtype),
+        offset=padded([f[2] for f in frames], dtype),
         k_max=padded(np.broadcast_to(np.asarray(k_max, np.float64), (n,)), dtype),
-        n_cells=n_cells, n_r=n_r, rays_nside=rays_nside)
+        n_cells=n_cells,
+        n_r=n_r,
+        rays_nside=rays_nside,
+    )
 
 
 def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
     """Zeroed outputs of a capture: flat planes (P, M, M) sharded like the meshes, and the
     shells (P, npix) or None."""
     size = capture.a.shape[0]
-    flat = jax.lax.with_sharding_constraint(jnp.zeros((size, mesh_n, mesh_n), dtype),
-                                            NamedSharding(mesh, jax.P(None, *FIELD_SPEC)))
+    flat = jax.lax.with_sharding_constraint(
+        jnp.zeros((size, mesh_n, mesh_n), dtype), NamedSharding(mesh, jax.P(None, *FIELD_SPEC))
+    )
     if capture.rays_nside is None:
         return flat, None
     rays = sky.healpix_pixels(capture.rays_nside)
     shells = jax.lax.with_sharding_constraint(
-        jnp.zeros((size, rays), dtype), NamedSharding(mesh, jax.P(None, *ray_spec(rays, mesh))))
+        jnp.zeros((size, rays), dtype), NamedSharding(mesh, jax.P(None, *ray_spec(rays, mesh)))
+    )
     return flat, shells
 
 
@@ -208,14 +252,29 @@ def capture_plane(maps, rho, j, capture: Capture, mesh: Mesh, box_size: float):
     """Inside the N-body program: plane j's flat projection and shell of the density rho
     (M, M, M) written into maps = (flat (P, M, M), shells (P, npix) or None)."""
     flat, shells = maps
-    plane = _flat_plane(rho, capture.axes[j], capture.flips[j], capture.shift[j], mesh=mesh,
-                        box_size=box_size, n_cells=capture.n_cells)
+    plane = _flat_plane(
+        rho,
+        capture.axes[j],
+        capture.flips[j],
+        capture.shift[j],
+        mesh=mesh,
+        box_size=box_size,
+        n_cells=capture.n_cells,
+    )
     flat = jax.lax.dynamic_update_index_in_dim(flat, plane.astype(flat.dtype), j, 0)
     if shells is not None:
         delta = band_limited_overdensity(rho, mesh, box_size, capture.k_max[j])
-        shell = _shell(delta, capture.chi_lo[j], capture.dr[j], capture.source[j],
-                       capture.scale[j], capture.offset[j], n_r=capture.n_r, mesh=mesh,
-                       rays_nside=capture.rays_nside)
+        shell = _shell(
+            delta,
+            capture.chi_lo[j],
+            capture.dr[j],
+            capture.source[j],
+            capture.scale[j],
+            capture.offset[j],
+            n_r=capture.n_r,
+            mesh=mesh,
+            rays_nside=capture.rays_nside,
+        )
         shells = jax.lax.dynamic_update_index_in_dim(shells, shell.astype(shells.dtype), j, 0)
     return flat, shells
 
@@ -223,11 +282,10 @@ def capture_plane(maps, rho, j, capture: Capture, mesh: Mesh, box_size: float):
 def plane_offsets(observer, transform: PlaneTransform) -> tuple[float, float]:
     """Where the observer's line of sight meets a flat plane, in Mpc/h from the plane's index 0,
     along the plane's two axes."""
-    return tuple(-observer[transform.axes[j]] if transform.flips[j] else observer[transform.axes[j]]
-                 for j in range(2))
-
-
-
+    return tuple(
+        -observer[transform.axes[j]] if transform.flips[j] else observer[transform.axes[j]]
+        for j in range(2)
+    )
 
 
 def shell_alm(rays, nside: int) -> np.ndarray:
@@ -275,9 +333,17 @@ def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int)
     return source, scale, offset
 
 
-def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, rays_nside: int,
-                  chi_lo: float, chi_hi: float, observer, transform: PlaneTransform,
-                  k_max: float = math.inf):
+def shell_healpix(
+    delta_compensated,
+    mesh: Mesh,
+    box_size: float,
+    rays_nside: int,
+    chi_lo: float,
+    chi_hi: float,
+    observer,
+    transform: PlaneTransform,
+    k_max: float = math.inf,
+):
     """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) at the pixel centres of
     the HEALPix grid ``rays_nside`` (RING) of a density band-limited to k_max (h/Mpc): δ summed
     along each ray at the middles of :func:`ray_samples` equal steps dχ, times dχ, mean over
@@ -286,9 +352,17 @@ def shell_healpix(delta_compensated, mesh: Mesh, box_size: float, rays_nside: in
     n_r = ray_samples(chi_hi - chi_lo, box_size / mesh_n, k_max)
     source, scale, offset = box_frame(observer, transform, box_size, mesh_n)
     dtype = np.dtype(delta_compensated.dtype)
-    return _shell(delta_compensated, dtype.type(chi_lo), dtype.type((chi_hi - chi_lo) / n_r),
-                  source, scale.astype(dtype), offset.astype(dtype), n_r=n_r, mesh=mesh,
-                  rays_nside=rays_nside)
+    return _shell(
+        delta_compensated,
+        dtype.type(chi_lo),
+        dtype.type((chi_hi - chi_lo) / n_r),
+        source,
+        scale.astype(dtype),
+        offset.astype(dtype),
+        n_r=n_r,
+        mesh=mesh,
+        rays_nside=rays_nside,
+    )
 
 
 @partial(jax.jit, static_argnames=("n_r", "mesh", "rays_nside"))
@@ -345,8 +419,11 @@ def ray_directions(nside: int, dtype=jnp.float32):
     eq_phi_index = equator % (4 * n) + 1
     in_north, in_south = p < ncap, p >= npix - ncap
     cap_ring = jnp.where(in_north, north_ring, south_ring)
-    cap_index = jnp.where(in_north, p + 1 - 2 * north_ring * (north_ring - 1),
-                          4 * south_ring + 1 - (south_pix - 2 * south_ring * (south_ring - 1)))
+    cap_index = jnp.where(
+        in_north,
+        p + 1 - 2 * north_ring * (north_ring - 1),
+        4 * south_ring + 1 - (south_pix - 2 * south_ring * (south_ring - 1)),
+    )
     cap_depth = (cap_ring * cap_ring).astype(dtype) / (3 * n * n)  # 1 - |z|
     cap_phi = (cap_index.astype(dtype) - 0.5) * (np.pi / 2) / cap_ring.astype(dtype)
     odd = (eq_ring + n) % 2 == 1
@@ -354,8 +431,9 @@ def ray_directions(nside: int, dtype=jnp.float32):
     eq_z = (2 * n - eq_ring).astype(dtype) * (2.0 / (3 * n))
     in_cap = in_north | in_south
     z = jnp.where(in_cap, jnp.where(in_north, 1 - cap_depth, cap_depth - 1), eq_z)
-    sin_theta = jnp.where(in_cap, jnp.sqrt(cap_depth * (2 - cap_depth)),
-                          jnp.sqrt((1 - eq_z) * (1 + eq_z)))
+    sin_theta = jnp.where(
+        in_cap, jnp.sqrt(cap_depth * (2 - cap_depth)), jnp.sqrt((1 - eq_z) * (1 + eq_z))
+    )
     phi = jnp.where(in_cap, cap_phi, eq_phi)
     return jnp.stack([sin_theta * jnp.cos(phi), sin_theta * jnp.sin(phi), z], axis=-1).astype(dtype)
 

@@ -27,8 +27,12 @@ def lpt_displacements(delta_k, mesh: Mesh, box_size: float, order: int = 2):
     d = fft.gradient_kernels(delta_k, mesh, box_size)
     hess = {ij: fft.c2r(d[ij[0]] * d[ij[1]] * phi1_k, mesh) for ij in _PAIRS}
     source = (
-        hess[0, 0] * hess[1, 1] + hess[0, 0] * hess[2, 2] + hess[1, 1] * hess[2, 2]
-        - hess[0, 1] ** 2 - hess[0, 2] ** 2 - hess[1, 2] ** 2
+        hess[0, 0] * hess[1, 1]
+        + hess[0, 0] * hess[2, 2]
+        + hess[1, 1] * hess[2, 2]
+        - hess[0, 1] ** 2
+        - hess[0, 2] ** 2
+        - hess[1, 2] ** 2
     )
     phi2_k = fft.inverse_laplacian(fft.r2c(source, mesh), mesh, box_size)
     return s1, fft.gradient(phi2_k, mesh, box_size)

@@ -124,7 +124,7 @@ def crossing_slots(a_steps, crossings) -> np.ndarray:
     width = sky.PLANE_BUCKET * math.ceil(most / sky.PLANE_BUCKET)
     table = np.full((len(per_step), width), -1, np.int32)
     for i, j in enumerate(per_step):
-        table[i, :len(j)] = j
+        table[i, : len(j)] = j
     return table
 
 
@@ -144,9 +144,12 @@ def check_state(trouble, needed, a_steps, halo: int) -> None:
             f"the particle state holds NaN or Inf after step {not_finite} of {steps} "
             f"(a = {a_steps[not_finite]:.4g}); likely causes: steps too long for the "
             "displacements (raise nbody.steps or ic.a_init), or a cosmology outside the range "
-            "its growth and power tables cover (the cosmology section)")
+            "its growth and power tables cover (the cosmology section)"
+        )
     if beyond >= 0:
-        painting.check_halo(needed, halo, f" at step {beyond} of {steps} (a = {a_steps[beyond]:.4g})")
+        painting.check_halo(
+            needed, halo, f" at step {beyond} of {steps} (a = {a_steps[beyond]:.4g})"
+        )
 
 
 @dataclasses.dataclass
@@ -166,9 +169,17 @@ class NBodyResult:
     shells: jax.Array | None = None
 
 
-def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, grid: Grid,
-           snapshots: Sequence[float] = (), table=None,
-           capture: lightcone.Capture | None = None, stop_early: bool = False) -> NBodyResult:
+def evolve(
+    cosmo: cosmology.Cosmology,
+    disp,
+    mom,
+    a_steps,
+    grid: Grid,
+    snapshots: Sequence[float] = (),
+    table=None,
+    capture: lightcone.Capture | None = None,
+    stop_early: bool = False,
+) -> NBodyResult:
     """Evolve particles through the steps bounded by a_steps (numpy, from :func:`step_boundaries`)
     in one compiled program; with ``stop_early`` (a stage's run) the program stops after a step
     whose particles left the halo or whose state is not finite, and the error names it.
@@ -181,33 +192,63 @@ def evolve(cosmo: cosmology.Cosmology, disp, mom, a_steps, grid: Grid,
     a_steps = np.asarray(a_steps, dtype=np.float64)
     snapshots = tuple(float(s) for s in snapshots)
     start = time.perf_counter()
-    out = evolution(cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
-                    crossing_slots(a_steps, () if capture is None else capture.a), table, capture,
-                    grid=grid, n_snapshots=len(snapshots), stop_early=stop_early)
+    out = evolution(
+        cosmo,
+        disp,
+        mom,
+        a_steps.astype(disp.dtype),
+        snapshot_slots(a_steps, snapshots),
+        crossing_slots(a_steps, () if capture is None else capture.a),
+        table,
+        capture,
+        grid=grid,
+        n_snapshots=len(snapshots),
+        stop_early=stop_early,
+    )
     return finish(out, a_steps, snapshots, grid, capture, start)
 
 
-def start_state(cosmo: cosmology.Cosmology, disp, mom, a_steps, grid: Grid,
-                snapshots: Sequence[float] = (), table=None,
-                capture: lightcone.Capture | None = None) -> State:
+def start_state(
+    cosmo: cosmology.Cosmology,
+    disp,
+    mom,
+    a_steps,
+    grid: Grid,
+    snapshots: Sequence[float] = (),
+    table=None,
+    capture: lightcone.Capture | None = None,
+) -> State:
     """The state before step 1 of :func:`evolve`'s evolution (the force at a_steps[0] and the
     first half-kick). With ShapeDtypeStructs for disp and mom, its shapes only."""
     a_steps = np.asarray(a_steps, dtype=np.float64)
     snapshots = tuple(float(s) for s in snapshots)
     table = cosmology.table_for(cosmo, table)
-    args = (cosmo, disp, mom, a_steps.astype(disp.dtype), snapshot_slots(a_steps, snapshots),
-            table, capture)
+    args = (
+        cosmo,
+        disp,
+        mom,
+        a_steps.astype(disp.dtype),
+        snapshot_slots(a_steps, snapshots),
+        table,
+        capture,
+    )
     static = {"grid": grid, "n_snapshots": len(snapshots)}
     if isinstance(disp, jax.ShapeDtypeStruct):
         return jax.eval_shape(partial(evolution_start, **static), *args)
     return evolution_start(*args, **static)
 
 
-def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps, grid: Grid,
-                    snapshots: Sequence[float] = (), table=None,
-                    capture: lightcone.Capture | None = None,
-                    after_step: Callable[[State, int], None] = lambda state, step: None
-                    ) -> NBodyResult:
+def evolve_stepwise(
+    cosmo: cosmology.Cosmology,
+    state: State,
+    done: int,
+    a_steps,
+    grid: Grid,
+    snapshots: Sequence[float] = (),
+    table=None,
+    capture: lightcone.Capture | None = None,
+    after_step: Callable[[State, int], None] = lambda state, step: None,
+) -> NBodyResult:
     """:func:`evolve` from ``state``, the state after step ``done`` (0: :func:`start_state`),
     one program call per step (the same program for every step), calling
     ``after_step(state, step)`` after each; the result equals :func:`evolve`'s to float
@@ -217,8 +258,13 @@ def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps
     snapshots = tuple(float(s) for s in snapshots)
     table = cosmology.table_for(cosmo, table)
     dtype = state.disp.dtype
-    args = (a_steps.astype(dtype), snapshot_slots(a_steps, snapshots),
-            crossing_slots(a_steps, () if capture is None else capture.a), table, capture)
+    args = (
+        a_steps.astype(dtype),
+        snapshot_slots(a_steps, snapshots),
+        crossing_slots(a_steps, () if capture is None else capture.a),
+        table,
+        capture,
+    )
     start = time.perf_counter()
     for step in range(done + 1, len(a_steps)):
         state = evolution_steps(cosmo, state, *args, np.int32(step - 1), grid=grid, count=1)
@@ -228,8 +274,14 @@ def evolve_stepwise(cosmo: cosmology.Cosmology, state: State, done: int, a_steps
     return finish(state, a_steps, snapshots, grid, capture, start)
 
 
-def finish(out, a_steps, snapshots: Sequence[float], grid: Grid,
-           capture: lightcone.Capture | None, start: float) -> NBodyResult:
+def finish(
+    out,
+    a_steps,
+    snapshots: Sequence[float],
+    grid: Grid,
+    capture: lightcone.Capture | None,
+    start: float,
+) -> NBodyResult:
     """The :class:`NBodyResult` of :func:`evolution`'s outputs ``out``, started at
     ``start`` (time.perf_counter()): outside of transformations it waits for the results,
     times them and checks the state (:func:`check_state`)."""
@@ -240,8 +292,16 @@ def finish(out, a_steps, snapshots: Sequence[float], grid: Grid,
         seconds = time.perf_counter() - start
         check_state(trouble, needed, a_steps, grid.halo)
     planes, shells = maps if capture is not None else (None, None)
-    return NBodyResult(disp, mom, float(a_steps[-1]), {a: snaps[k] for k, a in enumerate(snapshots)},
-                       needed, seconds, planes, shells)
+    return NBodyResult(
+        disp,
+        mom,
+        float(a_steps[-1]),
+        {a: snaps[k] for k, a in enumerate(snapshots)},
+        needed,
+        seconds,
+        planes,
+        shells,
+    )
 
 
 def _put(stack, k, field):
@@ -251,7 +311,8 @@ def _put(stack, k, field):
     valid = k < stack.shape[0]
     k = jnp.minimum(k, stack.shape[0] - 1)
     return jax.lax.dynamic_update_index_in_dim(
-        stack, jnp.where(valid, field.astype(stack.dtype), stack[k]), k, 0)
+        stack, jnp.where(valid, field.astype(stack.dtype), stack[k]), k, 0
+    )
 
 
 class State(NamedTuple):
@@ -268,29 +329,54 @@ class State(NamedTuple):
 
 
 @partial(jax.jit, static_argnames=("grid", "n_snapshots", "stop_early"))
-def evolution(cosmo, disp, mom, a_steps, slots, crossing, table, capture, *, grid: Grid,
-              n_snapshots: int, stop_early: bool = False) -> State:
+def evolution(
+    cosmo,
+    disp,
+    mom,
+    a_steps,
+    slots,
+    crossing,
+    table,
+    capture,
+    *,
+    grid: Grid,
+    n_snapshots: int,
+    stop_early: bool = False,
+) -> State:
     """The program of :func:`evolve`: a_steps (S + 1,) in the particles' dtype, slots from
     :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns the final
     :class:`State`; with ``stop_early`` the state after the first step with a halo overflow or
     a non-finite state (not reverse-differentiable)."""
     table = cosmology.table_for(cosmo, table)
     state = _start(cosmo, disp, mom, a_steps, slots, table, capture, grid, n_snapshots)
-    return _steps(cosmo, state, a_steps, slots, crossing, table, capture, 0, a_steps.shape[0] - 1,
-                  grid, stop_early)
+    return _steps(
+        cosmo,
+        state,
+        a_steps,
+        slots,
+        crossing,
+        table,
+        capture,
+        0,
+        a_steps.shape[0] - 1,
+        grid,
+        stop_early,
+    )
 
 
 @partial(jax.jit, static_argnames=("grid", "n_snapshots"))
-def evolution_start(cosmo, disp, mom, a_steps, slots, table, capture, *, grid: Grid,
-                    n_snapshots: int) -> State:
+def evolution_start(
+    cosmo, disp, mom, a_steps, slots, table, capture, *, grid: Grid, n_snapshots: int
+) -> State:
     """The first part of :func:`evolution` as a program of its own: the force at a_steps[0]
     and the first half-kick (step 0)."""
     return _start(cosmo, disp, mom, a_steps, slots, table, capture, grid, n_snapshots)
 
 
 @partial(jax.jit, static_argnames=("grid", "count"), donate_argnames="state")
-def evolution_steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first, *,
-                    grid: Grid, count: int) -> State:
+def evolution_steps(
+    cosmo, state: State, a_steps, slots, crossing, table, capture, first, *, grid: Grid, count: int
+) -> State:
     """Steps first + 1 .. first + count of :func:`evolution` (first: a traced int, so that
     one program serves every segment of ``count`` steps), from ``state`` (donated)."""
     return _steps(cosmo, state, a_steps, slots, crossing, table, capture, first, count, grid)
@@ -303,7 +389,8 @@ def _start(cosmo, disp, mom, a_steps, slots, table, capture, grid: Grid, n_snaps
     m = grid.force_cells
     snaps = jax.lax.with_sharding_constraint(
         jnp.zeros((n_snapshots, m, m, m), dtype),
-        jax.sharding.NamedSharding(grid.mesh, jax.P(None, *FIELD_SPEC)))
+        jax.sharding.NamedSharding(grid.mesh, jax.P(None, *FIELD_SPEC)),
+    )
     pot_k, rho, needed = potential(disp, jnp.asarray(cosmo.Omega_m, dtype), grid)
     snaps = _put(snaps, slots[0], rho)
     mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), grid)
@@ -313,8 +400,19 @@ def _start(cosmo, disp, mom, a_steps, slots, table, capture, grid: Grid, n_snaps
     return State(disp, mom, snaps, maps, needed, trouble)
 
 
-def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first, count: int,
-           grid: Grid, stop_early: bool = False) -> State:
+def _steps(
+    cosmo,
+    state: State,
+    a_steps,
+    slots,
+    crossing,
+    table,
+    capture,
+    first,
+    count: int,
+    grid: Grid,
+    stop_early: bool = False,
+) -> State:
     """Steps first + 1 .. first + count from ``state``: a lax.scan, or with ``stop_early`` a loop
     that ends after the first step with trouble (:func:`_first_trouble`)."""
     dtype = state.disp.dtype
@@ -322,19 +420,28 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
     kick1, drift, kick2 = kdk_coefficients(cosmo, a_steps, table)
     # the kick after step i's force: its second half-kick and step i+1's first half-kick
     kicks = kick2 + jnp.concatenate([kick1[1:], jnp.zeros(1, kick1.dtype)])
-    xs = {"drift": drift, "kick": kicks, "slot": slots[1:],
-          "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32)}
+    xs = {
+        "drift": drift,
+        "kick": kicks,
+        "slot": slots[1:],
+        "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32),
+    }
     if capture is not None:
         a0, a1 = a_steps[:-1, None], a_steps[1:, None]
-        xs.update(crossing=crossing, cross_drift=partial_drift(
-            cosmo, a0, a1, capture.a[jnp.maximum(crossing, 0)].astype(dtype), table))
+        xs.update(
+            crossing=crossing,
+            cross_drift=partial_drift(
+                cosmo, a0, a1, capture.a[jnp.maximum(crossing, 0)].astype(dtype), table
+            ),
+        )
     if count != drift.shape[0]:  # a segment of the steps
         xs = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, count), xs)
 
     @jax.checkpoint  # under jax.grad only the steps' particle states are kept; the rest is redone
     def paint_drifted(disp, mom, factor):
-        return painting.paint(disp + factor.astype(dtype) * mom, grid,
-                              mass=float(grid.oversample**3))
+        return painting.paint(
+            disp + factor.astype(dtype) * mom, grid, mass=float(grid.oversample**3)
+        )
 
     def cross(carry, plane):
         disp, mom, maps, needed = carry
@@ -342,11 +449,14 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
 
         def capture_plane(maps, needed):
             rho, need = paint_drifted(disp, mom, factor)
-            return (lightcone.capture_plane(maps, rho, j, capture, grid.mesh, grid.box_size),
-                    jnp.maximum(needed, need))
+            return (
+                lightcone.capture_plane(maps, rho, j, capture, grid.mesh, grid.box_size),
+                jnp.maximum(needed, need),
+            )
 
-        maps, needed = jax.lax.cond(j >= 0, capture_plane, lambda maps, needed: (maps, needed),
-                                    maps, needed)
+        maps, needed = jax.lax.cond(
+            j >= 0, capture_plane, lambda maps, needed: (maps, needed), maps, needed
+        )
         return (disp, mom, maps, needed), None
 
     step = jax.checkpoint(partial(advance, grid=grid))
@@ -355,13 +465,15 @@ def _steps(cosmo, state: State, a_steps, slots, crossing, table, capture, first,
         disp, mom, snaps, maps, needed, trouble = state
         need = jnp.zeros((), jnp.int32)
         if capture is not None and crossing.shape[1]:
-            (_, _, maps, need), _ = jax.lax.scan(cross, (disp, mom, maps, need),
-                                                 (xs["crossing"], xs["cross_drift"]))
+            (_, _, maps, need), _ = jax.lax.scan(
+                cross, (disp, mom, maps, need), (xs["crossing"], xs["cross_drift"])
+            )
         disp, mom, rho, need_step = step(disp, mom, xs["drift"], xs["kick"], omega_m)
         need = jnp.maximum(need, need_step)
         trouble = _first_trouble(trouble, xs["step"], need, disp, mom, grid.halo)
-        return State(disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need),
-                     trouble)
+        return State(
+            disp, mom, _put(snaps, xs["slot"], rho), maps, jnp.maximum(needed, need), trouble
+        )
 
     if not stop_early:
         state, _ = jax.lax.scan(lambda state, xs: (one_step(state, xs), None), state, xs)

@@ -39,7 +39,8 @@ def check_halo(needed, halo: int, when: str = "") -> None:
         raise HaloError(
             f"particles moved {needed} cells beyond their domain{when} but parallel.halo_cells = "
             f"{halo}; set parallel.halo_cells >= {needed} (or use fewer devices along the split "
-            "axes)")
+            "axes)"
+        )
 
 
 def _block_shape(local_shape, global_n, splits, halo):
@@ -63,8 +64,7 @@ def _base_index(pos, n_local, n_global, split, halo):
 def _lower_corners(pos, local_shape, global_n, splits, halo):
     """Padded block shape and, per axis, (lower corner index, fraction, halo needed)."""
     sizes = _block_shape(local_shape, global_n, splits, halo)
-    per_axis = [_base_index(pos[d], local_shape[d], global_n, splits[d], halo)
-                for d in range(3)]
+    per_axis = [_base_index(pos[d], local_shape[d], global_n, splits[d], halo) for d in range(3)]
     return sizes, per_axis
 
 
@@ -73,9 +73,11 @@ def _corner_index(lower, upper, sizes):
     (n,) of that CIC corner in a block of shape ``sizes``, from the per-axis lower and upper
     indices (n,). Each corner's indices are computed where they are used, so XLA fuses them
     into the scatter or gather instead of materialising (8, n) arrays."""
+
     def index(c):
         ix, iy, iz = (upper[d] if c & (4 >> d) else lower[d] for d in range(3))
         return (ix * sizes[1] + iy) * sizes[2] + iz
+
     return index
 
 
@@ -123,8 +125,9 @@ def _paint_block(disp, cell: float, resolution: int, mass, local_shape, global_n
     corner's indices and weights exist at a time.
     """
     sizes = _block_shape(local_shape, global_n, splits, halo)
-    _, _, needed = _local_cic(_local_positions(disp, cell, resolution), local_shape, global_n,
-                              splits, halo)
+    _, _, needed = _local_cic(
+        _local_positions(disp, cell, resolution), local_shape, global_n, splits, halo
+    )
 
     def add_corner(c, out):
         pos = _local_positions(disp, cell, resolution, first_row=c.astype(disp.dtype) * 0.0)
@@ -172,9 +175,11 @@ def _fold_halo(block, axis: int, halo: int, size: int):
     from_left = _shift(hi, name, size, +1)  # my left neighbour's upper halo lands on my low edge
     from_right = _shift(lo, name, size, -1)
     inner = lax.dynamic_update_slice_in_dim(
-        inner, lax.slice_in_dim(inner, 0, halo, axis=axis) + from_left, 0, axis=axis)
+        inner, lax.slice_in_dim(inner, 0, halo, axis=axis) + from_left, 0, axis=axis
+    )
     inner = lax.dynamic_update_slice_in_dim(
-        inner, lax.slice_in_dim(inner, n - halo, n, axis=axis) + from_right, n - halo, axis=axis)
+        inner, lax.slice_in_dim(inner, n - halo, n, axis=axis) + from_right, n - halo, axis=axis
+    )
     return inner
 
 
@@ -230,8 +235,7 @@ def paint(disp, grid: Grid, mass=1.0):
                 out = _fold_halo(out, axis, halo, pdims[axis])
         return out, lax.pmax(needed, AXES)
 
-    run = jax.shard_map(local, mesh=grid.mesh, in_specs=FIELD_SPEC,
-                        out_specs=(FIELD_SPEC, jax.P()))
+    run = jax.shard_map(local, mesh=grid.mesh, in_specs=FIELD_SPEC, out_specs=(FIELD_SPEC, jax.P()))
     return run(disp)
 
 
@@ -246,8 +250,10 @@ def read(field, disp, grid: Grid):
     mesh_n, halo, resolution = grid.force_cells, grid.halo, grid.oversample
     _check_particles(disp, grid)
     if field.shape[0] != mesh_n:
-        raise ValueError(f"a field of {field.shape[0]} cells per side is not on the grid's "
-                         f"force mesh of {mesh_n}")
+        raise ValueError(
+            f"a field of {field.shape[0]} cells per side is not on the grid's "
+            f"force mesh of {mesh_n}"
+        )
     splits, pdims = _splits(grid.mesh, mesh_n, halo)
     cell = grid.cell_size
 
@@ -259,8 +265,9 @@ def read(field, disp, grid: Grid):
         out = _interpolate(f.reshape((-1,) + f.shape[3:]), index, fracs)
         return out.reshape(d.shape[:3] + f.shape[3:]), lax.pmax(needed, AXES)
 
-    run = jax.shard_map(local, mesh=grid.mesh, in_specs=(FIELD_SPEC, FIELD_SPEC),
-                        out_specs=(FIELD_SPEC, jax.P()))
+    run = jax.shard_map(
+        local, mesh=grid.mesh, in_specs=(FIELD_SPEC, FIELD_SPEC), out_specs=(FIELD_SPEC, jax.P())
+    )
     return run(field, disp)
 
 

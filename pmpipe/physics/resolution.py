@@ -35,12 +35,18 @@ LIMBER_TOLERANCE = 0.05
 # finer than B = 2 use B = 2's.
 TRANSFER_K = (0.0, 0.098, 0.159, 0.251, 0.346, 0.5, 0.689, 1.0)
 POWER_TRANSFER = {
-    2.0: {1: (1.0, 0.987, 0.976, 0.948, 0.915, 0.851, 0.765, 0.658),
-          2: (1.0, 1.0, 0.998, 0.997, 0.992, 0.983, 0.968, 0.929)},
-    4.0: {1: (1.0, 0.976, 0.958, 0.897, 0.85, 0.732, 0.601, 0.485),
-          2: (1.0, 1.001, 1.0, 1.001, 0.998, 0.991, 0.977, 0.985)},
-    8.0: {1: (1.0, 0.968, 0.937, 0.852, 0.77, 0.601, 0.426, 0.265),
-          2: (1.0, 1.0, 0.999, 0.998, 0.995, 0.978, 0.97, 0.972)},
+    2.0: {
+        1: (1.0, 0.987, 0.976, 0.948, 0.915, 0.851, 0.765, 0.658),
+        2: (1.0, 1.0, 0.998, 0.997, 0.992, 0.983, 0.968, 0.929),
+    },
+    4.0: {
+        1: (1.0, 0.976, 0.958, 0.897, 0.85, 0.732, 0.601, 0.485),
+        2: (1.0, 1.001, 1.0, 1.001, 0.998, 0.991, 0.977, 0.985),
+    },
+    8.0: {
+        1: (1.0, 0.968, 0.937, 0.852, 0.77, 0.601, 0.426, 0.265),
+        2: (1.0, 1.0, 0.999, 0.998, 0.995, 0.978, 0.97, 0.972),
+    },
 }
 FLAT_FUNDAMENTALS = 3  # a flat map is valid from this many fundamentals 2π / field of view up:
 # below, a bin holds a few modes of a few planes, each plane's made of the box's discrete
@@ -92,8 +98,7 @@ class MultipoleRange:
     max_reason: str
 
 
-def thickness_transfer(k_perp, thickness: float, box_size: float, power,
-                       oversampling: int = 1):
+def thickness_transfer(k_perp, thickness: float, box_size: float, power, oversampling: int = 1):
     """Power a plane of ``thickness`` Mpc/h holds at transverse wavenumbers k_perp (h/Mpc, any
     shape), relative to Limber's thickness × P(k_perp): P(sqrt(k_perp² + k_par²)) averaged
     with the weights of the plane's projection, Δχ sinc²(k_par Δχ / 2) / L', over
@@ -116,17 +121,29 @@ def thickness_transfer(k_perp, thickness: float, box_size: float, power,
     return np.interp(np.log(np.maximum(k_perp, grid[0])), np.log(grid), table)
 
 
-def resolved_multipoles(cosmo: cosmology.Cosmology, chi_edges, transfer, box_size: float,
-                        source_chi, source_weights, power, ell_low: float, ell_high: float,
-                        map_low: str, map_high: str, table=None) -> MultipoleRange:
+def resolved_multipoles(
+    cosmo: cosmology.Cosmology,
+    chi_edges,
+    transfer,
+    box_size: float,
+    source_chi,
+    source_weights,
+    power,
+    ell_low: float,
+    ell_high: float,
+    map_low: str,
+    map_high: str,
+    table=None,
+) -> MultipoleRange:
     """The widest run of multipoles in [ell_low, ell_high] (what the map holds: map_low and
     map_high say why) whose Limber C_ℓ the planes get wrong by at most LIMBER_TOLERANCE: the
     share of the Limber integral at k < 2π / box_size plus its share weighted by
     |1 - transfer(k, plane)|, with transfer (callable of k (L, S) h/Mpc and plane index (S,))
     a plane's power at k relative to Limber's from a converged run."""
     ell = np.geomspace(ell_low, ell_high, ELL_SAMPLES)
-    chi, integrand, _ = lensing.limber_integrand(cosmo, ell, source_chi, source_weights, power,
-                                                 table)
+    chi, integrand, _ = lensing.limber_integrand(
+        cosmo, ell, source_chi, source_weights, power, table
+    )
     edges = np.asarray(chi_edges, np.float64)
     plane = np.clip(np.searchsorted(edges, chi, side="right") - 1, 0, edges.size - 2)
     k = (ell[:, None] + 0.5) / chi[None, :]
@@ -138,13 +155,22 @@ def resolved_multipoles(cosmo: cosmology.Cosmology, chi_edges, transfer, box_siz
     best = max((r for r in runs if ok[r[0]]), key=len)
     first, last = best[0], best[-1]
     return MultipoleRange(
-        float(ell[first]), float(ell[last]),
-        map_low if first == 0 else _BELOW, map_high if last == ell.size - 1 else _ABOVE)
+        float(ell[first]),
+        float(ell[last]),
+        map_low if first == 0 else _BELOW,
+        map_high if last == ell.size - 1 else _ABOVE,
+    )
 
 
-_BELOW = (f"geometry: below, the planes get over {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
-          "wrong (modes longer than the box, plane thickness; pmpipe.physics.resolution)")
-_ABOVE = (f"resolution: above, the planes get over {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
-          "wrong (particle grid, force mesh, band limit, plane thickness; pmpipe.physics.resolution)")
-_EMPTY = (f"no multipole of the map gets under {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
-          "wrong (pmpipe.physics.resolution)")
+_BELOW = (
+    f"geometry: below, the planes get over {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
+    "wrong (modes longer than the box, plane thickness; pmpipe.physics.resolution)"
+)
+_ABOVE = (
+    f"resolution: above, the planes get over {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
+    "wrong (particle grid, force mesh, band limit, plane thickness; pmpipe.physics.resolution)"
+)
+_EMPTY = (
+    f"no multipole of the map gets under {LIMBER_TOLERANCE:.0%} of the Limber C_ell "
+    "wrong (pmpipe.physics.resolution)"
+)

@@ -33,8 +33,9 @@ class Initial:
     a_init: float
 
 
-def power_function(cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu",
-                   table=None) -> cosmology.LinearPower:
+def power_function(
+    cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu", table=None
+) -> cosmology.LinearPower:
     """P(k) at a = 1 as a callable of k [h/Mpc]: kind 'eisenstein_hu', 'eisenstein_hu_nowiggle',
     or 'table' with table = (k, P) arrays from :func:`pmpipe.physics.power_table.load_power_table`."""
     if kind not in config.POWER_KINDS:
@@ -47,9 +48,18 @@ def power_function(cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu",
     return cosmology.LinearPower(kind, cosmo)
 
 
-def initial_conditions(cosmo: cosmology.Cosmology, noise, power: Callable, mesh: Mesh,
-                       box_size: float, a_init: float, lpt_order: int = 2,
-                       fixed_amplitude: bool = False, paired: bool = False, table=None) -> Initial:
+def initial_conditions(
+    cosmo: cosmology.Cosmology,
+    noise,
+    power: Callable,
+    mesh: Mesh,
+    box_size: float,
+    a_init: float,
+    lpt_order: int = 2,
+    fixed_amplitude: bool = False,
+    paired: bool = False,
+    table=None,
+) -> Initial:
     """Linear field and LPT particle state at a_init from white noise (N, N, N).
 
     power: a :class:`pmpipe.physics.cosmology.LinearPower` (an argument of the compiled program, like
@@ -57,16 +67,28 @@ def initial_conditions(cosmo: cosmology.Cosmology, noise, power: Callable, mesh:
     """
     if not isinstance(power, cosmology.LinearPower):
         power = jax.tree_util.Partial(power)
-    fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=mesh, box_size=box_size,
-                             lpt_order=lpt_order, fixed_amplitude=fixed_amplitude, paired=paired)
+    fields = _initial_fields(
+        cosmo,
+        noise,
+        a_init,
+        table,
+        power,
+        mesh=mesh,
+        box_size=box_size,
+        lpt_order=lpt_order,
+        fixed_amplitude=fixed_amplitude,
+        paired=paired,
+    )
     delta, s1, s2, disp, mom = fields
     return Initial(delta, s1, s2, disp, mom, a_init)
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "box_size", "lpt_order", "fixed_amplitude",
-                                             "paired"))
-def _initial_fields(cosmo, noise, a_init, table, power, *, mesh, box_size, lpt_order,
-                    fixed_amplitude, paired):
+@functools.partial(
+    jax.jit, static_argnames=("mesh", "box_size", "lpt_order", "fixed_amplitude", "paired")
+)
+def _initial_fields(
+    cosmo, noise, a_init, table, power, *, mesh, box_size, lpt_order, fixed_amplitude, paired
+):
     """(δ_lin, s1, s2, disp, mom), compiled as one program."""
     modes = ics.linear_modes(noise, power, box_size, mesh, fixed_amplitude, paired)
     delta = fft.c2r(modes, mesh)
@@ -75,10 +97,19 @@ def _initial_fields(cosmo, noise, a_init, table, power, *, mesh, box_size, lpt_o
     return delta, s1, s2, disp, mom
 
 
-def simulate(cosmo: cosmology.Cosmology, noise, grid: Grid, a_init: float,
-             a_final: float, steps: int | Sequence[float], power: Callable | None = None,
-             lpt_order: int = 2, fixed_amplitude: bool = False, paired: bool = False,
-             snapshots: Sequence[float] = ()):
+def simulate(
+    cosmo: cosmology.Cosmology,
+    noise,
+    grid: Grid,
+    a_init: float,
+    a_final: float,
+    steps: int | Sequence[float],
+    power: Callable | None = None,
+    lpt_order: int = 2,
+    fixed_amplitude: bool = False,
+    paired: bool = False,
+    snapshots: Sequence[float] = (),
+):
     """Run ICs, LPT and PM steps as one compiled program; returns (Initial, NBodyResult). The
     final a is always a snapshot."""
     power = power_function(cosmo) if power is None else power
@@ -88,22 +119,67 @@ def simulate(cosmo: cosmology.Cosmology, noise, grid: Grid, a_init: float,
     snaps = tuple(sorted({float(s) for s in snapshots} | {float(a_final)}))
     bounds = timesteps.step_boundaries(a_init, a_final, steps, snaps)
     start = time.perf_counter()
-    fields, out = _simulation(cosmo, noise, a_init, table, power, bounds.astype(noise.dtype),
-                              nbody.snapshot_slots(bounds, snaps), grid=grid,
-                              lpt_order=lpt_order, fixed_amplitude=fixed_amplitude, paired=paired,
-                              n_snapshots=len(snaps))
+    fields, out = _simulation(
+        cosmo,
+        noise,
+        a_init,
+        table,
+        power,
+        bounds.astype(noise.dtype),
+        nbody.snapshot_slots(bounds, snaps),
+        grid=grid,
+        lpt_order=lpt_order,
+        fixed_amplitude=fixed_amplitude,
+        paired=paired,
+        n_snapshots=len(snaps),
+    )
     delta, s1, s2, disp, mom = fields
-    return Initial(delta, s1, s2, disp, mom, a_init), nbody.finish(out, bounds, snaps, grid, None, start)
+    return Initial(delta, s1, s2, disp, mom, a_init), nbody.finish(
+        out, bounds, snaps, grid, None, start
+    )
 
 
-@functools.partial(jax.jit, static_argnames=("grid", "lpt_order", "fixed_amplitude", "paired",
-                                             "n_snapshots"))
-def _simulation(cosmo, noise, a_init, table, power, a_steps, slots, *, grid, lpt_order,
-                fixed_amplitude, paired, n_snapshots):
+@functools.partial(
+    jax.jit, static_argnames=("grid", "lpt_order", "fixed_amplitude", "paired", "n_snapshots")
+)
+def _simulation(
+    cosmo,
+    noise,
+    a_init,
+    table,
+    power,
+    a_steps,
+    slots,
+    *,
+    grid,
+    lpt_order,
+    fixed_amplitude,
+    paired,
+    n_snapshots,
+):
     """(δ_lin, s1, s2, disp, mom) and the outputs of :func:`pmpipe.physics.nbody.evolution`."""
-    fields = _initial_fields(cosmo, noise, a_init, table, power, mesh=grid.mesh,
-                             box_size=grid.box_size, lpt_order=lpt_order,
-                             fixed_amplitude=fixed_amplitude, paired=paired)
+    fields = _initial_fields(
+        cosmo,
+        noise,
+        a_init,
+        table,
+        power,
+        mesh=grid.mesh,
+        box_size=grid.box_size,
+        lpt_order=lpt_order,
+        fixed_amplitude=fixed_amplitude,
+        paired=paired,
+    )
     no_crossings = np.zeros((a_steps.shape[0] - 1, 0), np.int32)
-    return fields, nbody.evolution(cosmo, fields[3], fields[4], a_steps, slots, no_crossings,
-                                   table, None, grid=grid, n_snapshots=n_snapshots)
+    return fields, nbody.evolution(
+        cosmo,
+        fields[3],
+        fields[4],
+        a_steps,
+        slots,
+        no_crossings,
+        table,
+        None,
+        grid=grid,
+        n_snapshots=n_snapshots,
+    )

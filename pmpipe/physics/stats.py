@@ -14,8 +14,15 @@ from pmpipe.physics import fft, ics
 from pmpipe.physics.painting import cic_compensation
 
 
-def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None, field2=None,
-                   compensate_cic: bool = False, compensate_cic2: bool | None = None):
+def power_spectrum(
+    field,
+    mesh: Mesh,
+    box_size: float,
+    n_bins: int | None = None,
+    field2=None,
+    compensate_cic: bool = False,
+    compensate_cic2: bool | None = None,
+):
     """Spherically averaged power spectrum of a real (N, N, N) field (or cross spectrum with field2).
 
     Bins are linear in |k| with width the fundamental mode 2π/L, from 0 up to the Nyquist
@@ -26,8 +33,15 @@ def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None
     n = field.shape[0]
     n_bins = n // 2 if n_bins is None else n_bins
     compensate_cic2 = compensate_cic if compensate_cic2 is None else compensate_cic2
-    sums = _binned_power(field, field2, mesh=mesh, box_size=box_size, n_bins=n_bins,
-                         compensate_cic=compensate_cic, compensate_cic2=compensate_cic2)
+    sums = _binned_power(
+        field,
+        field2,
+        mesh=mesh,
+        box_size=box_size,
+        n_bins=n_bins,
+        compensate_cic=compensate_cic,
+        compensate_cic2=compensate_cic2,
+    )
     count, psum, ksum = np.asarray(sums, dtype=np.float64)[:, 1:]
     with np.errstate(invalid="ignore", divide="ignore"):
         pk = psum / count * box_size**3 / float(n) ** 6
@@ -35,10 +49,18 @@ def power_spectrum(field, mesh: Mesh, box_size: float, n_bins: int | None = None
     return kmean, pk, count
 
 
-@partial(jax.jit, static_argnames=("mesh", "box_size", "n_bins", "compensate_cic",
-                                   "compensate_cic2"))
-def _binned_power(field, field2, mesh: Mesh, box_size: float, n_bins: int, compensate_cic: bool,
-                  compensate_cic2: bool):
+@partial(
+    jax.jit, static_argnames=("mesh", "box_size", "n_bins", "compensate_cic", "compensate_cic2")
+)
+def _binned_power(
+    field,
+    field2,
+    mesh: Mesh,
+    box_size: float,
+    n_bins: int,
+    compensate_cic: bool,
+    compensate_cic2: bool,
+):
     """Sums per |k| bin 0..n_bins of the mode weights, of Re(δ1 δ2*) and of |k| (3, n_bins + 1)."""
     modes1 = fft.r2c(field, mesh)
     if compensate_cic:
@@ -103,10 +125,16 @@ def flat_sky_cl(kappa, fov_deg: float, ell_edges, kappa2=None):
     index = np.digitize(np.where(ell > 0, ell, -1.0), edges) - 1  # the mean is no multipole
     index = np.where((index >= 0) & (index < bins), index, bins).astype(np.int32)
     sharding = fft.map_sharding(kappa)
-    placed = (index if sharding is None
-              else jax.make_array_from_callback(index.shape, sharding, lambda block: index[block]))
-    power = to_host(_binned_flat_power(kappa, kappa if kappa2 is None else kappa2, placed,
-                                       bins=bins, sharding=sharding)).astype(np.float64)[:bins]
+    placed = (
+        index
+        if sharding is None
+        else jax.make_array_from_callback(index.shape, sharding, lambda block: index[block])
+    )
+    power = to_host(
+        _binned_flat_power(
+            kappa, kappa if kappa2 is None else kappa2, placed, bins=bins, sharding=sharding
+        )
+    ).astype(np.float64)[:bins]
     count = np.bincount(index.ravel(), minlength=bins + 1)[:bins].astype(np.float64)
     ell_sum = np.bincount(index.ravel(), ell.ravel(), bins + 1)[:bins]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -128,8 +156,9 @@ def full_sky_cl(alm, ell_edges, alm2=None):
     weighted by 2ℓ + 1; returns numpy (ell_mean, cl, modes), ℓ = 0 excluded."""
     import healpy
 
-    cl = healpy.alm2cl(np.asarray(alm, np.complex128),
-                       None if alm2 is None else np.asarray(alm2, np.complex128))
+    cl = healpy.alm2cl(
+        np.asarray(alm, np.complex128), None if alm2 is None else np.asarray(alm2, np.complex128)
+    )
     ell = np.arange(cl.size, dtype=np.float64)
     ell[0] = -1.0
     return _bin(ell, cl, 2 * np.arange(cl.size) + 1.0, ell_edges)
@@ -166,13 +195,15 @@ def shape_noise_sigma(pixel_arcmin2: float, sigma_e: float, n_gal: float) -> flo
     return sigma_e / np.sqrt(n_gal * pixel_arcmin2)
 
 
-def shape_noise_flat(seed: int, index: int, n: int, fov_deg: float, sigma_e: float,
-                     n_gal: float, sharding=None):
+def shape_noise_flat(
+    seed: int, index: int, n: int, fov_deg: float, sigma_e: float, n_gal: float, sharding=None
+):
     """Gaussian shape-noise map (n, n) for a flat-sky map of side fov_deg degrees, drawn with
     the key fold_in(key(seed), index) (seed and index are arguments of the compiled program)."""
     sigma = shape_noise_sigma((fov_deg * 60 / n) ** 2, sigma_e, n_gal)
-    return _normal_map(ics.key_data(seed), np.uint32(index), np.float32(sigma), n=n,
-                       sharding=sharding)
+    return _normal_map(
+        ics.key_data(seed), np.uint32(index), np.float32(sigma), n=n, sharding=sharding
+    )
 
 
 @partial(jax.jit, static_argnames=("n", "sharding"))
@@ -193,7 +224,9 @@ def shape_noise_healpix(seed, nside: int, sigma_e: float, n_gal: float) -> np.nd
 
 def _histogram(values, edges) -> np.ndarray:
     """Counts of values in the bins given by edges (values outside ignored)."""
-    return np.histogram(np.asarray(values, np.float64), bins=np.asarray(edges))[0].astype(np.float64)
+    return np.histogram(np.asarray(values, np.float64), bins=np.asarray(edges))[0].astype(
+        np.float64
+    )
 
 
 @jax.jit

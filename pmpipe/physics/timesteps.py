@@ -12,9 +12,14 @@ from pmpipe.config import STEP_SPACINGS
 GROWTH_SAMPLES = 4096  # a at which D1 is tabulated to invert it for spacing 'growth'
 
 
-def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
-                    snapshots: Sequence[float] = (), spacing: str = "a",
-                    growth: Callable | None = None) -> np.ndarray:
+def step_boundaries(
+    a_init: float,
+    a_final: float,
+    steps: int | Sequence[float],
+    snapshots: Sequence[float] = (),
+    spacing: str = "a",
+    growth: Callable | None = None,
+) -> np.ndarray:
     """Scale factors bounding the steps: ``steps`` equal steps in a, ln a or the linear growth
     factor D1 (``spacing`` 'a', 'log_a' or 'growth'; ``growth``, a callable giving D1 of a
     numpy array of a, is needed for 'growth'), or an explicit increasing list from a_init to
@@ -24,8 +29,9 @@ def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
             f"nbody.a_final = {a_final} must be greater than ic.a_init = {a_init} (and a_init > 0)"
         )
     if spacing not in STEP_SPACINGS:
-        raise ValueError(f"nbody.spacing must be one of {', '.join(STEP_SPACINGS)}; "
-                         f"got {spacing!r}")
+        raise ValueError(
+            f"nbody.spacing must be one of {', '.join(STEP_SPACINGS)}; got {spacing!r}"
+        )
     if isinstance(steps, int):
         if steps < 1:
             raise ValueError(f"nbody.steps must be >= 1, got {steps}")
@@ -33,8 +39,10 @@ def step_boundaries(a_init: float, a_final: float, steps: int | Sequence[float],
     else:
         bounds = np.asarray(steps, dtype=np.float64)
         if spacing != "a":
-            raise ValueError(f"nbody.spacing = {spacing!r} applies to a number of steps; with "
-                             "nbody.steps as a list of scale factors leave nbody.spacing out")
+            raise ValueError(
+                f"nbody.spacing = {spacing!r} applies to a number of steps; with "
+                "nbody.steps as a list of scale factors leave nbody.spacing out"
+            )
         if bounds.ndim != 1 or bounds.size < 2 or np.any(np.diff(bounds) <= 0):
             raise ValueError("nbody.steps as a list must be strictly increasing scale factors")
         if not (np.isclose(bounds[0], a_init) and np.isclose(bounds[-1], a_final)):

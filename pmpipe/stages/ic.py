@@ -29,16 +29,30 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     init = derive.initial_conditions(cfg, mesh, progress.timed)
     progress(f"{cfg.ic.lpt_order}LPT at a = {a_init} on {n}^3 particles")
     path = store_path(run_dir, "ic")
-    group = store.create(path, store.provenance(run_file, "ic", mesh, started)
-                         | {"a_init": a_init, "seed": cfg.ic.seed, "kept": cfg.outputs.ic},
-                         keepbits=cfg.outputs.keepbits)
+    group = store.create(
+        path,
+        store.provenance(run_file, "ic", mesh, started)
+        | {"a_init": a_init, "seed": cfg.ic.seed, "kept": cfg.outputs.ic},
+        keepbits=cfg.outputs.keepbits,
+    )
     if cfg.outputs.ic != "none":
         spacing = box_size / n
         for axis in "xyz":
-            store.write_coordinate(group, axis, np.arange(n) * spacing, "Mpc/h",
-                                   f"comoving {axis} of the particle-grid nodes")
-        store.write_array(group, "linear_density", init.delta_linear, ("x", "y", "z"), "1",
-                          "linear density contrast at a = 1")
+            store.write_coordinate(
+                group,
+                axis,
+                np.arange(n) * spacing,
+                "Mpc/h",
+                f"comoving {axis} of the particle-grid nodes",
+            )
+        store.write_array(
+            group,
+            "linear_density",
+            init.delta_linear,
+            ("x", "y", "z"),
+            "1",
+            "linear density contrast at a = 1",
+        )
     if cfg.outputs.ic == "all":
         write_lagrangian_coordinates(group, n, box_size)
         write_particles(group, init.disp, init.mom, a_init)

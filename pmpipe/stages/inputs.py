@@ -14,11 +14,17 @@ def ic_fields(init) -> dict:
 
 
 # Which outputs setting (config.Outputs) decides whether a stage's store holds an array
-STORED_BY = {"density": "outputs.density", "displacement": "outputs.particles",
-             "momentum": "outputs.particles", "lightcone_density": "outputs.lightcone",
-             "lightcone_healpix": "outputs.lightcone", "lightcone_healpix_alm": "outputs.lightcone",
-             "kappa": "outputs.lightcone", "kappa_healpix": "outputs.lightcone",
-             "kappa_healpix_alm": "outputs.lightcone"}
+STORED_BY = {
+    "density": "outputs.density",
+    "displacement": "outputs.particles",
+    "momentum": "outputs.particles",
+    "lightcone_density": "outputs.lightcone",
+    "lightcone_healpix": "outputs.lightcone",
+    "lightcone_healpix_alm": "outputs.lightcone",
+    "kappa": "outputs.lightcone",
+    "kappa_healpix": "outputs.lightcone",
+    "kappa_healpix_alm": "outputs.lightcone",
+}
 
 
 class Inputs:
@@ -46,8 +52,9 @@ class Inputs:
         from pmpipe.storage import store
 
         if stage not in self._groups:
-            self._groups[stage] = store.open_complete(store_path(self.run_dir, stage),
-                                                      self.run_file.config_hash)
+            self._groups[stage] = store.open_complete(
+                store_path(self.run_dir, stage), self.run_file.config_hash
+            )
         return self._groups[stage]
 
     def _take(self, stage: str, name: str, leading: tuple[int, ...]):
@@ -71,7 +78,8 @@ class Inputs:
             raise store.IncompleteStoreError(
                 f"{store_path(self.run_dir, stage)} does not keep {name} at full resolution "
                 f"({setting} of the run's config): run the run's stages together, "
-                f"pmpipe run all {self.run_dir / 'config.json'}")
+                f"pmpipe run all {self.run_dir / 'config.json'}"
+            )
         return group[name]
 
     def field(self, stage: str, name: str, leading: tuple[int, ...] = ()):

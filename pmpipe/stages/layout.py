@@ -11,17 +11,34 @@ from pmpipe.storage import store
 def write_lagrangian_coordinates(group: zarr.Group, n: int, box_size: float) -> None:
     """Coordinates qx, qy, qz (Lagrangian positions i L/N, Mpc/h) and component ('x', 'y', 'z')."""
     for axis in "xyz":
-        store.write_coordinate(group, f"q{axis}", np.arange(n) * (box_size / n), "Mpc/h",
-                               f"Lagrangian {axis} of the particles")
-    store.write_coordinate(group, "component", np.array(["x", "y", "z"]), "1",
-                           "vector component")
+        store.write_coordinate(
+            group,
+            f"q{axis}",
+            np.arange(n) * (box_size / n),
+            "Mpc/h",
+            f"Lagrangian {axis} of the particles",
+        )
+    store.write_coordinate(group, "component", np.array(["x", "y", "z"]), "1", "vector component")
 
 
 def write_particles(group: zarr.Group, disp, mom, a: float) -> None:
     """Particle displacement and momentum (qx, qy, qz, component) at scale factor a."""
     dims = ("qx", "qy", "qz", "component")
-    store.write_array(group, "displacement", disp, dims, "Mpc/h",
-                      "comoving displacement x - q of each particle from its Lagrangian position",
-                      a=float(a))
-    store.write_array(group, "momentum", mom, dims, "Mpc/h",
-                      "canonical momentum a^2 dx/dt / H0 of each particle", a=float(a))
+    store.write_array(
+        group,
+        "displacement",
+        disp,
+        dims,
+        "Mpc/h",
+        "comoving displacement x - q of each particle from its Lagrangian position",
+        a=float(a),
+    )
+    store.write_array(
+        group,
+        "momentum",
+        mom,
+        dims,
+        "Mpc/h",
+        "canonical momentum a^2 dx/dt / H0 of each particle",
+        a=float(a),
+    )

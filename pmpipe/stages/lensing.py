@@ -34,31 +34,63 @@ def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=Non
     thickness = cfg.plane_thickness()
 
     def mesh(k, plane, oversampling=1):
-        return (resolution.power_transfer(k, box.particles, box.box_size, box.oversample)
-                * resolution.thickness_transfer(k, thickness, box.box_size, power, oversampling))
+        return resolution.power_transfer(
+            k, box.particles, box.box_size, box.oversample
+        ) * resolution.thickness_transfer(k, thickness, box.box_size, power, oversampling)
 
     lens = config.section(cfg.lensing, "lensing")
     maps: dict[str, tuple] = {}
     if lens.flat_sky is not None:
         flat = lens.flat_sky
         fov = np.radians(flat.field_of_view)
-        maps[""] = (mesh, resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov, np.pi * flat.pixels / fov,
-                    (f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
-                    f"{flat.field_of_view:g} deg field"),
-                    f"map: the Nyquist multipole of its {flat.pixels} pixels")
+        maps[""] = (
+            mesh,
+            resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov,
+            np.pi * flat.pixels / fov,
+            (
+                f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
+                f"{flat.field_of_view:g} deg field"
+            ),
+            f"map: the Nyquist multipole of its {flat.pixels} pixels",
+        )
     if lens.full_sky is not None:
         ell_max = sky.healpix_ell_max(lens.full_sky.nside)
-        band = np.asarray(derive.shell_band_limits(cfg, derive.planes(cfg)) if shell_k_max is None else shell_k_max)
+        band = np.asarray(
+            derive.shell_band_limits(cfg, derive.planes(cfg))
+            if shell_k_max is None
+            else shell_k_max
+        )
 
         def shell(k, plane):
             return np.where(k <= band[plane], mesh(k, plane, SHELL_OVERSAMPLING), 0.0)
 
-        maps["_healpix"] = (shell, 2.0, float(ell_max), "map: the lowest multipole fitted",
-                            f"map: its band limit 3 nside - 1 = {ell_max}")
-    return {suffix: [resolution.resolved_multipoles(cosmo, chi_edges, transfer, box.box_size, c, w,
-                                                    power, low, high, why_low, why_high, table)
-                     for _, _, c, w in srcs]
-            for suffix, (transfer, low, high, why_low, why_high) in maps.items()}
+        maps["_healpix"] = (
+            shell,
+            2.0,
+            float(ell_max),
+            "map: the lowest multipole fitted",
+            f"map: its band limit 3 nside - 1 = {ell_max}",
+        )
+    return {
+        suffix: [
+            resolution.resolved_multipoles(
+                cosmo,
+                chi_edges,
+                transfer,
+                box.box_size,
+                c,
+                w,
+                power,
+                low,
+                high,
+                why_low,
+                why_high,
+                table,
+            )
+            for _, _, c, w in srcs
+        ]
+        for suffix, (transfer, low, high, why_low, why_high) in maps.items()
+    }
 
 
 def write_valid_ranges(group, ranges: dict) -> None:
@@ -67,10 +99,15 @@ def write_valid_ranges(group, ranges: dict) -> None:
     attribute ``reasons``."""
     for suffix, rows in ranges.items():
         for end, long_name in (("min", "lowest"), ("max", "highest")):
-            store.write_array(group, f"ell_{end}_valid{suffix}",
-                              np.array([getattr(r, f"ell_{end}") for r in rows]), ("source",),
-                              "1", f"{long_name} resolved multipole of the map (pmpipe.physics.resolution)",
-                              reasons=[getattr(r, f"{end}_reason") for r in rows])
+            store.write_array(
+                group,
+                f"ell_{end}_valid{suffix}",
+                np.array([getattr(r, f"ell_{end}") for r in rows]),
+                ("source",),
+                "1",
+                f"{long_name} resolved multipole of the map (pmpipe.physics.resolution)",
+                reasons=[getattr(r, f"{end}_reason") for r in rows],
+            )
 
 
 def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[float, str]]:
@@ -92,19 +129,28 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
             flat = config.section(cfg.lensing.flat_sky, "lensing.flat_sky")
             reach = np.pi * flat.pixels / np.radians(flat.field_of_view)
             field = f"lensing.flat_sky.pixels = {flat.pixels} ({flat.field_of_view:g} deg)"
-            change = ("lower lensing.flat_sky.pixels to about "
-                      f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}")
+            change = (
+                "lower lensing.flat_sky.pixels to about "
+                f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}"
+            )
         else:
             nside = config.section(cfg.lensing.full_sky, "lensing.full_sky").nside
             reach = sky.healpix_ell_max(nside)
             field = f"lensing.full_sky.nside = {nside}"
-            change = ("lower lensing.full_sky.nside to "
-                      f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}")
+            change = (
+                "lower lensing.full_sky.nside to "
+                f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}"
+            )
         if reach > far * resolved:
-            out[field] = (resolved, (f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
-                          f"the maps to {resolved:.0f} at most (source {srcs[best][0]}; "
-                          f"k_max_valid = {k_valid:.3g} h/Mpc): {change}, or raise box.particles "
-                          "or box.oversample (docs/lensing.md)"))
+            out[field] = (
+                resolved,
+                (
+                    f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
+                    f"the maps to {resolved:.0f} at most (source {srcs[best][0]}; "
+                    f"k_max_valid = {k_valid:.3g} h/Mpc): {change}, or raise box.particles "
+                    "or box.oversample (docs/lensing.md)"
+                ),
+            )
     return out
 
 
@@ -113,8 +159,10 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     outputs.lightcone is off (the weights and geometry always); returns the path."""
     cfg, mesh = run_file.config, inputs.mesh
     if cfg.lensing is None:
-        raise ValueError(f"run {run_file.run_id} has no lensing section, so it has no lensing stage "
-                         "(add lightcone and lensing sections to its campaign's base)")
+        raise ValueError(
+            f"run {run_file.run_id} has no lensing section, so it has no lensing stage "
+            "(add lightcone and lensing sections to its campaign's base)"
+        )
     started = store.now()
     nb = inputs.store("nbody")
     cosmo = derive.cosmology_params(cfg)
@@ -125,37 +173,77 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     weights = np.stack([lensing.plane_weights(cosmo, edges, c, w, table) for _, _, c, w in srcs])
     path = store_path(run_dir, "lensing")
     maps_kept = cfg.outputs.lightcone
-    group = store.create(path, store.provenance(run_file, "lensing", mesh, started)
-                         | {"maps_kept": maps_kept}, keepbits=cfg.outputs.keepbits)
-    store.write_coordinate(group, "source", np.array([s[0] for s in srcs]), "1",
-                           "source: 'z=<z>' for a single redshift, else the n(z) name")
-    store.write_array(group, "z_source", np.array([s[1] for s in srcs]), ("source",), "1",
-                      "source redshift (mean redshift of a distribution)")
+    group = store.create(
+        path,
+        store.provenance(run_file, "lensing", mesh, started) | {"maps_kept": maps_kept},
+        keepbits=cfg.outputs.keepbits,
+    )
+    store.write_coordinate(
+        group,
+        "source",
+        np.array([s[0] for s in srcs]),
+        "1",
+        "source: 'z=<z>' for a single redshift, else the n(z) name",
+    )
+    store.write_array(
+        group,
+        "z_source",
+        np.array([s[1] for s in srcs]),
+        ("source",),
+        "1",
+        "source redshift (mean redshift of a distribution)",
+    )
     store.write_coordinate(group, "plane", chi, "Mpc/h", "comoving distance of the plane's centre")
-    store.write_array(group, "plane_weight", weights, ("source", "plane"), "h/Mpc",
-                      "Born weight of the plane: lensing efficiency averaged over its thickness")
+    store.write_array(
+        group,
+        "plane_weight",
+        weights,
+        ("source", "plane"),
+        "h/Mpc",
+        "Born weight of the plane: lensing efficiency averaged over its thickness",
+    )
     shell_k_max = nb["plane_k_max_healpix"][:] if "plane_k_max_healpix" in nb else None
     write_valid_ranges(group, valid_ranges(cfg, cosmo, table, srcs, edges, shell_k_max))
-    group.attrs["k_max_valid"] = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size,
-                                                        cfg.box.oversample)
+    group.attrs["k_max_valid"] = resolution.k_max_valid(
+        cfg.box.particles, cfg.box.box_size, cfg.box.oversample
+    )
     flat = cfg.lensing.flat_sky
     if flat is not None:
         theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
         offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
-        planes = [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)]
+        planes = [
+            lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)
+        ]
         with progress.timed("lensing"):
-            kappa = lensing.flat_sky_convergence(planes, weights, cfg.box.box_size, chi, theta,
-                                                 offsets, mesh, np.dtype(cfg.nbody.dtype))
+            kappa = lensing.flat_sky_convergence(
+                planes,
+                weights,
+                cfg.box.box_size,
+                chi,
+                theta,
+                offsets,
+                mesh,
+                np.dtype(cfg.nbody.dtype),
+            )
             gamma1, gamma2 = jax.block_until_ready(lensing.shear_from_convergence(kappa))
-        progress(f"flat-sky maps: {len(srcs)} sources, {flat.pixels}^2 pixels over "
-                 f"{flat.field_of_view} deg")
+        progress(
+            f"flat-sky maps: {len(srcs)} sources, {flat.pixels}^2 pixels over "
+            f"{flat.field_of_view} deg"
+        )
         for axis in ("theta_x", "theta_y"):
-            store.write_coordinate(group, axis, np.degrees(theta), "deg",
-                                   f"angle of the pixel centre from the line of sight, {axis[-1]}")
+            store.write_coordinate(
+                group,
+                axis,
+                np.degrees(theta),
+                "deg",
+                f"angle of the pixel centre from the line of sight, {axis[-1]}",
+            )
         dims = ("source", "theta_x", "theta_y")
-        for name, data, long_name in (("kappa", kappa, "Born convergence"),
-                                      ("gamma1", gamma1, "shear, first component (Kaiser-Squires)"),
-                                      ("gamma2", gamma2, "shear, second component (Kaiser-Squires)")):
+        for name, data, long_name in (
+            ("kappa", kappa, "Born convergence"),
+            ("gamma1", gamma1, "shear, first component (Kaiser-Squires)"),
+            ("gamma2", gamma2, "shear, second component (Kaiser-Squires)"),
+        ):
             if maps_kept:
                 store.write_array(group, name, data, dims, "1", long_name)
         for i in range(len(srcs)):
@@ -163,25 +251,53 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     if cfg.lensing.full_sky is not None:
         nside = cfg.lensing.full_sky.nside
         with progress.timed("lensing"):
-            kappa_alm = weights @ np.asarray(inputs.array("nbody", "lightcone_healpix_alm"),
-                                             np.complex128)
+            kappa_alm = weights @ np.asarray(
+                inputs.array("nbody", "lightcone_healpix_alm"), np.complex128
+            )
             kappa_hp = np.stack([lightcone.healpix_map(a, nside) for a in kappa_alm])
             shear = [lensing.healpix_shear(a, nside) for a in kappa_alm]
         progress(f"full-sky maps: {len(srcs)} sources, nside {nside}")
-        attrs = {"grid_name": "HEALPix", "nside": nside, "nest": False,
-                 "ell_band_limit": sky.healpix_ell_max(nside), "pixel_window": "none"}
+        attrs = {
+            "grid_name": "HEALPix",
+            "nside": nside,
+            "nest": False,
+            "ell_band_limit": sky.healpix_ell_max(nside),
+            "pixel_window": "none",
+        }
         for name, data, long_name in (
-                ("kappa_healpix", kappa_hp, "Born convergence"),
-                ("gamma1_healpix", np.stack([g[0] for g in shear]), "shear, first component (healpy Q)"),
-                ("gamma2_healpix", np.stack([g[1] for g in shear]), "shear, second component (healpy U)")):
+            ("kappa_healpix", kappa_hp, "Born convergence"),
+            (
+                "gamma1_healpix",
+                np.stack([g[0] for g in shear]),
+                "shear, first component (healpy Q)",
+            ),
+            (
+                "gamma2_healpix",
+                np.stack([g[1] for g in shear]),
+                "shear, second component (healpy U)",
+            ),
+        ):
             if maps_kept:
-                store.write_array(group, name, data.astype(np.float32), ("source", "pixel"), "1",
-                                  long_name, **attrs)
+                store.write_array(
+                    group,
+                    name,
+                    data.astype(np.float32),
+                    ("source", "pixel"),
+                    "1",
+                    long_name,
+                    **attrs,
+                )
         if maps_kept:
-            store.write_array(group, "kappa_healpix_alm", kappa_alm.astype(np.complex64),
-                              ("source", "alm"), "1",
-                              "harmonic coefficients of the Born convergence (healpy's ordering)",
-                              ell_max=sky.healpix_ell_max(nside), ordering="healpy")
+            store.write_array(
+                group,
+                "kappa_healpix_alm",
+                kappa_alm.astype(np.complex64),
+                ("source", "alm"),
+                "1",
+                "harmonic coefficients of the Born convergence (healpy's ordering)",
+                ell_max=sky.healpix_ell_max(nside),
+                ordering="healpy",
+            )
         inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
         inputs.keep("lensing", "kappa_healpix_alm", kappa_alm)
     store.mark_complete(group)

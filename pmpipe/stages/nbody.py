@@ -44,8 +44,9 @@ class LightconeCapture:
         self.cfg, cone = cfg, config.section(cfg.lightcone, "lightcone")
         self.grid = grid
         self.planes = derive.planes(cfg)
-        self.transforms = lightcone.plane_transforms(cfg.ic.seed, len(self.planes), grid.force_cells,
-                                                     cone.randomize)
+        self.transforms = lightcone.plane_transforms(
+            cfg.ic.seed, len(self.planes), grid.force_cells, cone.randomize
+        )
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
         rays_nside, self.k_max = None, np.zeros(len(self.planes))
@@ -53,8 +54,16 @@ class LightconeCapture:
             rays_nside = sky.rays_nside(self.nside)
             self.k_max = derive.shell_band_limits(cfg, self.planes)
         self.capture = lightcone.capture_plan(
-            self.planes, self.transforms, cone.observer, grid.box_size, grid.force_cells,
-            cfg.plane_cells(), rays_nside, self.k_max, np.dtype(grid.dtype))
+            self.planes,
+            self.transforms,
+            cone.observer,
+            grid.box_size,
+            grid.force_cells,
+            cfg.plane_cells(),
+            rays_nside,
+            self.k_max,
+            np.dtype(grid.dtype),
+        )
         self.flat: dict[int, jax.Array] = {}
         self.alm: np.ndarray | None = None
         self.needed = 0
@@ -65,7 +74,9 @@ class LightconeCapture:
         planes = config.section(result.planes, "captured planes")
         self.flat = {j: planes[j] for j in range(len(self.planes))}
         if self.nside is not None:
-            rays = parallel.to_host(result.shells)[:len(self.planes)].astype(np.float64)  # rows beyond: padding
+            rays = parallel.to_host(result.shells)[: len(self.planes)].astype(
+                np.float64
+            )  # rows beyond: padding
             self.alm = np.stack([lightcone.shell_alm(r, self.nside) for r in rays])
 
     def write(self, group, planes_kept: bool) -> None:
@@ -76,50 +87,115 @@ class LightconeCapture:
         if missing:
             raise RuntimeError(f"lightcone planes {missing} were never crossed during the N-body")
         planes, cell = self.planes, self.grid.cell_size
-        store.write_coordinate(group, "plane", planes.chi, "Mpc/h",
-                               "comoving distance of the plane's centre from the observer")
-        store.write_array(group, "plane_a", planes.a, ("plane",), "1",
-                          "scale factor at which the light cone crosses the plane's centre")
-        store.write_array(group, "plane_chi_lo", planes.chi_edges[:-1], ("plane",), "Mpc/h",
-                          "comoving distance of the plane's near edge")
-        store.write_array(group, "plane_chi_hi", planes.chi_edges[1:], ("plane",), "Mpc/h",
-                          "comoving distance of the plane's far edge")
+        store.write_coordinate(
+            group,
+            "plane",
+            planes.chi,
+            "Mpc/h",
+            "comoving distance of the plane's centre from the observer",
+        )
+        store.write_array(
+            group,
+            "plane_a",
+            planes.a,
+            ("plane",),
+            "1",
+            "scale factor at which the light cone crosses the plane's centre",
+        )
+        store.write_array(
+            group,
+            "plane_chi_lo",
+            planes.chi_edges[:-1],
+            ("plane",),
+            "Mpc/h",
+            "comoving distance of the plane's near edge",
+        )
+        store.write_array(
+            group,
+            "plane_chi_hi",
+            planes.chi_edges[1:],
+            ("plane",),
+            "Mpc/h",
+            "comoving distance of the plane's far edge",
+        )
         if self.nside is not None:
-            store.write_array(group, "plane_k_max_healpix", self.k_max, ("plane",), "h/Mpc",
-                              "band limit of the density sampled for the plane's full-sky shell")
+            store.write_array(
+                group,
+                "plane_k_max_healpix",
+                self.k_max,
+                ("plane",),
+                "h/Mpc",
+                "band limit of the density sampled for the plane's full-sky shell",
+            )
         observer = cone.observer
-        group.attrs.update({
-            "plane_thickness": self.cfg.plane_thickness(), "plane_cells": self.cfg.plane_cells(),
-            "observer": list(observer), "lightcone_needed_halo_cells": self.needed,
-            "plane_transforms": [
-                {"axes": list(t.axes), "flips": list(t.flips), "shift_cells": list(t.shift),
-                 "offsets": list(lightcone.plane_offsets(observer, t))} for t in self.transforms]})
+        group.attrs.update(
+            {
+                "plane_thickness": self.cfg.plane_thickness(),
+                "plane_cells": self.cfg.plane_cells(),
+                "observer": list(observer),
+                "lightcone_needed_halo_cells": self.needed,
+                "plane_transforms": [
+                    {
+                        "axes": list(t.axes),
+                        "flips": list(t.flips),
+                        "shift_cells": list(t.shift),
+                        "offsets": list(lightcone.plane_offsets(observer, t)),
+                    }
+                    for t in self.transforms
+                ],
+            }
+        )
         if not planes_kept:
             return
         for axis in "uv":
-            store.write_coordinate(group, axis, np.arange(self.grid.force_cells) * cell, "Mpc/h",
-                                   f"transverse {axis} of the plane grid (observer axes)")
+            store.write_coordinate(
+                group,
+                axis,
+                np.arange(self.grid.force_cells) * cell,
+                "Mpc/h",
+                f"transverse {axis} of the plane grid (observer axes)",
+            )
         first = self.flat[0]
         array = store.create_array(
-            group, "lightcone_density", (len(planes),) + first.shape, first.dtype,
-            ("plane", "u", "v"), "Mpc/h",
+            group,
+            "lightcone_density",
+            (len(planes),) + first.shape,
+            first.dtype,
+            ("plane", "u", "v"),
+            "Mpc/h",
             "projected overdensity of the plane, integral of delta along the line of sight, "
-            "plane mean removed (CIC window not divided out)", (1,) + store.block_chunks(first))
+            "plane mean removed (CIC window not divided out)",
+            (1,) + store.block_chunks(first),
+        )
         for j in range(len(planes)):
             store.write_blocks(array, self.flat[j], (j,))
         if self.nside is not None and self.alm is not None:
             ell_max = sky.healpix_ell_max(self.nside)
             shells = np.stack([lightcone.healpix_map(a, self.nside) for a in self.alm])
-            store.write_array(group, "lightcone_healpix", shells.astype(np.float32),
-                              ("plane", "pixel"), "Mpc/h",
-                              "projected overdensity of the shell, band-limited to "
-                              "ell <= 3 nside - 1 (no pixel window), pixel mean removed",
-                              grid_name="HEALPix", nside=self.nside, nest=False,
-                              ell_band_limit=ell_max, pixel_window="none")
-            store.write_array(group, "lightcone_healpix_alm", self.alm.astype(np.complex64),
-                              ("plane", "alm"), "Mpc/h",
-                              "harmonic coefficients of the shell up to ell_max (healpy's "
-                              "ordering), monopole 0", ell_max=ell_max, ordering="healpy")
+            store.write_array(
+                group,
+                "lightcone_healpix",
+                shells.astype(np.float32),
+                ("plane", "pixel"),
+                "Mpc/h",
+                "projected overdensity of the shell, band-limited to "
+                "ell <= 3 nside - 1 (no pixel window), pixel mean removed",
+                grid_name="HEALPix",
+                nside=self.nside,
+                nest=False,
+                ell_band_limit=ell_max,
+                pixel_window="none",
+            )
+            store.write_array(
+                group,
+                "lightcone_healpix_alm",
+                self.alm.astype(np.complex64),
+                ("plane", "alm"),
+                "Mpc/h",
+                "harmonic coefficients of the shell up to ell_max (healpy's ordering), monopole 0",
+                ell_max=ell_max,
+                ordering="healpy",
+            )
 
     def keep(self, inputs: Inputs) -> None:
         """Hand the planes and shells to the lensing stage of this process."""
@@ -138,8 +214,12 @@ def _block_mean(block, factor: int):
 def downsample(field, factor: int, mesh: Mesh):
     """Means over factor^3 cells of a sharded (M, M, M) field: (M/f, M/f, M/f), each device
     averaging its own block (f divides the block)."""
-    return jax.shard_map(functools.partial(_block_mean, factor=factor), mesh=mesh,
-                         in_specs=FIELD_SPEC, out_specs=FIELD_SPEC)(field)
+    return jax.shard_map(
+        functools.partial(_block_mean, factor=factor),
+        mesh=mesh,
+        in_specs=FIELD_SPEC,
+        out_specs=FIELD_SPEC,
+    )(field)
 
 
 def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
@@ -154,51 +234,97 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     grid = derive.grid(cfg, mesh)
     cosmo = derive.cosmology_params(cfg)
     table = cosmology.growth_table(cosmo)
-    progress(f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.force_cells}^3 mesh")
+    progress(
+        f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.force_cells}^3 mesh"
+    )
     capture = LightconeCapture(cfg, grid) if cfg.lightcone is not None else None
     plan = capture.capture if capture is not None else None
     if cfg.checkpoints is None:
         with progress.timed("pm_steps"):
-            result = nbody.evolve(cosmo, inputs.field("ic", "displacement"),
-                                  inputs.field("ic", "momentum"), bounds, grid, snapshots,
-                                  table, plan, stop_early=True)
+            result = nbody.evolve(
+                cosmo,
+                inputs.field("ic", "displacement"),
+                inputs.field("ic", "momentum"),
+                bounds,
+                grid,
+                snapshots,
+                table,
+                plan,
+                stop_early=True,
+            )
         path = _finish(run_file, run_dir, inputs, progress, result, grid, capture, bounds, started)
     else:
         schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
         with schedule.listening():
             with progress.timed("pm_steps"):
-                result = _evolve_checkpointed(run_file, run_dir, inputs, schedule, cosmo, bounds,
-                                              grid, snapshots, table, plan, progress)
-            path = _finish(run_file, run_dir, inputs, progress, result, grid, capture, bounds, started)
+                result = _evolve_checkpointed(
+                    run_file,
+                    run_dir,
+                    inputs,
+                    schedule,
+                    cosmo,
+                    bounds,
+                    grid,
+                    snapshots,
+                    table,
+                    plan,
+                    progress,
+                )
+            path = _finish(
+                run_file, run_dir, inputs, progress, result, grid, capture, bounds, started
+            )
         if not cfg.checkpoints.keep:
             checkpoint.remove(run_dir)
     return path
 
 
-def _evolve_checkpointed(run_file, run_dir, inputs: Inputs, schedule: checkpoint.Schedule,
-                         cosmo, bounds, grid, snapshots, table, plan,
-                         progress: Progress) -> nbody.NBodyResult:
+def _evolve_checkpointed(
+    run_file,
+    run_dir,
+    inputs: Inputs,
+    schedule: checkpoint.Schedule,
+    cosmo,
+    bounds,
+    grid,
+    snapshots,
+    table,
+    plan,
+    progress: Progress,
+) -> nbody.NBodyResult:
     """The evolution one step at a time from the run's newest checkpoint (else from the ICs),
     writing checkpoints when ``schedule`` says; after a signal, a checkpoint and Preempted."""
     mesh, steps = inputs.mesh, len(bounds) - 1
     found = checkpoint.newest(run_dir, run_file.config_hash)
     if found is None:
-        state, done = nbody.start_state(cosmo, inputs.field("ic", "displacement"),
-                                        inputs.field("ic", "momentum"), bounds, grid,
-                                        snapshots, table, plan), 0
+        state, done = (
+            nbody.start_state(
+                cosmo,
+                inputs.field("ic", "displacement"),
+                inputs.field("ic", "momentum"),
+                bounds,
+                grid,
+                snapshots,
+                table,
+                plan,
+            ),
+            0,
+        )
     else:
-        particles = jax.ShapeDtypeStruct((grid.particles,) * 3 + (3,),
-                                         np.dtype(run_file.config.nbody.dtype),
-                                         sharding=parallel.field_sharding(mesh))
-        like = nbody.start_state(cosmo, particles, particles, bounds, grid, snapshots, table,
-                                 plan)
+        particles = jax.ShapeDtypeStruct(
+            (grid.particles,) * 3 + (3,),
+            np.dtype(run_file.config.nbody.dtype),
+            sharding=parallel.field_sharding(mesh),
+        )
+        like = nbody.start_state(cosmo, particles, particles, bounds, grid, snapshots, table, plan)
         state, done = checkpoint.read(found, mesh, like)
         progress(f"resumed after step {done} of {steps} (a = {bounds[done]:.4g}) from {found}")
 
     def after_step(state: nbody.State, step: int) -> None:
         stop = step < steps and schedule.stop_requested()
         if stop or (step < steps and schedule.due(step)):
-            nbody.check_state(state.trouble, state.needed, bounds, grid.halo)  # none of a broken state
+            nbody.check_state(
+                state.trouble, state.needed, bounds, grid.halo
+            )  # none of a broken state
             written = checkpoint.write(run_dir, run_file, mesh, state, step, bounds[step])
             schedule.written()
             progress(f"checkpoint after step {step} of {steps} (a = {bounds[step]:.4g}): {written}")
@@ -206,46 +332,83 @@ def _evolve_checkpointed(run_file, run_dir, inputs: Inputs, schedule: checkpoint
                 signum, schedule.signalled = schedule.signalled, None
                 raise checkpoint.Preempted(
                     f"stopped by a signal after step {step} of {steps}; its checkpoint "
-                    f"{written} resumes the run when it is started again", signum)
+                    f"{written} resumes the run when it is started again",
+                    signum,
+                )
 
-    return nbody.evolve_stepwise(cosmo, state, done, bounds, grid, snapshots, table, plan,
-                                 after_step)
+    return nbody.evolve_stepwise(
+        cosmo, state, done, bounds, grid, snapshots, table, plan, after_step
+    )
 
 
-def _finish(run_file, run_dir, inputs: Inputs, progress: Progress, result: nbody.NBodyResult,
-            grid: Grid, capture, bounds, started) -> Path:
+def _finish(
+    run_file,
+    run_dir,
+    inputs: Inputs,
+    progress: Progress,
+    result: nbody.NBodyResult,
+    grid: Grid,
+    capture,
+    bounds,
+    started,
+) -> Path:
     """Write nbody.zarr from the evolution's result; keep its fields for the next stages."""
     cfg, mesh = run_file.config, inputs.mesh
     a_init, a_final = float(bounds[0]), cfg.nbody.a_final
     snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
     if capture is not None:
         capture.receive(result)
-    progress(f"evolved {len(bounds) - 1} steps"
-             + (f" and {len(capture.planes)} lightcone planes" if capture else "")
-             + f" in {result.seconds:.2f} s")
+    progress(
+        f"evolved {len(bounds) - 1} steps"
+        + (f" and {len(capture.planes)} lightcone planes" if capture else "")
+        + f" in {result.seconds:.2f} s"
+    )
     out = cfg.outputs
     path = store_path(run_dir, "nbody")
-    group = store.create(path, store.provenance(run_file, "nbody", mesh, started) | {
-        "a_init": a_init, "a_final": a_final, "step_boundaries": [float(a) for a in bounds],
-        "needed_halo_cells": int(result.needed_halo),
-        "evolution_seconds": round(result.seconds, 4),
-        "density_kept": out.density, "particles_kept": out.particles,
-        "lightcone_kept": out.lightcone}, keepbits=out.keepbits)
+    group = store.create(
+        path,
+        store.provenance(run_file, "nbody", mesh, started)
+        | {
+            "a_init": a_init,
+            "a_final": a_final,
+            "step_boundaries": [float(a) for a in bounds],
+            "needed_halo_cells": int(result.needed_halo),
+            "evolution_seconds": round(result.seconds, 4),
+            "density_kept": out.density,
+            "particles_kept": out.particles,
+            "lightcone_kept": out.lightcone,
+        },
+        keepbits=out.keepbits,
+    )
     store.write_coordinate(group, "a", snapshots, "1", "scale factor of the snapshot")
     if out.density != "none":
         factor = 1 if out.density == "full" else out.density
         nodes = mesh_node_positions(grid).reshape(-1, factor).mean(axis=1)
         for axis in "xyz":
-            store.write_coordinate(group, axis, nodes, "Mpc/h",
-                                   f"comoving {axis} of the force-mesh nodes"
-                                   + (f" (centres of {factor}^3 cells)" if factor > 1 else ""))
-        kept = [result.snapshots[a] if factor == 1 else downsample(result.snapshots[a], factor, mesh)
-                for a in snapshots]
+            store.write_coordinate(
+                group,
+                axis,
+                nodes,
+                "Mpc/h",
+                f"comoving {axis} of the force-mesh nodes"
+                + (f" (centres of {factor}^3 cells)" if factor > 1 else ""),
+            )
+        kept = [
+            result.snapshots[a] if factor == 1 else downsample(result.snapshots[a], factor, mesh)
+            for a in snapshots
+        ]
         density = store.create_array(
-            group, "density", (len(snapshots),) + kept[0].shape, kept[0].dtype,
-            ("a", "x", "y", "z"), "1", "matter density in units of the mean, rho / rho_mean (CIC)"
+            group,
+            "density",
+            (len(snapshots),) + kept[0].shape,
+            kept[0].dtype,
+            ("a", "x", "y", "z"),
+            "1",
+            "matter density in units of the mean, rho / rho_mean (CIC)"
             + (f", mean over {factor}^3 force-mesh cells" if factor > 1 else ""),
-            (1,) + store.block_chunks(kept[0]), downsampled=factor)
+            (1,) + store.block_chunks(kept[0]),
+            downsampled=factor,
+        )
         for i, field in enumerate(kept):
             store.write_blocks(density, field, (i,))
     if out.particles:

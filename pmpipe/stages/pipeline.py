@@ -31,6 +31,7 @@ from pmpipe.stages.inputs import Inputs
 
 LOG = log.get(__name__)
 
+
 @dataclasses.dataclass(frozen=True)
 class StageRecord:
     """One stage computed in this process: wall seconds, seconds per physics phase
@@ -83,11 +84,19 @@ def compute_stage(stage: str, run_file, inputs: Inputs) -> StageRecord:
     seconds, counts = time.perf_counter() - start, compilation.totals() - before
     written = store.write_totals() - written
     progress(f"{counts.summary()}")
-    return StageRecord(stage, seconds, dict(progress.physics),
-                       {"programs": counts.programs, "compiled": counts.compiled,
-                        "cache_hits": counts.hits, "seconds": counts.seconds},
-                       {"bytes": written.bytes, "seconds": written.seconds},
-                       directory_bytes(path) if jax.process_index() == 0 else 0)
+    return StageRecord(
+        stage,
+        seconds,
+        dict(progress.physics),
+        {
+            "programs": counts.programs,
+            "compiled": counts.compiled,
+            "cache_hits": counts.hits,
+            "seconds": counts.seconds,
+        },
+        {"bytes": written.bytes, "seconds": written.seconds},
+        directory_bytes(path) if jax.process_index() == 0 else 0,
+    )
 
 
 def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
@@ -107,14 +116,16 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         run_id = run_file.run_id
         todo = runner.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
         names = stages.run_stages(run_file.config)
-        inputs = Inputs(config_path.parent, run_file,
-                               mesh_of(run_file.config.parallel.pdims), keep=True)
+        inputs = Inputs(
+            config_path.parent, run_file, mesh_of(run_file.config.parallel.pdims), keep=True
+        )
         for stage in todo:
             if guard is not None and guard.stop_requested():
                 raise checkpoint.Preempted(
                     f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
                     f"{stage} of run {run_id}, which resumes there when started again",
-                    guard.signalled)
+                    guard.signalled,
+                )
             computed.append(compute_stage(stage, run_file, inputs))
         inputs.forget()
         skipped = tuple(s for s in names if s not in todo)
@@ -125,8 +136,15 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         if jax.process_index() == 0:
             LOG.error("[pmpipe run %s] traceback:\n%s", run_id, traceback.format_exc())
         line = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
-        return Outcome(config_path, run_id, tuple(computed), (), time.perf_counter() - start,
-                       error=line, failed_stage=stage)
+        return Outcome(
+            config_path,
+            run_id,
+            tuple(computed),
+            (),
+            time.perf_counter() - start,
+            error=line,
+            failed_stage=stage,
+        )
 
 
 def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
@@ -143,16 +161,24 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     paths = [Path(p) for p in config_paths]
     launcher, processes = runner.start(paths)
     if processes > 1:
-        LOG.info("[pmpipe] process %d of %d (%s): %d local of %d devices", jax.process_index(),
-                 processes, launcher, jax.local_device_count(), jax.device_count(),
-                 extra=log.EVERY_PROCESS)
+        LOG.info(
+            "[pmpipe] process %d of %d (%s): %d local of %d devices",
+            jax.process_index(),
+            processes,
+            launcher,
+            jax.local_device_count(),
+            jax.device_count(),
+            extra=log.EVERY_PROCESS,
+        )
     meshes: dict[tuple[int, ...], object] = {}  # the one device mesh of the job, by pdims
 
     def mesh_of(pdims):
         pdims = tuple(pdims)
         if meshes and pdims not in meshes:
-            raise ValueError(f"parallel.pdims {list(pdims)} differs from {list(next(iter(meshes)))} "
-                             "of the job's first run: the runs of one job share their device mesh")
+            raise ValueError(
+                f"parallel.pdims {list(pdims)} differs from {list(next(iter(meshes)))} "
+                "of the job's first run: the runs of one job share their device mesh"
+            )
         if pdims not in meshes:
             meshes[pdims] = parallel.make_mesh(pdims)
         return meshes[pdims]
@@ -178,8 +204,10 @@ def peak_memory() -> dict:
 
     stats = jax.local_devices()[0].memory_stats() or {}
     device = stats.get("peak_bytes_in_use")
-    return {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak_device_mb": None if device is None else device / 1e6}
+    return {
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_device_mb": None if device is None else device / 1e6,
+    }
 
 
 def job_record(outcomes: list[Outcome], wall_s: float) -> dict:
@@ -191,14 +219,28 @@ def job_record(outcomes: list[Outcome], wall_s: float) -> dict:
 
     counts = compilation.totals()
     return {
-        "wall_s": wall_s, "processes": jax.process_count(), "devices": jax.device_count(),
-        "platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
-        "compilation": {"programs": counts.programs, "compiled": counts.compiled,
-                        "cache_hits": counts.hits, "seconds": counts.seconds},
+        "wall_s": wall_s,
+        "processes": jax.process_count(),
+        "devices": jax.device_count(),
+        "platform": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "compilation": {
+            "programs": counts.programs,
+            "compiled": counts.compiled,
+            "cache_hits": counts.hits,
+            "seconds": counts.seconds,
+        },
         **peak_memory(),
-        "runs": [{"run_id": o.run_id, "seconds": o.seconds, "skipped": list(o.skipped),
-                  "error": o.error, "stages": [dataclasses.asdict(r) for r in o.computed]}
-                 for o in outcomes],
+        "runs": [
+            {
+                "run_id": o.run_id,
+                "seconds": o.seconds,
+                "skipped": list(o.skipped),
+                "error": o.error,
+                "stages": [dataclasses.asdict(r) for r in o.computed],
+            }
+            for o in outcomes
+        ],
     }
 
 
@@ -208,8 +250,9 @@ def run_job(config_paths) -> list[str]:
     outcomes = run_all(config_paths)
     failed = [o for o in outcomes if o.error is not None]
     if failed:
-        raise RuntimeError("; ".join(f"run {o.run_id} failed in stage {o.failed_stage}: {o.error}"
-                                     for o in failed))
+        raise RuntimeError(
+            "; ".join(f"run {o.run_id} failed in stage {o.failed_stage}: {o.error}" for o in failed)
+        )
     return [o.run_id for o in outcomes]
 
 
@@ -217,8 +260,10 @@ def summary_line(outcome: Outcome) -> str:
     """'[pmpipe run <id>] ...' line of one run: computed and skipped stages, or the error."""
     prefix = f"[pmpipe run {outcome.run_id}]"
     if outcome.error is not None:
-        return (f"{prefix} FAILED in stage {outcome.failed_stage}: {outcome.error} "
-                f"({outcome.config_path})")
+        return (
+            f"{prefix} FAILED in stage {outcome.failed_stage}: {outcome.error} "
+            f"({outcome.config_path})"
+        )
     if not outcome.computed:
         return f"{prefix} complete already: {', '.join(outcome.skipped)} skipped"
     skipped = f"; {', '.join(outcome.skipped)} complete already" if outcome.skipped else ""
@@ -230,15 +275,24 @@ def main(argv=None) -> int:
     checkpoint.PREEMPTED_EXIT when a signal stopped the job (its checkpoint written)."""
     parser = argparse.ArgumentParser(
         prog="python -m pmpipe.stages.pipeline",
-        description="run every stage of one or more runs in one process")
+        description="run every stage of one or more runs in one process",
+    )
     parser.add_argument("config", nargs="+", help="runs' config.json files")
-    parser.add_argument("--report", metavar="JSON",
-                        help="write the job's record (times, physics, compilations, memory) here")
-    parser.add_argument("--stop-ahead", metavar="SECONDS", type=int, default=0,
-                        help="inside a SLURM job, signal this process (SIGUSR2: the N-body writes "
-                             "a checkpoint and the job requeues itself) SECONDS before the job's "
-                             "time limit; SLURM's own --signal reaches job steps only, not a "
-                             "stage run in the batch step")
+    parser.add_argument(
+        "--report",
+        metavar="JSON",
+        help="write the job's record (times, physics, compilations, memory) here",
+    )
+    parser.add_argument(
+        "--stop-ahead",
+        metavar="SECONDS",
+        type=int,
+        default=0,
+        help="inside a SLURM job, signal this process (SIGUSR2: the N-body writes "
+        "a checkpoint and the job requeues itself) SECONDS before the job's "
+        "time limit; SLURM's own --signal reaches job steps only, not a "
+        "stage run in the batch step",
+    )
     args = parser.parse_args(argv)
     from pmpipe.orchestration import slurm_job
     from pmpipe.storage import checkpoint
@@ -248,8 +302,12 @@ def main(argv=None) -> int:
         parser.error(f"--stop-ahead must be 0 (off) or a number of seconds, not {args.stop_ahead}")
     delay = slurm_job.signal_before_time_limit(args.stop_ahead)
     if delay is not None:
-        LOG.info("[pmpipe] SIGUSR2 to this process in %.0f s, %d s before the job's time limit",
-                 delay, args.stop_ahead, extra=log.EVERY_PROCESS)
+        LOG.info(
+            "[pmpipe] SIGUSR2 to this process in %.0f s, %d s before the job's time limit",
+            delay,
+            args.stop_ahead,
+            extra=log.EVERY_PROCESS,
+        )
 
     try:
         outcomes = run_all(args.config, args.report)
@@ -258,8 +316,12 @@ def main(argv=None) -> int:
         return checkpoint.PREEMPTED_EXIT
     failed = [o for o in outcomes if o.error is not None]
     if failed:
-        LOG.error("error: %d of %d runs failed: %s", len(failed), len(outcomes),
-                  ", ".join(o.run_id for o in failed))
+        LOG.error(
+            "error: %d of %d runs failed: %s",
+            len(failed),
+            len(outcomes),
+            ", ".join(o.run_id for o in failed),
+        )
         return 1
     return 0
 

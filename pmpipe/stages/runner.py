@@ -46,8 +46,13 @@ class Progress:
 
     def __call__(self, message: str, every_process: bool = False) -> None:
         elapsed = time.perf_counter() - self.start
-        LOG.info("%s %s (%.1f s)", self.prefix, message, elapsed,
-                 extra=log.EVERY_PROCESS if every_process else None)
+        LOG.info(
+            "%s %s (%.1f s)",
+            self.prefix,
+            message,
+            elapsed,
+            extra=log.EVERY_PROCESS if every_process else None,
+        )
 
 
 def start(config_paths) -> tuple[str, int]:
@@ -67,8 +72,9 @@ def start(config_paths) -> tuple[str, int]:
     from pmpipe import parallel
 
     pdims = validation.load_run_file(config_paths[0]).config.parallel.pdims
-    parallel.use_compilation_cache(Path(config_paths[0]).absolute().parent.parent.parent
-                                   / ".jax_cache")
+    parallel.use_compilation_cache(
+        Path(config_paths[0]).absolute().parent.parent.parent / ".jax_cache"
+    )
     launched = parallel.start_processes(math.prod(pdims))
     log.configure(jax.process_index())
     return launched
@@ -107,9 +113,11 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
     run_file = load(config_path)
     progress = Progress(stage, run_file.run_id)
     if processes > 1:
-        progress(f"process {jax.process_index()} of {processes} ({launcher}): "
-                 f"{jax.local_device_count()} local of {jax.device_count()} devices",
-                 every_process=True)
+        progress(
+            f"process {jax.process_index()} of {processes} ({launcher}): "
+            f"{jax.local_device_count()} local of {jax.device_count()} devices",
+            every_process=True,
+        )
     mesh = parallel.make_mesh(run_file.config.parallel.pdims)
     inputs = Inputs(Path(config_path).parent, run_file, mesh)
     return execute(stage, run_file, inputs, progress)
@@ -125,8 +133,13 @@ def run_checked(stage: str, config_path: str | Path) -> int:
 
     try:
         run_stage(stage, config_path)
-    except (config.ConfigError, store.IncompleteStoreError, painting.HaloError,
-            nbody.NumericalError, ValueError) as err:
+    except (
+        config.ConfigError,
+        store.IncompleteStoreError,
+        painting.HaloError,
+        nbody.NumericalError,
+        ValueError,
+    ) as err:
         LOG.error("error: %s", err)
         return 2
     except (store.StoreWriteError, OSError) as err:
@@ -160,9 +173,13 @@ def stopped(err: Preempted) -> str:
 
 def main(stage: str, argv=None) -> int:
     """``python -m pmpipe.stages.<stage> CONFIG``."""
-    parser = argparse.ArgumentParser(prog=f"python -m pmpipe.stages.{stage}",
-                                     description=f"run the {stage} stage of one simulation")
-    parser.add_argument("config", help="the run's config.json (results/<campaign>/<run_id>/config.json)")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m pmpipe.stages.{stage}",
+        description=f"run the {stage} stage of one simulation",
+    )
+    parser.add_argument(
+        "config", help="the run's config.json (results/<campaign>/<run_id>/config.json)"
+    )
     log.configure()
     return run_checked(stage, parser.parse_args(argv).config)
 
@@ -195,7 +212,9 @@ def run_status(run_dir: str | Path) -> str:
     from pmpipe.storage import store
 
     config_path = Path(run_dir) / "config.json"
-    stages = run_stages(validation.load_run_file(config_path).config) if config_path.exists() else STAGES
+    stages = (
+        run_stages(validation.load_run_file(config_path).config) if config_path.exists() else STAGES
+    )
     done = [s for s in stages if store.is_complete(store_path(run_dir, s))]
     if len(done) == len(stages):
         return "complete"

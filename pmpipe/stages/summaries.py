@@ -38,43 +38,77 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     for i in range(a.size):
         field = inputs.field("nbody", "density", (i,))
         with progress.timed("statistics"):
-            k_mean, pk, modes = stats.power_spectrum(field, mesh, box_size, n_bins,
-                                                     compensate_cic=cfg.summaries.compensate_cic)
+            k_mean, pk, modes = stats.power_spectrum(
+                field, mesh, box_size, n_bins, compensate_cic=cfg.summaries.compensate_cic
+            )
         spectra.append(pk)
         progress(f"P(k) at a = {a[i]:.4f}")
     cosmo = derive.cosmology_params(cfg)
-    growth = np.asarray(cosmology.growth_factor(cosmo, a, cosmology.growth_table(cosmo)), np.float64)
+    growth = np.asarray(
+        cosmology.growth_factor(cosmo, a, cosmology.growth_table(cosmo)), np.float64
+    )
     k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
     k_eval = np.where(np.isfinite(k_mean), k_mean, k_centre)
-    linear = growth[:, None] ** 2 * np.asarray(derive.linear_power(cfg)(k_eval), np.float64)[None, :]
+    linear = (
+        growth[:, None] ** 2 * np.asarray(derive.linear_power(cfg)(k_eval), np.float64)[None, :]
+    )
     shot_noise = box_size**3 / cfg.box.particles**3
     path = store_path(run_dir, "summaries")
     group = store.create(path, store.provenance(run_file, "summaries", mesh, started))
     store.write_coordinate(group, "a", a, "1", "scale factor of the snapshot")
-    store.write_coordinate(group, "k", k_centre, "h/Mpc",
-                           "centre of the |k| bin (bins of width 2 pi / L from 0)")
-    store.write_array(group, "pk", np.asarray(spectra), ("a", "k"), "(Mpc/h)^3",
-                      "matter power spectrum of rho / rho_mean, CIC window divided out"
-                      if cfg.summaries.compensate_cic else "matter power spectrum of rho / rho_mean",
-                      shot_noise=shot_noise, shot_noise_subtracted=False,
-                      compensated=cfg.summaries.compensate_cic)
-    store.write_array(group, "k_lo", k_centre - np.pi / box_size, ("k",), "h/Mpc",
-                      "lower edge of the |k| bin")
-    store.write_array(group, "k_hi", k_centre + np.pi / box_size, ("k",), "h/Mpc",
-                      "upper edge of the |k| bin")
+    store.write_coordinate(
+        group, "k", k_centre, "h/Mpc", "centre of the |k| bin (bins of width 2 pi / L from 0)"
+    )
+    store.write_array(
+        group,
+        "pk",
+        np.asarray(spectra),
+        ("a", "k"),
+        "(Mpc/h)^3",
+        "matter power spectrum of rho / rho_mean, CIC window divided out"
+        if cfg.summaries.compensate_cic
+        else "matter power spectrum of rho / rho_mean",
+        shot_noise=shot_noise,
+        shot_noise_subtracted=False,
+        compensated=cfg.summaries.compensate_cic,
+    )
+    store.write_array(
+        group, "k_lo", k_centre - np.pi / box_size, ("k",), "h/Mpc", "lower edge of the |k| bin"
+    )
+    store.write_array(
+        group, "k_hi", k_centre + np.pi / box_size, ("k",), "h/Mpc", "upper edge of the |k| bin"
+    )
     store.write_array(group, "k_mean", k_mean, ("k",), "h/Mpc", "mean |k| of the modes in the bin")
     store.write_array(group, "modes", modes, ("k",), "1", "number of Fourier modes in the bin")
-    store.write_array(group, "pk_linear", linear, ("a", "k"), "(Mpc/h)^3",
-                      "linear theory D1(a)^2 P_lin(k) at k_mean")
+    store.write_array(
+        group,
+        "pk_linear",
+        linear,
+        ("a", "k"),
+        "(Mpc/h)^3",
+        "linear theory D1(a)^2 P_lin(k) at k_mean",
+    )
     k_valid = resolution.k_max_valid(cfg.box.particles, box_size, cfg.box.oversample)
-    store.write_array(group, "k_max_valid", np.full(a.size, k_valid), ("a",), "h/Mpc",
-                      "highest wavenumber at which the particle grid and force mesh give "
-                      f"P(k) within {resolution.POWER_TOLERANCE:.0%} of a converged run "
-                      "(pmpipe.physics.resolution)")
+    store.write_array(
+        group,
+        "k_max_valid",
+        np.full(a.size, k_valid),
+        ("a",),
+        "h/Mpc",
+        "highest wavenumber at which the particle grid and force mesh give "
+        f"P(k) within {resolution.POWER_TOLERANCE:.0%} of a converged run "
+        "(pmpipe.physics.resolution)",
+    )
     group.attrs["shot_noise"] = shot_noise
     with progress.timed("statistics"):
-        write_initial_correlation(group, cfg, inputs, n_bins,
-                                  float(growth[-1]) / float(cosmology.growth_factor(cosmo, 1.0, cosmology.growth_table(cosmo))))
+        write_initial_correlation(
+            group,
+            cfg,
+            inputs,
+            n_bins,
+            float(growth[-1])
+            / float(cosmology.growth_factor(cosmo, 1.0, cosmology.growth_table(cosmo))),
+        )
     progress("cross-correlation with the initial field")
     if cfg.lensing is not None:
         with progress.timed("statistics"):
@@ -84,8 +118,9 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
     return path
 
 
-def write_initial_correlation(group, cfg: config.Run, inputs: Inputs, n_bins: int,
-                              growth_final: float) -> None:
+def write_initial_correlation(
+    group, cfg: config.Run, inputs: Inputs, n_bins: int, growth_final: float
+) -> None:
     """At a_final: the final particles painted on the particle grid (CIC compensated) against
     the initial linear density: P_cross, P_initial, P_final, propagator P_cross / (D P_initial)
     and r = P_cross / sqrt(P_final P_initial)."""
@@ -99,22 +134,53 @@ def write_initial_correlation(group, cfg: config.Run, inputs: Inputs, n_bins: in
     delta = rho - 1.0
     _, p_final, _ = stats.power_spectrum(delta, mesh, box_size, n_bins, compensate_cic=True)
     _, p_initial, _ = stats.power_spectrum(linear, mesh, box_size, n_bins)
-    _, p_cross, _ = stats.power_spectrum(delta, mesh, box_size, n_bins, linear,
-                                         compensate_cic=True, compensate_cic2=False)
+    _, p_cross, _ = stats.power_spectrum(
+        delta, mesh, box_size, n_bins, linear, compensate_cic=True, compensate_cic2=False
+    )
     k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
     beyond = k_centre > np.pi * n / box_size  # past the particle grid's Nyquist frequency
     mask = lambda x: np.where(beyond, np.nan, x)
     dims = ("k",)
-    store.write_array(group, "pk_final_particles", mask(p_final), dims, "(Mpc/h)^3",
-                      "P(k) at a_final of the particles painted on the particle grid, CIC divided out")
-    store.write_array(group, "pk_initial", mask(p_initial), dims, "(Mpc/h)^3",
-                      "P(k) of the initial linear density (at a = 1)")
-    store.write_array(group, "pk_cross_initial", mask(p_cross), dims, "(Mpc/h)^3",
-                      "cross P(k) of the final and the initial linear density")
-    store.write_array(group, "propagator", mask(p_cross / (growth_final * p_initial)), dims, "1",
-                      "propagator G(k) = P_cross / (D(a_final) P_initial)")
-    store.write_array(group, "r_initial", mask(stats.correlation_coefficient(p_cross, p_final, p_initial)),
-                      dims, "1", "correlation coefficient r(k) of the final and initial density")
+    store.write_array(
+        group,
+        "pk_final_particles",
+        mask(p_final),
+        dims,
+        "(Mpc/h)^3",
+        "P(k) at a_final of the particles painted on the particle grid, CIC divided out",
+    )
+    store.write_array(
+        group,
+        "pk_initial",
+        mask(p_initial),
+        dims,
+        "(Mpc/h)^3",
+        "P(k) of the initial linear density (at a = 1)",
+    )
+    store.write_array(
+        group,
+        "pk_cross_initial",
+        mask(p_cross),
+        dims,
+        "(Mpc/h)^3",
+        "cross P(k) of the final and the initial linear density",
+    )
+    store.write_array(
+        group,
+        "propagator",
+        mask(p_cross / (growth_final * p_initial)),
+        dims,
+        "1",
+        "propagator G(k) = P_cross / (D(a_final) P_initial)",
+    )
+    store.write_array(
+        group,
+        "r_initial",
+        mask(stats.correlation_coefficient(p_cross, p_final, p_initial)),
+        dims,
+        "1",
+        "correlation coefficient r(k) of the final and initial density",
+    )
 
 
 def ell_edges_flat(cfg: config.Run) -> np.ndarray:
@@ -147,11 +213,25 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
     store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
     lens = inputs.store("lensing")
     for name in (n for n in RANGE_NAMES if n in lens):
-        store.write_array(group, name, lens[name][:], ("source",), "1",
-                          lens[name].attrs["long_name"], reasons=lens[name].attrs["reasons"])
-    store.write_coordinate(group, "smoothing", np.array(scales, np.float64), "arcmin",
-                           "Gaussian smoothing sigma of kappa")
-    store.write_coordinate(group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin")
+        store.write_array(
+            group,
+            name,
+            lens[name][:],
+            ("source",),
+            "1",
+            lens[name].attrs["long_name"],
+            reasons=lens[name].attrs["reasons"],
+        )
+    store.write_coordinate(
+        group,
+        "smoothing",
+        np.array(scales, np.float64),
+        "arcmin",
+        "Gaussian smoothing sigma of kappa",
+    )
+    store.write_coordinate(
+        group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin"
+    )
     store.write_array(group, "kappa_lo", edges[:-1], ("kappa",), "1", "lower edge of the kappa bin")
     store.write_array(group, "kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
     cosmo = derive.cosmology_params(cfg)
@@ -164,42 +244,124 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
         kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(len(sources))]
         noise = None
         if summ.shape_noise is not None:
-            noise = [stats.shape_noise_flat(cfg.ic.seed, i, flat.pixels,
-                                            flat.field_of_view, summ.shape_noise.sigma_e,
-                                            summ.shape_noise.n_gal, sharding) for i in range(len(sources))]
+            noise = [
+                stats.shape_noise_flat(
+                    cfg.ic.seed,
+                    i,
+                    flat.pixels,
+                    flat.field_of_view,
+                    summ.shape_noise.sigma_e,
+                    summ.shape_noise.n_gal,
+                    sharding,
+                )
+                for i in range(len(sources))
+            ]
         spectra = [stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)) for k in kappa]
-        maps.append(("", ell_edges_flat(cfg), kappa, noise, spectra,
-                     lambda k, s: stats.smooth_flat(k, flat.field_of_view, s), stats.peak_counts_flat))
+        maps.append(
+            (
+                "",
+                ell_edges_flat(cfg),
+                kappa,
+                noise,
+                spectra,
+                lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
+                stats.peak_counts_flat,
+            )
+        )
     if section.full_sky is not None:
         nside = section.full_sky.nside
         kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
-        spectra = [stats.full_sky_cl(a, ell_edges_healpix(cfg))
-                   for a in np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128)]
+        spectra = [
+            stats.full_sky_cl(a, ell_edges_healpix(cfg))
+            for a in np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128)
+        ]
         noise = None
         if summ.shape_noise is not None:
-            noise = [stats.shape_noise_healpix([cfg.ic.seed, i], nside, summ.shape_noise.sigma_e,
-                                               summ.shape_noise.n_gal) for i in range(len(sources))]
-        maps.append(("_healpix", ell_edges_healpix(cfg), kappa, noise, spectra,
-                     stats.smooth_healpix, stats.peak_counts_healpix))
+            noise = [
+                stats.shape_noise_healpix(
+                    [cfg.ic.seed, i], nside, summ.shape_noise.sigma_e, summ.shape_noise.n_gal
+                )
+                for i in range(len(sources))
+            ]
+        maps.append(
+            (
+                "_healpix",
+                ell_edges_healpix(cfg),
+                kappa,
+                noise,
+                spectra,
+                stats.smooth_healpix,
+                stats.peak_counts_healpix,
+            )
+        )
     power = derive.linear_power(cfg)
     for suffix, ell_edges, kappa, noise, spectra, smooth, peaks_of in maps:
         ell_dim = "ell" + suffix
-        store.write_coordinate(group, ell_dim, np.sqrt(ell_edges[1:] * ell_edges[:-1]), "1",
-                               "geometric centre of the multipole bin")
-        store.write_array(group, ell_dim + "_lo", ell_edges[:-1], (ell_dim,), "1", "lower edge of the multipole bin")
-        store.write_array(group, ell_dim + "_hi", ell_edges[1:], (ell_dim,), "1", "upper edge of the multipole bin")
+        store.write_coordinate(
+            group,
+            ell_dim,
+            np.sqrt(ell_edges[1:] * ell_edges[:-1]),
+            "1",
+            "geometric centre of the multipole bin",
+        )
+        store.write_array(
+            group,
+            ell_dim + "_lo",
+            ell_edges[:-1],
+            (ell_dim,),
+            "1",
+            "lower edge of the multipole bin",
+        )
+        store.write_array(
+            group,
+            ell_dim + "_hi",
+            ell_edges[1:],
+            (ell_dim,),
+            "1",
+            "upper edge of the multipole bin",
+        )
         ell_mean = np.stack([s[0] for s in spectra])
-        store.write_array(group, ell_dim + "_mean", ell_mean[0], (ell_dim,), "1",
-                          "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
-                          "full sky); the ell at which to compare C_ell with theory")
-        store.write_array(group, "cl" + suffix, np.stack([s[1] for s in spectra]), ("source", ell_dim),
-                          "sr", "angular power spectrum of kappa (no noise)")
-        store.write_array(group, "cl_modes" + suffix, spectra[0][2], (ell_dim,), "1",
-                          "number of multipole modes in the bin")
-        theory = [lensing.limber_convergence_cl(cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power, table)
-                  for lm, (_, _, chi, w), c in zip(ell_mean, srcs, [np.sqrt(ell_edges[1:] * ell_edges[:-1])] * len(srcs))]
-        store.write_array(group, "cl_linear" + suffix, np.stack(theory), ("source", ell_dim), "sr",
-                          "Limber C_ell of kappa with the linear P(k), at the bins' mean multipoles")
+        store.write_array(
+            group,
+            ell_dim + "_mean",
+            ell_mean[0],
+            (ell_dim,),
+            "1",
+            "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
+            "full sky); the ell at which to compare C_ell with theory",
+        )
+        store.write_array(
+            group,
+            "cl" + suffix,
+            np.stack([s[1] for s in spectra]),
+            ("source", ell_dim),
+            "sr",
+            "angular power spectrum of kappa (no noise)",
+        )
+        store.write_array(
+            group,
+            "cl_modes" + suffix,
+            spectra[0][2],
+            (ell_dim,),
+            "1",
+            "number of multipole modes in the bin",
+        )
+        theory = [
+            lensing.limber_convergence_cl(
+                cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power, table
+            )
+            for lm, (_, _, chi, w), c in zip(
+                ell_mean, srcs, [np.sqrt(ell_edges[1:] * ell_edges[:-1])] * len(srcs)
+            )
+        ]
+        store.write_array(
+            group,
+            "cl_linear" + suffix,
+            np.stack(theory),
+            ("source", ell_dim),
+            "sr",
+            "Limber C_ell of kappa with the linear P(k), at the bins' mean multipoles",
+        )
         peaks, pdfs = [], []
         for i, k in enumerate(kappa):
             noisy = k if noise is None else k + noise[i]
@@ -207,10 +369,22 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
             peaks.append([peaks_of(m, edges) for m in smoothed])
             pdfs.append([stats.pdf(m, edges) for m in smoothed])
         label = "" if summ.shape_noise is None else " with shape noise"
-        store.write_array(group, "peaks" + suffix, np.asarray(peaks), ("source", "smoothing", "kappa"), "1",
-                          f"number of peaks of smoothed kappa{label} per kappa bin")
-        store.write_array(group, "pdf" + suffix, np.asarray(pdfs), ("source", "smoothing", "kappa"), "1",
-                          f"probability density of smoothed kappa{label}")
+        store.write_array(
+            group,
+            "peaks" + suffix,
+            np.asarray(peaks),
+            ("source", "smoothing", "kappa"),
+            "1",
+            f"number of peaks of smoothed kappa{label} per kappa bin",
+        )
+        store.write_array(
+            group,
+            "pdf" + suffix,
+            np.asarray(pdfs),
+            ("source", "smoothing", "kappa"),
+            "1",
+            f"probability density of smoothed kappa{label}",
+        )
 
 
 if __name__ == "__main__":

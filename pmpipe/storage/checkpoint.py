@@ -74,8 +74,11 @@ class Schedule:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
         if self.signalled is not None and raise_after:
-            raise Preempted(f"{signal.Signals(self.signalled).name} arrived after the last step; "
-                            "the N-body is done, the run's next stages are not", self.signalled)
+            raise Preempted(
+                f"{signal.Signals(self.signalled).name} arrived after the last step; "
+                "the N-body is done, the run's next stages are not",
+                self.signalled,
+            )
 
     def _caught(self, signum, frame) -> None:
         self.signalled = signum
@@ -94,8 +97,10 @@ class Schedule:
         """Whether a checkpoint is due after ``step`` by steps or minutes (the same answer on
         every process: process 0's clock decides)."""
         by_steps = self.every_steps is not None and step % self.every_steps == 0
-        by_time = (self.every_minutes is not None
-                   and time.monotonic() - self.last >= 60 * self.every_minutes)
+        by_time = (
+            self.every_minutes is not None
+            and time.monotonic() - self.last >= 60 * self.every_minutes
+        )
         if jax.process_count() > 1 and self.every_minutes is not None:
             from jax.experimental import multihost_utils
 
@@ -110,27 +115,51 @@ def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a:
     """Write the state after ``step`` (ending at scale factor a) as a complete checkpoint
     store, then remove the older checkpoints of the run; returns its path."""
     path = path_for(run_dir, step)
-    group = store.create(path, store.provenance(run_file, STAGE, mesh, store.now()) | {
-        "step": int(step), "a": float(a),
-        "needed_halo_cells": int(parallel.to_host(state.needed)),
-        "trouble": [int(t) for t in parallel.to_host(state.trouble)]})
+    group = store.create(
+        path,
+        store.provenance(run_file, STAGE, mesh, store.now())
+        | {
+            "step": int(step),
+            "a": float(a),
+            "needed_halo_cells": int(parallel.to_host(state.needed)),
+            "trouble": [int(t) for t in parallel.to_host(state.trouble)],
+        },
+    )
     for name in ("disp", "mom"):
         field = getattr(state, name)
-        store.write_array(group, name, field, ("qx", "qy", "qz", "component"), "Mpc/h",
-                          f"particle {'displacement' if name == 'disp' else 'momentum'}")
+        store.write_array(
+            group,
+            name,
+            field,
+            ("qx", "qy", "qz", "component"),
+            "Mpc/h",
+            f"particle {'displacement' if name == 'disp' else 'momentum'}",
+        )
     stacks = {"snaps": state.snaps}
     if state.maps is not None:
         stacks["flat"] = state.maps[0]
         if state.maps[1] is not None:
-            store.write_array(group, "shells", state.maps[1], ("plane", "ray"), "Mpc/h",
-                              "lightcone shells sampled so far")
+            store.write_array(
+                group,
+                "shells",
+                state.maps[1],
+                ("plane", "ray"),
+                "Mpc/h",
+                "lightcone shells sampled so far",
+            )
     for name, stack in stacks.items():
         if stack.shape[0] == 0:
             continue
-        array = store.create_array(group, name, stack.shape, stack.dtype,
-                                   ("slot",) + tuple(f"axis{i}" for i in range(1, stack.ndim)),
-                                   "1", f"{name} captured so far",
-                                   (1,) + store.block_chunks(stack[0]))
+        array = store.create_array(
+            group,
+            name,
+            stack.shape,
+            stack.dtype,
+            ("slot",) + tuple(f"axis{i}" for i in range(1, stack.ndim)),
+            "1",
+            f"{name} captured so far",
+            (1,) + store.block_chunks(stack[0]),
+        )
         for i in range(stack.shape[0]):
             store.write_blocks(array, stack[i], (i,))
     store.mark_complete(group)
@@ -152,8 +181,12 @@ def newest(run_dir: str | Path, config_hash: str) -> Path | None:
             continue
         if group.attrs.get("config_hash") == config_hash:
             return path
-        log.warning("%s was made from config %s, not this run's %s: not resumed from",
-                    path, group.attrs.get("config_hash"), config_hash)
+        log.warning(
+            "%s was made from config %s, not this run's %s: not resumed from",
+            path,
+            group.attrs.get("config_hash"),
+            config_hash,
+        )
     return None
 
 
@@ -164,21 +197,30 @@ def read(path: str | Path, mesh: Mesh, like: State) -> tuple[State, int]:
 
     def read_as(name, spec):
         array = group[name]
-        return jax.make_array_from_callback(array.shape, NamedSharding(mesh, spec),
-                                            lambda index: array[index])
+        return jax.make_array_from_callback(
+            array.shape, NamedSharding(mesh, spec), lambda index: array[index]
+        )
 
     def stack(name, template):
         return template if template.shape[0] == 0 else read_as(name, jax.P(None, *FIELD_SPEC))
 
     maps = None
     if like.maps is not None:
-        maps = (stack("flat", like.maps[0]),
-                None if like.maps[1] is None else read_as(
-                    "shells", jax.P(None, *lightcone.ray_spec(like.maps[1].shape[1], mesh))))
+        maps = (
+            stack("flat", like.maps[0]),
+            None
+            if like.maps[1] is None
+            else read_as("shells", jax.P(None, *lightcone.ray_spec(like.maps[1].shape[1], mesh))),
+        )
     attrs = group.attrs
-    state = State(store.read_sharded(group["disp"], mesh), store.read_sharded(group["mom"], mesh),
-                  stack("snaps", like.snaps), maps, np.int32(attrs["needed_halo_cells"]),
-                  np.asarray(attrs["trouble"], np.int32))
+    state = State(
+        store.read_sharded(group["disp"], mesh),
+        store.read_sharded(group["mom"], mesh),
+        stack("snaps", like.snaps),
+        maps,
+        np.int32(attrs["needed_halo_cells"]),
+        np.asarray(attrs["trouble"], np.int32),
+    )
     return state, int(attrs["step"])
 
 

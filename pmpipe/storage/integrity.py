@@ -38,7 +38,9 @@ def file_crc32(path: Path) -> tuple[int, int]:
     return size, crc
 
 
-def chunk_coordinates(selection: tuple[slice, ...], chunks: tuple[int, ...], shape: tuple[int, ...]):
+def chunk_coordinates(
+    selection: tuple[slice, ...], chunks: tuple[int, ...], shape: tuple[int, ...]
+):
     """The grid coordinates of every chunk a write of ``selection`` (slices) touches, and
     whether it covers exactly one whole chunk."""
     ranges, whole = [], True
@@ -107,8 +109,9 @@ def write_manifest(group, root: Path, processes: int, own: dict) -> int:
         written = chunks.get(path, {})
         expected = expected_chunk_count(array.shape, array.chunks)
         if len(written) != expected:
-            raise RuntimeError(f"array {path} of {root}: {len(written)} of its {expected} "
-                               "chunks were written")
+            raise RuntimeError(
+                f"array {path} of {root}: {len(written)} of its {expected} chunks were written"
+            )
         arrays[path] = {"shape": list(array.shape), "dtype": str(array.dtype), "chunks": written}
     text = json.dumps({"format": 1, "checksum": "crc32", "arrays": arrays}, sort_keys=True)
     (root / MANIFEST).write_text(text)
@@ -148,8 +151,10 @@ def problems(path: Path, attrs: dict, checksums: bool = False, limit: int = 5) -
             found.append(f"array {name} is missing")
             continue
         if list(array.shape) != entry["shape"] or str(array.dtype) != entry["dtype"]:
-            found.append(f"array {name} is {array.dtype} {list(array.shape)}, "
-                         f"not {entry['dtype']} {entry['shape']}")
+            found.append(
+                f"array {name} is {array.dtype} {list(array.shape)}, "
+                f"not {entry['dtype']} {entry['shape']}"
+            )
         for key, (size, crc) in entry["chunks"].items():
             chunk = path / name / key
             try:

@@ -57,10 +57,10 @@ LOG = log.get(__name__)
 
 
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
-FORMAT = "pmpipe-store-1"     # root attribute 'format': layout version of docs/outputs.md
-MAX_CHUNK_BYTES = 64 * 2**20     # largest chunk: ~64 MB chunks write several times faster than one
-COMPRESS_BELOW_BYTES = 2**20     # floating-point arrays up to this size are zstd-compressed
-MAX_PENDING_BYTES = 2**30        # host copies of blocks waiting for their write, at most (but one)
+FORMAT = "pmpipe-store-1"  # root attribute 'format': layout version of docs/outputs.md
+MAX_CHUNK_BYTES = 64 * 2**20  # largest chunk: ~64 MB chunks write several times faster than one
+COMPRESS_BELOW_BYTES = 2**20  # floating-point arrays up to this size are zstd-compressed
+MAX_PENDING_BYTES = 2**30  # host copies of blocks waiting for their write, at most (but one)
 WRITE_THREADS = min(4, os.cpu_count() or 1)  # threads writing chunks in the background
 MANTISSA_BITS = {"float16": 10, "float32": 23, "float64": 52}
 
@@ -84,8 +84,12 @@ def _git_commit() -> str | None:
     if not (src / ".git").exists():
         return None
     try:
-        out = subprocess.run(["git", "-C", str(src), "describe", "--always", "--dirty",
-                              "--abbrev=40"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(src), "describe", "--always", "--dirty", "--abbrev=40"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
@@ -190,14 +194,23 @@ def codecs(dtype, nbytes: int, keepbits: int | None = None) -> dict:
 def _bitround(keepbits: int):
     """numcodecs' BitRound as a zarr 3 array-to-array codec (zarr >= 3.1 ships it)."""
     from zarr.codecs import BitRound
+
     with warnings.catch_warnings():  # "numcodecs codecs are not in the zarr v3 specification"
         warnings.simplefilter("ignore")
         return BitRound(keepbits=keepbits)
 
 
-def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, dims: tuple[str, ...],
-                 units: str, long_name: str, chunks: tuple[int, ...] | None = None,
-                 **attrs) -> zarr.Array:
+def create_array(
+    group: zarr.Group,
+    name: str,
+    shape: tuple[int, ...],
+    dtype,
+    dims: tuple[str, ...],
+    units: str,
+    long_name: str,
+    chunks: tuple[int, ...] | None = None,
+    **attrs,
+) -> zarr.Array:
     """An empty labelled array: dimension names, units and long name. chunks default: at most
     MAX_CHUNK_BYTES along the leading axes (:func:`leading_chunks`); pass
     :func:`block_chunks` of a sharded array (with 1 for stacked leading axes) for arrays written
@@ -215,18 +228,23 @@ def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype, di
     if _writer():
         with warnings.catch_warnings():  # BitRound: "not in the zarr v3 specification"
             warnings.simplefilter("ignore")
-            group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=chunks,
-                               dimension_names=dims,
-                               attributes={"units": units, "long_name": long_name, **attrs},
-                               **codecs(dtype, math.prod(shape) * itemsize,
-                                        _state(_key(group)).keepbits))
+            group.create_array(
+                name,
+                shape=tuple(shape),
+                dtype=dtype,
+                chunks=chunks,
+                dimension_names=dims,
+                attributes={"units": units, "long_name": long_name, **attrs},
+                **codecs(dtype, math.prod(shape) * itemsize, _state(_key(group)).keepbits),
+            )
     parallel.barrier(f"create_array {name}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # every chunk is written, fill values only or not: no scan for them, and the manifest
         # (pmpipe.storage.integrity) can demand every chunk
-        return zarr.open_array(group.store, path=_child(group, name),
-                               mode="r+").with_config({"write_empty_chunks": True})
+        return zarr.open_array(group.store, path=_child(group, name), mode="r+").with_config(
+            {"write_empty_chunks": True}
+        )
 
 
 def _child(group: zarr.Group, name: str) -> str:
@@ -281,14 +299,17 @@ def block_chunks(data, max_bytes: int | None = None) -> tuple[int, ...]:
     for i in range(len(chunk)):
         if math.prod(chunk) * itemsize <= max_bytes:
             break
-        rest = math.prod(chunk[i + 1:]) * itemsize
-        chunk[i] = max((d for d in range(1, chunk[i] + 1)
-                        if chunk[i] % d == 0 and d * rest <= max_bytes), default=1)
+        rest = math.prod(chunk[i + 1 :]) * itemsize
+        chunk[i] = max(
+            (d for d in range(1, chunk[i] + 1) if chunk[i] % d == 0 and d * rest <= max_bytes),
+            default=1,
+        )
     return tuple(chunk)
 
 
-def leading_chunks(shape: tuple[int, ...], itemsize: int,
-                   max_bytes: int | None = None) -> tuple[int, ...]:
+def leading_chunks(
+    shape: tuple[int, ...], itemsize: int, max_bytes: int | None = None
+) -> tuple[int, ...]:
     """Chunks of at most max_bytes (default MAX_CHUNK_BYTES) of an array written at once:
     whole trailing axes, the leading axis cut (and the next ones, when one index of the
     leading axis is larger than max_bytes)."""
@@ -297,31 +318,37 @@ def leading_chunks(shape: tuple[int, ...], itemsize: int,
     for i in range(len(chunk)):
         if math.prod(chunk) * itemsize <= max_bytes:
             break
-        chunk[i] = max(1, max_bytes // (math.prod(chunk[i + 1:]) * itemsize))
+        chunk[i] = max(1, max_bytes // (math.prod(chunk[i + 1 :]) * itemsize))
     return tuple(chunk)
 
 
-def write_array(group: zarr.Group, name: str, data, dims: tuple[str, ...], units: str,
-                long_name: str, **attrs) -> zarr.Array:
+def write_array(
+    group: zarr.Group, name: str, data, dims: tuple[str, ...], units: str, long_name: str, **attrs
+) -> zarr.Array:
     """Write a numpy array, or a sharded JAX array in chunks that tile its device blocks
     (:func:`block_chunks`); the chunks are written in the background (:func:`write_blocks`)."""
-    array = create_array(group, name, data.shape, data.dtype, dims, units, long_name,
-                         block_chunks(data), **attrs)
+    array = create_array(
+        group, name, data.shape, data.dtype, dims, units, long_name, block_chunks(data), **attrs
+    )
     write_blocks(array, data)
     return array
 
 
-def write_coordinate(group: zarr.Group, name: str, values, units: str, long_name: str) -> zarr.Array:
+def write_coordinate(
+    group: zarr.Group, name: str, values, units: str, long_name: str
+) -> zarr.Array:
     """A 1-D coordinate array named like its dimension."""
     return write_array(group, name, np.asarray(values), (name,), units, long_name)
 
 
 # Background writes ---------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class _StoreState:
     """A store's keepbits, its pending writes (array name, future) and the chunks this
     process wrote (None for a store that is not a folder)."""
+
     keepbits: int | None = None
     pending: list = dataclasses.field(default_factory=list)
     ledger: integrity.ChunkLedger | None = None
@@ -346,7 +373,7 @@ _pending_bytes = 0
 _states: dict[str, _StoreState] = {}
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _totals = WriteTotals()
-_in_flight = 0          # writes under way, and since when at least one is
+_in_flight = 0  # writes under way, and since when at least one is
 _busy_since = 0.0
 
 
@@ -388,8 +415,13 @@ def _finish_at_exit() -> None:
     they belong to have no completion marker)."""
     for key in list(_states):
         for name, error in _wait(key):
-            LOG.error("pmpipe.storage.store: writing array %r of %s failed: %s: %s", name, key,
-                      type(error).__name__, error)
+            LOG.error(
+                "pmpipe.storage.store: writing array %r of %s failed: %s: %s",
+                name,
+                key,
+                type(error).__name__,
+                error,
+            )
 
 
 def _reserve(nbytes: int) -> None:
@@ -417,8 +449,10 @@ def _whole_chunks(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, .
         if s % c or (n % c and s + n != size):
             return None
         axes.append([(s + o, o, min(c, n - o)) for o in range(0, n, c)])
-    return [(tuple(slice(a, a + m) for a, _, m in pieces), tuple(slice(o, o + m) for _, o, m in pieces))
-            for pieces in itertools.product(*axes)]
+    return [
+        (tuple(slice(a, a + m) for a, _, m in pieces), tuple(slice(o, o + m) for _, o, m in pieces))
+        for pieces in itertools.product(*axes)
+    ]
 
 
 def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
@@ -497,8 +531,9 @@ def _raise(key: str, errors) -> None:
     if errors:
         name, error = errors[0]
         more = f" ({len(errors) - 1} more chunk writes failed)" if len(errors) > 1 else ""
-        raise StoreWriteError(f"writing array {name!r} of {key} failed: "
-                              f"{type(error).__name__}: {error}{more}") from error
+        raise StoreWriteError(
+            f"writing array {name!r} of {key} failed: {type(error).__name__}: {error}{more}"
+        ) from error
 
 
 def flush(group: zarr.Group | None = None) -> None:
@@ -553,10 +588,12 @@ def mark_complete(group: zarr.Group) -> None:
         attrs = {}
         if ledger is not None:
             attrs[integrity.MANIFEST_CRC] = integrity.write_manifest(
-                zarr.open_group(group.store, mode="r"), ledger.root, jax.process_count(), records)
+                zarr.open_group(group.store, mode="r"), ledger.root, jax.process_count(), records
+            )
         finished = now()
         zarr.open_group(group.store, mode="r+").attrs.update(
-            attrs | {"finished": finished, COMPLETE: finished})
+            attrs | {"finished": finished, COMPLETE: finished}
+        )
     except (OSError, RuntimeError) as err:
         raise StoreWriteError(f"completing {key} failed: {type(err).__name__}: {err}") from err
     finally:
@@ -580,8 +617,11 @@ def problems(path: str | Path, checksums: bool = False) -> list[str]:
         return ["does not exist" if not path.exists() else "is not a zarr store"]
     if COMPLETE not in attrs:
         damaged = attrs.get(DAMAGED)
-        return [f"was found damaged ({damaged})" if damaged
-                else "has no completion marker (it was not finished)"]
+        return [
+            f"was found damaged ({damaged})"
+            if damaged
+            else "has no completion marker (it was not finished)"
+        ]
     return integrity.problems(path, attrs, checksums)
 
 
@@ -625,13 +665,15 @@ def open_complete(path: str | Path, config_hash: str | None = None) -> zarr.Grou
     path = Path(path)
     found = problems(path)
     if found:
-        raise IncompleteStoreError(f"{path} {'; '.join(found)}; run the stage that produces it "
-                                   "again")
+        raise IncompleteStoreError(
+            f"{path} {'; '.join(found)}; run the stage that produces it again"
+        )
     group = zarr.open_group(path, mode="r")
     if config_hash is not None and group.attrs.get("config_hash") != config_hash:
         raise IncompleteStoreError(
             f"{path} was made from config {group.attrs.get('config_hash')}, not {config_hash}; "
-            "rerun the stage that produces it with the current config.json")
+            "rerun the stage that produces it with the current config.json"
+        )
     return group
 
 
@@ -642,9 +684,10 @@ def read_sharded(array: zarr.Array, mesh: Mesh, leading: tuple[int, ...] = ()) -
 
     from pmpipe import parallel
 
-    shape = tuple(array.shape[len(leading):])
-    return jax.make_array_from_callback(shape, parallel.field_sharding(mesh),
-                                        lambda index: array[tuple(leading) + tuple(index)])
+    shape = tuple(array.shape[len(leading) :])
+    return jax.make_array_from_callback(
+        shape, parallel.field_sharding(mesh), lambda index: array[tuple(leading) + tuple(index)]
+    )
 
 
 def describe(path: str | Path) -> str:
@@ -655,10 +698,26 @@ def describe(path: str | Path) -> str:
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as err:
         raise IncompleteStoreError(f"{path} is not a zarr store ({err})") from None
     attrs = dict(group.attrs)
-    state = f"complete ({attrs[COMPLETE]})" if COMPLETE in attrs else "INCOMPLETE (no completion marker)"
+    state = (
+        f"complete ({attrs[COMPLETE]})"
+        if COMPLETE in attrs
+        else "INCOMPLETE (no completion marker)"
+    )
     lines = [f"{path}: {attrs.get('stage', '?')} store, {state}"]
-    for key in ("campaign", "run_id", "config_hash", "pmpipe_version", "git_commit", "jax_version",
-                "device_kind", "device_count", "pdims", "slurm_job_id", "started", "finished"):
+    for key in (
+        "campaign",
+        "run_id",
+        "config_hash",
+        "pmpipe_version",
+        "git_commit",
+        "jax_version",
+        "device_kind",
+        "device_count",
+        "pdims",
+        "slurm_job_id",
+        "started",
+        "finished",
+    ):
         if key in attrs:
             lines.append(f"  {key}: {attrs[key]}")
     lines.append("  arrays:")
