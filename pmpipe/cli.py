@@ -321,15 +321,12 @@ def _bench_campaign(args) -> int:
 
 
 def _bench_scaling(args) -> int:
-    import logging
-
     from pmpipe import bench, config, parallel, scaling
 
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     _, processes = parallel.launcher_processes()
     devices = sorted({d for d in args.devices if d % processes == 0})
     if len(devices) < len(set(args.devices)):
-        logging.getLogger(__name__).info(
+        LOG.info(
             "--devices: %d processes measure %s devices",
             processes,
             " ".join(map(str, devices)) or "no",

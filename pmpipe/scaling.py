@@ -14,7 +14,6 @@ the same number of devices from every process.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import platform
@@ -24,11 +23,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe import bench, collectives, parallel, trace
+from pmpipe import bench, collectives, log, parallel, trace
 from pmpipe.orchestration import decomposition
 from pmpipe.physics.domain import Grid
 
-log = logging.getLogger(__name__)
+LOG = log.get(__name__)
 
 SCALINGS = ("strong", "weak")
 DECOMPOSITIONS = ("slab", "pencil")
@@ -184,7 +183,7 @@ def run(
     for scaling in scalings:
         measured = []
         for _, kind, n, pdims in (r for r in rows if r[0] == scaling):
-            log.info(
+            LOG.info(
                 "%s scaling: %s %s, %d^3 particles", scaling, kind, decomposition.label(pdims), n
             )
             row, after = _measure(n, pdims, oversample, halo, repeat)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import shutil
 import signal
 import time
@@ -25,13 +24,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import parallel
+from pmpipe import log, parallel
 from pmpipe.parallel import FIELD_SPEC
 from pmpipe.physics import lightcone
 from pmpipe.physics.nbody import State
 from pmpipe.storage import store
 
-log = logging.getLogger(__name__)
+LOG = log.get(__name__)
 
 FOLDER = "checkpoints"
 STAGE = "nbody-checkpoint"
@@ -181,7 +180,7 @@ def newest(run_dir: str | Path, config_hash: str) -> Path | None:
             continue
         if group.attrs.get("config_hash") == config_hash:
             return path
-        log.warning(
+        LOG.warning(
             "%s was made from config %s, not this run's %s: not resumed from",
             path,
             group.attrs.get("config_hash"),
