@@ -8,7 +8,8 @@ noise, linear field and LPT, PM steps, lightcone capture, lensing, statistics) s
 the runs, their ratio to the wall time ("duty"), compilations and peak memory per job
 process, and the bytes the stages wrote with their write throughput. The per-job figures come
 from the records the jobs write (``results/<campaign>/benchmarks/<group>.json``,
-pmpipe.stages.pipeline). Physics seconds leave out compilation (:func:`physics_seconds`);
+pmpipe.stages.pipeline). Physics seconds leave out the compilation inside each phase
+(pmpipe.stages.runner.Progress.timed);
 write throughput is the bytes the stages wrote over the time at least one write was under way.
 """
 
@@ -68,17 +69,6 @@ def run_snakemake(
     return time.perf_counter() - start, out
 
 
-def physics_seconds(stage: dict) -> dict[str, float]:
-    """Seconds per physics phase of a stage record without compilation: a program compiles at
-    its first call, inside the phase that calls it, so the stage's compile seconds come off
-    its phases in proportion."""
-    total = sum(stage["physics"].values())
-    if total <= 0:
-        return dict(stage["physics"])
-    keep = max(0.0, total - stage["compilation"]["seconds"]) / total
-    return {phase: seconds * keep for phase, seconds in stage["physics"].items()}
-
-
 def summarise(jobs: list[dict], runs: int, wall_s: float, store_bytes: int) -> dict:
     """The campaign's figures from its job records (pmpipe.stages.pipeline.job_record)."""
     physics = dict.fromkeys(PHASES, 0.0)
@@ -86,7 +76,7 @@ def summarise(jobs: list[dict], runs: int, wall_s: float, store_bytes: int) -> d
     for job in jobs:
         for run in job["runs"]:
             for stage in run["stages"]:
-                for phase, seconds in physics_seconds(stage).items():
+                for phase, seconds in stage["physics"].items():
                     physics[phase] = physics.get(phase, 0.0) + seconds
                 write_s += stage["write"]["seconds"]
                 written += stage["write"]["bytes"]

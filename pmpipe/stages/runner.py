@@ -36,13 +36,18 @@ class Progress:
 
     @contextlib.contextmanager
     def timed(self, phase: str):
-        """Add the wall time of the block to ``physics[phase]``; the block waits for its own
-        results (jax.block_until_ready) so that the time is the computation's."""
-        start = time.perf_counter()
+        """Add the wall time of the block to ``physics[phase]``, less the seconds XLA spent
+        compiling or loading programs inside it (counted while pmpipe.compilation listens, as
+        in a job); the block waits for its own results (jax.block_until_ready) so that the
+        time is the computation's."""
+        from pmpipe import compilation
+
+        start, compiling = time.perf_counter(), compilation.totals().seconds
         try:
             yield
         finally:
-            self.physics[phase] = self.physics.get(phase, 0.0) + time.perf_counter() - start
+            spent = time.perf_counter() - start - (compilation.totals().seconds - compiling)
+            self.physics[phase] = self.physics.get(phase, 0.0) + max(0.0, spent)
 
     def __call__(self, message: str, every_process: bool = False) -> None:
         elapsed = time.perf_counter() - self.start
