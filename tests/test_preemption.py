@@ -25,9 +25,9 @@ CAMPAIGN = {
     "seed": 5,
     "base": {
         "box": {"box_size": 128.0, "particles": 32, "oversample": 2},
-        "nbody": {"steps": 40},
+        "nbody": {"steps": 480},
         "parallel": {"pdims": [1, 2], "halo_cells": 16},
-        "checkpoints": {"every_steps": 5},
+        "checkpoints": {"every_steps": 40},
     },
     "design": {"kind": "fiducial"},
     "realisations": 2,
