@@ -1,6 +1,6 @@
-"""The physics inputs of a validated run: its cosmology, PM grid, step times, linear P(k) and
-lightcone planes, built once by the stages from :class:`pmpipe.config.Run` (checked by
-:mod:`pmpipe.validation`)."""
+"""The adapter between configuration and physics: the physics inputs of a validated run (its
+cosmology, grid, step times, linear P(k), lightcone planes, lensing sources and ICs), built by
+the stages from a :class:`pmpipe.config.Run` that :mod:`pmpipe.validation` checked."""
 
 from __future__ import annotations
 
