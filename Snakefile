@@ -8,6 +8,12 @@
 #   snakemake --profile profiles/local --report results/quickstart/report.html
 #
 # Rules stay thin: the logic lives in the pmpipe package (pmpipe.orchestration.workflow).
+#
+# `snakemake --lint` asks for a conda environment or container per rule; it is the one finding
+# left, on purpose: every rule runs pmpipe from the environment Snakemake itself runs in (the
+# Snakefile imports pmpipe), and on clusters the slurm-apptainer profile wraps the job's own
+# command in `srun ... apptainer exec <image>`, which Snakemake's `container:` cannot do (it
+# would wrap srun itself). tests/test_workflow.py checks that no other finding appears.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -29,4 +35,5 @@ rule all:
         PLAN.campaign_dir / "manifest.csv",
         PLAN.campaign_dir / "summaries.zarr",
         [f.path for f in FIGURES],
+        [PLAN.plan_file] if PLAN.plan_file is not None else [],
     default_target: True

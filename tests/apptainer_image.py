@@ -48,19 +48,22 @@ def _run(cmd, what: str, **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
-def _host_tools() -> None:
-    """debootstrap and bubblewrap, installed with apt when missing."""
-    missing = [
-        pkg
-        for pkg, exe in (("debootstrap", "debootstrap"), ("bubblewrap", "bwrap"))
-        if shutil.which(exe) is None
-    ]
-    if not missing:
-        return
-    if os.geteuid() != 0:
-        raise Unavailable(f"{', '.join(missing)} missing and not root to install them with apt")
-    _run(["apt-get", "update", "-qq"], "apt-get update")
-    _run(["apt-get", "install", "-y", "-qq", *missing], f"apt-get install {' '.join(missing)}")
+HOST_TOOLS = (("debootstrap", "debootstrap"), ("bubblewrap", "bwrap"))  # (Debian package, program)
+APPTAINER_ROOT = CACHE / "apptainer-sid"
+
+
+def missing_host_tools() -> list[str]:
+    """The Debian packages of HOST_TOOLS whose program is not on PATH."""
+    return [pkg for pkg, exe in HOST_TOOLS if shutil.which(exe) is None]
+
+
+def provision_apptainer() -> None:
+    """Debian sid's apptainer in a debootstrapped root (APPTAINER_ROOT), made once: what
+    tests/provision.py does for the image tests. Raises Unavailable naming what is missing."""
+    missing = missing_host_tools()
+    if missing:
+        raise Unavailable(f"{', '.join(missing)} missing (Debian packages)")
+    _debootstrap(APPTAINER_ROOT, "sid", ["apptainer"])
 
 
 def _debootstrap(dest: Path, suite: str, include: list[str], mirror: str = MIRROR) -> Path:
@@ -90,9 +93,15 @@ def _debootstrap(dest: Path, suite: str, include: list[str], mirror: str = MIRRO
 
 def apptainer_command(folder: Path) -> list[str]:
     """A command that runs apptainer (``[cmd, "exec", ...]`` etc.), written as a script in
-    ``folder``; installs what it needs on first use. Raises Unavailable naming what is missing."""
-    _host_tools()
-    root = _debootstrap(CACHE / "apptainer-sid", "sid", ["apptainer"])
+    ``folder``, from the root tests/provision.py made. Raises Unavailable naming what is
+    missing."""
+    missing = missing_host_tools()
+    if missing or not APPTAINER_ROOT.is_dir():
+        raise Unavailable(
+            f"Apptainer for the tests needs {' and '.join(missing + ['its Debian sid root'])} "
+            f"({APPTAINER_ROOT}): run `python tests/provision.py` as root"
+        )
+    root = APPTAINER_ROOT
     if not (root / "etc" / "hosts").exists():  # apptainer binds it into every container
         shutil.copy("/etc/hosts", root / "etc" / "hosts")
     binds = []
@@ -222,7 +231,7 @@ def build_cpu_image(apptainer: list[str], dest: Path, commit: str) -> Path:
     return dest
 
 
-def install(folder: Path) -> tuple[list[str] | None, str | None]:
+def find(folder: Path) -> tuple[list[str] | None, str | None]:
     """(apptainer command, None), or (None, what is missing)."""
     try:
         return apptainer_command(folder), None

@@ -152,12 +152,12 @@ def rel_diff(a, b):
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    """A real one-node SLURM cluster with accounting and 2 fake GPUs (tests/slurm_cluster.py),
-    installed with apt when missing and possible, stopped at the end of the session. Skips
-    with what is missing where it cannot run; under CI=true that is a failure instead."""
+    """A real one-node SLURM cluster with accounting and 2 fake GPUs (tests/slurm_cluster.py,
+    provisioned by tests/provision.py), stopped at the end of the session. Skips with what is
+    missing where it cannot run; under CI=true that is a failure instead."""
     import slurm_cluster
 
-    problem = slurm_cluster.install()
+    problem = slurm_cluster.missing()
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail(problem)

@@ -1,6 +1,6 @@
 """A real one-node SLURM cluster on localhost for pmpipe's tests, with accounting and 2 fake GPUs.
 
-    python tests/slurm_cluster.py start [--state DIR]   # install (apt, as root), then start
+    python tests/slurm_cluster.py start [--state DIR]   # start (tests/provision.py installs it)
     python tests/slurm_cluster.py stop  [--state DIR]   # stop exactly the daemons it started
 
 Daemons: munged (only when no munge answers already), mariadbd (its own data directory and
@@ -61,27 +61,15 @@ def missing_programs() -> list[str]:
     return [p for p in PROGRAMS if shutil.which(p, path=path) is None]
 
 
-def install() -> str | None:
-    """Install the Debian packages when they are missing and this process may (root, apt-get).
-    Returns None when everything is there, else what is missing and why it was not installed."""
-    if not missing_programs():
+def missing() -> str | None:
+    """None when every program of the cluster is there, else what is missing."""
+    lacking = missing_programs()
+    if not lacking:
         return None
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return (
-            f"SLURM test cluster needs {', '.join(missing_programs())} (Debian packages "
-            f"{' '.join(PACKAGES)}); installing them needs root and apt-get"
-        )
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
-    done = subprocess.run(
-        ["apt-get", "install", "-y", "-qq", *PACKAGES], env=env, capture_output=True, text=True
+    return (
+        f"the SLURM test cluster needs {', '.join(lacking)} (Debian packages "
+        f"{' '.join(PACKAGES)}): run `python tests/provision.py` as root"
     )
-    if done.returncode or missing_programs():
-        return (
-            f"apt-get install {' '.join(PACKAGES)} failed (exit {done.returncode}): "
-            f"{done.stderr.strip()[-500:]}"
-        )
-    return None
 
 
 def free_port() -> int:
@@ -391,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cluster = Cluster(args.state)
     if args.action == "start":
-        problem = install()
+        problem = missing()
         if problem:
             print(problem, file=sys.stderr)
             return 1

@@ -1,12 +1,12 @@
 """Accuracy of the time stepping and of the force mesh against converged references, and the
-resolved ranges pmpipe derives from them (pmpipe.bench_accuracy, pmpipe.physics.resolution)."""
+resolved ranges pmpipe derives from them (pmpipe.bench.accuracy, pmpipe.physics.resolution)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from pmpipe import bench_accuracy
+from pmpipe.bench import accuracy
 from pmpipe.physics import cosmology, lensing, resolution, simulation, timesteps
 
 STEP_TOLERANCE = 0.01  # docs/validation.md: measured 0.37-0.56 % for 10 steps at 32^3, 128 Mpc/h
@@ -16,10 +16,10 @@ def test_step_spacings_are_equal_in_their_variable():
     log_a = timesteps.step_boundaries(0.1, 1.0, 5, spacing="log_a")
     np.testing.assert_allclose(np.diff(np.log(log_a)), math.log(10) / 5, rtol=1e-12)
     cosmo = cosmology.Cosmology()
-    table = cosmology.growth_table(cosmo)
+    cosmo = cosmology.tabulated(cosmo)
 
     def growth(a):
-        return cosmology.on_host(cosmology.growth_factor, cosmo, a, table)
+        return cosmology.on_host(cosmology.growth_factor, cosmo, a)
 
     bounds = timesteps.step_boundaries(0.1, 1.0, 8, (0.5,), spacing="growth", growth=growth)
     d1 = growth(np.delete(bounds, np.flatnonzero(np.isclose(bounds, 0.5))))
@@ -32,7 +32,7 @@ def test_step_spacings_are_equal_in_their_variable():
 
 
 def test_ten_steps_of_every_spacing_match_a_converged_reference():
-    record = bench_accuracy.bench_steps(32, 128.0, 10, 64)
+    record = accuracy.bench_steps(32, 128.0, 10, 64)
     assert record["reference_error"]["pk_rel_diff"] < 0.1 * STEP_TOLERANCE  # converged
     for spacing, acc in record["spacings"].items():
         assert acc["pk_rel_diff"] < STEP_TOLERANCE, (spacing, acc)
@@ -61,9 +61,9 @@ def test_k_max_valid_follows_the_measured_power_transfer():
 
 def test_resolved_multipoles_shrink_with_the_force_resolution():
     cosmo = cosmology.Cosmology()
-    table = cosmology.growth_table(cosmo)
+    cosmo = cosmology.tabulated(cosmo)
     power = simulation.power_function(cosmo)
-    chi_s = float(cosmology.comoving_distance(cosmo, 0.5, table))
+    chi_s = float(cosmology.comoving_distance(cosmo, 0.5))
     edges = np.linspace(0, chi_s, 9)
 
     def ranges(k_high, box):
@@ -72,17 +72,12 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
 
         return resolution.resolved_multipoles(
             cosmo,
-            edges,
-            transfer,
-            box,
-            np.array([chi_s]),
-            np.ones(1),
             power,
-            10,
-            3000,
-            "lo",
-            "hi",
-            table,
+            edges,
+            box,
+            transfer,
+            (np.array([chi_s]), np.ones(1)),
+            resolution.MultipoleRange(10, 3000, "lo", "hi"),
         )
 
     everything = ranges(1e3, 1e5)
@@ -91,9 +86,7 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
     coarse, fine = ranges(0.2, 1e5), ranges(0.4, 1e5)
     assert coarse.ell_max < fine.ell_max < 3000 and coarse.max_reason.startswith("resolution:")
     # at ell_max the modes above k_high carry at most LIMBER_TOLERANCE of the integral
-    chi, integrand, _ = lensing.limber_integrand(
-        cosmo, [fine.ell_max], [chi_s], [1.0], power, table
-    )
+    chi, integrand, _ = lensing.limber_integrand(cosmo, [fine.ell_max], [chi_s], [1.0], power)
     above = (fine.ell_max + 0.5) / chi > 0.4
     assert integrand[0, above].sum() / integrand.sum() <= resolution.LIMBER_TOLERANCE
     small_box = ranges(1e3, 256.0)

@@ -1,9 +1,10 @@
-"""The package's structure: no import circle between its modules, its rooms import only the
-rooms below them, and the configuration side (reading, validating and expanding campaigns)
-runs without JAX."""
+"""The package's structure: no import circle between its modules, its wings import only the
+wings below them, stages are dispatched by an import, and the configuration side (reading,
+validating and expanding campaigns) runs without JAX."""
 
 import ast
 import json
+import re
 import subprocess
 import sys
 
@@ -20,13 +21,34 @@ def _module_names() -> dict[str, object]:
     return names
 
 
+def _script_block(node: ast.AST) -> bool:
+    """Whether node is ``if __name__ == "__main__":``, the module run as a script: what it
+    imports then is imported by ``__main__``, not by the module."""
+    test = getattr(node, "test", None)
+    return (
+        isinstance(node, ast.If)
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+    )
+
+
+def _nodes(tree: ast.AST):
+    """Every node of tree but those of its script block."""
+    for child in ast.iter_child_nodes(tree):
+        if not _script_block(child):
+            yield child
+            yield from _nodes(child)
+
+
 def import_graph() -> dict[str, set[str]]:
-    """pmpipe module -> the pmpipe modules it imports, at its top or inside its functions."""
+    """pmpipe module -> the pmpipe modules it imports, at its top or inside its functions
+    (not in its script block, ``if __name__ == "__main__":``)."""
     modules = _module_names()
     graph = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 graph[name] |= {a.name for a in node.names if a.name in modules}
             elif isinstance(node, ast.ImportFrom):
@@ -71,55 +93,74 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_of_the_package_imports_itself_through_others():
     graph = import_graph()
-    assert len(graph) > 40 and "pmpipe.config" in graph["pmpipe.orchestration.campaign"]
+    assert len(graph) > 40 and "pmpipe.run.config" in graph["pmpipe.orchestration.campaign"]
     assert circles(graph) == []
 
 
 def test_the_circle_finder_finds_a_circle():
     graph = import_graph()
-    graph["pmpipe.config"] = graph["pmpipe.config"] | {"pmpipe.orchestration.campaign"}
-    assert any({"pmpipe.config", "pmpipe.orchestration.campaign"} <= set(c) for c in circles(graph))
+    graph["pmpipe.run.config"] = graph["pmpipe.run.config"] | {"pmpipe.orchestration.campaign"}
+    assert any(
+        {"pmpipe.run.config", "pmpipe.orchestration.campaign"} <= set(c) for c in circles(graph)
+    )
 
 
-def room(module: str) -> str:
-    """'physics' for pmpipe.physics.nbody, the module itself for a top-level one."""
+# The wings of the package, top to bottom (docs/architecture.md): a module imports only from
+# its own wing and the wings below it; ``pmpipe`` itself (the version) is below them all.
+WINGS = ("cli", "bench", "orchestration", "stages", "storage", "run", "physics", "runtime")
+
+
+def wing(module: str) -> str:
+    """'physics' for pmpipe.physics.nbody, 'pmpipe' for the package itself."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 or module in ROOMS else module
+    return parts[1] if len(parts) > 1 else "pmpipe"
 
 
-ROOMS = {
-    "pmpipe.physics": "physics",
-    "pmpipe.storage": "storage",
-    "pmpipe.orchestration": "orchestration",
-    "pmpipe.stages": "stages",
-}
-# What a room may import from the package besides itself (docs/design.md)
-BELOW = {
-    "pmpipe.config": set(),
-    "physics": {"pmpipe.config", "pmpipe.parallel"},
-    "storage": {"physics", "pmpipe.config", "pmpipe.parallel", "pmpipe.image", "pmpipe.log"},
-}
+def upward_arrows(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a module imports from a wing above its own."""
+    rank = {name: i for i, name in enumerate(WINGS)} | {"pmpipe": len(WINGS)}
+    return sorted(
+        (module, target)
+        for module, imported in graph.items()
+        for target in imported
+        if rank[wing(target)] < rank[wing(module)]
+    )
 
 
-def test_each_room_imports_only_the_rooms_below_it():
+def test_every_module_lives_in_a_wing_and_imports_only_its_own_and_those_below():
     graph = import_graph()
-    for module, imported in graph.items():
-        if room(module) in BELOW:
-            outside = {room(m) for m in imported} - {room(module)} - BELOW[room(module)]
-            assert not outside, f"{module} imports {sorted(outside)}"
-    assert room("pmpipe.physics.nbody") == "physics" and room("pmpipe.config") == "pmpipe.config"
+    assert {wing(m) for m in graph} == set(WINGS) | {"pmpipe"}, sorted({wing(m) for m in graph})
+    assert upward_arrows(graph) == []
+
+
+def test_the_wing_check_finds_an_upward_arrow():
+    graph = import_graph()
+    graph["pmpipe.physics.nbody"] = graph["pmpipe.physics.nbody"] | {"pmpipe.run.config"}
+    assert upward_arrows(graph) == [("pmpipe.physics.nbody", "pmpipe.run.config")]
+
+
+def test_stage_dispatch_is_an_import_the_graph_shows():
+    """The registry imports every stage module; nothing loads a pmpipe module by name."""
+    from pmpipe import stages
+
+    graph = import_graph()
+    assert {f"pmpipe.stages.{s}" for s in stages.STAGES} <= graph["pmpipe.stages.registry"]
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module":
+                assert path.name == "doctor.py", f"{path} loads a module by name"
 
 
 # The configuration side: models, reading and errors, host checks, campaigns and their
 # expansion, seeds, site settings, and what the workflow's Snakefile imports to plan a campaign.
 CONFIGURATION = [
-    "pmpipe.config",
-    "pmpipe.validation",
+    "pmpipe.run.config",
+    "pmpipe.run.validation",
     "pmpipe.orchestration.campaign",
     "pmpipe.orchestration.seeds",
     "pmpipe.orchestration.site",
     "pmpipe.orchestration.workflow",
-    "pmpipe.compilation_cache",
+    "pmpipe.runtime.compilation_cache",
 ]
 
 LOAD_EVERY_CAMPAIGN = """
@@ -129,8 +170,9 @@ from pmpipe.orchestration import campaign, workflow
 loaded = {str(p): len(campaign.load(p).runs) for p in sorted(Path("config").rglob("*.yaml"))}
 expansions, expand = [], campaign.expand
 campaign.expand = lambda *args, **kwargs: expansions.append(1) or expand(*args, **kwargs)
-plan = workflow.prepare({}, prune=False, results=Path(sys.argv[1]))
+plan = workflow.prepare({}, results=Path(sys.argv[1]))
 print(json.dumps({"loaded": loaded, "runs": len(plan.run_ids), "expansions": len(expansions),
+                  "written": sorted(str(p) for p in Path(sys.argv[1]).rglob("*")),
                   "jax": sorted(m for m in sys.modules if m == "jax" or m.startswith("jax."))}))
 """
 
@@ -163,3 +205,65 @@ def test_configuration_modules_and_campaign_planning_import_no_jax_and_expand_on
     out = json.loads(planned.stdout)
     assert len(out["loaded"]) >= 5 and all(n >= 1 for n in out["loaded"].values()), out
     assert out["runs"] == 6 and out["expansions"] == 1 and out["jax"] == [], out
+    assert out["written"] == [], out  # planning writes nothing
+
+
+# Sizes a reader can hold (docs/architecture.md): a function with more parameters says why in a
+# comment on its signature, "# parameters: <why>".
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 500, 80, 7
+
+
+def oversized(path) -> list[str]:
+    """What in the module at path is over the limits: the module's lines, a function's lines,
+    a function's parameters (self and cls not counted) without a '# parameters:' comment."""
+    text = path.read_text()
+    lines = text.splitlines()
+    found = []
+    if len(lines) > MAX_MODULE_LINES:
+        found.append(f"{path.name}: {len(lines)} lines")
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        where = f"{path.name}:{node.lineno} {node.name}"
+        length = node.end_lineno - node.lineno + 1
+        if length > MAX_FUNCTION_LINES:
+            found.append(f"{where}: {length} lines")
+        args = node.args
+        names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+        names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+        count = len([n for n in names if n not in ("self", "cls")])
+        signature = lines[node.lineno - 1 : node.body[0].lineno - 1]
+        if count > MAX_PARAMETERS and not any("# parameters:" in line for line in signature):
+            found.append(f"{where}: {count} parameters")
+    return found
+
+
+def test_no_module_function_or_signature_is_too_large():
+    found = [problem for path in sorted(PACKAGE.rglob("*.py")) for problem in oversized(path)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_size_check_finds_what_is_too_large(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    source = tmp_path / "big.py"
+    source.write_text(
+        f"def long():\n{body}\n\n\ndef wide(a, b, c, d, e, f, g, h):\n    pass\n\n\n"
+        "def explained(a, b, c, d, e, f, g, h):  # parameters: a test says why\n    pass\n"
+        + "\n"
+        * MAX_MODULE_LINES
+    )
+    assert oversized(source) == [
+        f"big.py: {MAX_MODULE_LINES + MAX_FUNCTION_LINES + 9} lines",
+        f"big.py:1 long: {MAX_FUNCTION_LINES + 1} lines",
+        "big.py:84 wide: 8 parameters",
+    ]
+
+
+def test_the_architecture_page_names_every_wing_and_only_what_exists():
+    text = (REPO / "docs/architecture.md").read_text()
+    named = set(re.findall(r"pmpipe/[\w/]+(?:\.py)?", text))
+    assert {f"pmpipe/{w}" for w in WINGS} <= named, sorted(named)
+    missing = sorted(n for n in named if not (REPO / n).exists())
+    assert missing == [], f"docs/architecture.md names what the tree lacks: {missing}"
+    packages = {p.parent.relative_to(REPO).as_posix() for p in PACKAGE.glob("*/__init__.py")}
+    assert packages == {f"pmpipe/{w}" for w in WINGS}, sorted(packages)

@@ -1,23 +1,23 @@
 import numpy as np
 import pytest
 
-from pmpipe import bench, parallel
-from pmpipe.physics import ics, simulation
+from pmpipe.bench import pm_core
+from pmpipe.physics import domain, ics, simulation
+from pmpipe.runtime import parallel
 
 
 def _final_like(n=16):
     """A 2LPT displacement field at a = 0.5: structure on all scales, no PM needed."""
     mesh = parallel.make_mesh((1, 1))
     noise = ics.white_noise(3, n, mesh)
-    init = simulation.initial_conditions(
-        bench.COSMOLOGY, noise, bench.POWER, mesh, bench.BOX_SIZE, 0.5
-    )
+    grid = domain.Grid(mesh, n, box_size=pm_core.BOX_SIZE)
+    init = simulation.initial_conditions(pm_core.COSMOLOGY, noise, pm_core.POWER, grid, 0.5)
     return np.asarray(init.disp), mesh
 
 
 def test_accuracy_of_a_run_against_itself_is_perfect():
     disp, mesh = _final_like()
-    acc = bench.accuracy(disp, disp, mesh, halo=4)
+    acc = pm_core.accuracy(disp, disp, mesh, halo=4)
     assert acc["pk_rel_diff_lowk"] == pytest.approx(0.0, abs=1e-6)
     assert acc["pk_rel_diff"] == pytest.approx(0.0, abs=1e-6)
     assert acc["r_min"] == pytest.approx(1.0, abs=1e-6)
@@ -25,12 +25,12 @@ def test_accuracy_of_a_run_against_itself_is_perfect():
 
 def test_accuracy_sees_amplitude_and_phase_errors():
     disp, mesh = _final_like()
-    scaled = bench.accuracy(1.05 * disp, disp, mesh, halo=4)
+    scaled = pm_core.accuracy(1.05 * disp, disp, mesh, halo=4)
     assert 0.05 < scaled["pk_rel_diff_lowk"] < 0.15  # ≈ 1.05² - 1 in the linear regime
     assert scaled["r_min"] > 0.999
     rng = np.random.default_rng(0)
     noisy = disp + rng.normal(0.0, 2.0 * disp.std(), disp.shape).astype(disp.dtype)
-    assert bench.accuracy(noisy, disp, mesh, halo=4)["r_min"] < 0.999
+    assert pm_core.accuracy(noisy, disp, mesh, halo=4)["r_min"] < 0.999
 
 
 def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_field(tmp_path):
@@ -60,7 +60,7 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
             "--cores",
             "2",
             "--json",
-            "bench.json",
+            "pm_core.json",
         ],
         capture_output=True,
         text=True,
@@ -69,7 +69,7 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    record = json.loads((tmp_path / "bench.json").read_text())
+    record = json.loads((tmp_path / "pm_core.json").read_text())
     assert record["campaign"] == "tiny" and record["runs"] == 1 and record["jobs"] == 1
     assert record["wall_s"] > 0 and record["runs_per_hour"] == pytest.approx(
         3600 / record["wall_s"]
@@ -135,7 +135,7 @@ def test_bench_nbody_compares_with_pmwd_in_its_own_process(tmp_path):
             "--compare",
             "pmwd",
             "--json",
-            "bench.json",
+            "pm_core.json",
         ],
         capture_output=True,
         text=True,
@@ -144,7 +144,7 @@ def test_bench_nbody_compares_with_pmwd_in_its_own_process(tmp_path):
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    record = json.loads((tmp_path / "bench.json").read_text())
+    record = json.loads((tmp_path / "pm_core.json").read_text())
     peer = record["pmwd"]
     assert peer["code"] == "pmwd" and peer["particles"] == record["particles"] == 32
     assert peer["steps"] == record["steps"] == 10

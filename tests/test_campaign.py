@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
-from pmpipe import cli, config, validation
-from pmpipe.orchestration import campaign, seeds
+from pmpipe import cli
+from pmpipe.orchestration import campaign, manifest, resources, seeds
 from pmpipe.physics import lightcone, sky
+from pmpipe.run import config, validation
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"box": {"particles": 16, "box_size": 64.0}}
@@ -145,21 +146,21 @@ def run(particles=64, pdims=(1, 1), **sections):
 )
 def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s, step_s):
     """`pmpipe bench nbody` on 2 CPU cores (2LPT + 10 steps, docs/performance.md)."""
-    est = campaign.estimate(run(particles, box={"oversample": oversample}), campaign.Execution())
+    est = resources.estimate(run(particles, box={"oversample": oversample}), resources.Execution())
     assert peak_gb * 1e9 < est.memory_per_device_bytes < 1.15 * peak_gb * 1e9
-    nbody_s = est.runtime_s["nbody"] - campaign.STARTUP_SECONDS
+    nbody_s = est.runtime_s["nbody"] - resources.STARTUP_SECONDS
     assert 10 * step_s < nbody_s < 1.5 * 10 * step_s
-    assert run_s < nbody_s + est.runtime_s["ic"] - campaign.STARTUP_SECONDS
+    assert run_s < nbody_s + est.runtime_s["ic"] - resources.STARTUP_SECONDS
 
 
 def test_estimates_grow_with_particles_and_shrink_with_devices():
-    gpu = campaign.Execution(platform="gpu", devices_per_node=4)
-    est = lambda r, ex=gpu: campaign.estimate(r, ex)
+    gpu = resources.Execution(platform="gpu", devices_per_node=4)
+    est = lambda r, ex=gpu: resources.estimate(r, ex)
     assert est(run(64)).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
     assert est(run(128, (2, 2))).memory_per_device_bytes < est(run(128)).memory_per_device_bytes
     assert est(run(128, (2, 2))).runtime_s["nbody"] < est(run(128)).runtime_s["nbody"]
     assert est(run(64)).runtime_s["nbody"] < est(run(64, nbody={"steps": 20})).runtime_s["nbody"]
-    cpu = campaign.Execution(devices_per_node=4)  # one process holds every CPU device
+    cpu = resources.Execution(devices_per_node=4)  # one process holds every CPU device
     assert (
         est(run(128, (2, 2)), cpu).memory_per_device_bytes
         >= est(run(128), cpu).memory_per_device_bytes
@@ -168,7 +169,7 @@ def test_estimates_grow_with_particles_and_shrink_with_devices():
 
 
 def test_estimates_count_the_full_sky_shells_split_over_the_devices():
-    gpu = campaign.Execution(platform="gpu", devices_per_node=4)
+    gpu = resources.Execution(platform="gpu", devices_per_node=4)
     cone = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0}}
     flat = run(128, (2, 2), **cone, lensing={"source_redshifts": [1.0], "flat_sky": {}})
     full = run(
@@ -180,23 +181,23 @@ def test_estimates_count_the_full_sky_shells_split_over_the_devices():
     padded = sky.PLANE_BUCKET * math.ceil(len(validation.planes(full)) / sky.PLANE_BUCKET)
     rays = 12 * (512 * sky.RAYS_PER_PIXEL_SIDE) ** 2
     extra = (
-        campaign.estimate(full, gpu).memory_per_device_bytes
-        - campaign.estimate(flat, gpu).memory_per_device_bytes
+        resources.estimate(full, gpu).memory_per_device_bytes
+        - resources.estimate(flat, gpu).memory_per_device_bytes
     )
-    assert extra == pytest.approx(4 * (padded * rays / 4 + campaign.SHELL_RAY_WORDS * rays))
-    cpu = campaign.Execution(devices_per_node=4)  # one process: 4 shares, 4 samplers
+    assert extra == pytest.approx(4 * (padded * rays / 4 + resources.SHELL_RAY_WORDS * rays))
+    cpu = resources.Execution(devices_per_node=4)  # one process: 4 shares, 4 samplers
     extra_cpu = (
-        campaign.estimate(full, cpu).memory_per_device_bytes
-        - campaign.estimate(flat, cpu).memory_per_device_bytes
+        resources.estimate(full, cpu).memory_per_device_bytes
+        - resources.estimate(flat, cpu).memory_per_device_bytes
     )
-    assert extra_cpu == pytest.approx(4 * (padded * rays + 4 * campaign.SHELL_RAY_WORDS * rays))
+    assert extra_cpu == pytest.approx(4 * (padded * rays + 4 * resources.SHELL_RAY_WORDS * rays))
 
 
 def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
     """SHELL_RAY_WORDS against XLA's memory analysis of the shell program (one device)."""
     import jax.numpy as jnp
 
-    from pmpipe import parallel
+    from pmpipe.runtime import parallel
 
     rays = 64
     transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
@@ -213,12 +214,12 @@ def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
         rays_nside=rays,
     ).compile()
     words = program.memory_analysis().temp_size_in_bytes / 4 / sky.healpix_pixels(rays)
-    assert campaign.SHELL_RAY_WORDS - 1 < words <= campaign.SHELL_RAY_WORDS + 0.01
+    assert resources.SHELL_RAY_WORDS - 1 < words <= resources.SHELL_RAY_WORDS + 0.01
 
 
 def test_resources():
-    gpu = campaign.Execution(platform="gpu", devices_per_node=4)
-    res = campaign.resources(run(128, (2, 4)), "nbody", gpu)
+    gpu = resources.Execution(platform="gpu", devices_per_node=4)
+    res = resources.resources(run(128, (2, 4)), "nbody", gpu)
     assert (
         res["nodes"] == 2 and res["tasks_per_node"] == 4 and res["gpu"] == 4 and res["devices"] == 8
     )
@@ -231,14 +232,14 @@ def test_resources():
         "runtime",
         "devices",
     }
-    per_node = campaign.Execution(platform="gpu", devices_per_node=4, processes_per_node=1)
-    res = campaign.resources(run(128, (2, 4)), "nbody", per_node)  # one process drives 4 GPUs
+    per_node = resources.Execution(platform="gpu", devices_per_node=4, processes_per_node=1)
+    res = resources.resources(run(128, (2, 4)), "nbody", per_node)  # one process drives 4 GPUs
     assert (res["nodes"], res["tasks_per_node"], res["gpu"]) == (2, 1, 4)
-    two = campaign.resources(
-        run(64, (2, 2)), "ic", campaign.Execution(devices_per_node=4, processes_per_node=2)
+    two = resources.resources(
+        run(64, (2, 2)), "ic", resources.Execution(devices_per_node=4, processes_per_node=2)
     )
     assert (two["tasks_per_node"], two["gpu"], two["devices"]) == (2, 0, 4)
-    cpu = campaign.resources(run(64), "ic", campaign.Execution())
+    cpu = resources.resources(run(64), "ic", resources.Execution())
     assert (
         cpu["gpu"] == 0
         and cpu["tasks_per_node"] == 1
@@ -246,11 +247,8 @@ def test_resources():
         and cpu["runtime"] >= 1
     )
     spec = campaign.expand(make())[0]
-    assert campaign.resources(spec, "summaries", campaign.Execution()) == campaign.resources(
-        spec.run, "summaries", campaign.Execution()
-    )
     with pytest.raises(ValueError, match="unknown stage 'raytrace'"):
-        campaign.resources(spec, "raytrace", campaign.Execution())
+        resources.resources(spec.run, "raytrace", resources.Execution())
 
 
 def test_check_fits_and_plan():
@@ -264,11 +262,11 @@ def test_check_fits_and_plan():
     ):
         campaign.check_fits(huge)
     on_gpu = huge.model_copy(
-        update={"execution": campaign.Execution(platform="gpu", device_memory_gb=1)}
+        update={"execution": resources.Execution(platform="gpu", device_memory_gb=1)}
     )
     with pytest.raises(config.ConfigError, match=r"use more devices \(base.parallel.pdims\)"):
         campaign.check_fits(on_gpu)
-    table = campaign.plan_table(
+    table = manifest.plan_table(
         make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}})
     )
     assert "c-p0001-r0" in table and "GB/device" in table and "2 runs" in table
@@ -277,7 +275,7 @@ def test_check_fits_and_plan():
 def test_manifest_columns(tmp_path):
     camp = make(design={"kind": "grid", "parameters": {"sigma8": [0.7, 0.9], "h": [0.7]}})
     (tmp_path / "c").mkdir()
-    campaign.write_manifest(camp, tmp_path / "c/manifest.csv", lambda d: f"status of {d}")
+    manifest.write_manifest(camp, tmp_path / "c/manifest.csv", lambda d: f"status of {d}")
     rows = list(csv.DictReader((tmp_path / "c/manifest.csv").open()))
     assert list(rows[0]) == [
         "run_id",
@@ -296,7 +294,7 @@ def test_manifest_columns(tmp_path):
     assert rows[1]["status"] == f"status of {tmp_path / 'c/c-p0001-r0'}"
     assert rows[1]["config_hash"] == config.config_hash(campaign.expand(camp)[1].run)
     with pytest.raises(ValueError, match="belongs in <results>/c/"):
-        campaign.write_manifest(camp, tmp_path / "manifest.csv", str)
+        manifest.write_manifest(camp, tmp_path / "manifest.csv", str)
 
 
 def test_committed_schema_is_current():
@@ -315,7 +313,7 @@ def test_schema_command_writes_the_schema(tmp_path):
 def test_shipped_campaigns_load_and_expand(path):
     camp = campaign.load(path)
     assert campaign.expand(camp)
-    campaign.plan_table(camp)
+    manifest.plan_table(camp)
 
 
 GOOD = {
@@ -484,29 +482,29 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
     )
     capsys.readouterr()
     record = json.loads(record_path.read_text())
-    plain = campaign.Execution()
-    calibrated = campaign.Execution(calibration=record_path)
+    plain = resources.Execution()
+    calibrated = resources.Execution(calibration=record_path)
     measured = run(16, nbody={"steps": 2})
-    est = campaign.estimate(measured, calibrated)
+    est = resources.estimate(measured, calibrated)
     assert est.step_s == pytest.approx(record["step_s"], rel=1e-9)
     assert est.memory_per_device_bytes == pytest.approx(record["peak_rss_bytes"], rel=1e-9)
-    time, memory = campaign.calibration_factors(calibrated)
+    time, memory = resources.calibration_factors(calibrated)
     bigger = run(64, (2, 2))
-    assert campaign.estimate(bigger, calibrated).step_s == pytest.approx(
-        time * campaign.estimate(bigger, plain).step_s, rel=1e-9
+    assert resources.estimate(bigger, calibrated).step_s == pytest.approx(
+        time * resources.estimate(bigger, plain).step_s, rel=1e-9
     )
-    overhead = campaign.PROCESS_OVERHEAD_BYTES["cpu"]
-    assert campaign.estimate(
+    overhead = resources.PROCESS_OVERHEAD_BYTES["cpu"]
+    assert resources.estimate(
         bigger, calibrated
     ).memory_per_device_bytes - overhead == pytest.approx(
-        memory * (campaign.estimate(bigger, plain).memory_per_device_bytes - overhead), rel=1e-9
+        memory * (resources.estimate(bigger, plain).memory_per_device_bytes - overhead), rel=1e-9
     )
 
     with pytest.raises(
         ValueError,
         match=f"execution.calibration {record_path} was measured on cpu, execution.platform is gpu",
     ):
-        campaign.Execution(platform="gpu", calibration=record_path)
+        resources.Execution(platform="gpu", calibration=record_path)
     partial = tmp_path / "partial.json"
     partial.write_text(json.dumps({k: v for k, v in record.items() if k not in ("halo", "step_s")}))
     with pytest.raises(
@@ -514,4 +512,4 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
         match="the record lacks halo, step_s; write it with `pmpipe "
         "bench nbody --json` on the cpu platform",
     ):
-        campaign.Execution(calibration=partial)
+        resources.Execution(calibration=partial)

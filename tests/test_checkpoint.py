@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import config, stages
+from pmpipe import stages
+from pmpipe.run import config
 from pmpipe.stages import runner
 from pmpipe.storage import checkpoint, store
 

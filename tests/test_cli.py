@@ -4,7 +4,8 @@ from pathlib import Path
 
 import yaml
 
-from pmpipe import cli, stages, validation
+from pmpipe import cli, stages
+from pmpipe.run import validation
 
 CAMPAIGN = {
     "name": "cli",

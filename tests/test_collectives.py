@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pmpipe import parallel
-from pmpipe.collectives import in_program
+from pmpipe.bench.collectives import in_program
 from pmpipe.physics import fft, lightcone, painting, stats
+from pmpipe.runtime import parallel
 
 N, BOX = 32, 128.0
 

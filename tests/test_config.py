@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from pmpipe import config, derive, validation
 from pmpipe.physics import cosmology as C
+from pmpipe.run import config, derive, validation
 
 
 def _write(tmp_path, data, name="run.json"):

@@ -15,7 +15,8 @@ import zarr
 from conftest import REPO, TINY, golden, run_snakemake, same_store
 from deffile import parse
 
-from pmpipe import doctor, stages
+from pmpipe import stages
+from pmpipe.cli import doctor
 from pmpipe.orchestration import campaign
 from pmpipe.storage import store
 
@@ -199,11 +200,12 @@ def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
 
 @pytest.fixture(scope="module")
 def apptainer(tmp_path_factory):
-    """A command that runs apptainer (tests/apptainer_image.py), installed when missing and
-    possible. Skips with what is missing where it cannot run; under CI=true that fails."""
+    """A command that runs apptainer (tests/apptainer_image.py, provisioned by
+    tests/provision.py). Skips with what is missing where it cannot run; under CI=true that
+    fails."""
     import apptainer_image
 
-    command, problem = apptainer_image.install(tmp_path_factory.mktemp("apptainer"))
+    command, problem = apptainer_image.find(tmp_path_factory.mktemp("apptainer"))
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail(problem)

@@ -5,8 +5,9 @@ which is validated when it is read."""
 import pytest
 import yaml
 
-from pmpipe import cli, config
-from pmpipe.orchestration import campaign, decomposition
+from pmpipe import cli
+from pmpipe.orchestration import campaign, decomposition, manifest
+from pmpipe.run import config
 
 
 def test_candidates_split_the_grid_and_leave_room_for_the_halo():
@@ -45,7 +46,7 @@ def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
     path = _campaign(tmp_path, file)
     guessed = campaign.load(path)
     assert (guessed.base.parallel.pdims, guessed.pdims_source) == ((8, 1), "guessed")
-    assert "guessed (no decomposition file" in campaign.decomposition_line(guessed)
+    assert "guessed (no decomposition file" in manifest.decomposition_line(guessed)
 
     assert cli.main(["tune", str(path), "--repeat", "1"]) == 0
     table = decomposition.load(file)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pmpipe import doctor
+from pmpipe.cli import doctor
 
 CPU = {
     "backend": "cpu",

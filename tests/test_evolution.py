@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from conftest import rel_diff
 
-from pmpipe import compilation, parallel
 from pmpipe.physics import (
     cosmology,
     domain,
@@ -19,10 +18,12 @@ from pmpipe.physics import (
     lightcone,
     nbody,
     painting,
+    schedule,
     simulation,
     sky,
     timesteps,
 )
+from pmpipe.runtime import compilation, parallel
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 GRID_SIZES = {"particles": N, "oversample": 2, "box_size": BOX, "halo": 8}
@@ -32,21 +33,18 @@ K_MAX = 0.5
 
 
 def _setup(mesh, cosmo, seed, z_max=0.05):
-    table = cosmology.growth_table(cosmo)
+    cosmo = cosmology.tabulated(cosmo)
     init = simulation.initial_conditions(
         cosmo,
         ics.white_noise(seed, N, mesh),
         simulation.power_function(cosmo),
-        mesh,
-        BOX,
+        domain.Grid(mesh, **GRID_SIZES),
         0.1,
-        2,
-        table=table,
     )
-    planes = lightcone.plane_geometry(cosmo, z_max, 32.0, table)
+    planes = lightcone.plane_geometry(cosmo, z_max, 32.0)
     transforms = lightcone.plane_transforms(seed, len(planes), 2 * N, True)
-    bounds = timesteps.step_boundaries(0.1, 1.0, 3, SNAPSHOTS)
-    return table, init, planes, transforms, bounds
+    times = timesteps.timeline(0.1, 1.0, 3, SNAPSHOTS)
+    return cosmo, init, planes, transforms, times
 
 
 @partial(jax.jit, static_argnames="mesh")
@@ -60,12 +58,12 @@ def _forces(disp, omega_m, mesh):
     return painting.read(force, disp, grid)[0], rho
 
 
-def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
+def _step_by_step(cosmo, init, planes, transforms, times, mesh):
     """FastPM kick-drift-kick from Python, one step (and one plane) at a time, with both half
     kicks of every step and the planes made by the public single-plane functions."""
+    bounds = times.bounds
     kick1, drift, kick2 = (
-        np.asarray(f)
-        for f in nbody.kdk_coefficients(cosmo, jnp.asarray(bounds, jnp.float32), table)
+        np.asarray(f) for f in nbody.kdk_coefficients(cosmo, jnp.asarray(bounds, jnp.float32))
     )
     disp, mom = init.disp, init.mom
     acc, rho = _forces(disp, cosmo.Omega_m, mesh)
@@ -73,7 +71,7 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
     for i in range(len(bounds) - 1):
         mom = mom + kick1[i] * acc
         for j in np.flatnonzero((planes.a > bounds[i]) & (planes.a <= bounds[i + 1])):
-            factor = nbody.partial_drift(cosmo, bounds[i], bounds[i + 1], planes.a[j], table)
+            factor = nbody.partial_drift(cosmo, bounds[i], bounds[i + 1], planes.a[j])
             rho_j, _ = painting.paint(
                 disp + jnp.float32(factor) * mom, domain.Grid(mesh, **GRID_SIZES), mass=8.0
             )
@@ -106,18 +104,15 @@ def _step_by_step(cosmo, table, init, planes, transforms, bounds, mesh):
     }
 
 
-def _one_program(cosmo, table, init, planes, transforms, bounds, mesh):
-    capture = lightcone.capture_plan(
-        planes, transforms, OBSERVER, BOX, 2 * N, 16, RAYS_NSIDE, K_MAX
-    )
+def _one_program(cosmo, init, planes, transforms, times, mesh):
+    grid = domain.Grid(mesh, **GRID_SIZES)
+    capture = lightcone.capture_plan(planes, transforms, OBSERVER, grid, 16, RAYS_NSIDE, K_MAX)
     res = nbody.evolve(
         cosmo,
         init.disp,
         init.mom,
-        bounds,
+        times,
         domain.Grid(mesh, **GRID_SIZES),
-        SNAPSHOTS,
-        table,
         capture,
     )
     return {
@@ -135,14 +130,13 @@ def test_evolution_is_one_program_equal_to_step_by_step(pdims):
     mesh = parallel.make_mesh(pdims)
     warm = cosmology.Cosmology(Omega_m=0.28, sigma8=0.75, h=0.7)
     warm_setup = _setup(mesh, warm, 2, z_max=0.06)  # another run of the same sizes, one more plane
-    _one_program(warm, *warm_setup, mesh)
-    cosmo = cosmology.Cosmology()
-    setup = _setup(mesh, cosmo, 1)
+    _one_program(*warm_setup, mesh)
+    setup = _setup(mesh, cosmology.Cosmology(), 1)
     with compilation.CompileCounter() as counter:
-        ours = _one_program(cosmo, *setup, mesh)
+        ours = _one_program(*setup, mesh)
         jax.block_until_ready(ours)
     assert counter.counts.programs == 0, counter.counts.names
-    reference = _step_by_step(cosmo, *setup, mesh)
+    reference = _step_by_step(*setup, mesh)
     real = len(setup[2])
     assert 3 <= real < len(warm_setup[2]) and ours["planes"].shape[0] % sky.PLANE_BUCKET == 0
     assert float(jnp.max(jnp.abs(ours["planes"][real:]))) == 0.0  # padding planes never crossed
@@ -158,19 +152,10 @@ def test_memory_of_the_evolution_per_particle():
     mesh = parallel.make_mesh((1, 1))
     grid = domain.Grid(mesh, n, 1, 256.0, 4)
     cosmo = cosmology.Cosmology()
-    bounds = timesteps.step_boundaries(0.1, 1.0, steps, (1.0,))
+    plan = schedule.build(timesteps.timeline(0.1, 1.0, steps), None, np.float32)
     state = jax.ShapeDtypeStruct((n, n, n, 3), jnp.float32)
     compiled = nbody.evolution.lower(
-        cosmo,
-        state,
-        state,
-        bounds.astype(np.float32),
-        nbody.snapshot_slots(bounds, (1.0,)),
-        nbody.crossing_slots(bounds, ()),
-        cosmology.growth_table(cosmo),
-        None,
-        grid=grid,
-        n_snapshots=1,
+        cosmology.tabulated(cosmo), state, state, plan, None, grid=grid
     ).compile()
     stats = compiled.memory_analysis()
     per_particle = (stats.argument_size_in_bytes + stats.temp_size_in_bytes) / n**3

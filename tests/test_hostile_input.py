@@ -12,9 +12,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pmpipe import config, derive, validation
-from pmpipe.orchestration import campaign
-from pmpipe.physics import power_table
+from pmpipe.orchestration import campaign, manifest
+from pmpipe.physics import cosmology, power_table
+from pmpipe.run import config, derive, validation
 
 BASE_RUN = {
     "box": {"box_size": 64.0, "particles": 16, "oversample": 1},
@@ -174,7 +174,7 @@ def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(
     except config.ConfigError as err:
         assert "execution.device_memory_gb" in str(err)
         return
-    table = campaign.plan_table(camp)
+    table = manifest.plan_table(camp)
     assert all(s.run_id in table for s in specs)
 
 
@@ -188,10 +188,11 @@ def test_generated_run_configs_are_accepted_or_rejected_naming_file_and_field(tm
         _rejected_naming_the_file(err, path)
         return
     event("accepted")
-    bounds = derive.step_boundaries(run)
+    cosmo = cosmology.tabulated(derive.cosmology_params(run))
+    bounds = derive.timeline(run, cosmo).bounds
     assert np.all(np.isfinite(bounds)) and np.all(np.diff(bounds) > 0)
     if run.lightcone is not None:
-        planes = derive.planes(run)
+        planes = derive.plane_geometry(run, cosmo)
         assert np.all(np.isfinite(planes.chi_edges)) and len(planes) >= 1
 
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe import parallel
 from pmpipe.physics import cosmology as C
 from pmpipe.physics import fft, ics, stats
+from pmpipe.runtime import parallel
 
 N, L = 32, 256.0
 COSMO = C.Cosmology()

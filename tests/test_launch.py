@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import golden
 
-from pmpipe import config, parallel
-from pmpipe.orchestration import campaign, launch, site, slurm_job
+from pmpipe.orchestration import campaign, launch, resources, site
+from pmpipe.run import config
+from pmpipe.runtime import parallel, slurm_job
 
 GOLDEN = Path(__file__).parent / "golden"
 LOGS = "/scratch/pmpipe/logs"
@@ -30,7 +31,7 @@ def _nbody_job():
 
 def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
     camp, spec, job = _nbody_job()
-    res = campaign.resources(spec.run, "nbody", camp.execution)
+    res = resources.resources(spec.run, "nbody", camp.execution)
     script = launch.sbatch_script(job, LOGS)
     golden(GOLDEN / "sbatch_nbody_2x4.sh", script)
     lines = script.splitlines()
@@ -50,7 +51,7 @@ def test_sbatch_script_of_a_2_node_4_gpu_nbody_stage_matches_golden():
         "#SBATCH --signal=USR2@150",
     ):  # the site's 300 s, at most a quarter of 10 min
         assert line in lines, line
-    assert res["mem_mb"] > 4 * 1000 and res["runtime"] >= campaign.MIN_RUNTIME_MINUTES
+    assert res["mem_mb"] > 4 * 1000 and res["runtime"] >= resources.MIN_RUNTIME_MINUTES
     srun = [line for line in lines if line.startswith("srun ")]
     assert srun == [
         (
@@ -66,12 +67,12 @@ def test_array_script_runs_groups_of_runs_with_bounded_parallelism():
     groups = list(campaign.job_groups(specs, 2).values())
     assert [[s.index for s in g] for g in groups] == [[0, 1], [2, 3], [4]]
     job = launch.array_job(camp, groups, None)
-    est = campaign.estimate(specs[0].run, camp.execution)
-    work = sum(t - campaign.STARTUP_SECONDS for s, t in est.runtime_s.items() if s != "lensing")
-    expected = (campaign.STARTUP_SECONDS + 2 * work) * camp.execution.runtime_safety / 60
-    assert job.time_min == max(campaign.MIN_RUNTIME_MINUTES, math.ceil(expected))
+    est = resources.estimate(specs[0].run, camp.execution)
+    work = sum(t - resources.STARTUP_SECONDS for s, t in est.runtime_s.items() if s != "lensing")
+    expected = (resources.STARTUP_SECONDS + 2 * work) * camp.execution.runtime_safety / 60
+    assert job.time_min == max(resources.MIN_RUNTIME_MINUTES, math.ceil(expected))
     per_stage = [
-        campaign.resources(specs[0].run, s, camp.execution) for s in ("ic", "nbody", "summaries")
+        resources.resources(specs[0].run, s, camp.execution) for s in ("ic", "nbody", "summaries")
     ]
     assert job.mem_mb == max(r["mem_mb"] for r in per_stage)
     script = launch.sbatch_script(job, LOGS, array_size=3, array_parallelism=2)

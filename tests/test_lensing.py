@@ -11,8 +11,9 @@ import numpy as np
 import pyccl
 import pytest
 
-from pmpipe import config, derive, parallel, validation
-from pmpipe.physics import cosmology, lensing, lightcone, painting, sky
+from pmpipe.physics import cosmology, domain, lensing, lightcone, painting, sky
+from pmpipe.run import config, derive, validation
+from pmpipe.runtime import parallel
 
 C_KM_S = 299792.458
 
@@ -51,12 +52,12 @@ def test_thin_plane_matches_the_born_formula():
     kappa = lensing.flat_sky_convergence(
         [lambda: jnp.asarray(sigma)],
         weights,
-        box,
         [chi_p],
         theta,
         [offsets],
-        mesh,
-        jnp.float64 if jax.config.jax_enable_x64 else jnp.float32,
+        domain.Grid(
+            mesh, m, box_size=box, dtype="float64" if jax.config.jax_enable_x64 else "float32"
+        ),
     )
     chi_s_ccl = pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h
     a_p = float(pyccl.scale_factor_of_chi(ccl, chi_p / cfg.h))
@@ -257,10 +258,9 @@ def test_lightcone_geometry_is_checked():
     with pytest.raises(config.ConfigError, match="needs lightcone"):
         validation.validate_run({"lensing": {}}, "x.yaml")
     run = validation.validate_run(BASE | {"lensing": {}}, "x.yaml")
-    planes = derive.planes(run)
-    assert planes.chi_edges[-1] >= float(
-        cosmology.comoving_distance(derive.cosmology_params(run), 0.5)
-    )
+    cosmo = cosmology.tabulated(derive.cosmology_params(run))
+    planes = derive.plane_geometry(run, cosmo)
+    assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(cosmo, 0.5))
     thickness = run.box.box_size  # the default: one box
     assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(
         planes.chi_edges[-1] / thickness
@@ -326,12 +326,10 @@ def test_flat_maps_hold_no_plane_modes_above_their_nyquist_multipole():
     kappa = lensing.flat_sky_convergence(
         [lambda: jnp.asarray(painted)],
         np.ones((1, 1)),
-        box,
         [chi],
         theta,
         [(0.0, 0.0)],
-        mesh,
-        np.float64,
+        domain.Grid(mesh, n, box_size=box, dtype="float64"),
     )
     expected = np.cos(k_low * chi * theta)[:, None] * np.ones(16)[None, :]
     np.testing.assert_allclose(np.asarray(kappa[0]), expected, atol=1e-6)

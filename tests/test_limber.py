@@ -13,7 +13,7 @@ import numpy as np
 import pyccl
 import zarr
 
-from pmpipe import config
+from pmpipe.run import config
 from pmpipe.stages import runner
 
 RUN = {

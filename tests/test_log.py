@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from pmpipe import log
+from pmpipe.runtime import log
 
 
 def _record(level=logging.INFO, **extra):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import config, parallel
+from pmpipe.run import config
+from pmpipe.runtime import parallel
 from pmpipe.stages import runner
 
 RUN = {

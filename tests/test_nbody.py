@@ -4,9 +4,19 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe import parallel
 from pmpipe.physics import cosmology as C
-from pmpipe.physics import domain, ics, lpt, nbody, painting, simulation, stats, timesteps
+from pmpipe.physics import (
+    domain,
+    ics,
+    lpt,
+    nbody,
+    painting,
+    schedule,
+    simulation,
+    stats,
+    timesteps,
+)
+from pmpipe.runtime import parallel
 
 COSMO = C.Cosmology()
 
@@ -29,7 +39,11 @@ def _run(
     noise = ics.white_noise(seed, n, mesh)
     grid = domain.Grid(mesh, n, oversample, box, halo)
     init, res = simulation.simulate(
-        cosmo, noise, grid, a_init, a_final, steps, fixed_amplitude=fixed, snapshots=snapshots
+        cosmo,
+        noise,
+        grid,
+        timesteps.timeline(a_init, a_final, steps, snapshots),
+        options=simulation.ICOptions(fixed_amplitude=fixed),
     )
     return mesh, grid, init, res
 
@@ -53,7 +67,11 @@ def test_pm_agrees_with_2lpt_at_early_times():
     mesh = parallel.make_mesh((1, 1))
     power = lambda k: C.linear_power_eisenstein_hu(COSMO, k) * (k < k_cut)
     init, res = simulation.simulate(
-        COSMO, ics.white_noise(1, n, mesh), domain.Grid(mesh, n, 2, box, 4), a0, a1, 10, power=power
+        COSMO,
+        ics.white_noise(1, n, mesh),
+        domain.Grid(mesh, n, 2, box, 4),
+        timesteps.timeline(a0, a1, 10),
+        power=power,
     )
     disp_lpt, _ = lpt.lpt_state(COSMO, init.s1, init.s2, a1)
     rms = float(jnp.sqrt(jnp.mean(disp_lpt**2)))
@@ -103,7 +121,7 @@ def test_nan_in_the_state_stops_the_run_naming_step_and_a():
     mom = disp.at[3, 4, 5, 0].set(jnp.nan)
     bounds = timesteps.step_boundaries(0.1, 1.0, 3)
     with pytest.raises(nbody.NumericalError, match=r"after step 0 of 3 \(a = 0\.1\).*nbody\.steps"):
-        nbody.evolve(COSMO, disp, mom, bounds, grid)
+        nbody.evolve(COSMO, disp, mom, timesteps.Timeline(bounds), grid)
     trouble = np.array([2, -1])  # a halo shortfall first, then nothing else
     with pytest.raises(painting.HaloError, match=r"at step 2 of 3 \(a = 0\.7\)"):
         nbody.check_state(trouble, 9, bounds, 4)
@@ -126,13 +144,13 @@ def test_step_boundaries():
 
 def test_fastpm_factors_exact_for_linear_growth():
     """One KDK step of a pure growing mode with the exact linear force reproduces D1."""
-    table = C.growth_table(COSMO)
+    cosmo = C.tabulated(COSMO)
     a = jnp.array([0.1, 0.6])
-    k1, dr, _k2 = nbody.kdk_coefficients(COSMO, a, table)
-    d = lambda x: C.growth_factor(COSMO, x, table)
+    k1, dr, _k2 = nbody.kdk_coefficients(cosmo, a)
+    d = lambda x: C.growth_factor(cosmo, x)
     s = 1.0
     x = d(0.1) * s
-    p = a[0] ** 2 * C.E(COSMO, a[0]) * C.growth_factor_derivative(COSMO, a[0], table) * s
+    p = a[0] ** 2 * C.E(cosmo, a[0]) * C.growth_factor_derivative(cosmo, a[0]) * s
     p = p + k1[0] * 1.5 * COSMO.Omega_m * x
     x = x + dr[0] * p
     assert float(x) == pytest.approx(float(d(0.6)), rel=1e-5)
@@ -145,7 +163,7 @@ def _loss_setup():
 
     def loss(noise, omega_m):
         cosmo = C.Cosmology(Omega_m=omega_m)
-        _, res = simulation.simulate(cosmo, noise, grid, 0.1, 1.0, 3, lpt_order=2)
+        _, res = simulation.simulate(cosmo, noise, grid, timesteps.timeline(0.1, 1.0, 3))
         return jnp.mean((res.snapshots[1.0] - 1) ** 2)
 
     return n, mesh, loss
@@ -181,42 +199,16 @@ def test_a_halo_overflow_stops_the_evolution_at_its_step():
     n, box, steps = 32, 64.0, 8
     grid = domain.Grid(mesh, n, 1, box, 1)
     noise = ics.white_noise(1, n, mesh)
-    init = simulation.initial_conditions(
-        COSMO, noise, simulation.power_function(COSMO), mesh, box, 0.1
-    )
+    init = simulation.initial_conditions(COSMO, noise, simulation.power_function(COSMO), grid, 0.1)
     disp, mom = init.disp, init.mom
     bounds = timesteps.step_boundaries(0.1, 1.0, steps)
-    args = (
-        nbody.snapshot_slots(bounds, ()),
-        nbody.crossing_slots(bounds, ()),
-        C.growth_table(COSMO),
-        None,
-    )
-    state = nbody.evolution(
-        COSMO,
-        disp,
-        mom,
-        bounds.astype(np.float32),
-        *args,
-        grid=grid,
-        n_snapshots=0,
-        stop_early=True,
-    )
+    plan = schedule.build(timesteps.Timeline(bounds), None, np.float32)
+    state = nbody.evolution(COSMO, disp, mom, plan, None, grid=grid, stop_early=True)
     beyond = int(state.trouble[0])
     assert 0 < beyond < steps - 1  # stopped before the end
     shorter = bounds[: beyond + 1]
-    upto = nbody.evolution(
-        COSMO,
-        disp,
-        mom,
-        shorter.astype(np.float32),
-        nbody.snapshot_slots(shorter, ()),
-        nbody.crossing_slots(shorter, ()),
-        C.growth_table(COSMO),
-        None,
-        grid=grid,
-        n_snapshots=0,
-    )
+    plan = schedule.build(timesteps.Timeline(shorter), None, np.float32)
+    upto = nbody.evolution(COSMO, disp, mom, plan, None, grid=grid)
     np.testing.assert_array_equal(np.asarray(state.disp), np.asarray(upto.disp))
     with pytest.raises(painting.HaloError, match=rf"at step {beyond} of {steps} \(a = "):
         nbody.check_state(state.trouble, state.needed, bounds, grid.halo)

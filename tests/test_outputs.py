@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe import config, stages, validation
-from pmpipe.orchestration import campaign
+from pmpipe import stages
+from pmpipe.orchestration import resources
+from pmpipe.run import config, validation
 from pmpipe.stages import pipeline, runner
 from pmpipe.storage import store
 
@@ -138,7 +139,7 @@ def test_ics_not_kept_are_made_again_from_the_seed(runs, tmp_path):
 @pytest.mark.parametrize("name", ["full", "lean"])
 def test_plan_disk_estimate_equals_the_arrays_written(runs, name):
     run_file = validation.load_run_file(runs[name] / "config.json")
-    estimate = campaign.disk_bytes(run_file.config)
+    estimate = resources.disk_bytes(run_file.config)
     for stage in ("ic", "nbody", "lensing"):  # summaries: small arrays only
         group = zarr.open_group(runs[name] / f"{stage}.zarr", mode="r")
         written = sum(group[a].nbytes for a in group.array_keys() if a in BIG_ARRAYS)

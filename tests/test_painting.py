@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe import parallel
 from pmpipe.physics import painting
 from pmpipe.physics.domain import Grid
+from pmpipe.runtime import parallel
 
 N, L = 16, 64.0
 

@@ -123,3 +123,35 @@ def test_a_job_skips_complete_runs_and_stages(packed):
     assert f"[pmpipe run {RUNS[1]}] summaries done" in out.stderr
     after = stamps(results)
     assert {key for key in after if before.get(key) != after[key]} == {(RUNS[1], "summaries")}
+
+
+def test_a_packed_job_derives_each_run_once(tmp_path, monkeypatch):
+    """The growth and distance tables, the lightcone's planes and the linear P(k) are
+    computed once per run of a job (pmpipe.run.derive.setup), not once per stage."""
+    from collections import Counter
+
+    from pmpipe.physics import cosmology, lightcone
+    from pmpipe.run import derive
+    from pmpipe.stages import pipeline
+
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    camp = campaign.load(tmp_path / "tiny.yaml")
+    paths = campaign.write_run_files(camp, tmp_path / "results")
+    calls: Counter = Counter()
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(cosmology, "growth_table")
+    counted(lightcone, "plane_geometry")
+    counted(derive, "linear_power")
+    outcomes = pipeline.run_all(paths)
+    assert [o.error for o in outcomes] == [None, None]
+    assert [o.stages for o in outcomes] == [stages.STAGES] * 2
+    assert calls == {"growth_table": 2, "plane_geometry": 2, "linear_power": 2}, calls

@@ -18,6 +18,7 @@ from conftest import REPO
 from test_slurm import STATUS_CHECKS, slurm_env
 
 from pmpipe import stages
+from pmpipe.run import validation
 from pmpipe.storage import checkpoint, store
 
 CAMPAIGN = {
@@ -83,22 +84,24 @@ def _release_when_requeued(job, timeout=300):
     raise AssertionError(f"job {job} was not requeued within {timeout} s")
 
 
-def _checkpoint_steps(results):
-    """The steps of the second run's complete checkpoints."""
-    paths = (results / SECOND / checkpoint.FOLDER).glob("nbody-step*.zarr")
-    return [
-        int(p.name.removeprefix("nbody-step").removesuffix(".zarr"))
-        for p in paths
-        if store.is_complete(p)
-    ]
+def _checkpoint_step(results) -> int:
+    """The step of the second run's newest complete checkpoint (0: none yet), found as the run
+    finds the checkpoint it resumes from (pmpipe.storage.checkpoint.newest)."""
+    run_dir = results / SECOND
+    config_path = run_dir / "config.json"
+    if not config_path.exists():
+        return 0
+    found = checkpoint.newest(run_dir, validation.load_run_file(config_path).config_hash)
+    return 0 if found is None else int(found.name.removeprefix("nbody-step").removesuffix(".zarr"))
 
 
 def _checkpoint_after(results, process, after=0, timeout=600):
-    """Wait for a complete checkpoint of the second run after step ``after``."""
+    """Wait for a complete checkpoint of the second run after step ``after``; its step."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if any(step > after for step in _checkpoint_steps(results)):
-            return
+        step = _checkpoint_step(results)
+        if step > after:
+            return step
         assert process.poll() is None, process.communicate()[0][-3000:]
         time.sleep(0.2)
     raise AssertionError(f"the second run wrote no checkpoint after step {after}")
@@ -115,7 +118,7 @@ def _stop_twice(results, process, first, then):
     job = _running_job()
     first(job)
     _release_when_requeued(job)  # the job has ended: its last checkpoint is the stop's
-    _checkpoint_after(results, process, after=max(_checkpoint_steps(results)))  # resumed
+    _checkpoint_after(results, process, after=_checkpoint_step(results))  # resumed
     assert _running_job() == job
     then(job)
     _release_when_requeued(job)
@@ -219,7 +222,7 @@ def test_submitted_array_element_requeued_then_signalled_resumes_each_time(slurm
 
 SIGNALLED_BY_ITSELF = """
 import signal, time
-from pmpipe.orchestration import slurm_job
+from pmpipe.runtime import slurm_job
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})  # kept pending for sigtimedwait
 start = time.monotonic()
 delay = slurm_job.signal_before_time_limit(50)

@@ -12,8 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from pmpipe import bench, cli, collectives, parallel, scaling, trace
+from pmpipe import cli
+from pmpipe.bench import collectives, pm_core, scaling, trace
 from pmpipe.physics import domain
+from pmpipe.runtime import parallel
 
 N, HALO = 16, 2
 ARGS = ["bench", "scaling", "--particles", str(N), "--halo", str(HALO), "--repeat", "1"]
@@ -139,9 +141,9 @@ def test_two_processes_under_mpiexec_give_the_results_of_one(one_process, tmp_pa
 )
 def test_bytes_model_equals_the_collectives_of_the_compiled_step(pdims, oversample):
     mesh = parallel.make_mesh(pdims)
-    grid = domain.Grid(mesh, N, oversample, bench.BOX_SIZE, HALO)
+    grid = domain.Grid(mesh, N, oversample, pm_core.BOX_SIZE, HALO)
     field = jax.ShapeDtypeStruct((N, N, N, 3), np.float32, sharding=parallel.field_sharding(mesh))
-    program = bench.pm_step.lower(field, field, 0.3, grid=grid).compile().as_text()
+    program = pm_core.pm_step.lower(field, field, 0.3, grid=grid).compile().as_text()
     found = collectives.bytes_by_kind(program)
     model = collectives.bytes_per_step(grid.force_cells, pdims, HALO)
     assert found.get("all-to-all", 0) == model["fft"]

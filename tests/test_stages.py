@@ -9,8 +9,10 @@ import pytest
 import xarray as xr
 import zarr
 
-from pmpipe import config, parallel, stages, validation
-from pmpipe.stages import runner
+from pmpipe import stages
+from pmpipe.run import config, validation
+from pmpipe.runtime import parallel
+from pmpipe.stages import runner, status
 from pmpipe.storage import store
 
 RUN = {
@@ -135,7 +137,7 @@ def test_store_without_marker_is_never_consumed(runs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "ic.zarr has no completion marker" in err
     assert not (tmp_path / "run" / "nbody.zarr").exists()
-    assert runner.run_status(tmp_path / "run") == "planned"
+    assert status.run_status(tmp_path / "run") == "planned"
     assert "INCOMPLETE" in store.describe(tmp_path / "run" / "ic.zarr")
 
 
@@ -151,7 +153,7 @@ def test_store_of_another_config_is_refused(runs, tmp_path):
 
 
 def test_run_status_and_describe(runs):
-    assert runner.run_status(runs[1, 1]) == "complete"
+    assert status.run_status(runs[1, 1]) == "complete"
     text = store.describe(runs[1, 1] / "nbody.zarr")
     assert "complete" in text and "density (a, x, y, z) [2 x 16 x 16 x 16]" in text
 

@@ -8,8 +8,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pmpipe import parallel
 from pmpipe.physics import domain, painting, sky, stats
+from pmpipe.runtime import parallel
 
 
 def gaussian_field(n, box, power, seed):

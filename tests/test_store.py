@@ -14,8 +14,8 @@ import pytest
 import xarray as xr
 import zarr
 
-from pmpipe import parallel
-from pmpipe.storage import store
+from pmpipe.runtime import parallel
+from pmpipe.storage import store, writes
 
 DIMS = ("qx", "qy", "qz", "component")
 
@@ -157,7 +157,7 @@ def test_failed_background_write_leaves_no_marker(tmp_path, monkeypatch):
     data = _sharded(_particles(16), (2, 4))
     store.write_array(group, "displacement", data, DIMS, "Mpc/h", "x")
     store.write_array(group, "momentum", data, DIMS, "Mpc/h", "x")  # fails in the background only
-    with pytest.raises(store.StoreWriteError, match="'momentum'.*disk full") as err:
+    with pytest.raises(writes.StoreWriteError, match="'momentum'.*disk full") as err:
         store.mark_complete(group)
     assert isinstance(err.value.__cause__, OSError)
     assert not store.is_complete(path)
@@ -174,17 +174,17 @@ def test_failed_background_write_leaves_no_marker(tmp_path, monkeypatch):
 
 def test_writes_run_in_background(tmp_path, monkeypatch):
     gate = threading.Event()
-    real = store._write
+    real = writes._write
 
     def gated(array, selection, block):
         assert gate.wait(30)
         real(array, selection, block)
 
-    monkeypatch.setattr(store, "_write", gated)
+    monkeypatch.setattr(writes, "_write", gated)
     values = _particles(16)
     group = store.create(tmp_path / "s.zarr", {})
     store.write_array(group, "displacement", _sharded(values, (2, 4)), DIMS, "Mpc/h", "x")
-    pending = store._state(store._key(group)).pending
+    pending = writes.store_state(writes.store_key(group)).pending
     assert len(pending) == 8 and not any(f.done() for _, f in pending)  # returned before writing
     assert not (tmp_path / "s.zarr" / "displacement" / "c").exists()
     gate.set()
@@ -194,23 +194,23 @@ def test_writes_run_in_background(tmp_path, monkeypatch):
 
 def test_pending_host_copies_are_bounded(tmp_path, monkeypatch):
     block = 16 * 8 * 32 * 3 * 4  # one (2, 4)-mesh block of a 32^3 x 3 float32 array
-    monkeypatch.setattr(store, "MAX_PENDING_BYTES", 2 * block)
+    monkeypatch.setattr(writes, "MAX_PENDING_BYTES", 2 * block)
     monkeypatch.setattr(store, "MAX_CHUNK_BYTES", block // 4)
     seen = []
-    real = store._write
+    real = writes._write
 
     def slow(array, selection, values):
-        seen.append(store._pending_bytes)
+        seen.append(writes._pending_bytes)
         time.sleep(0.01)
         real(array, selection, values)
 
-    monkeypatch.setattr(store, "_write", slow)
+    monkeypatch.setattr(writes, "_write", slow)
     values = _particles(32)
     group = store.create(tmp_path / "s.zarr", {})
     store.write_array(group, "displacement", _sharded(values, (2, 4)), DIMS, "Mpc/h", "x")
     store.mark_complete(group)
     assert len(seen) == 32 and 0 < max(seen) <= 2 * block  # 8 blocks of 4 chunks, 2 blocks at most
-    assert store._pending_bytes == 0
+    assert writes._pending_bytes == 0
     assert np.array_equal(zarr.open_group(tmp_path / "s.zarr")["displacement"][:], values)
 
 
@@ -229,15 +229,15 @@ def test_pending_writes_finish_at_interpreter_exit(tmp_path):
     code = """
 import sys, time
 import numpy as np
-from pmpipe.storage import store
-real = store._write
+from pmpipe.storage import store, writes
+real = writes._write
 def slow(*args):
     time.sleep(0.3)
     real(*args)
-store._write = slow
+writes._write = slow
 group = store.create(sys.argv[1], {})
 store.write_array(group, "x", np.arange(4 * 10**5, dtype=np.int32).reshape(4, -1), ("a", "b"), "1", "x")
-assert store._state(store._key(group)).pending  # exits with the write still pending
+assert writes.store_state(writes.store_key(group)).pending  # exits with the write still pending
 """
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     subprocess.run(
@@ -309,7 +309,7 @@ def test_a_failed_completion_leaves_no_marker(tmp_path, monkeypatch):
     group = store.create(path, {"stage": "test"})
     array = store.create_array(group, "x", (4, 10), np.float32, ("a", "b"), "1", "x", (1, 10))
     store.write_blocks(array, np.ones((2, 10), np.float32), (0, 0))  # two of four chunks
-    with pytest.raises(store.StoreWriteError, match="2 of its 4 chunks were written"):
+    with pytest.raises(writes.StoreWriteError, match="2 of its 4 chunks were written"):
         store.mark_complete(group)
     assert not store.has_marker(path) and not (path / "pmpipe_manifest.json").exists()
 
@@ -332,7 +332,7 @@ def _mount_tmpfs(folder: Path, size: str) -> None:
 def test_a_stage_on_a_full_disk_fails_cleanly_without_marker(tmp_path):
     import json as json_module
 
-    from pmpipe import config
+    from pmpipe.run import config
 
     small = tmp_path / "small"
     _mount_tmpfs(small, "600k")  # the ICs of 32^3 particles take 3 MB

@@ -2,6 +2,7 @@
 report; a second run does nothing; a deleted or incomplete store is recomputed, alone."""
 
 import csv
+import re
 import shutil
 
 import pytest
@@ -125,7 +126,9 @@ def stamps_without(runs_dir, key):
 
 
 def test_report(campaign):
+    before = sorted(p.relative_to(campaign) for p in (campaign / "results").rglob("*"))
     out = snakemake(campaign, "--report", "report.html")
+    assert sorted(p.relative_to(campaign) for p in (campaign / "results").rglob("*")) == before
     html = (campaign / "report.html").read_text()
     assert "Power spectra" in html and "Density slices" in html, out.stderr[-2000:]
     assert "Convergence maps" in html and "Convergence C_ell" in html
@@ -149,12 +152,18 @@ def test_every_documented_campaign_dry_runs(path, tmp_path):
     """`snakemake -n` through the real Snakefile: the campaign loads, every job and its
     resources are planned (with and without lensing, on cpu and gpu)."""
     out = run_snakemake(
-        tmp_path, "--profile", str(REPO / "profiles/local"), "-n", "--config", f"campaign={path}"
+        tmp_path,
+        "--profile",
+        str(REPO / "profiles/local"),
+        "-n",
+        "--config",
+        f"campaign={path}",
+        share_programs=False,  # no results/.jax_cache made beforehand
     )
     text = out.stdout + out.stderr
-    runs = len(list((tmp_path / "results").glob("*/*/config.json")))
-    assert runs > 0 and "runs_job0000" in text, text[-2000:]
+    assert "prepare" in text and "runs_job0000" in text, text[-2000:]
     assert "collect" in text
+    assert not (tmp_path / "results").exists()  # planning writes nothing
 
 
 def test_list_example_runs_to_the_end(tmp_path):
@@ -175,3 +184,21 @@ def test_list_example_runs_to_the_end(tmp_path):
         assert not (results / run / "lensing.zarr").exists()
         assert (results / "report" / run / "pk.png").stat().st_size > 1000
     assert store.is_complete(results / "summaries.zarr")
+
+
+def test_listing_and_linting_write_nothing_and_lint_is_clean(tmp_path):
+    """`snakemake --list-rules`, `--lint` and `-n` plan a campaign without writing a file under
+    results/, and the linter finds nothing to say of the workflow but what the Snakefile's
+    header justifies."""
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    listed = snakemake(tmp_path, "--list-rules", share_programs=False)
+    assert "runs_job0000" in listed.stdout and "prepare" in listed.stdout, listed.stdout
+    linted = snakemake(tmp_path, "--lint", share_programs=False, check=False)
+    text = linted.stdout + linted.stderr
+    # the one finding the Snakefile's header justifies: no conda environment or container
+    assert set(re.findall(r"^    \* (.+)$", text, re.MULTILINE)) == {
+        "Specify a conda environment or container for each rule.:"
+    }, text[-3000:]
+    assert "`snakemake --lint` asks for a conda environment" in (REPO / "Snakefile").read_text()
+    snakemake(tmp_path, "-n", share_programs=False)
+    assert not (tmp_path / "results").exists()

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import stages, validation
+from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
-from pmpipe.stages import runner
-from pmpipe.storage import store
+from pmpipe.orchestration import manifest
+from pmpipe.run import validation
+from pmpipe.stages import status
+from pmpipe.storage import provenance, store
 
 
 def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
@@ -32,12 +34,12 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
     out = store.create(
         campaign_dir / "summaries.zarr",
         {
-            "format": store.FORMAT,
+            "format": provenance.FORMAT,
             "stage": "collect",
             "campaign": camp.name,
             "campaign_config": camp.model_dump(mode="json"),
             "run_config_hashes": [g.attrs["config_hash"] for g in groups],
-            **store.software(),
+            **provenance.software(),
             "started": started,
         },
     )
@@ -49,7 +51,7 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
         store.write_coordinate(
             out, name, source[:], source.attrs["units"], source.attrs["long_name"]
         )
-    parameters = campaigns.parameter_names(specs)
+    parameters = manifest.parameter_names(specs)
     for name in parameters:
         store.write_array(
             out,
@@ -91,5 +93,5 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
             **extra,
         )
     store.mark_complete(out)
-    campaigns.write_manifest(camp, campaign_dir / "manifest.csv", runner.run_status)
+    manifest.write_manifest(camp, campaign_dir / "manifest.csv", status.run_status)
     return campaign_dir

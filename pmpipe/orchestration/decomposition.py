@@ -1,7 +1,7 @@
 """Device decompositions chosen by measurement: ``pdims`` of a run from sweeps recorded per
 machine kind.
 
-A sweep times one PM step (:func:`pmpipe.bench.step_seconds`) for every slab and pencil
+A sweep (:func:`pmpipe.bench.tune.sweep`) times one PM step for every slab and pencil
 decomposition of a device count that the particle grid and halo allow, on this machine. The
 fastest is recorded in a small YAML file kept with the site settings (one device kind per
 file), keyed by device count and force mesh. A campaign with a ``decomposition`` section takes
@@ -12,14 +12,13 @@ fit), and ``pmpipe plan`` says which.
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import yaml
 from pydantic import Field, model_validator
 
-from pmpipe import config
 from pmpipe.physics import domain
+from pmpipe.run import config
 
 
 class Sweep(config.StrictModel):
@@ -113,30 +112,6 @@ def choose(
         if tuple(sweep.pdims) in options:
             return sweep.pdims, "recorded" if sweep.force_mesh == mesh else "nearest"
     return guess(options), "guessed"
-
-
-def sweep(devices: int, particles: int, oversample: int, halo: int, repeat: int = 3) -> Sweep:
-    """Time one PM step on this machine's first ``devices`` devices for every candidate."""
-    import jax
-
-    from pmpipe import bench, parallel
-
-    seconds = {}
-    for pdims in candidates(devices, particles, oversample, halo):
-        mesh = parallel.make_mesh(pdims)
-        grid = domain.Grid(mesh, particles, oversample, bench.BOX_SIZE, halo)
-        disp, mom = bench.lpt_particles(particles, mesh)
-        seconds[label(pdims)] = bench.step_seconds(disp, mom, grid, bench.COSMOLOGY.Omega_m, repeat)
-    fastest = min(seconds, key=lambda name: seconds[name])
-    px, py = (int(p) for p in fastest.split("x"))
-    return Sweep(
-        devices=devices,
-        force_mesh=particles * oversample,
-        pdims=(px, py),
-        step_seconds=seconds,
-        measured=datetime.date.today().isoformat(),
-        jax=jax.__version__,
-    )
 
 
 def record(path: str | Path, device_kind: str, new: Sweep) -> Decompositions:

@@ -20,9 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from pmpipe import config, stages
+from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
+from pmpipe.orchestration import resources
 from pmpipe.orchestration.site import Site
+from pmpipe.run import config
 from pmpipe.stages import runner
 from pmpipe.storage import store
 
@@ -53,7 +55,7 @@ class SlurmJob:
         return self.nodes * self.tasks_per_node
 
 
-def site_execution(execution: campaigns.Execution, site: Site | None) -> campaigns.Execution:
+def site_execution(execution: resources.Execution, site: Site | None) -> resources.Execution:
     """The campaign's execution section with the site's GPUs per node (gpu platform only)."""
     if site is not None and site.gpus_per_node and execution.platform == "gpu":
         return execution.model_copy(update={"devices_per_node": site.gpus_per_node})
@@ -61,7 +63,7 @@ def site_execution(execution: campaigns.Execution, site: Site | None) -> campaig
 
 
 def slurm_job(name: str, resources: dict, site: Site | None) -> SlurmJob:
-    """The job of a stage from pmpipe's resources (campaign.resources) and the site."""
+    """The job of a stage from pmpipe's resources (resources.resources) and the site."""
     site = site or Site()
     return SlurmJob(
         name=name,
@@ -159,7 +161,7 @@ def snakemake_resources(job: SlurmJob, launcher: str = "srun") -> dict:
 
 
 def workflow_resources(res: dict, name: str, site: Site | None) -> dict:
-    """Snakemake resources from pmpipe's (campaign.resources or campaign.job_resources): those
+    """Snakemake resources from pmpipe's (resources.resources or resources.job_resources): those
     for local execution, where a job is one process with all its devices and ``mpi`` is empty;
     the SLURM plugin's (:func:`snakemake_resources`) when a site is given."""
     if site is None:
@@ -168,11 +170,11 @@ def workflow_resources(res: dict, name: str, site: Site | None) -> dict:
 
 
 def job_resources(
-    runs: list[config.Run], execution: campaigns.Execution, site: Site | None
+    runs: list[config.Run], execution: resources.Execution, site: Site | None
 ) -> dict:
     """Snakemake resources of a job that runs every stage of ``runs`` in one process."""
     return workflow_resources(
-        campaigns.job_resources(runs, site_execution(execution, site)), "runs", site
+        resources.job_resources(runs, site_execution(execution, site)), "runs", site
     )
 
 
@@ -255,7 +257,7 @@ def campaign_job(
     camp: campaigns.Campaign, spec: campaigns.RunSpec, site: Site | None, stage: str
 ) -> SlurmJob:
     """The job of one stage of a run."""
-    res = campaigns.resources(spec.run, stage, site_execution(camp.execution, site))
+    res = resources.resources(spec.run, stage, site_execution(camp.execution, site))
     return slurm_job(f"pmpipe-{stage}-{spec.run_id}", res, site)
 
 
@@ -265,7 +267,7 @@ def array_job(
     """The job of each element of a campaign's array, one element per group of runs that
     run in one process (sized for the largest group; the design varies cosmology only)."""
     largest = max(groups, key=len)
-    res = campaigns.job_resources([s.run for s in largest], site_execution(camp.execution, site))
+    res = resources.job_resources([s.run for s in largest], site_execution(camp.execution, site))
     return slurm_job(f"pmpipe-{camp.name}", res, site)
 
 

@@ -26,7 +26,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from pmpipe import config
+from pmpipe.run import config
 
 ENVIRONMENT = {
     "PMPIPE_SLURM_PARTITION": "partition",

@@ -1,5 +1,12 @@
-"""What the Snakefile needs from pmpipe: the validated campaign, its runs, their config.json
-files, per-rule resources, and the removal of stores left without a completion marker.
+"""What the Snakefile needs from pmpipe: the validated campaign, its runs, the jobs that make
+their missing stores with per-rule resources, and the preparation that comes before them.
+
+Planning only reads: a Snakemake parse (``-n``, ``--lint``, ``--list``, ``--report`` or a run)
+writes nothing. What the jobs need written first (the runs' config.json files) is the work of
+the ``prepare`` rule, ``python -m pmpipe.orchestration.workflow``, whose output is a plan file
+named by a hash of what is to be done: every job with a store to make depends on it, so a new
+plan (other configs, other missing, incomplete or damaged stores) makes Snakemake run those
+jobs, and Snakemake removes their old stores before they start.
 
 The Snakemake config holds the key ``campaign``: the campaign file (default
 config/quickstart.yaml), e.g. ``snakemake --config campaign=config/examples/grid.yaml``; the
@@ -9,16 +16,20 @@ into the SLURM plugin's and multi-process stages into srun steps.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import hashlib
+import json
 import os
 import shlex
-import shutil
 from pathlib import Path
 
-from pmpipe import config, log, stages
+from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
 from pmpipe.orchestration import launch, site
-from pmpipe.stages import runner
+from pmpipe.run import config
+from pmpipe.runtime import log
+from pmpipe.stages import status
 from pmpipe.storage import store
 
 LOG = log.get(__name__)
@@ -26,6 +37,7 @@ LOG = log.get(__name__)
 
 DEFAULT_CAMPAIGN = Path("config/quickstart.yaml")
 RESULTS = Path("results")
+PLANS = ".pmpipe"  # folder of a campaign's plan files, beside its runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,18 +59,19 @@ class Job:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A campaign ready for Snakemake: its file and data (for schema validation), folder,
-    run ids, the stages every run goes through, what their stores keep (config.Outputs), the
-    run ids of every group (campaign.job_groups) and the jobs that make the missing stores."""
+    """A campaign ready for Snakemake: its file and folder, run ids, the stages every run goes
+    through, what their stores keep (config.Outputs), the run ids of every group
+    (campaign.job_groups), the jobs that make the missing stores, and the plan file the
+    ``prepare`` rule writes before them (None when there is nothing to prepare)."""
 
     campaign_file: Path
-    campaign_data: dict
     campaign_dir: Path
     run_ids: tuple[str, ...]
     stages: tuple[str, ...]
     outputs: config.Outputs
     groups: dict[str, tuple[str, ...]]
     jobs: tuple[Job, ...]
+    plan_file: Path | None
 
 
 def campaign_file(snakemake_config: dict) -> Path:
@@ -81,56 +94,44 @@ def site_settings(snakemake_config: dict, environ) -> site.Site | None:
     return site.from_mapping(section, environ, "site section of the Snakemake config")
 
 
-def snakemake_locked(snakemake_dir: Path) -> bool:
-    """True when another Snakemake instance holds locks in this working directory."""
-    return any((snakemake_dir / "locks").glob("*.lock"))
+def unwritten_configs(camp: campaigns.Campaign, results: Path) -> list[str]:
+    """Run ids whose config.json is missing or differs from what the campaign makes of it."""
+    out = []
+    for spec in camp.runs:
+        path = results / camp.name / spec.run_id / "config.json"
+        if not path.exists() or path.read_text() != campaigns.run_file(camp, spec).to_json():
+            out.append(spec.run_id)
+    return out
 
 
-def prune_incomplete(run_dir: Path) -> list[tuple[Path, list[str]]]:
-    """Remove the stage stores of a run that lack their completion marker or whose chunks
-    differ from their manifest (store.problems); returns them with what was wrong."""
-    removed = []
-    for stage in stages.STAGES:
-        path = stages.store_path(run_dir, stage)
-        found = store.problems(path) if path.exists() else []
+def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[str]:
+    """Log each existing store that a job makes again, with why; returns their states
+    (path and modification time) for the plan's name."""
+    hashes = {s.run_id: config.config_hash(s.run) for s in camp.runs}
+    states = []
+    for run_id, stage in made:
+        path = stages.store_path(campaign_dir / run_id, stage)
+        if not path.exists():
+            continue
+        states.append(f"{path}@{path.stat().st_mtime_ns}")
+        found = store.problems(path)
         if found:
-            shutil.rmtree(path)
-            removed.append((path, found))
-    return removed
+            why = "; ".join(found)
+        elif status.is_current(path, hashes[run_id]):
+            why = "comes after a stage of its run that is made again"
+        else:
+            why = "was made from another config"
+        LOG.warning("pmpipe: %s %s, so it is made again", path, why)
+    return states
 
 
-def prepare(
-    snakemake_config: dict,
-    locked: bool = False,
-    prune: bool = True,
-    results: Path = RESULTS,
-    environ=None,
-) -> Plan:
-    """Validate the campaign (ConfigError naming file and field), check that every run fits
-    its devices, write the runs' config.json files (only those that changed) and, unless
-    another Snakemake holds the directory, remove incomplete or damaged stores so they are
-    recomputed.
-
-    Runs are packed into jobs of execution.runs_per_job by their position in the design; a job
-    holds the runs of its group that are not complete, so a finished run is never redone."""
-    path = campaign_file(snakemake_config)
-    camp = campaigns.load(path)
-    campaigns.check_fits(camp)
-    specs = list(camp.runs)
-    campaigns.write_run_files(camp, results)
-    campaign_dir = results / camp.name
-    if prune and not locked:
-        for spec in specs:
-            for removed, why in prune_incomplete(campaign_dir / spec.run_id):
-                LOG.warning(
-                    "pmpipe: removed %s: it %s, so it is recomputed", removed, "; ".join(why)
-                )
-    run_stages = stages.run_stages(camp.base)  # the design varies cosmology only
-    slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
-    jobs, groups = [], campaigns.job_groups(specs, camp.execution.job_size())
-    for name, group in groups.items():
+def plan_jobs(camp: campaigns.Campaign, campaign_dir: Path, slurm_site) -> list[Job]:
+    """The jobs of the groups (execution.runs_per_job, by design position) that hold runs
+    whose stores are not all complete: those runs, from each one's first incomplete stage."""
+    jobs = []
+    for name, group in campaigns.job_groups(camp.runs, camp.execution.job_size()).items():
         todo = {
-            s.run_id: runner.pending_stages(
+            s.run_id: status.pending_stages(
                 s.run, config.config_hash(s.run), campaign_dir / s.run_id
             )
             for s in group
@@ -148,13 +149,81 @@ def prepare(
                     shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres")))),
                 )
             )
+    return jobs
+
+
+def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Plan:
+    """Plan the campaign without writing anything: validate it (ConfigError naming file and
+    field), check that every run fits its devices, find the jobs that make its missing,
+    incomplete, damaged or outdated stores (logged), and name the plan file that the
+    ``prepare`` rule writes with the runs' config.json files before those jobs run.
+
+    Runs are packed into jobs of execution.runs_per_job by their position in the design; a job
+    holds the runs of its group that are not complete, so a finished run is never redone."""
+    path = campaign_file(snakemake_config)
+    camp = campaigns.load(path)
+    campaigns.check_fits(camp)
+    campaign_dir = results / camp.name
+    slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
+    jobs = plan_jobs(camp, campaign_dir, slurm_site)
+    made = [key for job in jobs for key in job.stores]
+    todo = {
+        "configs": unwritten_configs(camp, results),
+        "stores": made,
+        "existing": _report_remade(camp, campaign_dir, made),
+    }
+    plan_file = None
+    if todo["configs"] or made:
+        digest = hashlib.sha256(json.dumps(todo, sort_keys=True).encode()).hexdigest()[:16]
+        plan_file = campaign_dir / PLANS / f"plan-{digest}.json"
+    groups = campaigns.job_groups(camp.runs, camp.execution.job_size())
     return Plan(
         path,
-        config.read_mapping(path),
         campaign_dir,
-        tuple(s.run_id for s in specs),
-        run_stages,
+        tuple(s.run_id for s in camp.runs),
+        stages.run_stages(camp.base),  # the design varies cosmology only
         camp.base.outputs,
         {name: tuple(s.run_id for s in group) for name, group in groups.items()},
         tuple(jobs),
+        plan_file,
     )
+
+
+def write_plan(campaign_path: Path, results: Path, plan_file: Path) -> list[Path]:
+    """The ``prepare`` rule: write the runs' config.json files (those whose content changed;
+    the others are left untouched), then the plan file, removing older plans; returns the
+    config.json paths."""
+    camp = campaigns.load(campaign_path)
+    paths = campaigns.write_run_files(camp, results)
+    plan_file.parent.mkdir(parents=True, exist_ok=True)
+    for old in plan_file.parent.glob("plan-*.json"):
+        if old != plan_file:
+            old.unlink()
+    plan_file.write_text(
+        json.dumps({"campaign": str(campaign_path), "runs": len(paths)}, indent=2) + "\n"
+    )
+    return paths
+
+
+def main(argv=None) -> int:
+    """``python -m pmpipe.orchestration.workflow CAMPAIGN --results DIR --plan FILE``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pmpipe.orchestration.workflow",
+        description="write a campaign's config.json files and the plan file of the workflow",
+    )
+    parser.add_argument("campaign", type=Path, help="campaign file (YAML or JSON)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="results folder")
+    parser.add_argument("--plan", type=Path, required=True, help="the plan file to write")
+    args = parser.parse_args(argv)
+    log.configure()
+    try:
+        paths = write_plan(args.campaign, args.results, args.plan)
+    except config.ConfigError as err:
+        LOG.error("error: %s", err)
+        return 2
+    LOG.info("pmpipe: %d run files of %s in place, plan %s", len(paths), args.campaign, args.plan)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

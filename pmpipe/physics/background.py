@@ -23,6 +23,19 @@ _MPC_M = 3.0856775814913673e22  # m
 C_KM_S = 299792.458  # speed of light, km / s
 HUBBLE_DISTANCE = C_KM_S / 100.0  # c / H0 in Mpc/h
 
+# The fiducial cosmology (Planck-like): a run's defaults and the physics' defaults
+FIDUCIAL = {
+    "Omega_m": 0.3111,
+    "Omega_b": 0.0490,
+    "h": 0.6766,
+    "n_s": 0.9665,
+    "sigma8": 0.8102,
+    "w0": -1.0,
+    "wa": 0.0,
+    "T_cmb": 2.7255,
+    "N_eff": 3.046,
+}
+
 
 def omega_radiation(cosmo):
     """Ω_r today: photons at T_cmb plus N_eff massless neutrino species."""

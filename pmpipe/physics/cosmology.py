@@ -17,15 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe import config
 from pmpipe.physics import background
-from pmpipe.physics.background import E2, HUBBLE_DISTANCE, omega_de, omega_radiation
+from pmpipe.physics.background import E2, FIDUCIAL, HUBBLE_DISTANCE, omega_de, omega_radiation
 
 # Growth tables: RK4 in ln a from A_TABLE_MIN to 1.
 A_TABLE_MIN = 1e-5
 N_TABLE = 1024
-
-_DEFAULTS = config.Cosmology()
 
 
 @jax.tree_util.register_dataclass
@@ -36,18 +33,22 @@ class Cosmology:
     Omega_m: total matter density today (CDM + baryons); Omega_b: baryons; h: H0 / 100 km/s/Mpc;
     n_s: primordial tilt; sigma8: rms linear density in 8 Mpc/h spheres at a = 1;
     w0, wa: CPL dark energy equation of state; T_cmb: CMB temperature in K (0 drops radiation);
-    N_eff: effective number of massless neutrino species. Defaults: a run's (pmpipe.config).
+    N_eff: effective number of massless neutrino species. Defaults: the fiducial cosmology
+    (background.FIDUCIAL), a run's too. ``tables``: the growth and distance tables of these
+    parameters (:func:`growth_table`) when the cosmology carries them (:func:`tabulated`),
+    else None and every lookup computes them.
     """
 
-    Omega_m: float = _DEFAULTS.Omega_m
-    Omega_b: float = _DEFAULTS.Omega_b
-    h: float = _DEFAULTS.h
-    n_s: float = _DEFAULTS.n_s
-    sigma8: float = _DEFAULTS.sigma8
-    w0: float = _DEFAULTS.w0
-    wa: float = _DEFAULTS.wa
-    T_cmb: float = _DEFAULTS.T_cmb
-    N_eff: float = _DEFAULTS.N_eff
+    Omega_m: float = FIDUCIAL["Omega_m"]
+    Omega_b: float = FIDUCIAL["Omega_b"]
+    h: float = FIDUCIAL["h"]
+    n_s: float = FIDUCIAL["n_s"]
+    sigma8: float = FIDUCIAL["sigma8"]
+    w0: float = FIDUCIAL["w0"]
+    wa: float = FIDUCIAL["wa"]
+    T_cmb: float = FIDUCIAL["T_cmb"]
+    N_eff: float = FIDUCIAL["N_eff"]
+    tables: dict | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def E(cosmo: Cosmology, a):
@@ -92,13 +93,28 @@ def _table_rhs(cosmo: Cosmology, lna, y):
     )
 
 
-def table_for(cosmo: Cosmology, table=None):
-    """``table``, or the cosmology's :func:`growth_table` when it is None."""
-    return growth_table(cosmo) if table is None else table
+def tabulated(cosmo: Cosmology) -> Cosmology:
+    """``cosmo`` carrying its growth and distance tables: itself when it carries them, else a
+    copy with :func:`growth_table` computed once, here (in a compiled program, once per
+    program)."""
+    if cosmo.tables is not None:
+        return cosmo
+    return dataclasses.replace(cosmo, tables=growth_table(cosmo))
+
+
+def _tables(cosmo: Cosmology) -> dict:
+    """The growth and distance tables of ``cosmo``: those it carries, else computed."""
+    return growth_table(cosmo) if cosmo.tables is None else cosmo.tables
+
+
+def growth_table(cosmo: Cosmology) -> dict:
+    """The growth and distance tables of the cosmology's parameters (:func:`_growth_table`;
+    tables the cosmology carries are ignored)."""
+    return _growth_table(dataclasses.replace(cosmo, tables=None))
 
 
 @jax.jit
-def growth_table(cosmo: Cosmology):
+def _growth_table(cosmo: Cosmology) -> dict:
     """Tabulate growth and distance on a uniform ln a grid from A_TABLE_MIN to 1.
 
     Starts in the radiation era on the Meszaros growing mode D1 ∝ a + 2/3 a_eq with
@@ -156,9 +172,9 @@ def _hermite(x, xs, ys, dys):
     )
 
 
-def _lookup(cosmo: Cosmology, a, table, name):
-    """Interpolate table[name] (and its ln-a derivative) at scale factor(s) a."""
-    t = table_for(cosmo, table)
+def _lookup(cosmo: Cosmology, a, name):
+    """Interpolate the table ``name`` (with its ln-a derivative) at scale factor(s) a."""
+    t = _tables(cosmo)
     lna = jnp.log(jnp.asarray(a, dtype=t["lna"].dtype))
     return _hermite(lna, t["lna"], t[name], t["d" + name])
 
@@ -167,45 +183,45 @@ def _lookup(cosmo: Cosmology, a, table, name):
 
 
 @jax.jit
-def growth_factor(cosmo: Cosmology, a, table=None):
+def growth_factor(cosmo: Cosmology, a):
     """Linear growth D1(a), normalised to D1(1) = 1."""
-    return _lookup(cosmo, a, table, "D1")
+    return _lookup(cosmo, a, "D1")
 
 
 @jax.jit
-def growth_factor_derivative(cosmo: Cosmology, a, table=None):
+def growth_factor_derivative(cosmo: Cosmology, a):
     """dD1 / d ln a."""
-    return _lookup(cosmo, a, table, "dD1")
+    return _lookup(cosmo, a, "dD1")
 
 
 @jax.jit
-def growth_factor_2(cosmo: Cosmology, a, table=None):
+def growth_factor_2(cosmo: Cosmology, a):
     """Second-order growth D2(a) (negative, ≈ -3/7 D1^2), in units of D1(1)^2."""
-    return _lookup(cosmo, a, table, "D2")
+    return _lookup(cosmo, a, "D2")
 
 
 @jax.jit
-def growth_rate(cosmo: Cosmology, a, table=None):
+def growth_rate(cosmo: Cosmology, a):
     """f1 = d ln D1 / d ln a."""
-    return _lookup(cosmo, a, table, "dD1") / _lookup(cosmo, a, table, "D1")
+    return _lookup(cosmo, a, "dD1") / _lookup(cosmo, a, "D1")
 
 
 @jax.jit
-def growth_rate_2(cosmo: Cosmology, a, table=None):
+def growth_rate_2(cosmo: Cosmology, a):
     """f2 = d ln D2 / d ln a."""
-    return _lookup(cosmo, a, table, "dD2") / _lookup(cosmo, a, table, "D2")
+    return _lookup(cosmo, a, "dD2") / _lookup(cosmo, a, "D2")
 
 
 @jax.jit
-def comoving_distance(cosmo: Cosmology, a, table=None):
+def comoving_distance(cosmo: Cosmology, a):
     """Line-of-sight comoving distance χ(a) from a = 1, in Mpc/h."""
-    return _lookup(cosmo, a, table, "chi")
+    return _lookup(cosmo, a, "chi")
 
 
 @jax.jit
-def scale_factor_at_distance(cosmo: Cosmology, chi, table=None):
+def scale_factor_at_distance(cosmo: Cosmology, chi):
     """Inverse of :func:`comoving_distance`: a(χ) for χ in Mpc/h (two Newton refinements)."""
-    t = table_for(cosmo, table)
+    t = _tables(cosmo)
     chi = jnp.asarray(chi, dtype=t["lna"].dtype)
     lna = jnp.interp(-chi, -t["chi"], t["lna"])
     for _ in range(2):
@@ -215,14 +231,14 @@ def scale_factor_at_distance(cosmo: Cosmology, chi, table=None):
     return jnp.exp(lna)
 
 
-def on_host(function, cosmo: Cosmology, x, table=None) -> np.ndarray:
-    """function(cosmo, x, table) (one of the lookups above) for x of any shape, as a float64
+def on_host(function, cosmo: Cosmology, x) -> np.ndarray:
+    """function(cosmo, x) (one of the lookups above) for x of any shape, as a float64
     numpy array. x is flattened and padded to the next power of two (at least 64), so that
     the lookups of runs whose plane counts or tables differ a little share a compiled program."""
     x = np.asarray(x, np.float64)
     size = max(64, 1 << max(0, x.size - 1).bit_length())
     padded = np.concatenate([x.ravel(), np.full(size - x.size, x.ravel()[-1] if x.size else 1.0)])
-    out = np.asarray(function(cosmo, padded, table), np.float64)
+    out = np.asarray(function(cosmo, padded), np.float64)
     return out[: x.size].reshape(x.shape)
 
 
@@ -334,7 +350,7 @@ def interp_power(k, k_table, p_table):
 @dataclasses.dataclass(frozen=True, eq=False)
 class LinearPower:
     """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc] and a pytree: the kind
-    (one of pmpipe.config.POWER_KINDS) is static, the cosmology and the table (k_table, p_table: (T,) arrays,
+    (one of pmpipe.physics.power_table.POWER_KINDS) is static, the cosmology and the table (k_table, p_table: (T,) arrays,
     kind 'table' only) are leaves, so compiled programs take them as arguments."""
 
     kind: str = dataclasses.field(metadata={"static": True})

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe.parallel import field_sharding
 from pmpipe.physics import fft
+from pmpipe.runtime.parallel import field_sharding
 
 # Decomposition invariance of sharded random numbers rests on this flag (the default since
 # jax 0.5); it is checked, never flipped.

@@ -21,8 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe.parallel import FIELD_SPEC
 from pmpipe.physics import cosmology, fft, painting
+from pmpipe.physics.domain import Grid
+from pmpipe.runtime.parallel import FIELD_SPEC
 
 LENSING_PREFACTOR = 1.5 / cosmology.HUBBLE_DISTANCE**2  # 3/2 (H0/c)^2 in (h/Mpc)^2, times Ω_m
 _MAPS_SPEC = jax.P(None, *FIELD_SPEC)  # flat-sky maps (source, theta_x, theta_y)
@@ -34,7 +35,7 @@ def smail(z, z0: float, alpha: float, beta: float):
     return z**alpha * np.exp(-((z / z0) ** beta))
 
 
-def source_distribution(cosmo: cosmology.Cosmology, z, n, table=None):
+def source_distribution(cosmo: cosmology.Cosmology, z, n):
     """A tabulated n(z) (any normalisation) as comoving distances χ_s (Mpc/h) with weights
     summing to 1 (trapezoid rule)."""
     z = np.asarray(z, dtype=np.float64)
@@ -43,29 +44,29 @@ def source_distribution(cosmo: cosmology.Cosmology, z, n, table=None):
     widths[1:] += 0.5 * np.diff(z)
     widths[:-1] += 0.5 * np.diff(z)
     weights = n * widths
-    chi = cosmology.on_host(cosmology.comoving_distance, cosmo, 1.0 / (1.0 + z), table)
+    chi = cosmology.on_host(cosmology.comoving_distance, cosmo, 1.0 / (1.0 + z))
     return chi, weights / weights.sum()
 
 
-def lensing_efficiency(cosmo: cosmology.Cosmology, chi, source_chi, source_weights, table=None):
+def lensing_efficiency(cosmo: cosmology.Cosmology, chi, source_chi, source_weights):
     """q(χ) in h/Mpc at comoving distances chi (Mpc/h) for sources at source_chi with
     source_weights (summing to 1)."""
     chi = np.asarray(chi, dtype=np.float64)
-    a = cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, chi, table)
+    a = cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, chi)
     chi_s = np.asarray(source_chi, np.float64)[None, :]
     ratio = np.where(chi_s > chi[:, None], (chi_s - chi[:, None]) / chi_s, 0.0)
     return LENSING_PREFACTOR * cosmo.Omega_m * chi / a * (ratio @ np.asarray(source_weights))
 
 
 def plane_weights(
-    cosmo: cosmology.Cosmology, chi_edges, source_chi, source_weights, table=None, samples: int = 64
+    cosmo: cosmology.Cosmology, chi_edges, source_chi, source_weights, samples: int = 64
 ):
     """Born weight w_i of each plane [χ_i, χ_i+1): q averaged over the plane (h/Mpc), so that
     κ = Σ_i w_i Σ_i with Σ_i the plane's projected overdensity in Mpc/h."""
     edges = np.asarray(chi_edges, np.float64)
     frac = (np.arange(samples) + 0.5) / samples  # midpoints
     chi = edges[:-1, None] + frac[None, :] * np.diff(edges)[:, None]
-    q = lensing_efficiency(cosmo, chi.reshape(-1), source_chi, source_weights, table)
+    q = lensing_efficiency(cosmo, chi.reshape(-1), source_chi, source_weights)
     return q.reshape(chi.shape).mean(axis=1)
 
 
@@ -115,15 +116,15 @@ def _add_plane(maps, plane, weights, ex, ey, transfer, mesh: Mesh):
     return jax.lax.with_sharding_constraint(maps, NamedSharding(mesh, _MAPS_SPEC))
 
 
-def flat_sky_convergence(
-    planes, weights, box_size: float, chi, theta, offsets, mesh: Mesh, dtype=jnp.float32
-):
+def flat_sky_convergence(planes, weights, chi, theta, offsets, grid: Grid):
     """κ (S, n, n) for S sources: planes P callables returning plane i's projected overdensity
-    (M, M), weights (S, P), chi (P,) plane distances, offsets (P, 2), theta (n,) the pixel
-    centres (rad, equally spaced). The maps are sharded like a field's first two axes. Every
+    (M, M) on the force mesh of ``grid`` (its box, device mesh and dtype), weights (S, P),
+    chi (P,) plane distances, offsets (P, 2), theta (n,) the pixel centres (rad, equally
+    spaced). The maps are sharded like a field's first two axes. Every
     plane goes through one compiled program (distances, offsets, weights and the plane's
     transfer are its arguments): its CIC window divided out and its modes above the map's
     Nyquist multipole removed (:func:`map_band_limit`)."""
+    box_size, mesh, dtype = grid.box_size, grid.mesh, np.dtype(grid.dtype)
     theta = np.asarray(theta)
     weights = np.asarray(weights)
     pixel = float(theta[1] - theta[0]) if theta.size > 1 else math.inf
@@ -223,7 +224,6 @@ def limber_integrand(
     source_chi,
     source_weights,
     power,
-    table=None,
     samples: int = 256,
 ):
     """The Limber integrand of κ's C_ℓ with the linear power D1(a)² P_lin(k) (power: callable
@@ -231,9 +231,10 @@ def limber_integrand(
     up to the farthest source. Returns (χ (S,) Mpc/h, integrand (L, S) sr h/Mpc, dχ Mpc/h)."""
     chi_max = float(np.max(source_chi))
     chi = (np.arange(samples) + 0.5) * chi_max / samples
-    q = lensing_efficiency(cosmo, chi, source_chi, source_weights, table)
-    a = cosmology.scale_factor_at_distance(cosmo, chi, table)
-    growth = np.asarray(cosmology.growth_factor(cosmo, a, table), np.float64)
+    cosmo = cosmology.tabulated(cosmo)
+    q = lensing_efficiency(cosmo, chi, source_chi, source_weights)
+    a = cosmology.scale_factor_at_distance(cosmo, chi)
+    growth = np.asarray(cosmology.growth_factor(cosmo, a), np.float64)
     k = (np.asarray(ell, np.float64)[:, None] + 0.5) / chi[None, :]
     pk = np.asarray(power(k), np.float64) * growth[None, :] ** 2
     return chi, q**2 / chi**2 * pk, chi_max / samples
@@ -245,11 +246,8 @@ def limber_convergence_cl(
     source_chi,
     source_weights,
     power,
-    table=None,
     samples: int = 256,
 ):
     """Limber C_ℓ (L,) of κ with the linear power: the sum of :func:`limber_integrand`."""
-    _, integrand, dchi = limber_integrand(
-        cosmo, ell, source_chi, source_weights, power, table, samples
-    )
+    _, integrand, dchi = limber_integrand(cosmo, ell, source_chi, source_weights, power, samples)
     return np.sum(integrand, axis=1) * dchi

@@ -38,8 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
 from pmpipe.physics import cosmology, fft, painting, sky
+from pmpipe.physics.domain import Grid
+from pmpipe.runtime.parallel import AXES, FIELD_SPEC, pdims_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,16 +86,14 @@ def plane_transforms(
     return out
 
 
-def plane_geometry(
-    cosmo: cosmology.Cosmology, z_max: float, thickness: float, table=None
-) -> sky.Planes:
+def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float) -> sky.Planes:
     """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
-    table = cosmology.table_for(cosmo, table)
-    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max), table))
+    cosmo = cosmology.tabulated(cosmo)
+    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max)))
     return sky.planes(
         chi_max,
         thickness,
-        partial(cosmology.on_host, cosmology.scale_factor_at_distance, cosmo, table=table),
+        partial(cosmology.on_host, cosmology.scale_factor_at_distance, cosmo),
     )
 
 
@@ -189,16 +188,16 @@ def capture_plan(
     planes: sky.Planes,
     transforms,
     observer,
-    box_size: float,
-    mesh_n: int,
+    grid: Grid,
     n_cells: int,
     rays_nside: int | None = None,
     k_max=0.0,
-    dtype=np.float32,
 ) -> Capture:
-    """The :class:`Capture` of ``planes`` seen through ``transforms``; with ``rays_nside`` the
+    """The :class:`Capture` of ``planes`` seen through ``transforms`` from ``observer`` on the
+    force mesh of ``grid`` (in its dtype), slabs of n_cells cells; with ``rays_nside`` the
     full-sky shells too, sampled along the rays of that HEALPix grid and band-limited to k_max
     (h/Mpc; one value or one per plane)."""
+    box_size, mesh_n, dtype = grid.box_size, grid.force_cells, np.dtype(grid.dtype)
     n, size = len(planes), sky.PLANE_BUCKET * math.ceil(len(planes) / sky.PLANE_BUCKET)
     n_r = ray_samples(
         float(np.max(np.diff(planes.chi_edges))), box_size / mesh_n, float(np.max(k_max))
@@ -333,7 +332,7 @@ def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int)
     return source, scale, offset
 
 
-def shell_healpix(
+def shell_healpix(  # parameters: the field on its mesh and one shell's geometry
     delta_compensated,
     mesh: Mesh,
     box_size: float,
@@ -366,7 +365,9 @@ def shell_healpix(
 
 
 @partial(jax.jit, static_argnames=("n_r", "mesh", "rays_nside"))
-def _shell(delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_nside: int):
+def _shell(  # parameters: the arguments and statics of one compiled program
+    delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_nside: int
+):
     """dr Σ_k δ(x_k) along the rays of the HEALPix grid rays_nside at distances
     chi_lo + (k + 1/2) dr, k < n_r, mean removed. Every device makes the rays' directions
     itself (:func:`ray_directions`), generates the samples one distance at a time, reads those

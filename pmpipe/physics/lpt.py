@@ -38,17 +38,17 @@ def lpt_displacements(delta_k, mesh: Mesh, box_size: float, order: int = 2):
     return s1, fft.gradient(phi2_k, mesh, box_size)
 
 
-def lpt_state(cosmo: cosmology.Cosmology, s1, s2, a, table=None):
+def lpt_state(cosmo: cosmology.Cosmology, s1, s2, a):
     """Displacement and momentum (Mpc/h) of particles at scale factor a from LPT fields."""
-    table = cosmology.table_for(cosmo, table)
-    d1 = cosmology.growth_factor(cosmo, a, table)
-    f1 = cosmology.growth_rate(cosmo, a, table)
+    cosmo = cosmology.tabulated(cosmo)
+    d1 = cosmology.growth_factor(cosmo, a)
+    f1 = cosmology.growth_rate(cosmo, a)
     a2e = a**2 * cosmology.E(cosmo, a)
     disp = d1 * s1
     mom = a2e * f1 * d1 * s1
     if s2 is not None:
-        d2 = cosmology.growth_factor_2(cosmo, a, table)
-        f2 = cosmology.growth_rate_2(cosmo, a, table)
+        d2 = cosmology.growth_factor_2(cosmo, a)
+        f2 = cosmology.growth_rate_2(cosmo, a)
         disp = disp + d2 * s2
         mom = mom + a2e * f2 * d2 * s2
     return disp.astype(s1.dtype), mom.astype(s1.dtype)

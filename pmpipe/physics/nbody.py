@@ -21,9 +21,8 @@ many steps share the program.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
 
@@ -31,9 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe.parallel import FIELD_SPEC
-from pmpipe.physics import cosmology, fft, lightcone, painting, sky
+from pmpipe.physics import cosmology, fft, lightcone, painting, schedule
 from pmpipe.physics.domain import Grid
+from pmpipe.physics.timesteps import Timeline
+from pmpipe.runtime.parallel import FIELD_SPEC
 
 
 def potential(disp, omega_m, grid: Grid):
@@ -60,37 +60,37 @@ def kick(mom, disp, pot_k, factor, grid: Grid):
     return mom, needed
 
 
-def _growth_momentum(cosmo, a, table):
+def _growth_momentum(cosmo, a):
     """G_p(a) = a³ E dD1/da = a² E dD1/dlna."""
-    return a**2 * cosmology.E(cosmo, a) * cosmology.growth_factor_derivative(cosmo, a, table)
+    return a**2 * cosmology.E(cosmo, a) * cosmology.growth_factor_derivative(cosmo, a)
 
 
-def _growth_force(cosmo, a, table):
+def _growth_force(cosmo, a):
     """G_f(a) = 1.5 Ω_m D1(a)."""
-    return 1.5 * cosmo.Omega_m * cosmology.growth_factor(cosmo, a, table)
+    return 1.5 * cosmo.Omega_m * cosmology.growth_factor(cosmo, a)
 
 
-def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps, table=None):
+def kdk_coefficients(cosmo: cosmology.Cosmology, a_steps):
     """FastPM factors per step i (a_i -> a_{i+1}, midpoint a_h): first half kick, drift and
     second half kick, each of shape (S,) for a_steps (S + 1,)."""
-    table = cosmology.table_for(cosmo, table)
+    cosmo = cosmology.tabulated(cosmo)
     a0, a1 = a_steps[:-1], a_steps[1:]
     ah = 0.5 * (a0 + a1)
-    gp = lambda a: _growth_momentum(cosmo, a, table)
-    gf = lambda a: _growth_force(cosmo, a, table)
-    d1 = lambda a: cosmology.growth_factor(cosmo, a, table)
+    gp = lambda a: _growth_momentum(cosmo, a)
+    gf = lambda a: _growth_force(cosmo, a)
+    d1 = lambda a: cosmology.growth_factor(cosmo, a)
     kick1 = (gp(ah) - gp(a0)) / gf(a0)
     drift = (d1(a1) - d1(a0)) / gp(ah)
     kick2 = (gp(a1) - gp(ah)) / gf(a1)
     return kick1, drift, kick2
 
 
-def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop, table=None):
+def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop):
     """Drift factor from a0 to a_stop (a0 < a_stop <= a1) with the momentum of the step a0 -> a1,
     (D1(a_stop) - D1(a0)) / G_p(a_h): the FastPM drift stopped part-way (arrays broadcast)."""
-    table = cosmology.table_for(cosmo, table)
-    d1 = lambda a: cosmology.growth_factor(cosmo, a, table)
-    return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1), table)
+    cosmo = cosmology.tabulated(cosmo)
+    d1 = lambda a: cosmology.growth_factor(cosmo, a)
+    return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1))
 
 
 def advance(disp, mom, drift, kick_factor, omega_m, grid: Grid):
@@ -101,31 +101,6 @@ def advance(disp, mom, drift, kick_factor, omega_m, grid: Grid):
     pot_k, rho, needed = potential(disp, omega_m, grid)
     mom, need = kick(mom, disp, pot_k, kick_factor.astype(disp.dtype), grid)
     return disp, mom, rho, jnp.maximum(needed, need)
-
-
-def snapshot_slots(a_steps, snapshots: Sequence[float]) -> np.ndarray:
-    """For each boundary of a_steps (S + 1,), the index of the snapshot taken there, or
-    len(snapshots) where none is (int32)."""
-    slots = np.full(len(a_steps), len(snapshots), np.int32)
-    for k, a in enumerate(snapshots):
-        slots[np.flatnonzero(np.abs(np.asarray(a_steps) - a) < 1e-9)] = k
-    return slots
-
-
-def crossing_slots(a_steps, crossings) -> np.ndarray:
-    """(S, K) plane indices j crossed within each step i (a_i < a_j <= a_i+1), -1 where a step
-    crosses fewer than K; K is the most any step crosses, rounded up to a multiple of
-    sky.PLANE_BUCKET (0 without crossings)."""
-    a_steps, crossings = np.asarray(a_steps, np.float64), np.asarray(crossings, np.float64)
-    step_of = np.searchsorted(a_steps, crossings, side="left") - 1
-    inside = (crossings > a_steps[0]) & (crossings <= a_steps[-1])
-    per_step = [np.flatnonzero(inside & (step_of == i)) for i in range(len(a_steps) - 1)]
-    most = max((len(j) for j in per_step), default=0)
-    width = sky.PLANE_BUCKET * math.ceil(most / sky.PLANE_BUCKET)
-    table = np.full((len(per_step), width), -1, np.int32)
-    for i, j in enumerate(per_step):
-        table[i, : len(j)] = j
-    return table
 
 
 class NumericalError(FloatingPointError):
@@ -173,79 +148,49 @@ def evolve(
     cosmo: cosmology.Cosmology,
     disp,
     mom,
-    a_steps,
+    timeline: Timeline,
     grid: Grid,
-    snapshots: Sequence[float] = (),
-    table=None,
     capture: lightcone.Capture | None = None,
     stop_early: bool = False,
 ) -> NBodyResult:
-    """Evolve particles through the steps bounded by a_steps (numpy, from :func:`step_boundaries`)
-    in one compiled program; with ``stop_early`` (a stage's run) the program stops after a step
-    whose particles left the halo or whose state is not finite, and the error names it.
+    """Evolve particles through the steps of ``timeline`` in one compiled program, keeping the
+    density at each of its snapshots; with ``stop_early`` (a stage's run) the program stops
+    after a step whose particles left the halo or whose state is not finite, and the error
+    names it. With a ``capture``, each plane is painted from the particles drifted to its
+    crossing time within the step that contains it.
 
-    Densities are kept at every boundary listed in ``snapshots``; with a ``capture``, each plane
-    is painted from the particles drifted to its crossing time within the step that contains it.
     Differentiable with respect to the initial state and the cosmology; a halo shortfall raises
     painting.HaloError (checked when values are concrete). The caller's disp and mom stay valid.
     """
-    a_steps = np.asarray(a_steps, dtype=np.float64)
-    snapshots = tuple(float(s) for s in snapshots)
     start = time.perf_counter()
-    out = evolution(
-        cosmo,
-        disp,
-        mom,
-        a_steps.astype(disp.dtype),
-        snapshot_slots(a_steps, snapshots),
-        crossing_slots(a_steps, () if capture is None else capture.a),
-        table,
-        capture,
-        grid=grid,
-        n_snapshots=len(snapshots),
-        stop_early=stop_early,
-    )
-    return finish(out, a_steps, snapshots, grid, capture, start)
+    plan = schedule.build(timeline, capture, disp.dtype)
+    out = evolution(cosmo, disp, mom, plan, capture, grid=grid, stop_early=stop_early)
+    return finish(out, timeline, grid, capture, start)
 
 
 def start_state(
     cosmo: cosmology.Cosmology,
     disp,
     mom,
-    a_steps,
+    timeline: Timeline,
     grid: Grid,
-    snapshots: Sequence[float] = (),
-    table=None,
     capture: lightcone.Capture | None = None,
 ) -> State:
-    """The state before step 1 of :func:`evolve`'s evolution (the force at a_steps[0] and the
-    first half-kick). With ShapeDtypeStructs for disp and mom, its shapes only."""
-    a_steps = np.asarray(a_steps, dtype=np.float64)
-    snapshots = tuple(float(s) for s in snapshots)
-    table = cosmology.table_for(cosmo, table)
-    args = (
-        cosmo,
-        disp,
-        mom,
-        a_steps.astype(disp.dtype),
-        snapshot_slots(a_steps, snapshots),
-        table,
-        capture,
-    )
-    static = {"grid": grid, "n_snapshots": len(snapshots)}
+    """The state before step 1 of :func:`evolve`'s evolution (the force at the first boundary
+    and the first half-kick). With ShapeDtypeStructs for disp and mom, its shapes only."""
+    cosmo = cosmology.tabulated(cosmo)
+    args = (cosmo, disp, mom, schedule.build(timeline, capture, disp.dtype), capture)
     if isinstance(disp, jax.ShapeDtypeStruct):
-        return jax.eval_shape(partial(evolution_start, **static), *args)
-    return evolution_start(*args, **static)
+        return jax.eval_shape(partial(evolution_start, grid=grid), *args)
+    return evolution_start(*args, grid=grid)
 
 
 def evolve_stepwise(
     cosmo: cosmology.Cosmology,
     state: State,
     done: int,
-    a_steps,
+    timeline: Timeline,
     grid: Grid,
-    snapshots: Sequence[float] = (),
-    table=None,
     capture: lightcone.Capture | None = None,
     after_step: Callable[[State, int], None] = lambda state, step: None,
 ) -> NBodyResult:
@@ -254,30 +199,20 @@ def evolve_stepwise(
     ``after_step(state, step)`` after each; the result equals :func:`evolve`'s to float
     rounding. A step whose particles left the halo or whose state is not finite raises at
     once (:func:`check_state`)."""
-    a_steps = np.asarray(a_steps, dtype=np.float64)
-    snapshots = tuple(float(s) for s in snapshots)
-    table = cosmology.table_for(cosmo, table)
-    dtype = state.disp.dtype
-    args = (
-        a_steps.astype(dtype),
-        snapshot_slots(a_steps, snapshots),
-        crossing_slots(a_steps, () if capture is None else capture.a),
-        table,
-        capture,
-    )
+    cosmo = cosmology.tabulated(cosmo)
+    plan = schedule.build(timeline, capture, state.disp.dtype)
     start = time.perf_counter()
-    for step in range(done + 1, len(a_steps)):
-        state = evolution_steps(cosmo, state, *args, np.int32(step - 1), grid=grid, count=1)
+    for step in range(done + 1, len(timeline.bounds)):
+        state = evolution_steps(cosmo, state, plan, capture, np.int32(step - 1), grid=grid, count=1)
         if np.any(np.asarray(state.trouble) >= 0):  # stop at the step that went wrong
-            check_state(state.trouble, state.needed, a_steps, grid.halo)
+            check_state(state.trouble, state.needed, timeline.bounds, grid.halo)
         after_step(state, step)
-    return finish(state, a_steps, snapshots, grid, capture, start)
+    return finish(state, timeline, grid, capture, start)
 
 
 def finish(
     out,
-    a_steps,
-    snapshots: Sequence[float],
+    timeline: Timeline,
     grid: Grid,
     capture: lightcone.Capture | None,
     start: float,
@@ -290,13 +225,13 @@ def finish(
     if not isinstance(disp, jax.core.Tracer):  # values are concrete outside of jax.grad / jit
         jax.block_until_ready(disp)
         seconds = time.perf_counter() - start
-        check_state(trouble, needed, a_steps, grid.halo)
+        check_state(trouble, needed, timeline.bounds, grid.halo)
     planes, shells = maps if capture is not None else (None, None)
     return NBodyResult(
         disp,
         mom,
-        float(a_steps[-1]),
-        {a: snaps[k] for k, a in enumerate(snapshots)},
+        float(timeline.bounds[-1]),
+        {a: snaps[k] for k, a in enumerate(timeline.snapshots)},
         needed,
         seconds,
         planes,
@@ -328,71 +263,45 @@ class State(NamedTuple):
     trouble: jax.Array
 
 
-@partial(jax.jit, static_argnames=("grid", "n_snapshots", "stop_early"))
+@partial(jax.jit, static_argnames=("grid", "stop_early"))
 def evolution(
-    cosmo,
-    disp,
-    mom,
-    a_steps,
-    slots,
-    crossing,
-    table,
-    capture,
-    *,
-    grid: Grid,
-    n_snapshots: int,
-    stop_early: bool = False,
+    cosmo, disp, mom, plan: schedule.Schedule, capture, *, grid: Grid, stop_early: bool = False
 ) -> State:
-    """The program of :func:`evolve`: a_steps (S + 1,) in the particles' dtype, slots from
-    :func:`snapshot_slots`, crossing from :func:`crossing_slots`. Returns the final
-    :class:`State`; with ``stop_early`` the state after the first step with a halo overflow or
-    a non-finite state (not reverse-differentiable)."""
-    table = cosmology.table_for(cosmo, table)
-    state = _start(cosmo, disp, mom, a_steps, slots, table, capture, grid, n_snapshots)
-    return _steps(
-        cosmo,
-        state,
-        a_steps,
-        slots,
-        crossing,
-        table,
-        capture,
-        0,
-        a_steps.shape[0] - 1,
-        grid,
-        stop_early,
-    )
+    """The program of :func:`evolve` (``plan``: :func:`pmpipe.physics.schedule.build`).
+    Returns the final :class:`State`; with ``stop_early`` the state after the first step with
+    a halo overflow or a non-finite state (not reverse-differentiable)."""
+    cosmo = cosmology.tabulated(cosmo)
+    state = _start(cosmo, disp, mom, plan, capture, grid)
+    return _steps(cosmo, state, plan, capture, grid, (0, plan.steps), stop_early)
 
 
-@partial(jax.jit, static_argnames=("grid", "n_snapshots"))
-def evolution_start(
-    cosmo, disp, mom, a_steps, slots, table, capture, *, grid: Grid, n_snapshots: int
-) -> State:
-    """The first part of :func:`evolution` as a program of its own: the force at a_steps[0]
-    and the first half-kick (step 0)."""
-    return _start(cosmo, disp, mom, a_steps, slots, table, capture, grid, n_snapshots)
+@partial(jax.jit, static_argnames=("grid",))
+def evolution_start(cosmo, disp, mom, plan: schedule.Schedule, capture, *, grid: Grid) -> State:
+    """The first part of :func:`evolution` as a program of its own: the force at the first
+    boundary and the first half-kick (step 0)."""
+    return _start(cosmo, disp, mom, plan, capture, grid)
 
 
 @partial(jax.jit, static_argnames=("grid", "count"), donate_argnames="state")
 def evolution_steps(
-    cosmo, state: State, a_steps, slots, crossing, table, capture, first, *, grid: Grid, count: int
+    cosmo, state: State, plan: schedule.Schedule, capture, first, *, grid: Grid, count: int
 ) -> State:
     """Steps first + 1 .. first + count of :func:`evolution` (first: a traced int, so that
     one program serves every segment of ``count`` steps), from ``state`` (donated)."""
-    return _steps(cosmo, state, a_steps, slots, crossing, table, capture, first, count, grid)
+    return _steps(cosmo, state, plan, capture, grid, (first, count))
 
 
-def _start(cosmo, disp, mom, a_steps, slots, table, capture, grid: Grid, n_snapshots) -> State:
-    """The force at a_steps[0] and the first half-kick: the state before step 1."""
+def _start(cosmo, disp, mom, plan: schedule.Schedule, capture, grid: Grid) -> State:
+    """The force at the first boundary and the first half-kick: the state before step 1."""
     dtype = disp.dtype
-    kick1, _, _ = kdk_coefficients(cosmo, a_steps, table)
+    kick1, _, _ = kdk_coefficients(cosmo, plan.a_steps)
     m = grid.force_cells
     snaps = jax.lax.with_sharding_constraint(
-        jnp.zeros((n_snapshots, m, m, m), dtype),
+        jnp.zeros((plan.n_snapshots, m, m, m), dtype),
         jax.sharding.NamedSharding(grid.mesh, jax.P(None, *FIELD_SPEC)),
     )
     pot_k, rho, needed = potential(disp, jnp.asarray(cosmo.Omega_m, dtype), grid)
-    snaps = _put(snaps, slots[0], rho)
+    snaps = _put(snaps, plan.slots[0], rho)
     mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), grid)
     needed = jnp.maximum(needed, need)
     trouble = _first_trouble(jnp.full(2, -1, jnp.int32), 0, needed, disp, mom, grid.halo)
@@ -400,30 +309,18 @@ def _start(cosmo, disp, mom, a_steps, slots, table, capture, grid: Grid, n_snaps
     return State(disp, mom, snaps, maps, needed, trouble)
 
 
-def _steps(
-    cosmo,
-    state: State,
-    a_steps,
-    slots,
-    crossing,
-    table,
-    capture,
-    first,
-    count: int,
-    grid: Grid,
-    stop_early: bool = False,
-) -> State:
-    """Steps first + 1 .. first + count from ``state``: a lax.scan, or with ``stop_early`` a loop
-    that ends after the first step with trouble (:func:`_first_trouble`)."""
-    dtype = state.disp.dtype
-    omega_m = jnp.asarray(cosmo.Omega_m, dtype)
-    kick1, drift, kick2 = kdk_coefficients(cosmo, a_steps, table)
+def _step_inputs(cosmo, plan: schedule.Schedule, capture, dtype, span: tuple) -> dict:
+    """What each step of the span (first, count) takes: its drift and kick factors, snapshot
+    slot and number, and with a capture the planes it crosses with their drift factors."""
+    first, count = span
+    a_steps, crossing = plan.a_steps, plan.crossing
+    kick1, drift, kick2 = kdk_coefficients(cosmo, a_steps)
     # the kick after step i's force: its second half-kick and step i+1's first half-kick
     kicks = kick2 + jnp.concatenate([kick1[1:], jnp.zeros(1, kick1.dtype)])
     xs = {
         "drift": drift,
         "kick": kicks,
-        "slot": slots[1:],
+        "slot": plan.slots[1:],
         "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32),
     }
     if capture is not None:
@@ -431,11 +328,31 @@ def _steps(
         xs.update(
             crossing=crossing,
             cross_drift=partial_drift(
-                cosmo, a0, a1, capture.a[jnp.maximum(crossing, 0)].astype(dtype), table
+                cosmo, a0, a1, capture.a[jnp.maximum(crossing, 0)].astype(dtype)
             ),
         )
     if count != drift.shape[0]:  # a segment of the steps
         xs = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, first, count), xs)
+    return xs
+
+
+def _steps(
+    cosmo,
+    state: State,
+    plan: schedule.Schedule,
+    capture,
+    grid: Grid,
+    span: tuple,
+    stop_early: bool = False,
+) -> State:
+    """Steps first + 1 .. first + count (span = (first, count), count static) from ``state``:
+    a lax.scan, or with ``stop_early`` a loop that ends after the first step with trouble
+    (:func:`_first_trouble`)."""
+    dtype = state.disp.dtype
+    omega_m = jnp.asarray(cosmo.Omega_m, dtype)
+    crossing = plan.crossing
+    xs = _step_inputs(cosmo, plan, capture, dtype, span)
+    count = span[1]
 
     @jax.checkpoint  # under jax.grad only the steps' particle states are kept; the rest is redone
     def paint_drifted(disp, mom, factor):

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import Mesh
 
-from pmpipe.parallel import AXES, FIELD_SPEC, pdims_of
 from pmpipe.physics import domain, fft
 from pmpipe.physics.domain import Grid
+from pmpipe.runtime.parallel import AXES, FIELD_SPEC, pdims_of
 
 
 class HaloError(RuntimeError):
@@ -115,7 +115,9 @@ def _interpolate(table, index, fracs):
     return lo + fx * (along_y(4) - lo)
 
 
-def _paint_block(disp, cell: float, resolution: int, mass, local_shape, global_n, splits, halo):
+def _paint_block(  # parameters: the local particles and the block's geometry inside shard_map
+    disp, cell: float, resolution: int, mass, local_shape, global_n, splits, halo
+):
     """CIC-paint the local particles disp (nx, ny, nz, 3) onto the padded block; returns
     (block, needed).
 

@@ -1,8 +1,15 @@
-"""Linear P(k) tables as CAMB and CLASS write them, read and checked on the host (numpy)."""
+"""The sources of a run's linear P(k), and P(k) tables as CAMB and CLASS write them, read and
+checked on the host (numpy)."""
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import numpy as np
+
+# Eisenstein-Hu with or without BAO (normalised to sigma8), or a table from a file
+PowerKind = Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "table"]
+POWER_KINDS: tuple[str, ...] = get_args(PowerKind)
 
 
 class PowerTableError(ValueError):

@@ -123,42 +123,37 @@ def thickness_transfer(k_perp, thickness: float, box_size: float, power, oversam
 
 def resolved_multipoles(
     cosmo: cosmology.Cosmology,
-    chi_edges,
-    transfer,
-    box_size: float,
-    source_chi,
-    source_weights,
     power,
-    ell_low: float,
-    ell_high: float,
-    map_low: str,
-    map_high: str,
-    table=None,
+    chi_edges,
+    box_size: float,
+    transfer,
+    source: tuple,
+    held: MultipoleRange,
 ) -> MultipoleRange:
-    """The widest run of multipoles in [ell_low, ell_high] (what the map holds: map_low and
-    map_high say why) whose Limber C_ℓ the planes get wrong by at most LIMBER_TOLERANCE: the
-    share of the Limber integral at k < 2π / box_size plus its share weighted by
-    |1 - transfer(k, plane)|, with transfer (callable of k (L, S) h/Mpc and plane index (S,))
-    a plane's power at k relative to Limber's from a converged run."""
-    ell = np.geomspace(ell_low, ell_high, ELL_SAMPLES)
-    chi, integrand, _ = lensing.limber_integrand(
-        cosmo, ell, source_chi, source_weights, power, table
-    )
+    """The widest run of multipoles within ``held`` (what the map holds, with its reasons)
+    whose Limber C_ℓ of the source (comoving distances (Mpc/h), weights) the planes of edges
+    chi_edges get wrong by at most LIMBER_TOLERANCE: the share of the Limber integral (linear
+    ``power``) at k < 2π / box_size plus its share weighted by |1 - transfer(k, plane)|, with
+    transfer (callable of k (L, S) h/Mpc and plane index (S,)) a plane's power at k relative to
+    Limber's from a converged run."""
+    ell = np.geomspace(held.ell_min, held.ell_max, ELL_SAMPLES)
+    source_chi, source_weights = source
+    chi, integrand, _ = lensing.limber_integrand(cosmo, ell, source_chi, source_weights, power)
     edges = np.asarray(chi_edges, np.float64)
     plane = np.clip(np.searchsorted(edges, chi, side="right") - 1, 0, edges.size - 2)
     k = (ell[:, None] + 0.5) / chi[None, :]
     missing = np.where(k < 2 * np.pi / box_size, 1.0, np.abs(1.0 - transfer(k, plane)))
     ok = np.sum(integrand * missing, axis=1) / np.sum(integrand, axis=1) <= LIMBER_TOLERANCE
     if not ok.any():
-        return MultipoleRange(float(ell_low), 0.0, map_low, _EMPTY)
+        return MultipoleRange(float(held.ell_min), 0.0, held.min_reason, _EMPTY)
     runs = np.split(np.arange(ell.size), np.flatnonzero(np.diff(ok.astype(int))) + 1)
     best = max((r for r in runs if ok[r[0]]), key=len)
     first, last = best[0], best[-1]
     return MultipoleRange(
         float(ell[first]),
         float(ell[last]),
-        map_low if first == 0 else _BELOW,
-        map_high if last == ell.size - 1 else _ABOVE,
+        held.min_reason if first == 0 else _BELOW,
+        held.max_reason if last == ell.size - 1 else _ABOVE,
     )
 
 

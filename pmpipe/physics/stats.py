@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe.parallel import to_host
 from pmpipe.physics import fft, ics
 from pmpipe.physics.painting import cic_compensation
+from pmpipe.runtime.parallel import to_host
 
 
 def power_spectrum(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 import numpy as np
 
-from pmpipe.config import STEP_SPACINGS
-
+StepSpacing = Literal["a", "log_a", "growth"]  # what a number of N-body steps is equal in
+STEP_SPACINGS: tuple[str, ...] = get_args(StepSpacing)
 GROWTH_SAMPLES = 4096  # a at which D1 is tabulated to invert it for spacing 'growth'
 
 
@@ -71,3 +73,31 @@ def _equal_steps(a_init: float, a_final: float, steps: int, spacing: str, growth
     bounds = np.interp(np.linspace(d1[0], d1[-1], steps + 1), d1, a)
     bounds[[0, -1]] = a_init, a_final
     return bounds
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Timeline:
+    """The times of an evolution: bounds (S + 1,) the increasing scale factors that bound its
+    steps (:func:`step_boundaries`), and the snapshots, the boundaries at which it keeps the
+    density (in this order)."""
+
+    bounds: np.ndarray
+    snapshots: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "bounds", np.asarray(self.bounds, np.float64))
+        object.__setattr__(self, "snapshots", tuple(float(a) for a in self.snapshots))
+
+
+def timeline(
+    a_init: float,
+    a_final: float,
+    steps: int | Sequence[float],
+    snapshots: Sequence[float] = (),
+    spacing: str = "a",
+    growth: Callable | None = None,
+) -> Timeline:
+    """The steps from a_init to a_final (:func:`step_boundaries`) with the snapshots, sorted and
+    a_final always among them."""
+    kept = tuple(sorted({float(a) for a in snapshots} | {float(a_final)}))
+    return Timeline(step_boundaries(a_init, a_final, steps, kept, spacing, growth), kept)

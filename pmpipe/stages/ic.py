@@ -12,26 +12,26 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import config, derive
+from pmpipe.run import derive
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs, ic_fields
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
-from pmpipe.stages.runner import Progress, main
-from pmpipe.storage import store
+from pmpipe.stages.progress import Progress
+from pmpipe.storage import provenance, store
 
 
-def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
+def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Compute the run's ICs (kept for the next stages) and write what outputs.ic keeps;
     returns the store's path."""
-    cfg, mesh = run_file.config, inputs.mesh
+    cfg, mesh = setup.config, setup.grid.mesh
     started = store.now()
     n, box_size, a_init = cfg.box.particles, cfg.box.box_size, cfg.ic.a_init
-    init = derive.initial_conditions(cfg, mesh, progress.timed)
+    init = derive.initial_conditions(setup, progress.timed)
     progress(f"{cfg.ic.lpt_order}LPT at a = {a_init} on {n}^3 particles")
-    path = store_path(run_dir, "ic")
+    path = store_path(inputs.run_dir, "ic")
     group = store.create(
         path,
-        store.provenance(run_file, "ic", mesh, started)
+        provenance.provenance(setup.run_file, "ic", mesh, started)
         | {"a_init": a_init, "seed": cfg.ic.seed, "kept": cfg.outputs.ic},
         keepbits=cfg.outputs.keepbits,
     )
@@ -63,4 +63,6 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
 
 
 if __name__ == "__main__":
-    sys.exit(main("ic"))
+    from pmpipe.stages import runner
+
+    sys.exit(runner.main("ic"))

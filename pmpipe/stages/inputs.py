@@ -28,7 +28,8 @@ STORED_BY = {
 
 
 class Inputs:
-    """The arrays a stage reads from the run's earlier stages.
+    """The arrays a stage reads from the run's earlier stages (run_dir: the run's folder;
+    setup: its :class:`pmpipe.run.derive.RunSetup`).
 
     An array that an earlier stage ran in this process and kept (``keep``) is handed over
     as it is (a field stays on the devices), once: the next stage takes it without a round
@@ -36,8 +37,9 @@ class Inputs:
     other array, and every attribute, comes from the stage's complete store, made from this
     run's config; ICs that ic.zarr does not keep are made again from the seed."""
 
-    def __init__(self, run_dir: str | Path, run_file, mesh, keep: bool = False):
-        self.run_dir, self.run_file, self.mesh = Path(run_dir), run_file, mesh
+    def __init__(self, run_dir: str | Path, setup, keep: bool = False):
+        self.run_dir, self.setup = Path(run_dir), setup
+        self.run_file, self.mesh = setup.run_file, setup.grid.mesh
         self.keeping = keep
         self._kept: dict[tuple, object] = {}
         self._groups: dict[str, object] = {}
@@ -61,9 +63,9 @@ class Inputs:
         """The kept array, else None; ICs the store lacks are made again (and kept) first."""
         key = (stage, name, tuple(leading))
         if key not in self._kept and stage == "ic" and name not in self.store("ic"):
-            from pmpipe import derive
+            from pmpipe.run import derive
 
-            init = derive.initial_conditions(self.run_file.config, self.mesh)
+            init = derive.initial_conditions(self.setup)
             for kept, data in ic_fields(init).items():
                 self._kept.setdefault(("ic", kept, ()), data)
         return self._kept.pop(key, None)

@@ -15,21 +15,22 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe import config, derive
-from pmpipe.physics import cosmology, lensing, lightcone, resolution, sky
+from pmpipe.physics import lensing, lightcone, resolution, sky
+from pmpipe.run import config, derive
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
-from pmpipe.stages.runner import Progress, main
-from pmpipe.storage import store
+from pmpipe.stages.progress import Progress
+from pmpipe.storage import provenance, store
 
 SHELL_OVERSAMPLING = 4  # full-sky shells' rays see nearly every line-of-sight mode
 
 
-def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=None) -> dict:
+def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
     """Per map ('' flat sky, '_healpix' full sky) the resolved multipoles of every source
     (pmpipe.physics.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
     shells band-limited to shell_k_max (h/Mpc per plane; default: the run's)."""
-    power, box = derive.linear_power(cfg), cfg.box
+    cfg, cosmo, srcs = setup.config, setup.cosmology, setup.sources
+    power, box = setup.power, cfg.box
 
     thickness = cfg.plane_thickness()
 
@@ -45,51 +46,38 @@ def valid_ranges(cfg: config.Run, cosmo, table, srcs, chi_edges, shell_k_max=Non
         fov = np.radians(flat.field_of_view)
         maps[""] = (
             mesh,
-            resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov,
-            np.pi * flat.pixels / fov,
-            (
+            resolution.MultipoleRange(
+                resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov,
+                np.pi * flat.pixels / fov,
                 f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
-                f"{flat.field_of_view:g} deg field"
+                f"{flat.field_of_view:g} deg field",
+                f"map: the Nyquist multipole of its {flat.pixels} pixels",
             ),
-            f"map: the Nyquist multipole of its {flat.pixels} pixels",
         )
     if lens.full_sky is not None:
         ell_max = sky.healpix_ell_max(lens.full_sky.nside)
-        band = np.asarray(
-            derive.shell_band_limits(cfg, derive.planes(cfg))
-            if shell_k_max is None
-            else shell_k_max
-        )
+        band = np.asarray(setup.shell_k_max if shell_k_max is None else shell_k_max)
 
         def shell(k, plane):
             return np.where(k <= band[plane], mesh(k, plane, SHELL_OVERSAMPLING), 0.0)
 
         maps["_healpix"] = (
             shell,
-            2.0,
-            float(ell_max),
-            "map: the lowest multipole fitted",
-            f"map: its band limit 3 nside - 1 = {ell_max}",
+            resolution.MultipoleRange(
+                2.0,
+                float(ell_max),
+                "map: the lowest multipole fitted",
+                f"map: its band limit 3 nside - 1 = {ell_max}",
+            ),
         )
     return {
         suffix: [
             resolution.resolved_multipoles(
-                cosmo,
-                chi_edges,
-                transfer,
-                box.box_size,
-                c,
-                w,
-                power,
-                low,
-                high,
-                why_low,
-                why_high,
-                table,
+                cosmo, power, chi_edges, box.box_size, transfer, (c, w), held
             )
             for _, _, c, w in srcs
         ]
-        for suffix, (transfer, low, high, why_low, why_high) in maps.items()
+        for suffix, (transfer, held) in maps.items()
     }
 
 
@@ -110,16 +98,14 @@ def write_valid_ranges(group, ranges: dict) -> None:
             )
 
 
-def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[float, str]]:
+def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, tuple[float, str]]:
     """Per map field whose pixels or nside reach multipoles over ``far`` times the highest one
     the run resolves for any of its sources: (that multipole, a warning naming the field to
     change)."""
+    cfg, srcs = setup.config, setup.sources
     if cfg.lensing is None:
         return {}
-    cosmo = derive.cosmology_params(cfg)
-    table = cosmology.growth_table(cosmo)
-    srcs = derive.sources(cfg, cosmo, table)
-    ranges = valid_ranges(cfg, cosmo, table, srcs, derive.planes(cfg).chi_edges)
+    ranges = valid_ranges(setup, config.section(setup.planes, "lightcone planes").chi_edges)
     k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
     out = {}
     for suffix, rows in ranges.items():
@@ -154,10 +140,10 @@ def resolution_warnings(cfg: config.Run, far: float = 2.0) -> dict[str, tuple[fl
     return out
 
 
-def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
+def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Compute the run's lensing maps (kept for the summaries) and write them unless
     outputs.lightcone is off (the weights and geometry always); returns the path."""
-    cfg, mesh = run_file.config, inputs.mesh
+    run_file, cfg, mesh = setup.run_file, setup.config, setup.grid.mesh
     if cfg.lensing is None:
         raise ValueError(
             f"run {run_file.run_id} has no lensing section, so it has no lensing stage "
@@ -165,17 +151,15 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
         )
     started = store.now()
     nb = inputs.store("nbody")
-    cosmo = derive.cosmology_params(cfg)
-    table = cosmology.growth_table(cosmo)
+    cosmo, srcs = setup.cosmology, setup.sources
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
-    srcs = derive.sources(cfg, cosmo, table)
-    weights = np.stack([lensing.plane_weights(cosmo, edges, c, w, table) for _, _, c, w in srcs])
-    path = store_path(run_dir, "lensing")
+    weights = np.stack([lensing.plane_weights(cosmo, edges, c, w) for _, _, c, w in srcs])
+    path = store_path(inputs.run_dir, "lensing")
     maps_kept = cfg.outputs.lightcone
     group = store.create(
         path,
-        store.provenance(run_file, "lensing", mesh, started) | {"maps_kept": maps_kept},
+        provenance.provenance(run_file, "lensing", mesh, started) | {"maps_kept": maps_kept},
         keepbits=cfg.outputs.keepbits,
     )
     store.write_coordinate(
@@ -203,106 +187,117 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
         "Born weight of the plane: lensing efficiency averaged over its thickness",
     )
     shell_k_max = nb["plane_k_max_healpix"][:] if "plane_k_max_healpix" in nb else None
-    write_valid_ranges(group, valid_ranges(cfg, cosmo, table, srcs, edges, shell_k_max))
+    write_valid_ranges(group, valid_ranges(setup, edges, shell_k_max))
     group.attrs["k_max_valid"] = resolution.k_max_valid(
         cfg.box.particles, cfg.box.box_size, cfg.box.oversample
     )
-    flat = cfg.lensing.flat_sky
-    if flat is not None:
-        theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
-        offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
-        planes = [
-            lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)
-        ]
-        with progress.timed("lensing"):
-            kappa = lensing.flat_sky_convergence(
-                planes,
-                weights,
-                cfg.box.box_size,
-                chi,
-                theta,
-                offsets,
-                mesh,
-                np.dtype(cfg.nbody.dtype),
-            )
-            gamma1, gamma2 = jax.block_until_ready(lensing.shear_from_convergence(kappa))
-        progress(
-            f"flat-sky maps: {len(srcs)} sources, {flat.pixels}^2 pixels over "
-            f"{flat.field_of_view} deg"
-        )
-        for axis in ("theta_x", "theta_y"):
-            store.write_coordinate(
-                group,
-                axis,
-                np.degrees(theta),
-                "deg",
-                f"angle of the pixel centre from the line of sight, {axis[-1]}",
-            )
-        dims = ("source", "theta_x", "theta_y")
-        for name, data, long_name in (
-            ("kappa", kappa, "Born convergence"),
-            ("gamma1", gamma1, "shear, first component (Kaiser-Squires)"),
-            ("gamma2", gamma2, "shear, second component (Kaiser-Squires)"),
-        ):
-            if maps_kept:
-                store.write_array(group, name, data, dims, "1", long_name)
-        for i in range(len(srcs)):
-            inputs.keep("lensing", "kappa", kappa[i], (i,))
+    if cfg.lensing.flat_sky is not None:
+        _flat_sky_maps(group, setup, inputs, progress, weights)
     if cfg.lensing.full_sky is not None:
-        nside = cfg.lensing.full_sky.nside
-        with progress.timed("lensing"):
-            kappa_alm = weights @ np.asarray(
-                inputs.array("nbody", "lightcone_healpix_alm"), np.complex128
-            )
-            kappa_hp = np.stack([lightcone.healpix_map(a, nside) for a in kappa_alm])
-            shear = [lensing.healpix_shear(a, nside) for a in kappa_alm]
-        progress(f"full-sky maps: {len(srcs)} sources, nside {nside}")
-        attrs = {
-            "grid_name": "HEALPix",
-            "nside": nside,
-            "nest": False,
-            "ell_band_limit": sky.healpix_ell_max(nside),
-            "pixel_window": "none",
-        }
-        for name, data, long_name in (
-            ("kappa_healpix", kappa_hp, "Born convergence"),
-            (
-                "gamma1_healpix",
-                np.stack([g[0] for g in shear]),
-                "shear, first component (healpy Q)",
-            ),
-            (
-                "gamma2_healpix",
-                np.stack([g[1] for g in shear]),
-                "shear, second component (healpy U)",
-            ),
-        ):
-            if maps_kept:
-                store.write_array(
-                    group,
-                    name,
-                    data.astype(np.float32),
-                    ("source", "pixel"),
-                    "1",
-                    long_name,
-                    **attrs,
-                )
-        if maps_kept:
-            store.write_array(
-                group,
-                "kappa_healpix_alm",
-                kappa_alm.astype(np.complex64),
-                ("source", "alm"),
-                "1",
-                "harmonic coefficients of the Born convergence (healpy's ordering)",
-                ell_max=sky.healpix_ell_max(nside),
-                ordering="healpy",
-            )
-        inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
-        inputs.keep("lensing", "kappa_healpix_alm", kappa_alm)
+        _full_sky_maps(group, setup, inputs, progress, weights)
     store.mark_complete(group)
     return path
 
 
+def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
+    """κ, γ1, γ2 of every source on the flat-sky pixels from the nbody store's planes (Born
+    weights (S, P)): written unless outputs.lightcone is off, κ kept for the summaries."""
+    nb, srcs = inputs.store("nbody"), setup.sources
+    chi = np.asarray(nb["plane"][:], np.float64)
+    maps_kept = setup.config.outputs.lightcone
+    flat = config.section(
+        config.section(setup.config.lensing, "lensing").flat_sky, "lensing.flat_sky"
+    )
+    theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
+    offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
+    planes = [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)]
+    with progress.timed("lensing"):
+        kappa = lensing.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
+        gamma1, gamma2 = jax.block_until_ready(lensing.shear_from_convergence(kappa))
+    progress(
+        f"flat-sky maps: {len(srcs)} sources, {flat.pixels}^2 pixels over {flat.field_of_view} deg"
+    )
+    for axis in ("theta_x", "theta_y"):
+        store.write_coordinate(
+            group,
+            axis,
+            np.degrees(theta),
+            "deg",
+            f"angle of the pixel centre from the line of sight, {axis[-1]}",
+        )
+    dims = ("source", "theta_x", "theta_y")
+    for name, data, long_name in (
+        ("kappa", kappa, "Born convergence"),
+        ("gamma1", gamma1, "shear, first component (Kaiser-Squires)"),
+        ("gamma2", gamma2, "shear, second component (Kaiser-Squires)"),
+    ):
+        if maps_kept:
+            store.write_array(group, name, data, dims, "1", long_name)
+    for i in range(len(srcs)):
+        inputs.keep("lensing", "kappa", kappa[i], (i,))
+
+
+def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
+    """κ, γ1, γ2 of every source on HEALPix maps from the shells' harmonic coefficients (Born
+    weights (S, P)): written unless outputs.lightcone is off, κ kept for the summaries."""
+    srcs, maps_kept = setup.sources, setup.config.outputs.lightcone
+    full = config.section(
+        config.section(setup.config.lensing, "lensing").full_sky, "lensing.full_sky"
+    )
+    nside = full.nside
+    with progress.timed("lensing"):
+        kappa_alm = weights @ np.asarray(
+            inputs.array("nbody", "lightcone_healpix_alm"), np.complex128
+        )
+        kappa_hp = np.stack([lightcone.healpix_map(a, nside) for a in kappa_alm])
+        shear = [lensing.healpix_shear(a, nside) for a in kappa_alm]
+    progress(f"full-sky maps: {len(srcs)} sources, nside {nside}")
+    attrs = {
+        "grid_name": "HEALPix",
+        "nside": nside,
+        "nest": False,
+        "ell_band_limit": sky.healpix_ell_max(nside),
+        "pixel_window": "none",
+    }
+    for name, data, long_name in (
+        ("kappa_healpix", kappa_hp, "Born convergence"),
+        (
+            "gamma1_healpix",
+            np.stack([g[0] for g in shear]),
+            "shear, first component (healpy Q)",
+        ),
+        (
+            "gamma2_healpix",
+            np.stack([g[1] for g in shear]),
+            "shear, second component (healpy U)",
+        ),
+    ):
+        if maps_kept:
+            store.write_array(
+                group,
+                name,
+                data.astype(np.float32),
+                ("source", "pixel"),
+                "1",
+                long_name,
+                **attrs,
+            )
+    if maps_kept:
+        store.write_array(
+            group,
+            "kappa_healpix_alm",
+            kappa_alm.astype(np.complex64),
+            ("source", "alm"),
+            "1",
+            "harmonic coefficients of the Born convergence (healpy's ordering)",
+            ell_max=sky.healpix_ell_max(nside),
+            ordering="healpy",
+        )
+    inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
+    inputs.keep("lensing", "kappa_healpix_alm", kappa_alm)
+
+
 if __name__ == "__main__":
-    sys.exit(main("lensing"))
+    from pmpipe.stages import runner
+
+    sys.exit(runner.main("lensing"))

@@ -18,15 +18,16 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe import config, derive, parallel
-from pmpipe.parallel import FIELD_SPEC
-from pmpipe.physics import cosmology, lightcone, nbody, sky
+from pmpipe.physics import lightcone, nbody, sky
 from pmpipe.physics.domain import Grid
+from pmpipe.run import config, derive
+from pmpipe.runtime import parallel
+from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
-from pmpipe.stages.runner import Progress, main
-from pmpipe.storage import checkpoint, store
+from pmpipe.stages.progress import Progress
+from pmpipe.storage import checkpoint, provenance, store
 
 
 def mesh_node_positions(grid: Grid) -> np.ndarray:
@@ -40,10 +41,11 @@ class LightconeCapture:
     lensing, their HEALPix shells: harmonic coefficients up to ℓ = 3 nside - 1 of the rays'
     samples (:func:`pmpipe.physics.lightcone.shell_alm`) and their maps."""
 
-    def __init__(self, cfg: config.Run, grid: Grid):
+    def __init__(self, setup: derive.RunSetup):
+        cfg, grid = setup.config, setup.grid
         self.cfg, cone = cfg, config.section(cfg.lightcone, "lightcone")
         self.grid = grid
-        self.planes = derive.planes(cfg)
+        self.planes = config.section(setup.planes, "lightcone planes")
         self.transforms = lightcone.plane_transforms(
             cfg.ic.seed, len(self.planes), grid.force_cells, cone.randomize
         )
@@ -52,17 +54,15 @@ class LightconeCapture:
         rays_nside, self.k_max = None, np.zeros(len(self.planes))
         if self.nside is not None:
             rays_nside = sky.rays_nside(self.nside)
-            self.k_max = derive.shell_band_limits(cfg, self.planes)
+            self.k_max = config.section(setup.shell_k_max, "shell band limits")
         self.capture = lightcone.capture_plan(
             self.planes,
             self.transforms,
             cone.observer,
-            grid.box_size,
-            grid.force_cells,
+            grid,
             cfg.plane_cells(),
             rays_nside,
             self.k_max,
-            np.dtype(grid.dtype),
         )
         self.flat: dict[int, jax.Array] = {}
         self.alm: np.ndarray | None = None
@@ -82,11 +82,20 @@ class LightconeCapture:
     def write(self, group, planes_kept: bool) -> None:
         """The planes' distances, scale factors and transforms into the store, and with
         ``planes_kept`` (outputs.lightcone) the planes themselves."""
+        self._write_geometry(group)
+        if planes_kept:
+            self._write_flat(group)
+            if self.nside is not None and self.alm is not None:
+                self._write_shells(group, self.nside, self.alm)
+
+    def _write_geometry(self, group) -> None:
+        """Each plane's distances and scale factor, the band limits of the shells and the
+        transforms the planes were seen through."""
         cone = config.section(self.cfg.lightcone, "lightcone")
         missing = sorted(set(range(len(self.planes))) - set(self.flat))
         if missing:
             raise RuntimeError(f"lightcone planes {missing} were never crossed during the N-body")
-        planes, cell = self.planes, self.grid.cell_size
+        planes = self.planes
         store.write_coordinate(
             group,
             "plane",
@@ -145,8 +154,10 @@ class LightconeCapture:
                 ],
             }
         )
-        if not planes_kept:
-            return
+
+    def _write_flat(self, group) -> None:
+        """The flat planes (plane, u, v), block by block."""
+        planes, cell = self.planes, self.grid.cell_size
         for axis in "uv":
             store.write_coordinate(
                 group,
@@ -169,33 +180,36 @@ class LightconeCapture:
         )
         for j in range(len(planes)):
             store.write_blocks(array, self.flat[j], (j,))
-        if self.nside is not None and self.alm is not None:
-            ell_max = sky.healpix_ell_max(self.nside)
-            shells = np.stack([lightcone.healpix_map(a, self.nside) for a in self.alm])
-            store.write_array(
-                group,
-                "lightcone_healpix",
-                shells.astype(np.float32),
-                ("plane", "pixel"),
-                "Mpc/h",
-                "projected overdensity of the shell, band-limited to "
-                "ell <= 3 nside - 1 (no pixel window), pixel mean removed",
-                grid_name="HEALPix",
-                nside=self.nside,
-                nest=False,
-                ell_band_limit=ell_max,
-                pixel_window="none",
-            )
-            store.write_array(
-                group,
-                "lightcone_healpix_alm",
-                self.alm.astype(np.complex64),
-                ("plane", "alm"),
-                "Mpc/h",
-                "harmonic coefficients of the shell up to ell_max (healpy's ordering), monopole 0",
-                ell_max=ell_max,
-                ordering="healpy",
-            )
+
+    def _write_shells(self, group, nside: int, alm: np.ndarray) -> None:
+        """The full-sky shells' maps (plane, pixel) and harmonic coefficients (plane, alm) of
+        HEALPix resolution nside."""
+        ell_max = sky.healpix_ell_max(nside)
+        shells = np.stack([lightcone.healpix_map(a, nside) for a in alm])
+        store.write_array(
+            group,
+            "lightcone_healpix",
+            shells.astype(np.float32),
+            ("plane", "pixel"),
+            "Mpc/h",
+            "projected overdensity of the shell, band-limited to "
+            "ell <= 3 nside - 1 (no pixel window), pixel mean removed",
+            grid_name="HEALPix",
+            nside=nside,
+            nest=False,
+            ell_band_limit=ell_max,
+            pixel_window="none",
+        )
+        store.write_array(
+            group,
+            "lightcone_healpix_alm",
+            alm.astype(np.complex64),
+            ("plane", "alm"),
+            "Mpc/h",
+            "harmonic coefficients of the shell up to ell_max (healpy's ordering), monopole 0",
+            ell_max=ell_max,
+            ordering="healpy",
+        )
 
     def keep(self, inputs: Inputs) -> None:
         """Hand the planes and shells to the lensing stage of this process."""
@@ -222,109 +236,71 @@ def downsample(field, factor: int, mesh: Mesh):
     )(field)
 
 
-def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
+def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Evolve the run's ICs and write the snapshots, final particles and lightcone planes as
     far as outputs keeps them (all kept for the next stages); returns the path."""
-    cfg, mesh = run_file.config, inputs.mesh
+    cfg, grid, times = setup.config, setup.grid, setup.timeline
     started = store.now()
-    ic = inputs.store("ic")
-    a_init, a_final = float(ic.attrs["a_init"]), cfg.nbody.a_final
-    snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
-    bounds = derive.step_boundaries(cfg)
-    grid = derive.grid(cfg, mesh)
-    cosmo = derive.cosmology_params(cfg)
-    table = cosmology.growth_table(cosmo)
+    a_init = float(inputs.store("ic").attrs["a_init"])
     progress(
-        f"{len(bounds) - 1} steps from a = {a_init} to {a_final} on a {grid.force_cells}^3 mesh"
+        f"{len(times.bounds) - 1} steps from a = {a_init} to {cfg.nbody.a_final} on a "
+        f"{grid.force_cells}^3 mesh"
     )
-    capture = LightconeCapture(cfg, grid) if cfg.lightcone is not None else None
+    capture = LightconeCapture(setup) if cfg.lightcone is not None else None
     plan = capture.capture if capture is not None else None
     if cfg.checkpoints is None:
         with progress.timed("pm_steps"):
             result = nbody.evolve(
-                cosmo,
+                setup.cosmology,
                 inputs.field("ic", "displacement"),
                 inputs.field("ic", "momentum"),
-                bounds,
+                times,
                 grid,
-                snapshots,
-                table,
                 plan,
                 stop_early=True,
             )
-        path = _finish(run_file, run_dir, inputs, progress, result, grid, capture, bounds, started)
-    else:
-        schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
-        with schedule.listening():
-            with progress.timed("pm_steps"):
-                result = _evolve_checkpointed(
-                    run_file,
-                    run_dir,
-                    inputs,
-                    schedule,
-                    cosmo,
-                    bounds,
-                    grid,
-                    snapshots,
-                    table,
-                    plan,
-                    progress,
-                )
-            path = _finish(
-                run_file, run_dir, inputs, progress, result, grid, capture, bounds, started
-            )
-        if not cfg.checkpoints.keep:
-            checkpoint.remove(run_dir)
+        return _finish(setup, inputs, progress, result, capture, started)
+    schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
+    with schedule.listening():
+        with progress.timed("pm_steps"):
+            result = _evolve_checkpointed(setup, inputs, schedule, plan, progress)
+        path = _finish(setup, inputs, progress, result, capture, started)
+    if not cfg.checkpoints.keep:
+        checkpoint.remove(inputs.run_dir)
     return path
 
 
 def _evolve_checkpointed(
-    run_file,
-    run_dir,
+    setup: derive.RunSetup,
     inputs: Inputs,
     schedule: checkpoint.Schedule,
-    cosmo,
-    bounds,
-    grid,
-    snapshots,
-    table,
-    plan,
+    plan: lightcone.Capture | None,
     progress: Progress,
 ) -> nbody.NBodyResult:
     """The evolution one step at a time from the run's newest checkpoint (else from the ICs),
     writing checkpoints when ``schedule`` says; after a signal, a checkpoint and Preempted."""
-    mesh, steps = inputs.mesh, len(bounds) - 1
+    cosmo, grid, times = setup.cosmology, setup.grid, setup.timeline
+    run_dir, run_file, mesh = inputs.run_dir, setup.run_file, grid.mesh
+    bounds, steps = times.bounds, len(times.bounds) - 1
     found = checkpoint.newest(run_dir, run_file.config_hash)
     if found is None:
-        state, done = (
-            nbody.start_state(
-                cosmo,
-                inputs.field("ic", "displacement"),
-                inputs.field("ic", "momentum"),
-                bounds,
-                grid,
-                snapshots,
-                table,
-                plan,
-            ),
-            0,
-        )
+        disp, mom = inputs.field("ic", "displacement"), inputs.field("ic", "momentum")
+        state, done = nbody.start_state(cosmo, disp, mom, times, grid, plan), 0
     else:
         particles = jax.ShapeDtypeStruct(
             (grid.particles,) * 3 + (3,),
-            np.dtype(run_file.config.nbody.dtype),
+            np.dtype(grid.dtype),
             sharding=parallel.field_sharding(mesh),
         )
-        like = nbody.start_state(cosmo, particles, particles, bounds, grid, snapshots, table, plan)
+        like = nbody.start_state(cosmo, particles, particles, times, grid, plan)
         state, done = checkpoint.read(found, mesh, like)
         progress(f"resumed after step {done} of {steps} (a = {bounds[done]:.4g}) from {found}")
 
     def after_step(state: nbody.State, step: int) -> None:
         stop = step < steps and schedule.stop_requested()
         if stop or (step < steps and schedule.due(step)):
-            nbody.check_state(
-                state.trouble, state.needed, bounds, grid.halo
-            )  # none of a broken state
+            # none of a broken state
+            nbody.check_state(state.trouble, state.needed, bounds, grid.halo)
             written = checkpoint.write(run_dir, run_file, mesh, state, step, bounds[step])
             schedule.written()
             progress(f"checkpoint after step {step} of {steps} (a = {bounds[step]:.4g}): {written}")
@@ -336,26 +312,21 @@ def _evolve_checkpointed(
                     signum,
                 )
 
-    return nbody.evolve_stepwise(
-        cosmo, state, done, bounds, grid, snapshots, table, plan, after_step
-    )
+    return nbody.evolve_stepwise(cosmo, state, done, times, grid, plan, after_step)
 
 
 def _finish(
-    run_file,
-    run_dir,
+    setup: derive.RunSetup,
     inputs: Inputs,
     progress: Progress,
     result: nbody.NBodyResult,
-    grid: Grid,
-    capture,
-    bounds,
-    started,
+    capture: LightconeCapture | None,
+    started: str,
 ) -> Path:
     """Write nbody.zarr from the evolution's result; keep its fields for the next stages."""
-    cfg, mesh = run_file.config, inputs.mesh
+    cfg, grid, mesh = setup.config, setup.grid, setup.grid.mesh
+    bounds, snapshots = setup.timeline.bounds, setup.timeline.snapshots
     a_init, a_final = float(bounds[0]), cfg.nbody.a_final
-    snapshots = sorted({float(a) for a in cfg.nbody.snapshots} | {a_final})
     if capture is not None:
         capture.receive(result)
     progress(
@@ -364,10 +335,10 @@ def _finish(
         + f" in {result.seconds:.2f} s"
     )
     out = cfg.outputs
-    path = store_path(run_dir, "nbody")
+    path = store_path(inputs.run_dir, "nbody")
     group = store.create(
         path,
-        store.provenance(run_file, "nbody", mesh, started)
+        provenance.provenance(setup.run_file, "nbody", mesh, started)
         | {
             "a_init": a_init,
             "a_final": a_final,
@@ -380,7 +351,7 @@ def _finish(
         },
         keepbits=out.keepbits,
     )
-    store.write_coordinate(group, "a", snapshots, "1", "scale factor of the snapshot")
+    store.write_coordinate(group, "a", list(snapshots), "1", "scale factor of the snapshot")
     if out.density != "none":
         factor = 1 if out.density == "full" else out.density
         nodes = mesh_node_positions(grid).reshape(-1, factor).mean(axis=1)
@@ -426,4 +397,6 @@ def _finish(
 
 
 if __name__ == "__main__":
-    sys.exit(main("nbody"))
+    from pmpipe.stages import runner
+
+    sys.exit(runner.main("nbody"))

@@ -25,9 +25,12 @@ import time
 import traceback
 from pathlib import Path
 
-from pmpipe import log, stages
-from pmpipe.stages import runner
+from pmpipe import stages
+from pmpipe.run import derive
+from pmpipe.runtime import log
+from pmpipe.stages import registry, runner, status
 from pmpipe.stages.inputs import Inputs
+from pmpipe.stages.progress import Progress
 
 LOG = log.get(__name__)
 
@@ -36,8 +39,8 @@ LOG = log.get(__name__)
 class StageRecord:
     """One stage computed in this process: wall seconds, seconds per physics phase
     (Progress.physics), XLA programs it compiled or loaded from the persistent cache
-    (pmpipe.compilation), array bytes this process wrote with the seconds from the first write
-    to the last one done (store.write_totals), and bytes of its store on disk."""
+    (pmpipe.runtime.compilation), array bytes this process wrote with the seconds from the first write
+    to the last one done (writes.write_totals), and bytes of its store on disk."""
 
     stage: str
     seconds: float
@@ -71,18 +74,18 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def compute_stage(stage: str, run_file, inputs: Inputs) -> StageRecord:
+def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRecord:
     """Run one stage and record its time, physics phases, compilations and store size."""
     import jax
 
-    from pmpipe import compilation
-    from pmpipe.storage import store
+    from pmpipe.runtime import compilation
+    from pmpipe.storage import writes
 
-    progress = runner.Progress(stage, run_file.run_id)
-    before, written, start = compilation.totals(), store.write_totals(), time.perf_counter()
-    path = runner.execute(stage, run_file, inputs, progress)
+    progress = Progress(stage, setup.run_file.run_id)
+    before, written, start = compilation.totals(), writes.write_totals(), time.perf_counter()
+    path = registry.execute(stage, setup, inputs, progress)
     seconds, counts = time.perf_counter() - start, compilation.totals() - before
-    written = store.write_totals() - written
+    written = writes.write_totals() - written
     progress(f"{counts.summary()}")
     return StageRecord(
         stage,
@@ -114,11 +117,11 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
     try:
         run_file = runner.load(config_path)
         run_id = run_file.run_id
-        todo = runner.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
+        todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
         names = stages.run_stages(run_file.config)
-        inputs = Inputs(
-            config_path.parent, run_file, mesh_of(run_file.config.parallel.pdims), keep=True
-        )
+        # the run's setup, derived once for all of its stages
+        run_setup = derive.setup(run_file, mesh_of(run_file.config.parallel.pdims))
+        inputs = Inputs(config_path.parent, run_setup, keep=True)
         for stage in todo:
             if guard is not None and guard.stop_requested():
                 raise checkpoint.Preempted(
@@ -126,7 +129,7 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
                     f"{stage} of run {run_id}, which resumes there when started again",
                     guard.signalled,
                 )
-            computed.append(compute_stage(stage, run_file, inputs))
+            computed.append(compute_stage(stage, run_setup, inputs))
         inputs.forget()
         skipped = tuple(s for s in names if s not in todo)
         return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
@@ -153,7 +156,7 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     ``report``, process 0 writes the job's record there as JSON (:func:`job_record`)."""
     import jax
 
-    from pmpipe import compilation, parallel
+    from pmpipe.runtime import compilation, parallel
     from pmpipe.storage import checkpoint
 
     start = time.perf_counter()
@@ -215,7 +218,7 @@ def job_record(outcomes: list[Outcome], wall_s: float) -> dict:
     compilations and peak memory, and per run the stages computed with their records."""
     import jax
 
-    from pmpipe import compilation
+    from pmpipe.runtime import compilation
 
     counts = compilation.totals()
     return {
@@ -294,7 +297,7 @@ def main(argv=None) -> int:
         "stage run in the batch step",
     )
     args = parser.parse_args(argv)
-    from pmpipe.orchestration import slurm_job
+    from pmpipe.runtime import slurm_job
     from pmpipe.storage import checkpoint
 
     log.configure()

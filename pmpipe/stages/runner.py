@@ -1,63 +1,26 @@
-"""Running a run's stages in this process: JAX started for the run, its config loaded, each
-stage given its inputs and a progress line; the command line of ``python -m
-pmpipe.stages.<stage>``; and which stores of a run are complete."""
+"""Running one stage of a run in this process: JAX started for the run, its config loaded and
+its setup derived, the stage given its inputs and a progress line; the command line of
+``python -m pmpipe.stages.<stage>``. Importing it starts no JAX (job submission pickles
+:func:`run_stage`)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import math
 import signal
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pmpipe import log, validation
-from pmpipe.stages import STAGES, run_stages, store_path
+from pmpipe.run import validation
+from pmpipe.runtime import log
+from pmpipe.stages import STAGES
 from pmpipe.stages.inputs import Inputs
+from pmpipe.stages.progress import Progress
 
 if TYPE_CHECKING:
     from pmpipe.storage.checkpoint import Preempted
 
 LOG = log.get(__name__)
-
-
-class Progress:
-    """Progress lines of a stage, log records '[pmpipe <stage> <run_id>] <message> (<elapsed>
-    s)' (shown from one process: pmpipe.log); and the seconds the stage spent in each phase of
-    the physics (``physics``: white_noise, lpt, pm_steps (the evolution with its lightcone
-    capture), lensing, statistics)."""
-
-    def __init__(self, stage: str, run_id: str):
-        self.prefix = f"[pmpipe {stage} {run_id}]"
-        self.start = time.perf_counter()
-        self.physics: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def timed(self, phase: str):
-        """Add the wall time of the block to ``physics[phase]``, less the seconds XLA spent
-        compiling or loading programs inside it (counted while pmpipe.compilation listens, as
-        in a job); the block waits for its own results (jax.block_until_ready) so that the
-        time is the computation's."""
-        from pmpipe import compilation
-
-        start, compiling = time.perf_counter(), compilation.totals().seconds
-        try:
-            yield
-        finally:
-            spent = time.perf_counter() - start - (compilation.totals().seconds - compiling)
-            self.physics[phase] = self.physics.get(phase, 0.0) + max(0.0, spent)
-
-    def __call__(self, message: str, every_process: bool = False) -> None:
-        elapsed = time.perf_counter() - self.start
-        LOG.info(
-            "%s %s (%.1f s)",
-            self.prefix,
-            message,
-            elapsed,
-            extra=log.EVERY_PROCESS if every_process else None,
-        )
 
 
 def start(config_paths) -> tuple[str, int]:
@@ -74,7 +37,7 @@ def start(config_paths) -> tuple[str, int]:
     """
     import jax
 
-    from pmpipe import parallel
+    from pmpipe.runtime import parallel
 
     pdims = validation.load_run_file(config_paths[0]).config.parallel.pdims
     parallel.use_compilation_cache(
@@ -95,22 +58,14 @@ def load(config_path: str | Path):
     return run_file
 
 
-def execute(stage: str, run_file, inputs: Inputs, progress: Progress) -> Path:
-    """Run one stage of a loaded run with its inputs; returns the path of its store."""
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-    module = importlib.import_module(f"pmpipe.stages.{stage}")
-    path = module.run(run_file, inputs.run_dir, inputs, progress)
-    progress(f"wrote {path}")
-    return path
-
-
 def run_stage(stage: str, config_path: str | Path) -> Path:
     """Run one stage of the run described by config_path, reading the earlier stages' stores;
     returns the path of its store."""
     import jax
 
-    from pmpipe import parallel
+    from pmpipe.run import derive
+    from pmpipe.runtime import parallel
+    from pmpipe.stages import registry
 
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
@@ -123,18 +78,18 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
             f"{jax.local_device_count()} local of {jax.device_count()} devices",
             every_process=True,
         )
-    mesh = parallel.make_mesh(run_file.config.parallel.pdims)
-    inputs = Inputs(Path(config_path).parent, run_file, mesh)
-    return execute(stage, run_file, inputs, progress)
+    run_setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
+    inputs = Inputs(Path(config_path).parent, run_setup)
+    return registry.execute(stage, run_setup, inputs, progress)
 
 
 def run_checked(stage: str, config_path: str | Path) -> int:
     """:func:`run_stage` for command lines: bad input or missing inputs print one message
     naming the file and field and give exit status 2; a store that could not be written (a
     full disk, say; it is left without completion marker) prints one and gives 1."""
-    from pmpipe import config
     from pmpipe.physics import nbody, painting
-    from pmpipe.storage import checkpoint, store
+    from pmpipe.run import config
+    from pmpipe.storage import checkpoint, store, writes
 
     try:
         run_stage(stage, config_path)
@@ -147,7 +102,7 @@ def run_checked(stage: str, config_path: str | Path) -> int:
     ) as err:
         LOG.error("error: %s", err)
         return 2
-    except (store.StoreWriteError, OSError) as err:
+    except (writes.StoreWriteError, OSError) as err:
         LOG.error("error: %s", err)
         return 1
     except checkpoint.Preempted as err:
@@ -163,8 +118,7 @@ def stopped(err: Preempted) -> str:
     failed before the requeue."""
     import jax
 
-    from pmpipe import parallel
-    from pmpipe.orchestration import slurm_job
+    from pmpipe.runtime import parallel, slurm_job
 
     text = f"preempted: {err}"
     if err.signum == signal.SIGUSR2:
@@ -187,40 +141,3 @@ def main(stage: str, argv=None) -> int:
     )
     log.configure()
     return run_checked(stage, parser.parse_args(argv).config)
-
-
-def is_current(path: str | Path, config_hash: str) -> bool:
-    """Whether the store at path is complete and was made from the config ``config_hash``."""
-    from pmpipe.storage import store
-
-    try:
-        store.open_complete(path, config_hash)
-    except store.IncompleteStoreError:
-        return False
-    return True
-
-
-def pending_stages(run, config_hash: str, run_dir: str | Path) -> tuple[str, ...]:
-    """The stages of ``run`` (config.Run) from the first whose store is not complete or was made
-    from another config to the last: those a job must compute. Empty when the run is complete."""
-    names = run_stages(run)
-    for i, stage in enumerate(names):
-        if not is_current(store_path(run_dir, stage), config_hash):
-            return names[i:]
-    return ()
-
-
-def run_status(run_dir: str | Path) -> str:
-    """'complete' when the store of each of the run's stages is complete, else '<last complete
-    stage> done' or 'planned' (a store without its completion marker counts as absent). The
-    stages come from the run's config.json (all of them when it is missing)."""
-    from pmpipe.storage import store
-
-    config_path = Path(run_dir) / "config.json"
-    stages = (
-        run_stages(validation.load_run_file(config_path).config) if config_path.exists() else STAGES
-    )
-    done = [s for s in stages if store.is_complete(store_path(run_dir, s))]
-    if len(done) == len(stages):
-        return "complete"
-    return f"{done[-1]} done" if done else "planned"

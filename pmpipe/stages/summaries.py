@@ -14,26 +14,50 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 
-from pmpipe import config, derive
-from pmpipe.parallel import FIELD_SPEC
 from pmpipe.physics import cosmology, lensing, painting, resolution, sky, stats
 from pmpipe.physics.domain import Grid
+from pmpipe.run import config, derive
+from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
-from pmpipe.stages.runner import Progress, main
-from pmpipe.storage import store
+from pmpipe.stages.progress import Progress
+from pmpipe.storage import provenance, store
 
 
-def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progress) -> Path:
+def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Measure and write the summaries of the run's snapshots; returns the store's path."""
-    cfg, mesh = run_file.config, inputs.mesh
+    cfg, mesh, cosmo = setup.config, setup.grid.mesh, setup.cosmology
     started = store.now()
-    nb = inputs.store("nbody")
-    a = np.asarray(nb["a"][:], dtype=np.float64)
-    box_size, n_mesh = cfg.box.box_size, cfg.force_cells()
-    n_bins = cfg.summaries.pk_bins or n_mesh // 2
+    a = np.asarray(inputs.store("nbody")["a"][:], dtype=np.float64)
+    n_bins = cfg.summaries.pk_bins or cfg.force_cells() // 2
+    measured = _measure_spectra(setup, inputs, progress, a, n_bins)
+    path = store_path(inputs.run_dir, "summaries")
+    group = store.create(path, provenance.provenance(setup.run_file, "summaries", mesh, started))
+    growth = _write_spectra(group, setup, a, n_bins, measured)
+    with progress.timed("statistics"):
+        write_initial_correlation(
+            group,
+            cfg,
+            inputs,
+            n_bins,
+            float(growth[-1]) / float(cosmology.growth_factor(cosmo, 1.0)),
+        )
+    progress("cross-correlation with the initial field")
+    if cfg.lensing is not None:
+        with progress.timed("statistics"):
+            write_lensing_statistics(group, setup, inputs)
+        progress("lensing statistics")
+    store.mark_complete(group)
+    return path
+
+
+def _measure_spectra(
+    setup: derive.RunSetup, inputs: Inputs, progress: Progress, a, n_bins: int
+) -> tuple:
+    """(mean |k| per bin, P(k) (a, k), modes per bin) of every snapshot's density."""
+    cfg, mesh, box_size = setup.config, setup.grid.mesh, setup.grid.box_size
     spectra = []
     for i in range(a.size):
         field = inputs.field("nbody", "density", (i,))
@@ -43,18 +67,19 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
             )
         spectra.append(pk)
         progress(f"P(k) at a = {a[i]:.4f}")
-    cosmo = derive.cosmology_params(cfg)
-    growth = np.asarray(
-        cosmology.growth_factor(cosmo, a, cosmology.growth_table(cosmo)), np.float64
-    )
+    return k_mean, np.asarray(spectra), modes
+
+
+def _write_spectra(group, setup: derive.RunSetup, a, n_bins: int, measured: tuple) -> np.ndarray:
+    """The k bins, P(k) per snapshot with linear theory and the resolved range; returns the
+    growth factor D1 at each snapshot."""
+    cfg, cosmo, box_size = setup.config, setup.cosmology, setup.grid.box_size
+    k_mean, spectra, modes = measured
+    growth = np.asarray(cosmology.growth_factor(cosmo, a), np.float64)
     k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
     k_eval = np.where(np.isfinite(k_mean), k_mean, k_centre)
-    linear = (
-        growth[:, None] ** 2 * np.asarray(derive.linear_power(cfg)(k_eval), np.float64)[None, :]
-    )
+    linear = growth[:, None] ** 2 * np.asarray(setup.power(k_eval), np.float64)[None, :]
     shot_noise = box_size**3 / cfg.box.particles**3
-    path = store_path(run_dir, "summaries")
-    group = store.create(path, store.provenance(run_file, "summaries", mesh, started))
     store.write_coordinate(group, "a", a, "1", "scale factor of the snapshot")
     store.write_coordinate(
         group, "k", k_centre, "h/Mpc", "centre of the |k| bin (bins of width 2 pi / L from 0)"
@@ -100,22 +125,7 @@ def run(run_file: config.RunFile, run_dir: Path, inputs: Inputs, progress: Progr
         "(pmpipe.physics.resolution)",
     )
     group.attrs["shot_noise"] = shot_noise
-    with progress.timed("statistics"):
-        write_initial_correlation(
-            group,
-            cfg,
-            inputs,
-            n_bins,
-            float(growth[-1])
-            / float(cosmology.growth_factor(cosmo, 1.0, cosmology.growth_table(cosmo))),
-        )
-    progress("cross-correlation with the initial field")
-    if cfg.lensing is not None:
-        with progress.timed("statistics"):
-            write_lensing_statistics(group, cfg, inputs, mesh)
-        progress("lensing statistics")
-    store.mark_complete(group)
-    return path
+    return growth
 
 
 def write_initial_correlation(
@@ -204,11 +214,22 @@ def kappa_edges(cfg: config.Run) -> np.ndarray:
 RANGE_NAMES = ("ell_min_valid", "ell_max_valid", "ell_min_valid_healpix", "ell_max_valid_healpix")
 
 
-def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh) -> None:
+def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> None:
     """C_ell (with its Limber prediction for the linear P(k)), peak counts and PDF of κ per
     source and smoothing scale, for the flat-sky and the HEALPix maps."""
-    summ, section = cfg.summaries, config.section(cfg.lensing, "lensing")
-    scales, edges = summ.smoothing_arcmin, kappa_edges(cfg)
+    section = config.section(setup.config.lensing, "lensing")
+    count = _write_lensing_axes(group, setup, inputs)
+    if section.flat_sky is not None:
+        _write_map_statistics(group, setup, _flat_sky_maps(setup, inputs, count))
+    if section.full_sky is not None:
+        _write_map_statistics(group, setup, _full_sky_maps(setup, inputs, count))
+
+
+def _write_lensing_axes(group, setup: derive.RunSetup, inputs: Inputs) -> int:
+    """The sources with their resolved multipoles, the smoothing scales and the κ bins;
+    returns the number of sources."""
+    cfg = setup.config
+    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
     sources = [str(s) for s in inputs.store("lensing")["source"][:]]
     store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
     lens = inputs.store("lensing")
@@ -234,158 +255,183 @@ def write_lensing_statistics(group, cfg: config.Run, inputs: Inputs, mesh: Mesh)
     )
     store.write_array(group, "kappa_lo", edges[:-1], ("kappa",), "1", "lower edge of the kappa bin")
     store.write_array(group, "kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
-    cosmo = derive.cosmology_params(cfg)
-    table = cosmology.growth_table(cosmo)
-    srcs = derive.sources(cfg, cosmo, table)
-    maps: list[tuple] = []
-    if section.flat_sky is not None:
-        flat = section.flat_sky
-        sharding = NamedSharding(mesh, FIELD_SPEC)
-        kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(len(sources))]
-        noise = None
-        if summ.shape_noise is not None:
-            noise = [
-                stats.shape_noise_flat(
-                    cfg.ic.seed,
-                    i,
-                    flat.pixels,
-                    flat.field_of_view,
-                    summ.shape_noise.sigma_e,
-                    summ.shape_noise.n_gal,
-                    sharding,
-                )
-                for i in range(len(sources))
-            ]
-        spectra = [stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)) for k in kappa]
-        maps.append(
-            (
-                "",
-                ell_edges_flat(cfg),
-                kappa,
-                noise,
-                spectra,
-                lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
-                stats.peak_counts_flat,
+    return len(sources)
+
+
+def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> tuple:
+    """The flat-sky κ maps of the ``count`` sources with what their statistics need:
+    (suffix, ℓ bin edges, maps, shape noise or None, C_ℓ, smoothing, peak counting)."""
+    cfg, summ = setup.config, setup.config.summaries
+    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
+    sharding = NamedSharding(setup.grid.mesh, FIELD_SPEC)
+    kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(count)]
+    noise = None
+    if summ.shape_noise is not None:
+        noise = [
+            stats.shape_noise_flat(
+                cfg.ic.seed,
+                i,
+                flat.pixels,
+                flat.field_of_view,
+                summ.shape_noise.sigma_e,
+                summ.shape_noise.n_gal,
+                sharding,
             )
-        )
-    if section.full_sky is not None:
-        nside = section.full_sky.nside
-        kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
-        spectra = [
-            stats.full_sky_cl(a, ell_edges_healpix(cfg))
-            for a in np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128)
+            for i in range(count)
         ]
-        noise = None
-        if summ.shape_noise is not None:
-            noise = [
-                stats.shape_noise_healpix(
-                    [cfg.ic.seed, i], nside, summ.shape_noise.sigma_e, summ.shape_noise.n_gal
-                )
-                for i in range(len(sources))
-            ]
-        maps.append(
-            (
-                "_healpix",
-                ell_edges_healpix(cfg),
-                kappa,
-                noise,
-                spectra,
-                stats.smooth_healpix,
-                stats.peak_counts_healpix,
+    spectra = [stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)) for k in kappa]
+    return (
+        "",
+        ell_edges_flat(cfg),
+        kappa,
+        noise,
+        spectra,
+        lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
+        stats.peak_counts_flat,
+    )
+
+
+def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> tuple:
+    """The HEALPix κ maps of the ``count`` sources with what their statistics need, as
+    :func:`_flat_sky_maps`."""
+    cfg, summ = setup.config, setup.config.summaries
+    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
+    nside = full.nside
+    kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
+    spectra = [
+        stats.full_sky_cl(a, ell_edges_healpix(cfg))
+        for a in np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128)
+    ]
+    noise = None
+    if summ.shape_noise is not None:
+        noise = [
+            stats.shape_noise_healpix(
+                [cfg.ic.seed, i], nside, summ.shape_noise.sigma_e, summ.shape_noise.n_gal
             )
-        )
-    power = derive.linear_power(cfg)
-    for suffix, ell_edges, kappa, noise, spectra, smooth, peaks_of in maps:
-        ell_dim = "ell" + suffix
-        store.write_coordinate(
-            group,
-            ell_dim,
-            np.sqrt(ell_edges[1:] * ell_edges[:-1]),
-            "1",
-            "geometric centre of the multipole bin",
-        )
-        store.write_array(
-            group,
-            ell_dim + "_lo",
-            ell_edges[:-1],
-            (ell_dim,),
-            "1",
-            "lower edge of the multipole bin",
-        )
-        store.write_array(
-            group,
-            ell_dim + "_hi",
-            ell_edges[1:],
-            (ell_dim,),
-            "1",
-            "upper edge of the multipole bin",
-        )
-        ell_mean = np.stack([s[0] for s in spectra])
-        store.write_array(
-            group,
-            ell_dim + "_mean",
-            ell_mean[0],
-            (ell_dim,),
-            "1",
-            "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
-            "full sky); the ell at which to compare C_ell with theory",
-        )
-        store.write_array(
-            group,
-            "cl" + suffix,
-            np.stack([s[1] for s in spectra]),
-            ("source", ell_dim),
-            "sr",
-            "angular power spectrum of kappa (no noise)",
-        )
-        store.write_array(
-            group,
-            "cl_modes" + suffix,
-            spectra[0][2],
-            (ell_dim,),
-            "1",
-            "number of multipole modes in the bin",
-        )
-        theory = [
-            lensing.limber_convergence_cl(
-                cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power, table
-            )
-            for lm, (_, _, chi, w), c in zip(
-                ell_mean, srcs, [np.sqrt(ell_edges[1:] * ell_edges[:-1])] * len(srcs)
-            )
+            for i in range(count)
         ]
-        store.write_array(
-            group,
-            "cl_linear" + suffix,
-            np.stack(theory),
-            ("source", ell_dim),
-            "sr",
-            "Limber C_ell of kappa with the linear P(k), at the bins' mean multipoles",
+    return (
+        "_healpix",
+        ell_edges_healpix(cfg),
+        kappa,
+        noise,
+        spectra,
+        stats.smooth_healpix,
+        stats.peak_counts_healpix,
+    )
+
+
+def _write_map_statistics(group, setup: derive.RunSetup, maps: tuple) -> None:
+    """C_ℓ with its Limber prediction, peak counts and PDF of one kind of map
+    (:func:`_flat_sky_maps`, :func:`_full_sky_maps`) of every source."""
+    cosmo, srcs, power = setup.cosmology, setup.sources, setup.power
+    suffix, ell_edges, kappa, noise, spectra, smooth, peaks_of = maps
+    _write_peaks(
+        group,
+        setup,
+        suffix,
+        [k if noise is None else k + noise[i] for i, k in enumerate(kappa)],
+        smooth,
+        peaks_of,
+    )
+    ell_dim = "ell" + suffix
+    store.write_coordinate(
+        group,
+        ell_dim,
+        np.sqrt(ell_edges[1:] * ell_edges[:-1]),
+        "1",
+        "geometric centre of the multipole bin",
+    )
+    store.write_array(
+        group,
+        ell_dim + "_lo",
+        ell_edges[:-1],
+        (ell_dim,),
+        "1",
+        "lower edge of the multipole bin",
+    )
+    store.write_array(
+        group,
+        ell_dim + "_hi",
+        ell_edges[1:],
+        (ell_dim,),
+        "1",
+        "upper edge of the multipole bin",
+    )
+    ell_mean = np.stack([s[0] for s in spectra])
+    store.write_array(
+        group,
+        ell_dim + "_mean",
+        ell_mean[0],
+        (ell_dim,),
+        "1",
+        "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
+        "full sky); the ell at which to compare C_ell with theory",
+    )
+    store.write_array(
+        group,
+        "cl" + suffix,
+        np.stack([s[1] for s in spectra]),
+        ("source", ell_dim),
+        "sr",
+        "angular power spectrum of kappa (no noise)",
+    )
+    store.write_array(
+        group,
+        "cl_modes" + suffix,
+        spectra[0][2],
+        (ell_dim,),
+        "1",
+        "number of multipole modes in the bin",
+    )
+    theory = [
+        lensing.limber_convergence_cl(cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power)
+        for lm, (_, _, chi, w), c in zip(
+            ell_mean, srcs, [np.sqrt(ell_edges[1:] * ell_edges[:-1])] * len(srcs)
         )
-        peaks, pdfs = [], []
-        for i, k in enumerate(kappa):
-            noisy = k if noise is None else k + noise[i]
-            smoothed = [smooth(noisy, s) for s in scales]
-            peaks.append([peaks_of(m, edges) for m in smoothed])
-            pdfs.append([stats.pdf(m, edges) for m in smoothed])
-        label = "" if summ.shape_noise is None else " with shape noise"
-        store.write_array(
-            group,
-            "peaks" + suffix,
-            np.asarray(peaks),
-            ("source", "smoothing", "kappa"),
-            "1",
-            f"number of peaks of smoothed kappa{label} per kappa bin",
-        )
-        store.write_array(
-            group,
-            "pdf" + suffix,
-            np.asarray(pdfs),
-            ("source", "smoothing", "kappa"),
-            "1",
-            f"probability density of smoothed kappa{label}",
-        )
+    ]
+    store.write_array(
+        group,
+        "cl_linear" + suffix,
+        np.stack(theory),
+        ("source", ell_dim),
+        "sr",
+        "Limber C_ell of kappa with the linear P(k), at the bins' mean multipoles",
+    )
+
+
+def _write_peaks(
+    group, setup: derive.RunSetup, suffix: str, observed: list, smooth, peaks_of
+) -> None:
+    """Peak counts and PDF of every source's map as observed (with shape noise when the run
+    has it), per smoothing scale."""
+    cfg = setup.config
+    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
+    peaks, pdfs = [], []
+    for noisy in observed:
+        smoothed = [smooth(noisy, s) for s in scales]
+        peaks.append([peaks_of(m, edges) for m in smoothed])
+        pdfs.append([stats.pdf(m, edges) for m in smoothed])
+    label = "" if cfg.summaries.shape_noise is None else " with shape noise"
+    store.write_array(
+        group,
+        "peaks" + suffix,
+        np.asarray(peaks),
+        ("source", "smoothing", "kappa"),
+        "1",
+        f"number of peaks of smoothed kappa{label} per kappa bin",
+    )
+    store.write_array(
+        group,
+        "pdf" + suffix,
+        np.asarray(pdfs),
+        ("source", "smoothing", "kappa"),
+        "1",
+        f"probability density of smoothed kappa{label}",
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main("summaries"))
+    from pmpipe.stages import runner
+
+    sys.exit(runner.main("summaries"))

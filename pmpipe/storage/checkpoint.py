@@ -24,11 +24,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe import log, parallel
-from pmpipe.parallel import FIELD_SPEC
 from pmpipe.physics import lightcone
 from pmpipe.physics.nbody import State
-from pmpipe.storage import store
+from pmpipe.runtime import log, parallel
+from pmpipe.runtime.parallel import FIELD_SPEC
+from pmpipe.storage import provenance, store
 
 LOG = log.get(__name__)
 
@@ -116,7 +116,7 @@ def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a:
     path = path_for(run_dir, step)
     group = store.create(
         path,
-        store.provenance(run_file, STAGE, mesh, store.now())
+        provenance.provenance(run_file, STAGE, mesh, store.now())
         | {
             "step": int(step),
             "a": float(a),

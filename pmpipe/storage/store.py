@@ -13,8 +13,8 @@ and then zstd-compressed when the store was created with ``keepbits``; every oth
 zstd-compressed (:func:`codecs`).
 
 Writes are asynchronous: :func:`write_blocks` and :func:`write_array` copy each block to the
-host and hand its zarr write to a small pool of threads (:data:`WRITE_THREADS`), at most
-:data:`MAX_PENDING_BYTES` of copied blocks waiting at a time, and return. :func:`flush` waits
+host and hand its zarr write to a small pool of threads (:data:`pmpipe.storage.writes.WRITE_THREADS`), at most
+:data:`pmpipe.storage.writes.MAX_PENDING_BYTES` of copied blocks waiting at a time, and return. :func:`pmpipe.storage.writes.flush` waits
 for a store's writes and raises the first failure.
 
 A store is complete only once :func:`mark_complete` has run; it waits for the store's pending
@@ -27,18 +27,10 @@ ever consumed; :func:`verify` checks the checksums too. Layout and names: docs/o
 
 from __future__ import annotations
 
-import atexit
-import concurrent.futures
-import dataclasses
 import datetime
-import importlib.metadata
-import itertools
 import math
 import os
 import shutil
-import subprocess
-import threading
-import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,8 +38,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from pmpipe import config, image, log
-from pmpipe.storage import integrity
+from pmpipe.runtime import log
+from pmpipe.storage import integrity, writes
 
 if TYPE_CHECKING:
     import jax
@@ -57,11 +49,8 @@ LOG = log.get(__name__)
 
 
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
-FORMAT = "pmpipe-store-1"  # root attribute 'format': layout version of docs/outputs.md
 MAX_CHUNK_BYTES = 64 * 2**20  # largest chunk: ~64 MB chunks write several times faster than one
 COMPRESS_BELOW_BYTES = 2**20  # floating-point arrays up to this size are zstd-compressed
-MAX_PENDING_BYTES = 2**30  # host copies of blocks waiting for their write, at most (but one)
-WRITE_THREADS = min(4, os.cpu_count() or 1)  # threads writing chunks in the background
 MANTISSA_BITS = {"float16": 10, "float32": 23, "float64": 52}
 
 
@@ -69,78 +58,9 @@ class IncompleteStoreError(RuntimeError):
     """A store that is missing, lacks its completion marker, or belongs to another config."""
 
 
-class StoreWriteError(RuntimeError):
-    """A background write into a store failed; the store gets no completion marker."""
-
-
 def now() -> str:
     """Current UTC time, ISO 8601 with seconds."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-def _git_commit() -> str | None:
-    """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout."""
-    src = Path(__file__).resolve().parent.parent
-    if not (src / ".git").exists():
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(src), "describe", "--always", "--dirty", "--abbrev=40"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def software() -> dict:
-    """Versions of pmpipe (and its git commit: the checkout's, or the image's revision label)
-    and of the JAX stack, and the Apptainer image the process runs in."""
-    import jax
-
-    path, labels = image.current(os.environ)
-    return {
-        "pmpipe_version": _version("pmpipe"),
-        "git_commit": _git_commit() or labels.get(image.REVISION),
-        "image": path,
-        "jax_version": jax.__version__,
-        "jaxlib_version": _version("jaxlib"),
-        "jaxdecomp_version": _version("jaxdecomp"),
-    }
-
-
-def provenance(run_file: config.RunFile, stage: str, mesh: Mesh, started: str) -> dict:
-    """Root attributes of a stage store: what made it, from which config, where and when."""
-    import jax
-
-    from pmpipe import parallel
-
-    devices = mesh.devices.reshape(-1)
-    return {
-        "format": FORMAT,
-        "stage": stage,
-        "campaign": run_file.campaign,
-        "run_id": run_file.run_id,
-        "config": run_file.config.model_dump(mode="json"),
-        "config_hash": run_file.config_hash,
-        "parameters": run_file.parameters,
-        **software(),
-        "device_kind": devices[0].device_kind,
-        "device_count": int(devices.size),
-        "process_count": jax.process_count(),
-        "pdims": list(parallel.pdims_of(mesh)),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "started": started,
-    }
 
 
 def _writer() -> bool:
@@ -160,13 +80,15 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     2**-(k+1); float32 has 23, float64 52), which zstd then compresses: lossy, smaller on disk.
     Small arrays (coordinates, summaries) stay exact. The codecs are in each array's metadata
     (``array.metadata.codecs``)."""
-    from pmpipe import parallel
+    from pmpipe.runtime import parallel
 
     path = Path(path)
     if keepbits is not None and not (isinstance(keepbits, int) and 0 <= keepbits <= 52):
         raise ValueError(f"keepbits must be an integer from 0 to 52 or None, not {keepbits!r}")
-    _wait(_key_of_path(path))  # an older store's writes are done; their errors don't matter
-    state = _state(_key_of_path(path))
+    writes.wait(
+        writes.key_of_path(path)
+    )  # an older store's writes are done; their errors don't matter
+    state = writes.store_state(writes.key_of_path(path))
     state.keepbits, state.ledger = keepbits, integrity.ChunkLedger(path.resolve())
     if _writer():
         if path.exists():
@@ -200,7 +122,7 @@ def _bitround(keepbits: int):
         return BitRound(keepbits=keepbits)
 
 
-def create_array(
+def create_array(  # parameters: the array's shape and type, its labels and its chunks
     group: zarr.Group,
     name: str,
     shape: tuple[int, ...],
@@ -216,7 +138,7 @@ def create_array(
     :func:`block_chunks` of a sharded array (with 1 for stacked leading axes) for arrays written
     block by block. Codecs: :func:`codecs` with the store's keepbits. Text (numpy 'U' dtypes)
     is stored as variable-length UTF-8 strings."""
-    from pmpipe import parallel
+    from pmpipe.runtime import parallel
 
     if len(dims) != len(shape):
         raise ValueError(f"{name}: {len(dims)} dimension names for a {len(shape)}-d array")
@@ -235,7 +157,11 @@ def create_array(
                 chunks=chunks,
                 dimension_names=dims,
                 attributes={"units": units, "long_name": long_name, **attrs},
-                **codecs(dtype, math.prod(shape) * itemsize, _state(_key(group)).keepbits),
+                **codecs(
+                    dtype,
+                    math.prod(shape) * itemsize,
+                    writes.store_state(writes.store_key(group)).keepbits,
+                ),
             )
     parallel.barrier(f"create_array {name}")
     with warnings.catch_warnings():
@@ -257,7 +183,7 @@ def write_blocks(array: zarr.Array, data, leading: tuple[int, ...] = ()) -> None
     blocks this process holds, one replica each), or a numpy array at once by process 0.
 
     Returns once the blocks are copied to the host: their chunks are written by the writer
-    threads (:func:`flush` and :func:`mark_complete` wait for them). A block that is not made
+    threads (:func:`pmpipe.storage.writes.flush` and :func:`mark_complete` wait for them). A block that is not made
     of whole chunks of array is written at once instead, after the store's pending writes
     (two threads writing parts of one chunk would lose data)."""
     import jax
@@ -269,16 +195,16 @@ def write_blocks(array: zarr.Array, data, leading: tuple[int, ...] = ()) -> None
             shard.data.copy_to_host_async()
         for shard in shards:
             nbytes = math.prod(shard.data.shape) * np.dtype(shard.data.dtype).itemsize
-            _reserve(nbytes)
+            writes.reserve(nbytes)
             start = [sl.indices(n)[0] for sl, n in zip(shard.index, data.shape)]
-            _put(array, leading + tuple(start), np.asarray(shard.data), nbytes)
+            writes.put(array, leading + tuple(start), np.asarray(shard.data), nbytes)
     elif _writer():
         if isinstance(data, jax.Array):
             host = np.asarray(data)  # immutable: no copy needed
         else:
             host = np.array(data, copy=True)  # the caller may change its array after we return
-        _reserve(host.nbytes)
-        _put(array, leading + (0,) * host.ndim, host, host.nbytes)
+        writes.reserve(host.nbytes)
+        writes.put(array, leading + (0,) * host.ndim, host, host.nbytes)
 
 
 def block_chunks(data, max_bytes: int | None = None) -> tuple[int, ...]:
@@ -341,224 +267,21 @@ def write_coordinate(
     return write_array(group, name, np.asarray(values), (name,), units, long_name)
 
 
-# Background writes ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _StoreState:
-    """A store's keepbits, its pending writes (array name, future) and the chunks this
-    process wrote (None for a store that is not a folder)."""
-
-    keepbits: int | None = None
-    pending: list = dataclasses.field(default_factory=list)
-    ledger: integrity.ChunkLedger | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class WriteTotals:
-    """Array bytes this process wrote into stores, and the seconds during which at least one
-    write was under way (so bytes / seconds is the throughput of all writer threads
-    together)."""
-
-    bytes: int = 0
-    seconds: float = 0.0
-
-    def __sub__(self, before: WriteTotals) -> WriteTotals:
-        return WriteTotals(self.bytes - before.bytes, self.seconds - before.seconds)
-
-
-_lock = threading.Lock()
-_budget = threading.Condition(_lock)
-_pending_bytes = 0
-_states: dict[str, _StoreState] = {}
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_totals = WriteTotals()
-_in_flight = 0  # writes under way, and since when at least one is
-_busy_since = 0.0
-
-
-def write_totals() -> WriteTotals:
-    """What this process has written into stores so far (writes finished)."""
-    return _totals
-
-
-def _key_of_path(path) -> str:
-    return str(Path(path).resolve())
-
-
-def _key(node) -> str:
-    """Which store a zarr group or array belongs to (its folder, for local stores)."""
-    root = getattr(node.store, "root", None)
-    return _key_of_path(root) if root is not None else f"store-{id(node.store)}"
-
-
-def _state(key: str) -> _StoreState:
-    with _lock:
-        return _states.setdefault(key, _StoreState())
-
-
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The writer threads, started on first use with :func:`_finish_at_exit` registered."""
-    global _executor
-    with _lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(WRITE_THREADS, "pmpipe-store")
-            # threading's exit hooks run last-registered first, so this one runs before
-            # concurrent.futures' own, after which zarr (asyncio.to_thread) could not write
-            register = getattr(threading, "_register_atexit", atexit.register)
-            register(_finish_at_exit)
-        return _executor
-
-
-def _finish_at_exit() -> None:
-    """At interpreter exit, every pending write is done; failures go to stderr (the stores
-    they belong to have no completion marker)."""
-    for key in list(_states):
-        for name, error in _wait(key):
-            LOG.error(
-                "pmpipe.storage.store: writing array %r of %s failed: %s: %s",
-                name,
-                key,
-                type(error).__name__,
-                error,
-            )
-
-
-def _reserve(nbytes: int) -> None:
-    """Wait until nbytes more host copies fit in MAX_PENDING_BYTES (a block larger than it
-    waits for every other write), then count them."""
-    global _pending_bytes
-    with _budget:
-        while _pending_bytes and _pending_bytes + nbytes > MAX_PENDING_BYTES:
-            _budget.wait()
-        _pending_bytes += nbytes
-
-
-def _release(nbytes: int) -> None:
-    global _pending_bytes
-    with _budget:
-        _pending_bytes -= nbytes
-        _budget.notify_all()
-
-
-def _whole_chunks(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]):
-    """The (array selection, block selection) of every chunk of a block of array at start,
-    or None when the block is not made of whole chunks."""
-    axes = []
-    for s, n, c, size in zip(start, shape, array.chunks, array.shape):
-        if s % c or (n % c and s + n != size):
-            return None
-        axes.append([(s + o, o, min(c, n - o)) for o in range(0, n, c)])
-    return [
-        (tuple(slice(a, a + m) for a, _, m in pieces), tuple(slice(o, o + m) for _, o, m in pieces))
-        for pieces in itertools.product(*axes)
-    ]
-
-
-def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
-    """array[selection] = block, counted in the write totals."""
-    global _in_flight, _busy_since, _totals
-    with _lock:
-        if _in_flight == 0:
-            _busy_since = time.perf_counter()
-        _in_flight += 1
-    try:
-        array[selection] = block
-        ledger = _state(_key(array)).ledger
-        if ledger is not None:
-            ledger.wrote(array, selection)
-    finally:
-        with _lock:
-            _in_flight -= 1
-            busy = time.perf_counter() - _busy_since if _in_flight == 0 else 0.0
-            _totals = WriteTotals(_totals.bytes + block.nbytes, _totals.seconds + busy)
-
-
-def _put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: int) -> None:
-    """Write host (nbytes reserved) into array at start (one index per axis of array; host
-    lacks the leading ones): one background write per chunk when host is made of whole chunks,
-    else at once here after the store's pending writes."""
-    block = host.reshape((1,) * (array.ndim - host.ndim) + host.shape)
-    pieces = _whole_chunks(array, start, block.shape)
-    state = _state(_key(array))
-    if pieces is None:
-        try:
-            for _, future in state.pending:
-                concurrent.futures.wait([future])
-            whole = tuple(slice(s, s + n) for s, n in zip(start, block.shape))
-            _write(array, whole, block)
-        finally:
-            _release(nbytes)
-        return
-    if not pieces:  # an empty array
-        _release(nbytes)
-        return
-    left = [len(pieces)]
-    lock = threading.Lock()
-
-    def done(_):
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            _release(nbytes)
-
-    pool = _pool()
-    for i, (selection, inside) in enumerate(pieces):
-        try:
-            future = pool.submit(_write, array, selection, block[inside])
-        except BaseException:  # the pool is shut down: count the pieces that never run as done
-            for _ in range(len(pieces) - i):
-                done(None)
-            raise
-        future.add_done_callback(done)
-        state.pending.append((array.path, future))
-
-
-def _wait(key: str) -> list[tuple[str, BaseException]]:
-    """Wait for every pending write of a store; the (array, error) of those that failed."""
-    state = _state(key)
-    errors = []
-    while state.pending:
-        name, future = state.pending.pop(0)
-        error = future.exception()
-        if error is not None:
-            errors.append((name, error))
-    return errors
-
-
-def _raise(key: str, errors) -> None:
-    if errors:
-        name, error = errors[0]
-        more = f" ({len(errors) - 1} more chunk writes failed)" if len(errors) > 1 else ""
-        raise StoreWriteError(
-            f"writing array {name!r} of {key} failed: {type(error).__name__}: {error}{more}"
-        ) from error
-
-
-def flush(group: zarr.Group | None = None) -> None:
-    """Wait until every write of group's store (of every store when None) handed to the
-    writer threads is done; StoreWriteError naming the array when one failed."""
-    keys = [_key(group)] if group is not None else list(_states)
-    for key in keys:
-        _raise(key, _wait(key))
-
-
 def mark_complete(group: zarr.Group) -> None:
     """Once every process has written its blocks, process 0 consolidates the metadata, writes
     the manifest of every chunk (pmpipe.storage.integrity) and the end time, then the marker, with
     the manifest's checksum: the last act.
 
     Waits for this process's pending writes first and checksums the chunks it wrote. When
-    one of them failed (on any process), no marker is written and StoreWriteError is raised
+    one of them failed (on any process), no marker is written and writes.StoreWriteError is raised
     (naming the array on the process where it failed)."""
     import jax
 
-    from pmpipe import parallel
+    from pmpipe.runtime import parallel
 
-    key = _key(group)
-    errors = _wait(key)
-    ledger = _state(key).ledger
+    key = writes.store_key(group)
+    errors = writes.wait(key)
+    ledger = writes.store_state(key).ledger
     records: dict = {}
     if not errors and ledger is not None:
         try:
@@ -572,14 +295,14 @@ def mark_complete(group: zarr.Group) -> None:
         from jax.experimental import multihost_utils
 
         failed = bool(np.any(multihost_utils.process_allgather(np.int32(failed))))
-    _raise(key, errors)
+    writes.raise_failed(key, errors)
     if failed:
-        raise StoreWriteError(f"another process failed to write its blocks of {key}")
+        raise writes.StoreWriteError(f"another process failed to write its blocks of {key}")
     parallel.barrier("blocks written")
     if not _writer():
         parallel.barrier("marker written")
         if not is_complete(ledger.root if ledger is not None else key):
-            raise StoreWriteError(f"process 0 failed to complete {key}")
+            raise writes.StoreWriteError(f"process 0 failed to complete {key}")
         return
     try:
         with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
@@ -595,7 +318,9 @@ def mark_complete(group: zarr.Group) -> None:
             attrs | {"finished": finished, COMPLETE: finished}
         )
     except (OSError, RuntimeError) as err:
-        raise StoreWriteError(f"completing {key} failed: {type(err).__name__}: {err}") from err
+        raise writes.StoreWriteError(
+            f"completing {key} failed: {type(err).__name__}: {err}"
+        ) from err
     finally:
         parallel.barrier("marker written")
 
@@ -622,7 +347,10 @@ def problems(path: str | Path, checksums: bool = False) -> list[str]:
             if damaged
             else "has no completion marker (it was not finished)"
         ]
-    return integrity.problems(path, attrs, checksums)
+    try:
+        return integrity.problems(path, attrs, checksums)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError):  # removed while it was read
+        return ["does not exist"]
 
 
 DAMAGED = "pmpipe_damaged"  # root attribute of a store whose verification failed: what failed
@@ -682,7 +410,7 @@ def read_sharded(array: zarr.Array, mesh: Mesh, leading: tuple[int, ...] = ()) -
     reading only its own block."""
     import jax
 
-    from pmpipe import parallel
+    from pmpipe.runtime import parallel
 
     shape = tuple(array.shape[len(leading) :])
     return jax.make_array_from_callback(

@@ -1,6 +1,6 @@
 # The campaign store, manifest and report figures: light work (small stores, matplotlib), so on
 # a cluster they run in the Snakemake process itself rather than as SLURM jobs. The figures of
-# the runs of a group (as packed into jobs) are drawn by one process (pmpipe.report), those of
+# the runs of a group (as packed into jobs) are drawn by one process (pmpipe.orchestration.report), those of
 # the campaign by another.
 localrules:
     collect,
@@ -9,7 +9,6 @@ localrules:
 
 rule collect:
     input:
-        configs=expand(f"{RUN}/config.json", run=PLAN.run_ids),
         summaries=expand(f"{RUN}/summaries.zarr", run=PLAN.run_ids),
     output:
         store=directory(PLAN.campaign_dir / "summaries.zarr"),
@@ -36,7 +35,7 @@ for group, run_ids in PLAN.groups.items():
             PLAN.campaign_dir / f"logs/figures_{group}.log",
         localrule: True
         shell:
-            f"python -m pmpipe.report {PLAN.campaign_dir} {{output}} > {{log}} 2>&1"
+            f"python -m pmpipe.orchestration.report {PLAN.campaign_dir} {{output}} > {{log}} 2>&1"
 
 
 rule campaign_figures:
@@ -48,4 +47,4 @@ rule campaign_figures:
     log:
         PLAN.campaign_dir / "logs/campaign_figures.log",
     shell:
-        f"python -m pmpipe.report {PLAN.campaign_dir} {{output}} > {{log}} 2>&1"
+        f"python -m pmpipe.orchestration.report {PLAN.campaign_dir} {{output}} > {{log}} 2>&1"

@@ -1,14 +1,32 @@
+# The preparation: the runs' config.json files and the plan file every job of this plan
+# depends on (pmpipe.orchestration.workflow); light work, in the Snakemake process.
+if PLAN.plan_file is not None:
+
+    rule prepare:
+        output:
+            PLAN.plan_file,
+        log:
+            PLAN.campaign_dir / "logs/prepare.log",
+        localrule: True
+        shell:
+            f"python -m pmpipe.orchestration.workflow {PLAN.campaign_file} --results {RESULTS} "
+            "--plan {output} > {log} 2>&1"
+
+
 # One rule per job: the runs of a group (execution.runs_per_job, by design position) whose
 # stores are not all complete, every stage of each, in one process (pmpipe.stages.pipeline).
 # Its outputs are the stores it makes: each run's from its first incomplete stage on (the
-# complete ones before it are read, not redone); a finished run belongs to no job.
+# complete ones before it are read, not redone); a finished run belongs to no job. Its input is
+# the plan file, in the main Snakemake process only: a SLURM job's own Snakemake, which runs
+# the job alone after the preparation, would plan another file (the config.json files are
+# written by then).
 for job in PLAN.jobs:
 
     rule:
         name:
             f"runs_{job.name}"
         input:
-            configs=[f"{PLAN.campaign_dir}/{run}/config.json" for run in job.run_ids],
+            PLAN.plan_file if workflow.is_main_process else [],
         output:
             [directory(f"{PLAN.campaign_dir}/{run}/{stage}.zarr") for run, stage in job.stores],
         log:
@@ -16,6 +34,7 @@ for job in PLAN.jobs:
         benchmark:
             PLAN.campaign_dir / f"benchmarks/{job.name}.tsv"
         params:
+            configs=[f"{PLAN.campaign_dir}/{run}/config.json" for run in job.run_ids],
             report=PLAN.campaign_dir / f"benchmarks/{job.name}.json",  # pmpipe bench campaign reads it
             stop_ahead=job.stop_ahead,  # a single-process SLURM job signals itself (launch.stop_ahead)
             wrapper=job.wrapper,  # env ... apptainer exec ... <image> by the site (launch.wrapper_command)
@@ -25,4 +44,4 @@ for job in PLAN.jobs:
         shell:
             "{resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report {params.report} "
             "--stop-ahead {params.stop_ahead} "
-            "{input.configs} > {log} 2>&1"
+            "{params.configs} > {log} 2>&1"

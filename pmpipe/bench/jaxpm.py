@@ -1,6 +1,6 @@
 """JaxPM 0.1.6 peer runs for `pmpipe bench nbody --compare jaxpm`, one per process.
 
-Run as ``python -m pmpipe.bench_jaxpm --field F.npy --box L --cosmology JSON ... --solver S --out O``:
+Run as ``python -m pmpipe.bench.jaxpm --field F.npy --box L --cosmology JSON ... --solver S --out O``:
 reads the linear density at a = 1 (N, N, N) that pmpipe generated, runs JaxPM's LPT at a_init
 and evolves to a = 1 with diffrax, either S constant LeapfrogMidpoint steps (the speed peer:
 warm-up run, then a timed run) or adaptive Dopri5 (the converged accuracy reference). Writes
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe.bench import peak_rss_bytes
+from pmpipe.bench.pm_core import peak_rss_bytes
 
 
 def _solve(field, cosmo, a_init: float, lpt_order: int, solver: str, steps: int, rtol: float):
@@ -51,7 +51,7 @@ def _solve(field, cosmo, a_init: float, lpt_order: int, solver: str, steps: int,
     return sol.ys[-1, 0], sol.stats["num_steps"]
 
 
-def run(
+def run(  # parameters: the job of one JaxPM evolution, as its command line gives it
     field: np.ndarray,
     box_size: float,
     params: dict,
@@ -105,7 +105,7 @@ def _version(package: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pmpipe.bench_jaxpm")
+    parser = argparse.ArgumentParser(prog="python -m pmpipe.bench.jaxpm")
     parser.add_argument("--field", required=True, help=".npy linear density at a = 1")
     parser.add_argument("--box", type=float, required=True, help="box size, Mpc/h")
     parser.add_argument("--cosmology", required=True, help="JSON of pmpipe Cosmology fields")

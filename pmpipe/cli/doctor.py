@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pmpipe import image, parallel
+from pmpipe.runtime import image, parallel
 
 FIELDS = (
     "pmpipe",
@@ -280,6 +280,8 @@ def self_check() -> list[str]:
 
     problems = []
     for module in pkgutil.walk_packages(pmpipe.__path__, "pmpipe."):
+        if module.name.endswith(".__main__"):  # a command's entry point: importing runs it
+            continue
         try:
             importlib.import_module(module.name)
         except Exception as err:  # noqa: BLE001 - every failure is reported, none stops the check

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pmpipe import compilation_cache
+from pmpipe.runtime import compilation_cache
 
 AXES = ("x", "y")
 FIELD_SPEC = P("x", "y")
@@ -93,7 +93,7 @@ def use_host_only() -> None:
 
 def use_compilation_cache(folder: str | Path) -> Path:
     """JAX's persistent compilation cache in ``folder`` for this process and every process it
-    starts (:func:`pmpipe.compilation_cache.share`); returns the folder in use."""
+    starts (:func:`pmpipe.runtime.compilation_cache.share`); returns the folder in use."""
     preset = {name for name in compilation_cache.SETTINGS if name.upper() in os.environ}
     path = compilation_cache.share(folder)
     for name, value in compilation_cache.SETTINGS.items():

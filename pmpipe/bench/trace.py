@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from pmpipe import collectives
+from pmpipe.bench import collectives
 
 CATEGORIES = ("fft", "collectives", "painting", "reading", "host transfers", "other")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*? ([a-z][a-z\-]*)\(")

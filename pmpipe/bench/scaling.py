@@ -5,8 +5,8 @@ Strong scaling keeps the particle grid, N³, and splits it over more devices; we
 the cells per device, growing the grid to about N (D / D₀)^(1/3) per side on D devices (D₀ the
 fewest measured), rounded to a size the decomposition splits. Each device count is measured as
 slabs (D, 1) and, where the count has one, as the most square pencil. A row holds the seconds
-of one step and of its parts (:func:`pmpipe.bench.step_parts`), the bytes its collectives
-move per device (read off the compiled step and from :mod:`pmpipe.collectives`' model), its
+of one step and of its parts (:func:`pmpipe.bench.pm_core.step_parts`), the bytes its collectives
+move per device (read off the compiled step and from :mod:`pmpipe.bench.collectives`' model), its
 parallel efficiency against the row of the fewest devices, and for strong scaling how far one
 step's particles are from those of that row. With several processes, each device count takes
 the same number of devices from every process.
@@ -23,9 +23,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe import bench, collectives, log, parallel, trace
+from pmpipe.bench import collectives, pm_core, trace
 from pmpipe.orchestration import decomposition
 from pmpipe.physics.domain import Grid
+from pmpipe.runtime import log, parallel
 
 LOG = log.get(__name__)
 
@@ -65,13 +66,14 @@ def _measure(
     """One row (without efficiency) and one step's particles (disp, mom) on the host."""
     devices = pdims[0] * pdims[1]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(devices))
-    grid = Grid(mesh, particles, oversample, bench.BOX_SIZE, halo)
-    omega_m = bench.COSMOLOGY.Omega_m
-    disp, mom = bench.lpt_particles(particles, mesh)
-    program = bench.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
+    grid = Grid(mesh, particles, oversample, pm_core.BOX_SIZE, halo)
+    omega_m = pm_core.COSMOLOGY.Omega_m
+    disp, mom = pm_core.lpt_particles(particles, mesh)
+    program = pm_core.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
     moved = collectives.bytes_by_kind(collectives.program_text(program))
     after = tuple(
-        parallel.to_host(x).astype(np.float64) for x in bench.pm_step(disp, mom, omega_m, grid=grid)
+        parallel.to_host(x).astype(np.float64)
+        for x in pm_core.pm_step(disp, mom, omega_m, grid=grid)
     )
     row = {
         "devices": devices,
@@ -79,7 +81,7 @@ def _measure(
         "particles": particles,
         "force_mesh": grid.force_cells,
         "cells_per_device": grid.force_cells**3 // devices,
-        **bench.step_parts(disp, mom, grid, omega_m, repeat),
+        **pm_core.step_parts(disp, mom, grid, omega_m, repeat),
         "bytes_model": collectives.bytes_per_step(grid.force_cells, pdims, halo),
         "bytes_compiled": moved,
         "result": {
@@ -200,16 +202,16 @@ def run(
 def traced_steps(record: dict, folder: str | Path, steps: int = 3) -> dict:
     """A JAX profiler trace (Perfetto) of ``steps`` PM steps of the strong row with the most
     devices (the first of them) in ``folder`` (``process-<i>`` below it for each process of
-    several), and its summary by category (:func:`pmpipe.trace.summarise`) with the wall
+    several), and its summary by category (:func:`pmpipe.bench.trace.summarise`) with the wall
     seconds per step."""
     rows = record.get("strong") or record["weak"]
     row = max(rows, key=lambda r: r["devices"])
     pdims, n = tuple(row["pdims"]), row["particles"]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(row["devices"]))
-    grid = Grid(mesh, n, record["oversample"], bench.BOX_SIZE, record["halo"])
-    disp, mom = bench.lpt_particles(n, mesh)
-    omega_m = bench.COSMOLOGY.Omega_m
-    program = bench.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
+    grid = Grid(mesh, n, record["oversample"], pm_core.BOX_SIZE, record["halo"])
+    disp, mom = pm_core.lpt_particles(n, mesh)
+    omega_m = pm_core.COSMOLOGY.Omega_m
+    program = pm_core.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
     jax.block_until_ready(program(disp, mom, omega_m))
     folder = Path(folder)
     if jax.process_count() > 1:
@@ -274,7 +276,7 @@ def trace_table(summary: dict) -> str:
 def plot(record: dict, out_path: str | Path) -> None:
     """Seconds of one step and parallel efficiency against devices, a line per scaling and
     decomposition (PNG)."""
-    from pmpipe import report
+    from pmpipe.orchestration import report
 
     fig, (time_ax, eff_ax) = report.pyplot().subplots(1, 2, figsize=(10, 4))
     for scaling, style in zip(SCALINGS, ("-", "--")):

@@ -20,24 +20,23 @@ from typing import Any
 import jax
 import numpy as np
 
-from pmpipe import config, parallel
-from pmpipe.bench import A_INIT, COSMOLOGY, POWER, accuracy
+from pmpipe.bench.pm_core import A_INIT, COSMOLOGY, POWER, accuracy
 from pmpipe.physics import cosmology, ics, painting, simulation, stats, timesteps
 from pmpipe.physics.domain import Grid
+from pmpipe.runtime import parallel
 
 FORCE_TOLERANCES = (0.02, 0.05, 0.10)  # power deficits at which bench force reports k
 
 
 def _final_particles(noise, grid: Grid, bounds):
     """(disp (N, N, N, 3) at a = 1, evolution seconds) from white noise (N, N, N)."""
-    _, res = simulation.simulate(COSMOLOGY, noise, grid, A_INIT, 1.0, list(bounds), POWER)
+    times = timesteps.timeline(A_INIT, 1.0, list(bounds))
+    _, res = simulation.simulate(COSMOLOGY, noise, grid, times, POWER)
     return jax.block_until_ready(res.disp), res.seconds
 
 
 def _growth(a):
-    return cosmology.on_host(
-        cosmology.growth_factor, COSMOLOGY, a, cosmology.growth_table(COSMOLOGY)
-    )
+    return cosmology.on_host(cosmology.growth_factor, cosmology.tabulated(COSMOLOGY), a)
 
 
 def _coarse_white_noise(noise, n: int):
@@ -85,7 +84,7 @@ def bench_steps(
         "reference_error": accuracy(half, reference, mesh, halo, box_size),
         "spacings": {},
     }
-    for spacing in config.STEP_SPACINGS:
+    for spacing in timesteps.STEP_SPACINGS:
         disp, seconds = run(steps, spacing)
         record["spacings"][spacing] = accuracy(disp, reference, mesh, halo, box_size) | {
             "evolution_s": seconds
@@ -94,7 +93,7 @@ def bench_steps(
     return record
 
 
-def bench_force(
+def bench_force(  # parameters: the flags of `pmpipe bench force`
     particles: int,
     box_size: float,
     steps: int,

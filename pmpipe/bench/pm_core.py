@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe import compilation, parallel
 from pmpipe.physics import (
     cosmology,
     domain,
@@ -33,11 +32,13 @@ from pmpipe.physics import (
     ics,
     nbody,
     painting,
+    schedule,
     simulation,
     stats,
     timesteps,
 )
 from pmpipe.physics.domain import Grid
+from pmpipe.runtime import compilation, parallel
 
 BOX_SIZE = 256.0
 A_INIT = 0.1
@@ -80,23 +81,13 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
     """The compiled evolution's memory analysis: arguments, temporaries and outputs (bytes)
     and arguments plus temporaries per particle."""
     grid = Grid(mesh, particles, oversample, BOX_SIZE, halo)
-    bounds = timesteps.step_boundaries(A_INIT, 1.0, steps, (1.0,))
+    plan = schedule.build(timesteps.timeline(A_INIT, 1.0, steps), None, np.float32)
     state = jax.ShapeDtypeStruct(
         (particles,) * 3 + (3,), jnp.float32, sharding=parallel.field_sharding(mesh)
     )
+    cosmo = cosmology.tabulated(COSMOLOGY)
     stats = (
-        nbody.evolution.lower(
-            COSMOLOGY,
-            state,
-            state,
-            bounds.astype(np.float32),
-            nbody.snapshot_slots(bounds, (1.0,)),
-            nbody.crossing_slots(bounds, ()),
-            cosmology.growth_table(COSMOLOGY),
-            None,
-            grid=grid,
-            n_snapshots=1,
-        )
+        nbody.evolution.lower(cosmo, state, state, plan, None, grid=grid)
         .compile()
         .memory_analysis()
     )
@@ -162,11 +153,12 @@ def lpt_particles(particles: int, mesh, seed: int = 0):
     """2LPT displacements and momenta (N, N, N, 3) at A_INIT of COSMOLOGY in a BOX_SIZE box,
     from the white noise of ``seed``, sharded over ``mesh``."""
     noise = ics.white_noise(seed, particles, mesh)
-    init = simulation.initial_conditions(COSMOLOGY, noise, POWER, mesh, BOX_SIZE, A_INIT)
+    grid = Grid(mesh, particles, box_size=BOX_SIZE)
+    init = simulation.initial_conditions(COSMOLOGY, noise, POWER, grid, A_INIT)
     return init.disp, init.mom
 
 
-def bench_nbody(
+def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
     particles: int,
     steps: int,
     pdims=(1, 1),
@@ -184,9 +176,10 @@ def bench_nbody(
     cosmo = COSMOLOGY
     grid = Grid(mesh, particles, oversample, BOX_SIZE, halo)
     noise = ics.white_noise(seed, particles, mesh)
+    times = timesteps.timeline(A_INIT, 1.0, steps)
 
     def full_run():
-        init, res = simulation.simulate(cosmo, noise, grid, A_INIT, 1.0, steps, POWER)
+        init, res = simulation.simulate(cosmo, noise, grid, times, POWER)
         jax.block_until_ready(res.disp)
         return init, res
 
@@ -234,22 +227,22 @@ def bench_nbody(
         record["device_bytes_per_particle"] = record["device_peak_bytes"] / particles**3
     if compare == "jaxpm":
         record.update(compare_jaxpm(init.delta_linear, res.disp, mesh, steps, halo))
-        peer = record["jaxpm"]
-        record["vs_jaxpm"] = {
-            "run_s_ratio": run_s / peer["run_s"],
-            "peak_rss_ratio": peak / peer["peak_rss_bytes"],
-        }
+        record["vs_jaxpm"] = _versus(record, record["jaxpm"])
     if compare == "pmwd":
         peer = record["pmwd"] = compare_pmwd(particles, oversample, steps, pmwd_path)
-        record["vs_pmwd"] = {
-            "run_s_ratio": run_s / peer["run_s"],
-            "peak_rss_ratio": peak / peer["peak_rss_bytes"],
-        }
-        if record["device_peak_bytes"] is not None and peer["device_peak_bytes"]:
-            record["vs_pmwd"]["device_peak_ratio"] = (
-                record["device_peak_bytes"] / peer["device_peak_bytes"]
-            )
+        record["vs_pmwd"] = _versus(record, peer)
     return record
+
+
+def _versus(record: dict, peer: dict) -> dict:
+    """pmpipe's run time and peak memory over the peer's (device peaks where both have one)."""
+    ratios = {
+        "run_s_ratio": record["run_s"] / peer["run_s"],
+        "peak_rss_ratio": record["peak_rss_bytes"] / peer["peak_rss_bytes"],
+    }
+    if record["device_peak_bytes"] is not None and peer.get("device_peak_bytes"):
+        ratios["device_peak_ratio"] = record["device_peak_bytes"] / peer["device_peak_bytes"]
+    return ratios
 
 
 def _peer_env() -> dict:
@@ -260,13 +253,13 @@ def _peer_env() -> dict:
 
 
 def compare_pmwd(particles: int, oversample: int, steps: int, pmwd_path: str | None) -> dict:
-    """pmwd's run of the job in its own process (pmpipe.bench_pmwd); returns its record."""
+    """pmwd's run of the job in its own process (pmpipe.bench.pmwd); returns its record."""
     with tempfile.TemporaryDirectory(prefix="pmpipe-bench-") as tmp:
         out = os.path.join(tmp, "pmwd.json")
         cmd = [
             sys.executable,
             "-m",
-            "pmpipe.bench_pmwd",
+            "pmpipe.bench.pmwd",
             "--particles",
             str(particles),
             "--oversample",
@@ -292,7 +285,7 @@ def _run_jaxpm(field_path: str, out: str, solver: str, steps: int) -> tuple[np.n
     cmd = [
         sys.executable,
         "-m",
-        "pmpipe.bench_jaxpm",
+        "pmpipe.bench.jaxpm",
         "--field",
         field_path,
         "--box",

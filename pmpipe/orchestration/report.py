@@ -2,7 +2,7 @@
 slice, and with lensing a κ map and C_ell against theory; per campaign, P(k) / linear theory
 of every run, and with lensing peak counts and the κ PDF per cosmology.
 
-    python -m pmpipe.report results/<campaign> results/<campaign>/report/<run>/pk.png ...
+    python -m pmpipe.orchestration.report results/<campaign> results/<campaign>/report/<run>/pk.png ...
 
 draws every figure named (per run: pk, slice, kappa, cl; per campaign: pk_ratio, peaks) in one
 process.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe import log
+from pmpipe.runtime import log
 from pmpipe.storage import store
 
 SLAB_FRACTION = 0.1  # part of the box along z averaged in the density slice
@@ -289,7 +289,7 @@ def make_figures(campaign_dir: str | Path, paths) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pmpipe.report", description=__doc__.split("\n")[0]
+        prog="python -m pmpipe.orchestration.report", description=__doc__.split("\n")[0]
     )
     parser.add_argument("campaign_dir", help="results/<campaign>")
     parser.add_argument(

@@ -9,7 +9,7 @@ the runs, their ratio to the wall time ("duty"), compilations and peak memory pe
 process, and the bytes the stages wrote with their write throughput. The per-job figures come
 from the records the jobs write (``results/<campaign>/benchmarks/<group>.json``,
 pmpipe.stages.pipeline). Physics seconds leave out the compilation inside each phase
-(pmpipe.stages.runner.Progress.timed);
+(pmpipe.stages.progress.Progress.timed);
 write throughput is the bytes the stages wrote over the time at least one write was under way.
 """
 
@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pmpipe import config
 from pmpipe.orchestration import campaign
+from pmpipe.run import config
 from pmpipe.stages import pipeline
 
 PHASES = ("white_noise", "lpt", "pm_steps", "lensing", "statistics")
@@ -43,9 +43,15 @@ def default_snakefile() -> Path:
 
 
 def run_snakemake(
-    campaign_file: Path, profile: Path, workdir: Path, snakefile: Path, cores: int | None
+    campaign_file: Path,
+    profile: Path,
+    workdir: Path,
+    snakefile: Path,
+    cores: int | None,
+    extra: tuple[str, ...] = (),
 ) -> tuple[float, subprocess.CompletedProcess]:
-    """Run the campaign in workdir; returns (wall seconds, the finished process)."""
+    """Run the campaign in workdir (with ``extra`` snakemake arguments); returns (wall
+    seconds, the finished process)."""
     cmd = [
         sys.executable,
         "-m",
@@ -61,6 +67,7 @@ def run_snakemake(
     ]
     if cores is not None:
         cmd += ["--cores", str(cores)]
+    cmd += list(extra)
     env = {
         k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
     }  # each job sets its own
@@ -111,7 +118,7 @@ def bench_campaign(
 ) -> dict:
     """Run the campaign through Snakemake in a fresh working directory and measure it;
     CampaignFailed with the end of Snakemake's output when the campaign fails."""
-    from pmpipe import parallel
+    from pmpipe.runtime import parallel
 
     parallel.use_host_only()  # the campaign's jobs get the accelerators
     campaign_file, profile = Path(campaign_file).resolve(), Path(profile).resolve()

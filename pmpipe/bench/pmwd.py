@@ -1,6 +1,6 @@
 """pmwd peer run for `pmpipe bench nbody --compare pmwd`, in its own process.
 
-Run as ``python -m pmpipe.bench_pmwd --particles N --oversample B --steps S --box L --a-init A
+Run as ``python -m pmpipe.bench.pmwd --particles N --oversample B --steps S --box L --a-init A
 --out O.json``: pmwd (taken from the Python path: a pmwd checkout on PYTHONPATH, or the folder
 given as --pmwd) runs the job of `pmpipe bench nbody` — white noise, its Boltzmann solve,
 linear modes, 2LPT at a_init and S PM steps to a = 1, N^3 particles on a (B N)^3 mesh in an
@@ -18,7 +18,7 @@ import time
 
 import jax
 
-from pmpipe.bench import device_peak_bytes, peak_rss_bytes
+from pmpipe.bench.pm_core import device_peak_bytes, peak_rss_bytes
 
 
 def run(
@@ -65,7 +65,7 @@ def run(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pmpipe.bench_pmwd")
+    parser = argparse.ArgumentParser(prog="python -m pmpipe.bench.pmwd")
     parser.add_argument("--particles", type=int, required=True, help="particles per side, N")
     parser.add_argument("--oversample", type=int, default=1, help="mesh / particle grid, B")
     parser.add_argument("--steps", type=int, default=10, help="PM steps to a = 1")

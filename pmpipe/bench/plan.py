@@ -1,0 +1,76 @@
+"""``pmpipe bench plan``: how long Snakemake takes to plan a campaign, and that planning writes
+nothing.
+
+Runs ``snakemake -n`` (``--profile profiles/local`` by default) on the repository's Snakefile
+in a fresh working directory for the campaign file, optionally with its sampled design
+(Latin hypercube, Sobol) resized to ``samples`` points, and reports as JSON: the wall time of
+the dry run, pmpipe's share of it (the planning line the Snakefile logs), runs and jobs, and
+the files the dry run left under results/ (none: planning only reads).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from pmpipe.bench import campaign as bench_campaign
+from pmpipe.run import config
+
+PLANNED = re.compile(r"campaign (\S+) planned in ([\d.]+) s: (\d+) runs, jobs to run: (\d+)")
+
+
+def resized(campaign_file: Path, samples: int | None, folder: Path) -> Path:
+    """The campaign file, or a copy in folder whose sampled design has ``samples`` points."""
+    if samples is None:
+        return campaign_file
+    data = config.read_mapping(campaign_file)
+    if (data.get("design") or {}).get("kind") not in ("latin_hypercube", "sobol"):
+        raise config.ConfigError(
+            f"{campaign_file}: --samples resizes a latin_hypercube or sobol design"
+        )
+    data["design"]["samples"] = samples
+    path = folder / f"{campaign_file.stem}-{samples}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def bench_plan(
+    campaign_file: str | Path,
+    profile: str | Path = "profiles/local",
+    samples: int | None = None,
+    snakefile: str | Path | None = None,
+) -> dict:
+    """Plan the campaign with ``snakemake -n`` in a fresh folder; returns the record."""
+    snakefile = Path(snakefile) if snakefile else bench_campaign.default_snakefile()
+    with tempfile.TemporaryDirectory(prefix="pmpipe-bench-plan-") as tmp:
+        workdir = Path(tmp)
+        path = resized(Path(campaign_file).absolute(), samples, workdir)
+        wall_s, out = bench_campaign.run_snakemake(
+            path, Path(profile).absolute(), workdir, snakefile, None, ("-n",)
+        )
+        if out.returncode:
+            raise bench_campaign.CampaignFailed(
+                f"snakemake -n exited {out.returncode}:\n{out.stderr[-3000:]}"
+            )
+        found = PLANNED.search(out.stderr)
+        if found is None:
+            raise bench_campaign.CampaignFailed(f"no planning line in:\n{out.stderr[-3000:]}")
+        results = workdir / "results"
+        written = sorted(str(p.relative_to(workdir)) for p in results.rglob("*"))
+    return {
+        "benchmark": "plan",
+        "campaign": found.group(1),
+        "runs": int(found.group(3)),
+        "jobs": int(found.group(4)),
+        "dry_run_s": wall_s,
+        "planning_s": float(found.group(2)),
+        "written_under_results": written,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "cpu_count": os.cpu_count(),
+    }

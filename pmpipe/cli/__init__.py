@@ -1,0 +1,49 @@
+"""The `pmpipe` command: run a stage, plan a campaign, write the schema, show or verify
+stores, check this machine (doctor), collect or submit a campaign, benchmark. The
+subcommands are the table of :mod:`pmpipe.cli.commands`."""
+
+from __future__ import annotations
+
+import argparse
+
+from pmpipe.cli.commands import COMMANDS, Command
+from pmpipe.runtime import log
+
+LOG = log.get(__name__)
+
+
+def _add(subparsers, command: Command) -> None:
+    """The parser of ``command`` (and its subcommands) under ``subparsers``."""
+    parser = subparsers.add_parser(command.name, help=command.help)
+    for flags, options in command.args:
+        parser.add_argument(*flags, **options)
+    if command.handler is not None:
+        parser.set_defaults(func=command.handler)
+    if command.subcommands:
+        nested = parser.add_subparsers(dest="target", required=True)
+        for sub in command.subcommands:
+            _add(nested, sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand of the table."""
+    parser = argparse.ArgumentParser(prog="pmpipe", description="Cosmological PM simulation suites")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        _add(commands, command)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Parse ``argv`` and run the command; a configuration or store error is one line on
+    stderr and exit status 2."""
+    from pmpipe.run import config
+    from pmpipe.storage import store
+
+    args = build_parser().parse_args(argv)
+    log.configure()
+    try:
+        return args.func(args)
+    except (config.ConfigError, store.IncompleteStoreError) as err:
+        LOG.error("error: %s", err)
+        return 2

@@ -1,0 +1,7 @@
+"""``python -m pmpipe.cli``: the ``pmpipe`` command."""
+
+import sys
+
+from pmpipe.cli import main
+
+sys.exit(main())

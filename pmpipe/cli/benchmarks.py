@@ -1,0 +1,143 @@
+"""``pmpipe bench``: the benchmarks' commands, each printing its JSON record."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pmpipe.runtime import log
+
+LOG = log.get(__name__)
+
+
+def _emit(record: dict, path) -> None:
+    """Write the record to ``path`` (when given) and print it."""
+    from pmpipe.bench import pm_core
+
+    if path:
+        pm_core.write_json(record, path)
+    json.dump(record, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def nbody(args) -> int:
+    """``pmpipe bench nbody``: the PM core of one simulation."""
+    from pmpipe.bench import pm_core
+
+    record = pm_core.bench_nbody(
+        args.particles,
+        args.steps,
+        tuple(args.pdims),
+        args.oversample,
+        args.halo,
+        compare=args.compare,
+        pmwd_path=args.pmwd,
+    )
+    _emit(record, args.json)
+    return 0
+
+
+def accuracy(args) -> int:
+    """``pmpipe bench steps`` and ``pmpipe bench force``: accuracy against converged references."""
+    from pmpipe.bench import accuracy
+
+    if args.target == "steps":
+        record = accuracy.bench_steps(
+            args.particles, args.box, args.steps, args.reference_steps, args.oversample, args.seed
+        )
+    else:
+        record = accuracy.bench_force(
+            args.particles,
+            args.box,
+            args.steps,
+            tuple(args.oversamples),
+            args.reference_oversample,
+            args.spacing,
+            args.seed,
+        )
+    _emit(record, args.json)
+    return 0
+
+
+def campaign(args) -> int:
+    """``pmpipe bench campaign``: a campaign end to end through Snakemake."""
+    from pmpipe.bench import campaign
+
+    try:
+        record = campaign.bench_campaign(
+            args.campaign, args.profile, args.workdir, args.cores, args.snakefile
+        )
+    except campaign.CampaignFailed as err:
+        LOG.error("error: %s", err)
+        return 1
+    _emit(record, args.json)
+    return 0
+
+
+def plan(args) -> int:
+    """``pmpipe bench plan``: how long Snakemake takes to plan a campaign, and what it writes."""
+    from pmpipe.bench import campaign, plan
+
+    try:
+        record = plan.bench_plan(args.campaign, args.profile, args.samples, args.snakefile)
+    except campaign.CampaignFailed as err:
+        LOG.error("error: %s", err)
+        return 1
+    _emit(record, args.json)
+    return 0
+
+
+def scaling(args) -> int:
+    """``pmpipe bench scaling``: one PM step over device counts and decompositions."""
+    from pmpipe.bench import pm_core, scaling
+    from pmpipe.run import config
+    from pmpipe.runtime import parallel
+
+    _, processes = parallel.launcher_processes()
+    devices = sorted({d for d in args.devices if d % processes == 0})
+    if len(devices) < len(set(args.devices)):
+        LOG.info(
+            "--devices: %d processes measure %s devices",
+            processes,
+            " ".join(map(str, devices)) or "no",
+        )
+    if not devices:
+        raise config.ConfigError(
+            f"--devices {' '.join(map(str, args.devices))}: each count must "
+            f"be a multiple of the {processes} processes launched"
+        )
+    try:  # the options checked before JAX starts
+        scaling.plan(
+            args.particles, devices, args.oversample, args.halo, args.scaling, args.decompositions
+        )
+    except ValueError as err:
+        raise config.ConfigError(str(err)) from None
+    parallel.start_processes(max(devices))
+    import jax
+
+    if max(devices) > jax.device_count():
+        raise config.ConfigError(
+            f"--devices {max(devices)}: {jax.device_count()} devices are "
+            f"visible to the {processes} process(es)"
+        )
+    record = scaling.run(
+        args.particles,
+        devices,
+        args.oversample,
+        args.halo,
+        args.repeat,
+        args.scaling,
+        args.decompositions,
+    )
+    if args.trace:
+        record["trace"] = scaling.traced_steps(record, args.trace, args.trace_steps)
+    if jax.process_index() != 0:
+        return 0
+    if args.json:
+        pm_core.write_json(record, args.json)
+    if args.plot:
+        scaling.plot(record, args.plot)
+    print(scaling.table(record))
+    if args.trace:
+        print(scaling.trace_table(record["trace"]))
+    return 0

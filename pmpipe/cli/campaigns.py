@@ -1,0 +1,217 @@
+"""Commands on campaigns: ``pmpipe plan``, ``tune``, ``schema``, ``collect`` and ``submit``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pmpipe.runtime import log
+
+LOG = log.get(__name__)
+SCHEMA_PATH = Path("workflow/schemas/campaign.schema.json")
+
+
+def plan(args) -> int:
+    """``pmpipe plan CAMPAIGN``: the table of runs and the warnings on resolution."""
+    from pmpipe.orchestration import campaign, manifest
+    from pmpipe.run import derive
+    from pmpipe.stages import lensing
+
+    camp = campaign.load(args.campaign)
+    print(manifest.plan_table(camp))
+    if camp.decomposition is not None:
+        print(manifest.decomposition_line(camp))
+    # per field: the warning of the run that resolves least, and the runs it concerns
+    worst: dict[str, tuple[float, str]] = {}
+    runs: dict[str, list[str]] = {}
+    seen: dict[str, dict] = {}
+    for spec in camp.runs:
+        key = json.dumps(
+            {k: v for k, v in spec.run.model_dump(mode="json").items() if k != "ic"}, sort_keys=True
+        )  # seeds change no range: one check per design point
+        if key not in seen:
+            planning = derive.setup(campaign.run_file(camp, spec), None)
+            seen[key] = lensing.resolution_warnings(planning)
+        for field, (resolved, text) in seen[key].items():
+            runs.setdefault(field, []).append(spec.run_id)
+            if field not in worst or resolved < worst[field][0]:
+                worst[field] = (resolved, text)
+    for field, (_, text) in worst.items():
+        LOG.warning("warning: %s [%d of the runs]", text, len(runs[field]))
+    return 0
+
+
+def tune(args) -> int:
+    """``pmpipe tune CAMPAIGN``: time the decompositions of its devices, record the fastest."""
+    from pmpipe.bench import tune
+    from pmpipe.orchestration import campaign, decomposition, manifest
+    from pmpipe.run import config
+    from pmpipe.runtime import parallel
+
+    wanted = (config.read_mapping(args.campaign).get("decomposition") or {}).get("devices")
+    if isinstance(wanted, int):  # host devices on CPU, before JAX starts
+        parallel.request_host_devices(wanted)
+    camp = campaign.load(args.campaign)
+    d = camp.decomposition
+    if d is None or d.file is None:
+        raise config.ConfigError(
+            f"{args.campaign}: tune needs decomposition.devices and "
+            "decomposition.file (where the sweep is recorded)"
+        )
+    import jax
+
+    box = camp.base.box
+    sweep = tune.sweep(
+        d.devices, box.particles, box.oversample, camp.base.parallel.halo_cells, args.repeat
+    )
+    decomposition.record(d.file, jax.devices()[0].device_kind, sweep)
+    print(
+        f"recorded in {d.file}: "
+        + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in sweep.step_seconds.items())
+        + f" a step; fastest {decomposition.label(sweep.pdims)}"
+    )
+    print(manifest.decomposition_line(campaign.load(args.campaign)))
+    return 0
+
+
+def schema(args) -> int:
+    """``pmpipe schema``: write the JSON schema of campaign files."""
+    from pmpipe.orchestration import campaign
+
+    campaign.write_schema(args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def collect(args) -> int:
+    """``pmpipe collect CAMPAIGN``: the campaign store and manifest from its runs."""
+    from pmpipe.orchestration import aggregate
+
+    folder = aggregate.collect(args.campaign, args.results)
+    print(f"wrote {folder / 'summaries.zarr'} and {folder / 'manifest.csv'}")
+    return 0
+
+
+def submit(args) -> int:
+    """``pmpipe submit CAMPAIGN``: a campaign as a SLURM job array (every stage of a run in
+    one job), or one stage of one run, through submitit."""
+    import os
+
+    from pmpipe.orchestration import aggregate, campaign, site
+
+    camp = campaign.load(args.campaign)
+    campaign.check_fits(camp)
+    slurm_site = site.load_site(args.site, os.environ)
+    specs = _chosen_runs(args, camp)
+    folder = (args.logs or args.results / camp.name / "logs" / "submitit").absolute()
+    if args.stage:
+        submitted = _submit_stage(args, camp, specs[0], slurm_site, folder)
+    else:
+        submitted = _submit_array(args, camp, specs, slurm_site, folder)
+    for label, job in submitted:
+        print(f"{label}: SLURM job {job.job_id}, log {job.paths.stdout}")
+    if not args.wait or args.dry_run:
+        return 0
+    if _failed(submitted):
+        return 1
+    if not args.stage and not args.run:
+        out = aggregate.collect(args.campaign, args.results)
+        print(f"wrote {out / 'summaries.zarr'} and {out / 'manifest.csv'}")
+    return 0
+
+
+def _chosen_runs(args, camp) -> list:
+    """The campaign's runs that --run names (every run without it), the options checked."""
+    from pmpipe.run import config
+
+    specs = list(camp.runs)
+    if args.run:
+        known = {s.run_id for s in specs}
+        unknown = [r for r in args.run if r not in known]
+        if unknown:
+            raise config.ConfigError(
+                f"--run {', '.join(unknown)}: not a run of {args.campaign} "
+                f"(its runs: {', '.join(sorted(known))})"
+            )
+        specs = [s for s in specs if s.run_id in args.run]
+    if args.stage and len(specs) != 1:
+        raise config.ConfigError("--stage submits one stage of one run: name the run with --run")
+    if args.max_parallel < 1:
+        raise config.ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
+    return specs
+
+
+def _submit_stage(args, camp, spec, slurm_site, folder: Path) -> list[tuple[str, Any]]:
+    """One stage of one run as a job (its sbatch script printed with --dry-run)."""
+    from pmpipe.orchestration import campaign, launch
+    from pmpipe.runtime import parallel
+
+    if args.dry_run:
+        job = launch.campaign_job(camp, spec, slurm_site, args.stage)
+        python = launch.job_python(job, slurm_site) or sys.executable
+        print(launch.sbatch_script(job, folder, python=python))
+        return []
+    campaign.write_run_files(camp, args.results)
+    parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
+    job = launch.submit_stage(camp, spec, args.stage, args.results, folder, slurm_site)
+    return [(spec.run_id, job)]
+
+
+def _submit_array(args, camp, specs, slurm_site, folder: Path) -> list[tuple[str, Any]]:
+    """The chosen runs that are not complete, packed as the campaign packs them
+    (execution.runs_per_job), as one job array (its sbatch script printed with --dry-run)."""
+    from pmpipe.orchestration import campaign, launch
+    from pmpipe.runtime import parallel
+    from pmpipe.stages import status
+
+    campaign_dir, chosen = args.results / camp.name, {s.run_id for s in specs}
+    groups = [
+        [
+            s
+            for s in group
+            if s.run_id in chosen and status.run_status(campaign_dir / s.run_id) != "complete"
+        ]
+        for group in campaign.job_groups(camp.runs, camp.execution.job_size()).values()
+    ]
+    groups = [g for g in groups if g]
+    for spec in specs:
+        if not any(spec in g for g in groups):
+            print(f"{spec.run_id}: complete, not submitted")
+    if args.dry_run:
+        if groups:
+            job = launch.array_job(camp, groups, slurm_site)
+            script = launch.sbatch_script(
+                job,
+                folder,
+                python=launch.job_python(job, slurm_site) or sys.executable,
+                array_size=len(groups),
+                array_parallelism=args.max_parallel,
+            )
+            print(script)
+        return []
+    campaign.write_run_files(camp, args.results)
+    parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
+    if not groups:
+        return []
+    jobs = launch.submit_campaign(camp, groups, args.results, folder, slurm_site, args.max_parallel)
+    return [(", ".join(s.run_id for s in g), job) for g, job in zip(groups, jobs)]
+
+
+def _failed(submitted: list[tuple[str, Any]]) -> int:
+    """Wait for the jobs; log each that failed with its log; returns how many failed."""
+    failed = 0
+    for label, job in submitted:
+        try:
+            job.results()  # one result per task (process)
+        except Exception as err:  # noqa: BLE001  submitit raises its own errors for failed or lost jobs
+            failed += 1
+            LOG.error(
+                "error: %s: SLURM job %s failed (%s); log: %s",
+                label,
+                job.job_id,
+                type(err).__name__,
+                job.paths.stdout,
+            )
+    return failed

@@ -1,0 +1,346 @@
+"""The subcommands of ``pmpipe``, one table: each command's name, help, handler (a function of
+the parsed arguments returning the exit status) and arguments, with the bench targets nested."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from pmpipe.cli import benchmarks, campaigns, machine, stores
+from pmpipe.physics.timesteps import STEP_SPACINGS
+from pmpipe.stages import STAGES
+
+
+def arg(*flags: str, **options) -> tuple[tuple[str, ...], dict]:
+    """One argument: argparse's flags and options."""
+    return flags, options
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: name, help, handler (None for a group of subcommands), arguments and
+    subcommands."""
+
+    name: str
+    help: str
+    handler: Callable | None = None
+    args: tuple = ()
+    subcommands: tuple[Command, ...] = ()
+
+
+CAMPAIGN = arg("campaign", help="campaign file (YAML or JSON)")
+RESULTS = arg("--results", type=Path, default=Path("results"), help="results folder")
+JSON = arg("--json", metavar="PATH", help="also write the record to PATH")
+PARTICLES = arg("--particles", type=int, required=True, help="particles per side, N")
+OVERSAMPLE = arg("--oversample", type=int, default=1, help="force mesh / particle grid, B")
+STEPS = arg("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1")
+
+ACCURACY = (
+    PARTICLES,
+    arg("--box", type=float, default=256.0, help="box size, Mpc/h"),
+    STEPS,
+    arg("--seed", type=int, default=0, help="white-noise seed"),
+    JSON,
+)
+
+BENCH = (
+    Command(
+        "campaign",
+        "a campaign end to end through Snakemake in a fresh working directory: wall time, "
+        "runs per hour, physics time and duty, compilations, bytes written, memory",
+        benchmarks.campaign,
+        (
+            CAMPAIGN,
+            arg(
+                "--profile",
+                default="profiles/local",
+                help="Snakemake profile folder (default profiles/local)",
+            ),
+            arg(
+                "--workdir",
+                type=Path,
+                help="working directory, without results of this campaign "
+                "(default: a new temporary folder)",
+            ),
+            arg("--cores", type=int, help="snakemake --cores (default: the profile's)"),
+            arg(
+                "--snakefile",
+                type=Path,
+                help="Snakefile (default: the one of the checkout pmpipe runs from)",
+            ),
+            JSON,
+        ),
+    ),
+    Command(
+        "plan",
+        "how long `snakemake -n` takes to plan a campaign in a fresh folder, and the files it "
+        "leaves under results/ (none)",
+        benchmarks.plan,
+        (
+            CAMPAIGN,
+            arg(
+                "--profile",
+                default="profiles/local",
+                help="Snakemake profile folder (default profiles/local)",
+            ),
+            arg(
+                "--samples",
+                type=int,
+                help="resize the campaign's latin_hypercube or sobol design to this many points",
+            ),
+            arg(
+                "--snakefile",
+                type=Path,
+                help="Snakefile (default: the one of the checkout pmpipe runs from)",
+            ),
+            JSON,
+        ),
+    ),
+    Command(
+        "nbody",
+        "ICs, LPT and PM steps of one simulation in this process, with per-component timings",
+        benchmarks.nbody,
+        (
+            PARTICLES,
+            STEPS,
+            arg(
+                "--pdims",
+                type=int,
+                nargs=2,
+                default=[1, 1],
+                metavar=("PX", "PY"),
+                help="device mesh (on CPU, XLA_FLAGS sets the device count)",
+            ),
+            OVERSAMPLE,
+            arg("--halo", type=int, default=8, help="halo cells (several devices)"),
+            arg(
+                "--compare",
+                choices=["jaxpm", "pmwd"],
+                help="also run a peer in its own process: jaxpm, JaxPM 0.1.6 (pip install "
+                "-e '.[bench]') from the same linear field, with accuracy against a "
+                "converged reference; pmwd, the same job with pmwd (a checkout on "
+                "PYTHONPATH or --pmwd, and mcfit)",
+            ),
+            arg("--pmwd", metavar="DIR", help="folder that holds the pmwd package"),
+            JSON,
+        ),
+    ),
+    Command(
+        "scaling",
+        "strong and weak scaling of one PM step and its parts (paint, FFT, read) over device "
+        "counts, slabs and pencils: a table, JSON and a plot",
+        benchmarks.scaling,
+        (
+            arg(
+                "--particles",
+                type=int,
+                required=True,
+                help="particles per side, N (weak scaling: on the fewest devices)",
+            ),
+            arg(
+                "--devices",
+                type=int,
+                nargs="+",
+                default=[1, 2, 4, 8],
+                help="device counts (default 1 2 4 8; with several processes, the "
+                "multiples of their number); on CPU the processes ask XLA for them",
+            ),
+            arg(
+                "--scaling",
+                nargs="+",
+                choices=["strong", "weak"],
+                default=["strong", "weak"],
+                help="which scalings (default both)",
+            ),
+            arg(
+                "--decompositions",
+                nargs="+",
+                choices=["slab", "pencil"],
+                default=["slab", "pencil"],
+                help="which decompositions (default both)",
+            ),
+            OVERSAMPLE,
+            arg("--halo", type=int, default=4, help="halo cells (default 4)"),
+            arg("--repeat", type=int, default=3, help="timed calls per part, best kept"),
+            arg("--json", metavar="PATH", help="write the record to PATH"),
+            arg("--plot", metavar="PNG", help="draw time and efficiency to PNG"),
+            arg(
+                "--trace",
+                metavar="DIR",
+                help="write a JAX profiler trace of PM steps on the most devices to DIR "
+                "and print its time by category",
+            ),
+            arg("--trace-steps", type=int, default=3, help="steps traced (default 3)"),
+        ),
+    ),
+    Command(
+        "steps",
+        "P(k) of S steps equal in a, ln a and D1 against a converged reference from the same ICs",
+        benchmarks.accuracy,
+        (
+            *ACCURACY,
+            arg(
+                "--reference-steps",
+                type=int,
+                default=128,
+                help="steps (equal in ln a) of the reference",
+            ),
+            OVERSAMPLE,
+        ),
+    ),
+    Command(
+        "force",
+        "P(k) of N particles with force meshes B = 1, 2, ... against 2N particles from the "
+        "same large-scale modes and steps",
+        benchmarks.accuracy,
+        (
+            *ACCURACY,
+            arg(
+                "--oversamples",
+                type=int,
+                nargs="+",
+                default=[1, 2],
+                help="force meshes B to measure",
+            ),
+            arg(
+                "--reference-oversample",
+                type=int,
+                default=2,
+                help="force mesh B of the 2N-particle reference",
+            ),
+            arg(
+                "--spacing", default="a", choices=STEP_SPACINGS, help="what the steps are equal in"
+            ),
+        ),
+    ),
+)
+
+SUBMIT = (
+    CAMPAIGN,
+    arg(
+        "--run",
+        action="append",
+        metavar="RUN_ID",
+        help="only this run (repeatable); default every run not yet complete",
+    ),
+    arg("--stage", choices=STAGES, help="only this stage of the one --run"),
+    arg(
+        "--site",
+        type=Path,
+        default=Path("profiles/slurm/site.yaml"),
+        help="site settings file (default profiles/slurm/site.yaml; "
+        "PMPIPE_SITE and PMPIPE_SLURM_* variables win)",
+    ),
+    RESULTS,
+    arg("--logs", type=Path, help="submitit folder (default results/<campaign>/logs/submitit)"),
+    arg("--max-parallel", type=int, default=64, help="array elements running at once (default 64)"),
+    arg("--dry-run", action="store_true", help="print the sbatch script, submit nothing"),
+    arg(
+        "--wait",
+        action="store_true",
+        help="wait for the jobs; exit 1 naming the log of any that failed; "
+        "then collect the campaign store when every run was submitted",
+    ),
+)
+
+COMMANDS = (
+    Command(
+        "run",
+        "run one stage of one simulation, or (all) every stage of one or more simulations "
+        "in one process",
+        stores.run,
+        (
+            arg("stage", choices=(*STAGES, "all")),
+            arg(
+                "config",
+                nargs="+",
+                help="the run's config.json (results/<campaign>/<run_id>/config.json); "
+                "several with 'all'",
+            ),
+        ),
+    ),
+    Command(
+        "plan",
+        "table of a campaign's runs: devices, memory, nodes, runtime",
+        campaigns.plan,
+        (CAMPAIGN,),
+    ),
+    Command(
+        "tune",
+        "time one PM step for every slab and pencil decomposition of a campaign's devices on "
+        "this machine and record the fastest in its decomposition file",
+        campaigns.tune,
+        (
+            arg("campaign", help="campaign file with a decomposition section"),
+            arg("--repeat", type=int, default=3, help="timed steps per decomposition (best)"),
+        ),
+    ),
+    Command(
+        "schema",
+        "write the JSON schema of campaign files",
+        campaigns.schema,
+        (
+            arg(
+                "--output",
+                type=Path,
+                default=campaigns.SCHEMA_PATH,
+                help=f"default {campaigns.SCHEMA_PATH}",
+            ),
+        ),
+    ),
+    Command(
+        "show",
+        "human summary of a store",
+        stores.show,
+        (arg("store", help="path of a .zarr store"),),
+    ),
+    Command(
+        "verify",
+        "check stores against their manifests (every chunk's size and CRC-32); mark damaged "
+        "ones for recomputation",
+        stores.verify,
+        (
+            arg(
+                "paths",
+                nargs="+",
+                type=Path,
+                help="a .zarr store, a run folder or a campaign's results folder",
+            ),
+            arg(
+                "--report-only",
+                action="store_true",
+                help="leave the completion marker of damaged stores in place",
+            ),
+        ),
+    ),
+    Command(
+        "doctor",
+        "JAX, devices, launcher, jaxdecomp, NCCL, MPI, SLURM and container of this process, "
+        "and settings known to break runs",
+        machine.doctor,
+        (
+            arg("--json", action="store_true", help="print the report as JSON"),
+            arg(
+                "--check",
+                action="store_true",
+                help="also import every pmpipe module and compare a distributed FFT on "
+                "the local devices with numpy's; exit 1 on a problem",
+            ),
+        ),
+    ),
+    Command(
+        "collect",
+        "campaign summaries.zarr and manifest.csv from its runs",
+        campaigns.collect,
+        (CAMPAIGN, RESULTS),
+    ),
+    Command(
+        "submit",
+        "submit runs to SLURM with submitit: a campaign as a job array (every stage of a run "
+        "in one job), or one stage of one run",
+        campaigns.submit,
+        SUBMIT,
+    ),
+    Command("bench", "measure speed and memory, write JSON", subcommands=BENCH),
+)

@@ -1,0 +1,159 @@
+"""Designs: how the runs of a campaign vary its base cosmology (fiducial, grid, Latin
+hypercube, Sobol, derivatives, a list of named points), and the points they expand into."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+
+from pmpipe.run import config
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "list")
+DESIGN_PARAMETERS = tuple(config.Cosmology.model_fields)  # design parameters are cosmology fields
+ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
+
+
+def _not_empty(parameters: dict) -> dict:
+    if not parameters:
+        raise ValueError(
+            f"empty design: name at least one cosmology parameter ({', '.join(DESIGN_PARAMETERS)})"
+        )
+    return parameters
+
+
+def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:
+    if not bounds[0] < bounds[1]:
+        raise ValueError("parameter range inverted or empty: give [low, high] with low < high")
+    return bounds
+
+
+def _positive_step(step: float) -> float:
+    if not step > 0:
+        raise ValueError("the derivative step must be > 0")
+    return step
+
+
+Values = Annotated[list[float], Field(min_length=1)]
+Range = Annotated[tuple[float, float], AfterValidator(_increasing)]
+Step = Annotated[float, AfterValidator(_positive_step)]
+
+
+class FiducialDesign(config.StrictModel):
+    """One point: the base configuration."""
+
+    kind: Literal["fiducial"]
+
+
+class GridDesign(config.StrictModel):
+    """Cartesian product of parameter values."""
+
+    kind: Literal["grid"]
+    parameters: Annotated[dict[ParameterName, Values], AfterValidator(_not_empty)] = Field(
+        description="values of each cosmology parameter (its units); every combination is a "
+        "design point, the last parameter varying fastest"
+    )
+
+
+class SampledDesign(config.StrictModel):
+    """Quasi-random samples (scipy.stats.qmc, scrambled, seeded by the campaign seed) in a box
+    of parameter ranges."""
+
+    kind: Literal["latin_hypercube", "sobol"]
+    parameters: Annotated[dict[ParameterName, Range], AfterValidator(_not_empty)] = Field(
+        description="[low, high] range of each cosmology parameter (its units)"
+    )
+    samples: int = Field(ge=1, description="number of design points (a power of 2 for sobol)")
+
+    @field_validator("samples")
+    @classmethod
+    def _sobol_power_of_two(cls, samples: int, info: ValidationInfo) -> int:
+        if info.data.get("kind") == "sobol" and samples & (samples - 1):
+            low = 1 << (samples.bit_length() - 1)
+            raise ValueError(
+                f"Sobol samples must be a power of 2 for the sequence's balance "
+                f"properties: use {low} or {2 * low}, or kind latin_hypercube"
+            )
+        return samples
+
+
+class DerivativesDesign(config.StrictModel):
+    """Fiducial point plus, for each parameter, a minus and a plus point (central differences);
+    all points share the fiducial seeds."""
+
+    kind: Literal["derivatives"]
+    parameters: Annotated[dict[ParameterName, Step], AfterValidator(_not_empty)] = Field(
+        description="step of each cosmology parameter (its units): points at fiducial - step "
+        "and fiducial + step"
+    )
+
+
+class Point(config.StrictModel):
+    """A named design point."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="point label used in the run id")
+    parameters: dict[ParameterName, float] = Field(
+        default_factory=dict,
+        description="cosmology parameters of the point (their units); "
+        "the others come from base.cosmology",
+    )
+
+
+class ListDesign(config.StrictModel):
+    """Explicit, named points."""
+
+    kind: Literal["list"]
+    points: list[Point] = Field(
+        min_length=1, description="the design points, each with a unique name"
+    )
+
+    @field_validator("points")
+    @classmethod
+    def _unique(cls, points: list[Point]) -> list[Point]:
+        names = [p.name for p in points]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(
+                f"duplicate point name(s) {', '.join(duplicates)} would give "
+                "duplicate run ids; every point needs its own name"
+            )
+        return points
+
+
+Design = FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign
+
+
+def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tuple[str, dict]]:
+    """(label, cosmology parameters) of each point of ``design`` around the cosmology ``base``
+    (the fiducial of derivatives), in a fixed order; samples drawn with the campaign ``seed``."""
+    if design.kind == "fiducial":
+        return [("fiducial", {})]
+    if design.kind == "list":
+        return [(p.name, dict(p.parameters)) for p in design.points]
+    if design.kind == "derivatives":
+        fiducial = {name: getattr(base, name) for name in design.parameters}
+        points = [("fiducial", fiducial)]
+        for name, step in design.parameters.items():  # rounded: 0.3111 - 0.01 = 0.3011, not ...0001
+            points += [
+                (f"{name}-{side}", {**fiducial, name: round(fiducial[name] + sign * step, 12)})
+                for side, sign in (("minus", -1), ("plus", 1))
+            ]
+        return points
+    names = list(design.parameters)
+    if design.kind == "grid":
+        values = itertools.product(*(design.parameters[n] for n in names))
+    else:
+        from scipy.stats import qmc
+
+        # a Generator (not an int) gives the same stream through scipy's `seed` and `rng` keywords
+        engine = (qmc.LatinHypercube if design.kind == "latin_hypercube" else qmc.Sobol)(
+            d=len(names), scramble=True, seed=np.random.default_rng(seed)
+        )
+        low, high = (np.array([design.parameters[n][i] for n in names]) for i in (0, 1))
+        values = qmc.scale(engine.random(design.samples), low, high)
+    return [
+        (f"p{i:04d}", {n: float(v) for n, v in zip(names, row)}) for i, row in enumerate(values)
+    ]

@@ -1,0 +1,131 @@
+"""Tables of a campaign's runs: ``pmpipe plan``'s table of sizes and how its decomposition
+was chosen, and manifest.csv, one row per run with its status."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+from pmpipe.orchestration import decomposition
+from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits
+from pmpipe.orchestration.resources import calibration_factors, disk_bytes, estimate
+from pmpipe.run import config
+
+
+def parameter_names(specs: list[RunSpec]) -> list[str]:
+    """Design parameter names in order of first appearance."""
+    return list(dict.fromkeys(name for spec in specs for name in spec.parameters))
+
+
+def plan_table(camp: Campaign) -> str:
+    """Plain-text table of the runs: id, parameters, seed, devices, nodes, memory per device,
+    nbody runtime; checks first that every run fits."""
+    check_fits(camp)
+    specs = list(camp.runs)
+    names = parameter_names(specs)
+    header = ["run_id", *names, "seed", "devices", "nodes", "GB/device", "nbody min", "disk GB"]
+    rows, total, disk = [], 0.0, 0.0
+    for spec in specs:
+        est = estimate(spec.run, camp.execution)
+        run_disk = sum(disk_bytes(spec.run).values())
+        total += est.runtime_s["nbody"]
+        disk += run_disk
+        rows.append(
+            [
+                spec.run_id,
+                *(f"{spec.parameters[n]:.5g}" if n in spec.parameters else "-" for n in names),
+                str(spec.seed),
+                str(est.devices),
+                str(est.nodes),
+                f"{est.memory_per_device_bytes / 1e9:.2f}",
+                f"{est.runtime_s['nbody'] / 60:.1f}",
+                f"{run_disk / 1e9:.3f}",
+            ]
+        )
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    if camp.execution.calibration is not None:
+        time, memory = calibration_factors(camp.execution)
+        lines.append(
+            f"model calibrated by {camp.execution.calibration}: runtime x{time:.3g}, "
+            f"memory beyond the process overhead x{memory:.3g}"
+        )
+    per_stage = {stage: f"{b / 1e9:.3f}" for stage, b in disk_bytes(specs[0].run).items()}
+    lines.append(
+        f"{len(specs)} runs, nbody {total / 60:.1f} min in all (estimate, before the "
+        f"safety factor {camp.execution.runtime_safety}); disk {disk / 1e9:.2f} GB in "
+        f"all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items())
+    )
+    return "\n".join(lines)
+
+
+def decomposition_line(camp: Campaign) -> str | None:
+    """How the campaign's pdims were chosen, for ``pmpipe plan`` (None when they were given)."""
+    if camp.decomposition is None:
+        return None
+    d, box = camp.decomposition, camp.base.box
+    what = (
+        f"decomposition: pdims {tuple(camp.base.parallel.pdims)} for {d.devices} devices at "
+        f"{box.particles * box.oversample}^3 cells"
+    )
+    if camp.pdims_source == "guessed":
+        where = (
+            f"no sweep of {d.devices} devices in {d.file}"
+            if d.file and d.file.exists()
+            else f"no decomposition file {d.file or ''}".rstrip()
+        )
+        return f"{what}: guessed ({where}; measure with `pmpipe tune`)"
+    table = decomposition.load(config.section(d.file, "decomposition.file"))
+    sweep = min(
+        (s for s in table.sweeps if s.devices == d.devices and s.pdims == camp.base.parallel.pdims),
+        key=lambda s: abs(s.force_mesh - box.particles * box.oversample),
+    )
+    return (
+        f"{what}: {camp.pdims_source} in {d.file} ({table.device_kind}, {sweep.force_mesh}^3, "
+        f"{sweep.measured}: "
+        + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in sweep.step_seconds.items())
+        + " a step)"
+    )
+
+
+def manifest_rows(
+    camp: Campaign, results_dir: str | Path, status: Callable[[Path], str]
+) -> list[dict]:
+    """One row per run: id, index, point, realisation, paired, seed, each design parameter
+    (empty where a point does not set it), run folder, config hash and status(run folder)."""
+    specs = list(camp.runs)
+    names = parameter_names(specs)
+    rows = []
+    for spec in specs:
+        run_dir = Path(results_dir) / camp.name / spec.run_id
+        rows.append(
+            {
+                "run_id": spec.run_id,
+                "index": spec.index,
+                "point": spec.point,
+                "realisation": spec.realisation,
+                "paired": spec.paired,
+                "seed": spec.seed,
+                **{n: spec.parameters.get(n, "") for n in names},
+                "run_dir": run_dir,
+                "config_hash": config.config_hash(spec.run),
+                "status": status(run_dir),
+            }
+        )
+    return rows
+
+
+def write_manifest(camp: Campaign, path: str | Path, status: Callable[[Path], str]) -> None:
+    """Write manifest.csv at path = <results>/<campaign>/manifest.csv, next to the run folders."""
+    path = Path(path)
+    if path.parent.name != camp.name:
+        raise ValueError(
+            f"the manifest of campaign {camp.name} belongs in <results>/{camp.name}/, "
+            f"next to its run folders, not in {path.parent}"
+        )
+    rows = manifest_rows(camp, path.parent.parent, status)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)

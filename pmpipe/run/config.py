@@ -1,0 +1,420 @@
+"""Configuration of one simulation: the pydantic v2 models of a run (unknown keys rejected),
+its hash and its file in a campaign; the sections of what a run observes are
+:mod:`pmpipe.run.observables`', and reading files and their errors :mod:`pmpipe.run.files`'
+(both names are at hand here too).
+
+This module checks what a configuration says on its own; it imports no JAX (from the physics
+only the host facts it validates against: the fiducial cosmology, P(k) kinds, step spacings).
+The checks that need a run's physics (distances, step times, the P(k) table, the device split)
+are :mod:`pmpipe.run.validation`'s, and the physics inputs are built from a validated run by
+:mod:`pmpipe.run.derive`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
+
+from pmpipe.physics.background import FIDUCIAL
+from pmpipe.physics.power_table import PowerKind
+from pmpipe.physics.timesteps import StepSpacing
+from pmpipe.run.files import (
+    ConfigError,
+    StrictModel,
+    format_errors,
+    invalid,
+    read_mapping,
+    section,
+    validate,
+)
+from pmpipe.run.observables import (
+    FlatSky,
+    FullSky,
+    Lensing,
+    Lightcone,
+    ShapeNoise,
+    SmailSources,
+    Summaries,
+    TableSources,
+)
+
+# the run's models, and the names of files and observables a configuration's reader needs
+__all__ = [
+    "IC",
+    "PDIMS_SCHEMA",
+    "Box",
+    "Checkpoints",
+    "ConfigError",
+    "Cosmology",
+    "FlatSky",
+    "FullSky",
+    "Lensing",
+    "Lightcone",
+    "NBody",
+    "Outputs",
+    "Parallel",
+    "Power",
+    "Run",
+    "RunFile",
+    "ShapeNoise",
+    "SmailSources",
+    "StrictModel",
+    "Summaries",
+    "TableSources",
+    "config_hash",
+    "format_errors",
+    "invalid",
+    "read_mapping",
+    "section",
+    "validate",
+]
+
+
+class Cosmology(StrictModel):
+    """Flat ΛCDM / w0waCDM parameters."""
+
+    Omega_m: float = Field(
+        FIDUCIAL["Omega_m"],
+        gt=0,
+        le=1,
+        description="total matter density today (CDM + baryons), dimensionless",
+    )
+    Omega_b: float = Field(
+        FIDUCIAL["Omega_b"],
+        ge=0,
+        lt=1,
+        description="baryon density today, dimensionless; must be < Omega_m",
+    )
+    h: float = Field(FIDUCIAL["h"], gt=0, le=2, description="H0 / (100 km/s/Mpc), dimensionless")
+    n_s: float = Field(
+        FIDUCIAL["n_s"], gt=0, le=2, description="primordial spectral index, dimensionless"
+    )
+    sigma8: float = Field(
+        FIDUCIAL["sigma8"],
+        gt=0,
+        le=5,
+        description="rms linear overdensity in 8 Mpc/h spheres at a = 1",
+    )
+    w0: float = Field(
+        FIDUCIAL["w0"], ge=-3, le=0, description="dark energy equation of state today"
+    )
+    wa: float = Field(
+        FIDUCIAL["wa"], ge=-3, le=3, description="CPL evolution of w: w(a) = w0 + wa (1 - a)"
+    )
+    T_cmb: float = Field(
+        FIDUCIAL["T_cmb"], ge=0, le=10, description="CMB temperature in K (0: no radiation)"
+    )
+    N_eff: float = Field(
+        FIDUCIAL["N_eff"], ge=0, le=10, description="effective number of massless neutrino species"
+    )
+
+    @model_validator(mode="after")
+    def _baryons_below_matter(self):
+        if self.Omega_b >= self.Omega_m:
+            raise ValueError(
+                f"cosmology.Omega_b = {self.Omega_b} must be smaller than cosmology.Omega_m = {self.Omega_m}"
+            )
+        return self
+
+
+class Power(StrictModel):
+    """Linear matter power spectrum at a = 1."""
+
+    kind: PowerKind = Field(
+        "eisenstein_hu",
+        description="Eisenstein & Hu (1998) fit with or without BAO, normalised to sigma8, or a table",
+    )
+    table: Path | None = Field(
+        None,
+        description="file of k [h/Mpc] and P(k) [(Mpc/h)^3] columns as CAMB / CLASS write them (kind 'table')",
+    )
+
+    @model_validator(mode="after")
+    def _table_given(self):
+        if (self.kind == "table") != (self.table is not None):
+            raise ValueError("power.table must be given exactly when power.kind is 'table'")
+        return self
+
+
+class Box(StrictModel):
+    """Simulation volume and resolution."""
+
+    box_size: float = Field(256.0, gt=0, description="comoving side of the periodic box in Mpc/h")
+    particles: int = Field(64, ge=4, le=16384, description="particles per side (N^3 in total)")
+    oversample: int = Field(
+        1, ge=1, le=4, description="force mesh cells per particle spacing, B (mesh = B N per side)"
+    )
+
+
+def _not_auto(pdims):
+    if pdims == "auto":
+        raise ValueError(
+            "parallel.pdims 'auto' is chosen for a campaign's runs (base.parallel "
+            "with a decomposition section: devices, file); a run needs (px, py)"
+        )
+    return pdims
+
+
+# pdims in files: (px, py), or 'auto' in a campaign's base (pmpipe.orchestration.campaign chooses them)
+PDIMS_SCHEMA = {
+    "anyOf": [
+        {"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "integer"}] * 2, "type": "array"},
+        {"const": "auto", "type": "string"},
+    ]
+}
+
+
+class Parallel(StrictModel):
+    """Decomposition over devices."""
+
+    pdims: Annotated[tuple[int, int], BeforeValidator(_not_auto), WithJsonSchema(PDIMS_SCHEMA)] = (
+        Field(
+            (1, 1),
+            description="devices along x and y, (px, py); px * py devices in all; 'auto' "
+            "in a campaign's base: chosen from recorded sweeps (its "
+            "decomposition section)",
+        )
+    )
+    halo_cells: int = Field(
+        8, ge=1, description="halo width in force-mesh cells for particles that left their block"
+    )
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if min(self.pdims) < 1:
+            raise ValueError(f"parallel.pdims must be positive integers, got {self.pdims}")
+        return self
+
+
+class IC(StrictModel):
+    """Initial conditions."""
+
+    seed: int = Field(
+        0, ge=0, description="seed of the white noise (same seed, same universe on any device mesh)"
+    )
+    a_init: float = Field(0.1, gt=0, lt=1, description="scale factor of the LPT initial conditions")
+    lpt_order: Literal[1, 2] = Field(2, description="Lagrangian perturbation theory order")
+    fixed_amplitude: bool = Field(
+        False, description="set every |delta_k| to its mean (Angulo & Pontzen 2016)"
+    )
+    paired: bool = Field(False, description="invert the phases (the partner of a pair)")
+
+
+class NBody(StrictModel):
+    """Particle-mesh evolution."""
+
+    a_final: float = Field(1.0, gt=0, le=1, description="scale factor at the end of the run")
+    steps: int | list[float] = Field(
+        10, description="number of steps, or the scale factors bounding them"
+    )
+    spacing: StepSpacing = Field(
+        "a",
+        description="what a number of steps is equally spaced in: the scale factor a, ln a, "
+        "or the linear growth factor D1 (docs/validation.md gives the accuracy of each)",
+    )
+    snapshots: list[float] = Field(
+        default_factory=list,
+        description="scale factors at which the density is kept (a_final always)",
+    )
+    dtype: Literal["float32", "float64"] = Field("float32", description="floating point precision")
+
+
+class Outputs(StrictModel):
+    """What a run's stores keep. Summaries are always written; the ICs can always be made
+    again from the seed and the config. A field that is not stored still reaches the later
+    stages of the run when they run in the same process (``pmpipe run all``, the workflow)."""
+
+    particles: bool = Field(True, description="final displacement and momentum in nbody.zarr")
+    density: Literal["full", "none"] | Annotated[int, Field(ge=2)] = Field(
+        "full",
+        description="snapshot densities in nbody.zarr: full (the force mesh), none, or "
+        "an integer factor f >= 2 (means over f^3 cells)",
+    )
+    ic: Literal["all", "linear", "none"] = Field(
+        "all",
+        description="ic.zarr: all (linear density, displacement, momentum), linear "
+        "(the linear density), none (seed and config only)",
+    )
+    lightcone: bool = Field(
+        True,
+        description="lightcone planes in nbody.zarr and convergence and shear maps in lensing.zarr",
+    )
+    keepbits: int | None = Field(
+        None,
+        ge=1,
+        le=23,
+        description="lossy compression of large float arrays: keep this many "
+        "mantissa bits (bit rounding, then zstd); null: exact",
+    )
+
+
+class Checkpoints(StrictModel):
+    """Checkpoints of the N-body (pmpipe.storage.checkpoint): its state, step and what it captured so
+    far, written every few steps or minutes and on SIGTERM / SIGUSR2, so that a killed or
+    preempted run resumes where it stopped. The steps then run one program call each."""
+
+    every_steps: int | None = Field(None, ge=1, description="write one every this many steps")
+    every_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="write one after the step that ends this many minutes after the "
+        "last one (or the start)",
+    )
+    keep: bool = Field(False, description="keep the last checkpoint once nbody.zarr is complete")
+
+    @model_validator(mode="after")
+    def _some_schedule(self):
+        if self.every_steps is None and self.every_minutes is None:
+            raise ValueError(
+                "checkpoints needs every_steps or every_minutes (or both); "
+                "checkpoints: null turns them off"
+            )
+        return self
+
+
+class Run(StrictModel):
+    """One simulation: everything needed to produce its ICs, N-body output and summaries."""
+
+    cosmology: Cosmology = Field(default_factory=Cosmology)
+    power: Power = Field(default_factory=Power)
+    box: Box = Field(default_factory=Box)
+    parallel: Parallel = Field(default_factory=Parallel)
+    ic: IC = Field(default_factory=IC)
+    nbody: NBody = Field(default_factory=NBody)
+    summaries: Summaries = Field(default_factory=Summaries)
+    lightcone: Lightcone | None = Field(
+        None, description="lightcone planes captured during the N-body (null: none)"
+    )
+    lensing: Lensing | None = Field(
+        None, description="convergence and shear maps from the planes (null: none); needs lightcone"
+    )
+    outputs: Outputs = Field(default_factory=Outputs, description="what the stores keep")
+    checkpoints: Checkpoints | None = Field(
+        None,
+        description="N-body checkpoints (null: none; a signal then ends the run without "
+        "one). Not part of the config hash: they change where a run may stop, "
+        "not what it computes",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        n, pdims = self.box.particles, self.parallel.pdims
+        if self.power.kind != "table" and self.cosmology.T_cmb <= 0:
+            raise ValueError(
+                f"cosmology.T_cmb must be > 0 for power.kind {self.power.kind!r} "
+                "(the Eisenstein-Hu transfer function depends on it); use "
+                "power.kind 'table' to run without radiation"
+            )
+        factor = self.outputs.density
+        if isinstance(factor, int) and any((n * self.box.oversample) % (factor * p) for p in pdims):
+            raise ValueError(
+                f"outputs.density = {factor} must divide the force mesh's block on "
+                f"every device: {n * self.box.oversample} cells per side over "
+                f"parallel.pdims = {tuple(pdims)}"
+            )
+        if self.lightcone is not None:
+            self._check_lightcone()
+        elif self.lensing is not None:
+            raise ValueError("lensing needs lightcone planes: add a lightcone section")
+        return self
+
+    def force_cells(self) -> int:
+        """Force-mesh cells per side: box.particles times box.oversample."""
+        return self.box.particles * self.box.oversample
+
+    def plane_thickness(self) -> float:
+        """Comoving thickness of a lightcone plane in Mpc/h."""
+        return section(self.lightcone, "lightcone").plane_thickness or self.box.box_size
+
+    def plane_cells(self) -> int:
+        """Force-mesh cells across a lightcone plane."""
+        return round(self.plane_thickness() / (self.box.box_size / self.force_cells()))
+
+    def _check_lightcone(self) -> None:
+        """Plane thickness, final time and source redshifts (errors name fields); the checks
+        that need distances are :func:`pmpipe.run.validation.check_run`'s."""
+        box, cell = self.box.box_size, self.box.box_size / self.force_cells()
+        thickness = self.plane_thickness()
+        if (
+            thickness > box * (1 + 1e-9)
+            or abs(thickness / cell - round(thickness / cell)) > 1e-6
+            or thickness < cell
+        ):
+            raise ValueError(
+                f"lightcone.plane_thickness = {thickness} Mpc/h must be a whole number of "
+                f"force-mesh cells ({cell:g} Mpc/h) between {cell:g} and box.box_size = {box}"
+            )
+        if abs(self.nbody.a_final - 1.0) > 1e-9:
+            raise ValueError(
+                f"a lightcone needs nbody.a_final = 1 (the observer is at z = 0), got {self.nbody.a_final}"
+            )
+        if self.lensing is None:
+            return
+        lens, z_max = self.lensing, section(self.lightcone, "lightcone").z_max
+        for z in lens.source_redshifts:
+            if z > z_max:
+                raise ValueError(
+                    f"lensing.source_redshifts value {z} lies beyond the lightcone "
+                    f"(lightcone.z_max = {z_max})"
+                )
+        for d in lens.distributions:
+            if isinstance(d, TableSources) and any(n > 0 and z > z_max for z, n in zip(d.z, d.n)):
+                raise ValueError(
+                    f"lensing.distributions '{d.name}' has sources beyond the lightcone "
+                    f"(n > 0 at z > lightcone.z_max = {z_max})"
+                )
+
+
+def config_hash(run: Run) -> str:
+    """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
+    left out), as 'sha256:<hex>'."""
+    text = json.dumps(
+        run.model_dump(mode="json", exclude={"checkpoints"}), sort_keys=True, separators=(",", ":")
+    )
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class RunFile(StrictModel):
+    """Content of ``results/<campaign>/<run_id>/config.json``: one resolved run of a campaign."""
+
+    campaign: str = Field(description="campaign name")
+    run_id: str = Field(description="stable id: campaign name + position in the design")
+    index: int = Field(ge=0, description="position of the run in the expanded design")
+    parameters: dict[str, float] = Field(
+        default_factory=dict, description="design parameters of this run (cosmology field names)"
+    )
+    config: Run = Field(description="the resolved run configuration")
+    config_hash: str = Field(description="config_hash(config): 'sha256:<hex>'")
+
+    @model_validator(mode="after")
+    def _hash_matches(self):
+        expected = config_hash(self.config)
+        if self.config_hash != expected:
+            raise ValueError(
+                f"config_hash {self.config_hash!r} does not match the config ({expected}); "
+                "the file was edited by hand: regenerate it from the campaign"
+            )
+        return self
+
+    @classmethod
+    def build(cls, campaign: str, run_id: str, index: int, parameters: dict, run: Run) -> RunFile:
+        return cls(
+            campaign=campaign,
+            run_id=run_id,
+            index=index,
+            parameters=parameters,
+            config=run,
+            config_hash=config_hash(run),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"

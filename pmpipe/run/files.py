@@ -1,0 +1,141 @@
+"""Reading configuration files: the strict model every section derives from, YAML and JSON
+with size limits, and the errors that name the file and the field. Imports no JAX."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+Section = TypeVar("Section")
+
+
+def section(value: Section | None, name: str) -> Section:
+    """An optional section of a run (``run.lightcone``, say) that the caller needs; ValueError
+    naming it when the run has none."""
+    if value is None:
+        raise ValueError(f"the run has no {name} section")
+    return value
+
+
+class StrictModel(BaseModel):
+    """A configuration section: unknown keys, infinities and NaNs rejected; frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ConfigError(ValueError):
+    """A configuration file that does not validate; the message names file and fields."""
+
+
+def invalid(source: str, field: str, message: str) -> ConfigError:
+    """A ConfigError of one problem, laid out as :func:`format_errors` lays out its lines."""
+    return ConfigError(f"{source}: invalid configuration\n  {field}: {message}")
+
+
+def format_errors(
+    source: str, err: ValidationError, unions: Mapping[str, Collection[str]] = {}
+) -> str:
+    """One line per problem: file, dotted field path, message and the value given. ``unions``
+    maps a top-level field holding a tagged union to its tags, which are left out of the path
+    (design.grid.parameters reads design.parameters)."""
+    lines = [f"{source}: invalid configuration"]
+    for e in err.errors():
+        parts = [str(x) for x in e["loc"]]
+        if len(parts) > 1 and parts[1] in unions.get(parts[0], ()):
+            del parts[1]
+        loc = ".".join(parts) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        shown = (
+            e["type"] != "missing"
+            and not isinstance(e["input"], dict)
+            and len(repr(e["input"])) <= 80
+        )
+        given = f" (got {e['input']!r})" if shown else ""  # no dumps of whole sections
+        lines.append(f"  {loc}: {msg}{given}")
+    return "\n".join(lines)
+
+
+MAX_FILE_BYTES = 2**20  # a configuration file is at most this large
+MAX_VALUES = 100_000  # values in a configuration once its YAML aliases are expanded
+MAX_DEPTH = 32  # nesting of mappings and lists
+
+
+def read_mapping(path: str | Path) -> dict:
+    """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file.
+    YAML is read with the safe loader (no Python tags); a file over MAX_FILE_BYTES, or whose
+    values (aliases expanded) exceed MAX_VALUES or nest deeper than MAX_DEPTH, is refused."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(
+                f"{path}: {size} bytes; a configuration file is at most {MAX_FILE_BYTES} bytes"
+            )
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML ({err})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of sections, got {type(data).__name__}"
+        )
+    _check_size(data, path)
+    return data
+
+
+def _check_size(data, path: Path) -> None:
+    """ConfigError when data holds more than MAX_VALUES values (shared YAML aliases counted at
+    every use) or nests deeper than MAX_DEPTH."""
+    count, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(
+                f"{path}: more than {MAX_VALUES} values once its aliases are "
+                "expanded; a configuration is far smaller"
+            )
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, (dict, list, tuple)):
+                    raise ConfigError(f"{path}: a key that is a mapping or a list")
+                stack.append((item, depth + 1))
+
+
+def validate(
+    model: type[BaseModel],
+    data: dict,
+    source: str | Path,
+    unions: Mapping[str, Collection[str]] = {},
+):
+    """model.model_validate(data), with errors turned into a ConfigError naming source and
+    fields (:func:`format_errors`). Validators read the source from the context's
+    ``source``; a ConfigError they raise, which names its file and fields already, is raised
+    as it is."""
+    try:
+        return model.model_validate(data, context={"source": str(source)})
+    except ValidationError as err:
+        for e in err.errors():
+            if isinstance(e.get("ctx", {}).get("error"), ConfigError):
+                raise e["ctx"]["error"] from None
+        raise ConfigError(format_errors(str(source), err, unions)) from None

@@ -1,0 +1,178 @@
+"""What a run observes and measures: the lightcone planes, the lensing maps with their
+sources, and the summary statistics (sections of :class:`pmpipe.run.config.Run`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from pmpipe.run.files import StrictModel
+
+NAME_PATTERN_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$"
+
+
+class Lightcone(StrictModel):
+    """Planes of the past light cone, captured during the N-body (pmpipe.physics.lightcone)."""
+
+    z_max: float = Field(
+        1.0,
+        gt=0,
+        le=20,
+        description="largest source redshift: planes reach at least the comoving distance of z_max",
+    )
+    plane_thickness: float | None = Field(
+        None,
+        gt=0,
+        description="comoving thickness of a plane in Mpc/h: a whole number of force-mesh cells, at most box.box_size (default box_size: a slab one box thick holds Limber's projection exactly; thinner planes lose power at low multipoles, docs/validation.md)",
+    )
+    observer: tuple[float, float, float] = Field(
+        (0.0, 0.0, 0.0),
+        description="observer's position in the box, Mpc/h; the flat-sky line of sight is the observer's z axis",
+    )
+    randomize: bool = Field(
+        True, description="rotate and shift the box at random for every plane (seeded by ic.seed)"
+    )
+
+
+class FlatSky(StrictModel):
+    """Square flat-sky maps around the line of sight."""
+
+    field_of_view: float = Field(5.0, gt=0, le=60, description="side of the map in degrees")
+    pixels: int = Field(128, ge=8, le=16384, description="pixels per side")
+
+
+def _power_of_two(n: int) -> int:
+    if n & (n - 1):
+        raise ValueError(f"nside must be a power of two (1, 2, 4, ..., 2048), got {n}")
+    return n
+
+
+class FullSky(StrictModel):
+    """Full-sky HEALPix maps (RING ordering)."""
+
+    nside: Annotated[int, AfterValidator(_power_of_two)] = Field(
+        64,
+        ge=1,
+        le=2048,
+        description="HEALPix resolution parameter, a power of two (the shells' "
+        "rays are traced on a finer grid, whose pixel indices are int32)",
+    )
+
+
+class SmailSources(StrictModel):
+    """Parametric n(z) ∝ z^alpha exp(-(z/z0)^beta) (Smail et al. 1994), cut at lightcone.z_max."""
+
+    kind: Literal["smail"]
+    name: str = Field(
+        pattern=NAME_PATTERN_SOURCE, description="label of the distribution in the stores"
+    )
+    z0: float = Field(gt=0, description="redshift scale")
+    alpha: float = Field(2.0, ge=0, description="power-law index at low z")
+    beta: float = Field(1.5, gt=0, description="exponential cut-off index")
+
+
+class TableSources(StrictModel):
+    """Tabulated n(z): redshifts and densities of any normalisation."""
+
+    kind: Literal["table"]
+    name: str = Field(
+        pattern=NAME_PATTERN_SOURCE, description="label of the distribution in the stores"
+    )
+    z: list[float] = Field(description="increasing redshifts, from >= 0")
+    n: list[float] = Field(description="n(z) >= 0 at those redshifts, not all zero")
+
+    @model_validator(mode="after")
+    def _valid_table(self):
+        if len(self.z) < 2 or len(self.z) != len(self.n):
+            raise ValueError(
+                f"empty or short n(z) table '{self.name}': give z and n of equal "
+                f"length >= 2 (got {len(self.z)} and {len(self.n)})"
+            )
+        if self.z[0] < 0 or any(b <= a for a, b in zip(self.z, self.z[1:])):
+            raise ValueError(f"n(z) table '{self.name}': z must be increasing from >= 0")
+        if min(self.n) < 0 or max(self.n) <= 0:
+            raise ValueError(f"n(z) table '{self.name}' is empty: n must be >= 0 and not all zero")
+        return self
+
+
+class Lensing(StrictModel):
+    """Born convergence and shear maps from the lightcone planes (pmpipe.physics.lensing)."""
+
+    source_redshifts: list[float] = Field(
+        default_factory=lambda: [1.0],
+        description="redshifts of single source planes (delta-function n(z))",
+    )
+    distributions: list[Annotated[SmailSources | TableSources, Field(discriminator="kind")]] = (
+        Field(
+            default_factory=list, description="source redshift distributions: kind smail or table"
+        )
+    )
+    flat_sky: FlatSky | None = Field(
+        default_factory=FlatSky, description="flat-sky maps (null: none)"
+    )
+    full_sky: FullSky | None = Field(None, description="HEALPix maps (null: none)")
+
+    @model_validator(mode="after")
+    def _some_sources_and_maps(self):
+        if not self.source_redshifts and not self.distributions:
+            raise ValueError("no sources: give lensing.source_redshifts or lensing.distributions")
+        if any(z <= 0 for z in self.source_redshifts):
+            raise ValueError(f"lensing.source_redshifts must be > 0, got {self.source_redshifts}")
+        names = [d.name for d in self.distributions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"lensing.distributions names must be unique, got {names}")
+        if self.flat_sky is None and self.full_sky is None:
+            raise ValueError("lensing needs flat_sky or full_sky maps (or both)")
+        return self
+
+    def source_labels(self) -> list[str]:
+        """Names of the sources in store order: 'z=<z>' for single redshifts, then the n(z)s."""
+        return [f"z={z:g}" for z in self.source_redshifts] + [d.name for d in self.distributions]
+
+
+class ShapeNoise(StrictModel):
+    """Gaussian shape noise added to κ before smoothing."""
+
+    sigma_e: float = Field(0.26, gt=0, description="ellipticity dispersion per component")
+    n_gal: float = Field(30.0, gt=0, description="galaxies per square arcminute")
+
+
+class Summaries(StrictModel):
+    """Summary statistics of each snapshot and of the lensing maps."""
+
+    pk_bins: int | None = Field(
+        None,
+        ge=1,
+        description="number of linear |k| bins of width 2pi/L from 0 (default: N B / 2, up to the force mesh's Nyquist)",
+    )
+    compensate_cic: bool = Field(
+        True, description="divide the density modes by the CIC window before P(k)"
+    )
+    ell_bins: int = Field(
+        12,
+        ge=1,
+        description="logarithmic multipole bins of C_ell between the map's fundamental and Nyquist multipoles",
+    )
+    smoothing_arcmin: list[float] = Field(
+        default_factory=lambda: [2.0, 5.0],
+        min_length=1,
+        description="Gaussian smoothing scales (sigma, arcmin) of kappa for peaks and PDF; 0: none",
+    )
+    kappa_range: tuple[float, float] = Field(
+        (-0.05, 0.15), description="[low, high] of the kappa bins of peaks and PDF"
+    )
+    kappa_bins: int = Field(40, ge=1, description="number of linear kappa bins of peaks and PDF")
+    shape_noise: ShapeNoise | None = Field(
+        None, description="shape noise added before smoothing (null: none)"
+    )
+
+    @model_validator(mode="after")
+    def _valid(self):
+        if not self.kappa_range[0] < self.kappa_range[1]:
+            raise ValueError(
+                f"summaries.kappa_range must be [low, high] with low < high, got {list(self.kappa_range)}"
+            )
+        if min(self.smoothing_arcmin) < 0:
+            raise ValueError("summaries.smoothing_arcmin values must be >= 0")
+        return self

@@ -1,0 +1,45 @@
+"""Which stores of a run are complete, and which stages a job must compute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pmpipe.run import validation
+from pmpipe.stages import STAGES, run_stages, store_path
+
+
+def is_current(path: str | Path, config_hash: str) -> bool:
+    """Whether the store at path is complete and was made from the config ``config_hash``."""
+    from pmpipe.storage import store
+
+    try:
+        store.open_complete(path, config_hash)
+    except store.IncompleteStoreError:
+        return False
+    return True
+
+
+def pending_stages(run, config_hash: str, run_dir: str | Path) -> tuple[str, ...]:
+    """The stages of ``run`` (config.Run) from the first whose store is not complete or was made
+    from another config to the last: those a job must compute. Empty when the run is complete."""
+    names = run_stages(run)
+    for i, stage in enumerate(names):
+        if not is_current(store_path(run_dir, stage), config_hash):
+            return names[i:]
+    return ()
+
+
+def run_status(run_dir: str | Path) -> str:
+    """'complete' when the store of each of the run's stages is complete, else '<last complete
+    stage> done' or 'planned' (a store without its completion marker counts as absent). The
+    stages come from the run's config.json (all of them when it is missing)."""
+    from pmpipe.storage import store
+
+    config_path = Path(run_dir) / "config.json"
+    stages = (
+        run_stages(validation.load_run_file(config_path).config) if config_path.exists() else STAGES
+    )
+    done = [s for s in stages if store.is_complete(store_path(run_dir, s))]
+    if len(done) == len(stages):
+        return "complete"
+    return f"{done[-1]} done" if done else "planned"

@@ -1,0 +1,84 @@
+"""What a store records of how it was made: the run, its config and hash, the software and
+its versions (pmpipe's git commit, the JAX stack, the Apptainer image), the devices, the
+SLURM job and the start time."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pmpipe.run import config
+from pmpipe.runtime import image
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
+FORMAT = "pmpipe-store-1"  # root attribute 'format': layout version of docs/outputs.md
+
+
+def _git_commit() -> str | None:
+    """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout."""
+    src = Path(__file__).resolve().parent.parent
+    if not (src / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(src), "describe", "--always", "--dirty", "--abbrev=40"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def software() -> dict:
+    """Versions of pmpipe (and its git commit: the checkout's, or the image's revision label)
+    and of the JAX stack, and the Apptainer image the process runs in."""
+    import jax
+
+    path, labels = image.current(os.environ)
+    return {
+        "pmpipe_version": _version("pmpipe"),
+        "git_commit": _git_commit() or labels.get(image.REVISION),
+        "image": path,
+        "jax_version": jax.__version__,
+        "jaxlib_version": _version("jaxlib"),
+        "jaxdecomp_version": _version("jaxdecomp"),
+    }
+
+
+def provenance(run_file: config.RunFile, stage: str, mesh: Mesh, started: str) -> dict:
+    """Root attributes of a stage store: what made it, from which config, where and when."""
+    import jax
+
+    from pmpipe.runtime import parallel
+
+    devices = mesh.devices.reshape(-1)
+    return {
+        "format": FORMAT,
+        "stage": stage,
+        "campaign": run_file.campaign,
+        "run_id": run_file.run_id,
+        "config": run_file.config.model_dump(mode="json"),
+        "config_hash": run_file.config_hash,
+        "parameters": run_file.parameters,
+        **software(),
+        "device_kind": devices[0].device_kind,
+        "device_count": int(devices.size),
+        "process_count": jax.process_count(),
+        "pdims": list(parallel.pdims_of(mesh)),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "started": started,
+    }

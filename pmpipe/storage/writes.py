@@ -1,0 +1,230 @@
+"""Background writes into the stores: each block copied to the host is handed to a small pool
+of threads (:data:`WRITE_THREADS`), one write per whole chunk, at most
+:data:`MAX_PENDING_BYTES` of copies waiting at a time; a store's writes are waited for (and
+the first failure raised) before its completion marker; what this process wrote is counted."""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import dataclasses
+import itertools
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from pmpipe.runtime import log
+from pmpipe.storage import integrity
+
+LOG = log.get(__name__)
+
+MAX_PENDING_BYTES = 2**30  # host copies of blocks waiting for their write, at most (but one)
+WRITE_THREADS = min(4, os.cpu_count() or 1)  # threads writing chunks in the background
+
+
+class StoreWriteError(RuntimeError):
+    """A background write into a store failed; the store gets no completion marker."""
+
+
+@dataclasses.dataclass
+class _StoreState:
+    """A store's keepbits, its pending writes (array name, future) and the chunks this
+    process wrote (None for a store that is not a folder)."""
+
+    keepbits: int | None = None
+    pending: list = dataclasses.field(default_factory=list)
+    ledger: integrity.ChunkLedger | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteTotals:
+    """Array bytes this process wrote into stores, and the seconds during which at least one
+    write was under way (so bytes / seconds is the throughput of all writer threads
+    together)."""
+
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def __sub__(self, before: WriteTotals) -> WriteTotals:
+        return WriteTotals(self.bytes - before.bytes, self.seconds - before.seconds)
+
+
+_lock = threading.Lock()
+_budget = threading.Condition(_lock)
+_pending_bytes = 0
+_states: dict[str, _StoreState] = {}
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_totals = WriteTotals()
+_in_flight = 0  # writes under way, and since when at least one is
+_busy_since = 0.0
+
+
+def write_totals() -> WriteTotals:
+    """What this process has written into stores so far (writes finished)."""
+    return _totals
+
+
+def key_of_path(path) -> str:
+    return str(Path(path).resolve())
+
+
+def store_key(node) -> str:
+    """Which store a zarr group or array belongs to (its folder, for local stores)."""
+    root = getattr(node.store, "root", None)
+    return key_of_path(root) if root is not None else f"store-{id(node.store)}"
+
+
+def store_state(key: str) -> _StoreState:
+    with _lock:
+        return _states.setdefault(key, _StoreState())
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The writer threads, started on first use with :func:`_finish_at_exit` registered."""
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(WRITE_THREADS, "pmpipe-store")
+            # threading's exit hooks run last-registered first, so this one runs before
+            # concurrent.futures' own, after which zarr (asyncio.to_thread) could not write
+            register = getattr(threading, "_register_atexit", atexit.register)
+            register(_finish_at_exit)
+        return _executor
+
+
+def _finish_at_exit() -> None:
+    """At interpreter exit, every pending write is done; failures go to stderr (the stores
+    they belong to have no completion marker)."""
+    for key in list(_states):
+        for name, error in wait(key):
+            LOG.error(
+                "pmpipe.storage.writes: writing array %r of %s failed: %s: %s",
+                name,
+                key,
+                type(error).__name__,
+                error,
+            )
+
+
+def reserve(nbytes: int) -> None:
+    """Wait until nbytes more host copies fit in MAX_PENDING_BYTES (a block larger than it
+    waits for every other write), then count them."""
+    global _pending_bytes
+    with _budget:
+        while _pending_bytes and _pending_bytes + nbytes > MAX_PENDING_BYTES:
+            _budget.wait()
+        _pending_bytes += nbytes
+
+
+def _release(nbytes: int) -> None:
+    global _pending_bytes
+    with _budget:
+        _pending_bytes -= nbytes
+        _budget.notify_all()
+
+
+def _whole_chunks(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]):
+    """The (array selection, block selection) of every chunk of a block of array at start,
+    or None when the block is not made of whole chunks."""
+    axes = []
+    for s, n, c, size in zip(start, shape, array.chunks, array.shape):
+        if s % c or (n % c and s + n != size):
+            return None
+        axes.append([(s + o, o, min(c, n - o)) for o in range(0, n, c)])
+    return [
+        (tuple(slice(a, a + m) for a, _, m in pieces), tuple(slice(o, o + m) for _, o, m in pieces))
+        for pieces in itertools.product(*axes)
+    ]
+
+
+def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
+    """array[selection] = block, counted in the write totals."""
+    global _in_flight, _busy_since, _totals
+    with _lock:
+        if _in_flight == 0:
+            _busy_since = time.perf_counter()
+        _in_flight += 1
+    try:
+        array[selection] = block
+        ledger = store_state(store_key(array)).ledger
+        if ledger is not None:
+            ledger.wrote(array, selection)
+    finally:
+        with _lock:
+            _in_flight -= 1
+            busy = time.perf_counter() - _busy_since if _in_flight == 0 else 0.0
+            _totals = WriteTotals(_totals.bytes + block.nbytes, _totals.seconds + busy)
+
+
+def put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: int) -> None:
+    """Write host (nbytes reserved) into array at start (one index per axis of array; host
+    lacks the leading ones): one background write per chunk when host is made of whole chunks,
+    else at once here after the store's pending writes."""
+    block = host.reshape((1,) * (array.ndim - host.ndim) + host.shape)
+    pieces = _whole_chunks(array, start, block.shape)
+    state = store_state(store_key(array))
+    if pieces is None:
+        try:
+            for _, future in state.pending:
+                concurrent.futures.wait([future])
+            whole = tuple(slice(s, s + n) for s, n in zip(start, block.shape))
+            _write(array, whole, block)
+        finally:
+            _release(nbytes)
+        return
+    if not pieces:  # an empty array
+        _release(nbytes)
+        return
+    left = [len(pieces)]
+    lock = threading.Lock()
+
+    def done(_):
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            _release(nbytes)
+
+    pool = _pool()
+    for i, (selection, inside) in enumerate(pieces):
+        try:
+            future = pool.submit(_write, array, selection, block[inside])
+        except BaseException:  # the pool is shut down: count the pieces that never run as done
+            for _ in range(len(pieces) - i):
+                done(None)
+            raise
+        future.add_done_callback(done)
+        state.pending.append((array.path, future))
+
+
+def wait(key: str) -> list[tuple[str, BaseException]]:
+    """Wait for every pending write of a store; the (array, error) of those that failed."""
+    state = store_state(key)
+    errors = []
+    while state.pending:
+        name, future = state.pending.pop(0)
+        error = future.exception()
+        if error is not None:
+            errors.append((name, error))
+    return errors
+
+
+def raise_failed(key: str, errors) -> None:
+    if errors:
+        name, error = errors[0]
+        more = f" ({len(errors) - 1} more chunk writes failed)" if len(errors) > 1 else ""
+        raise StoreWriteError(
+            f"writing array {name!r} of {key} failed: {type(error).__name__}: {error}{more}"
+        ) from error
+
+
+def flush(group: zarr.Group | None = None) -> None:
+    """Wait until every write of group's store (of every store when None) handed to the
+    writer threads is done; StoreWriteError naming the array when one failed."""
+    keys = [store_key(group)] if group is not None else list(_states)
+    for key in keys:
+        raise_failed(key, wait(key))

@@ -1,0 +1,63 @@
+"""What the tests run on that pip cannot install: a real SLURM (Debian's slurm-wlm, munge,
+slurmdbd, mariadb-server) and Apptainer (Debian sid's, in a root made by debootstrap and
+entered with bubblewrap: tests/apptainer_image.py). The README's test command runs this first.
+
+    python tests/provision.py
+
+As root with apt-get it installs what is missing (about two minutes on a new machine);
+otherwise it says what is missing and exits 0: the tests that need it then skip, naming it
+(under CI=true they fail instead). Exit status 1 when an installation failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import apptainer_image
+import slurm_cluster
+
+
+def apt_install(packages: list[str]) -> str | None:
+    """apt-get install the packages; None when done, else why it failed."""
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
+    done = subprocess.run(
+        ["apt-get", "install", "-y", "-qq", *packages], env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        return f"apt-get install {' '.join(packages)} failed: {done.stderr.strip()[-500:]}"
+    return None
+
+
+def main() -> int:
+    """Install what is missing where this process may; report what is still missing."""
+    may_install = os.geteuid() == 0 and shutil.which("apt-get") is not None
+    packages = list(slurm_cluster.PACKAGES) if slurm_cluster.missing_programs() else []
+    packages += apptainer_image.missing_host_tools()
+    failures = []
+    if packages and may_install:
+        failures.append(apt_install(packages))
+    if may_install and not apptainer_image.APPTAINER_ROOT.is_dir():
+        try:
+            apptainer_image.provision_apptainer()
+        except apptainer_image.Unavailable as err:
+            failures.append(f"Apptainer's root: {err}")
+    failures = [f for f in failures if f]
+    missing = [slurm_cluster.missing()]
+    if not apptainer_image.APPTAINER_ROOT.is_dir() or apptainer_image.missing_host_tools():
+        missing.append(
+            "Apptainer for the tests: "
+            + " and ".join(apptainer_image.missing_host_tools() + ["its Debian sid root"])
+        )
+    for line in failures + [m for m in missing if m]:
+        print(f"provision: {line}", file=sys.stderr)
+    if not any(missing):
+        print("provision: SLURM and Apptainer for the tests are in place")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
