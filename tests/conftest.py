@@ -19,7 +19,13 @@ from pathlib import Path
 import jax
 import pytest
 
-PDIMS_8 = [(2, 4), (4, 2), (1, 8), (8, 1)]
+# The decompositions of 8 devices: a pencil and a slab in the fast tier, the others in the slow one
+PDIMS_8 = [
+    (2, 4),
+    (8, 1),
+    pytest.param((4, 2), marks=pytest.mark.slow),
+    pytest.param((1, 8), marks=pytest.mark.slow),
+]
 REPO = Path(__file__).resolve().parent.parent
 # A tiny campaign (2 runs of 16^3 on 2 devices) that the workflow and SLURM tests share.
 TINY = """\

@@ -31,6 +31,7 @@ def test_step_spacings_are_equal_in_their_variable():
         timesteps.step_boundaries(0.1, 1.0, 5, spacing="growth")
 
 
+@pytest.mark.slow
 def test_ten_steps_of_every_spacing_match_a_converged_reference():
     record = accuracy.bench_steps(32, 128.0, 10, 64)
     assert record["reference_error"]["pk_rel_diff"] < 0.1 * STEP_TOLERANCE  # converged
@@ -104,3 +105,13 @@ def test_thin_planes_lose_power_at_low_multipoles_and_box_thick_slabs_none():
     for t in (half, shell):
         assert np.all(t < 1) and np.all(np.diff(t) > 0)  # the shortfall shrinks with k
     assert np.all(half < shell)
+
+
+def test_the_step_benchmark_compares_every_spacing_with_its_reference_at_tiny_sizes():
+    """`pmpipe bench steps` at 16^3: a record per spacing; 2 steps equal in ln a are the
+    reference's own half, so their error is the reference's."""
+    record = accuracy.bench_steps(16, 128.0, 2, 4)
+    assert set(record["spacings"]) == set(timesteps.STEP_SPACINGS)
+    assert all(math.isfinite(acc["pk_rel_diff"]) for acc in record["spacings"].values())
+    same = record["spacings"]["log_a"]["pk_rel_diff"]
+    assert same == pytest.approx(record["reference_error"]["pk_rel_diff"], rel=1e-6)

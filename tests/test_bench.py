@@ -33,6 +33,7 @@ def test_accuracy_sees_amplitude_and_phase_errors():
     assert pm_core.accuracy(noisy, disp, mesh, halo=4)["r_min"] < 0.999
 
 
+@pytest.mark.slow
 def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_field(tmp_path):
     import json
     import subprocess

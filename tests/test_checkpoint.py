@@ -90,6 +90,7 @@ def _assert_same_stores(a, b, rtol=1e-6):
         assert np.max(np.abs(u - v)) <= rtol * np.max(np.abs(u)), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGUSR2"])
 def test_interrupted_run_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_one(
     reference, tmp_path, how
@@ -114,6 +115,7 @@ def test_interrupted_run_resumes_from_its_checkpoint_and_ends_like_an_uninterrup
     assert not (run_dir / checkpoint.FOLDER).exists()
 
 
+@pytest.mark.slow
 def test_checkpoints_change_no_result_and_another_configs_checkpoint_is_not_used(
     reference, tmp_path
 ):
@@ -150,6 +152,7 @@ def test_checkpoints_need_a_schedule():
     )
 
 
+@pytest.mark.slow
 def test_a_signal_outside_the_n_body_stops_a_packed_job_before_its_next_stage(tmp_path):
     """Runs without checkpoints: SIGUSR2 while the first run's N-body goes on ends the stage in
     progress, and the job (exit status 3) before the next stage; started again, the job does
@@ -179,4 +182,31 @@ def test_a_signal_outside_the_n_body_stops_a_packed_job_before_its_next_stage(tm
         assert all(
             store.is_complete(stages.store_path(path.parent, s))
             for s in ("ic", "nbody", "summaries")
+        )
+
+
+def test_a_checkpoint_holds_the_state_it_was_written_from(tmp_path):
+    """A checkpoint of a small run's state before its first step, written then read back as
+    a stage finds it (the newest complete one of its config), equals that state."""
+    import jax
+
+    from pmpipe.physics import nbody
+    from pmpipe.run import derive, validation
+    from pmpipe.runtime import parallel
+
+    run_dir = tmp_path / "run"
+    small = {"box": {"box_size": 64.0, "particles": 8, "oversample": 2}, "nbody": {"steps": 2}}
+    run_file = validation.load_run_file(_write_run(run_dir, **small))
+    setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
+    init = derive.initial_conditions(setup)
+    state = nbody.start_state(setup.cosmology, init.disp, init.mom, setup.timeline, setup.grid)
+    written = checkpoint.write(run_dir, run_file, setup.grid.mesh, state, 1, 0.55)
+    assert checkpoint.newest(run_dir, run_file.config_hash) == written
+    assert checkpoint.newest(run_dir, "sha256:another") is None
+    like = jax.eval_shape(lambda s: s, state)
+    back, step = checkpoint.read(written, setup.grid.mesh, like)
+    assert step == 1
+    for name in ("disp", "mom", "snaps", "needed", "trouble"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(back, name)), np.asarray(getattr(state, name))
         )

@@ -132,7 +132,7 @@ OPERATIONS = {
 }
 
 
-@pytest.mark.parametrize("pdims", [(2, 4), (8, 1)])
+@pytest.mark.parametrize("pdims", [(2, 4), pytest.param((8, 1), marks=pytest.mark.slow)])
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_sharded_operations_gather_nothing_and_equal_one_device(operation, pdims):
     one, _, _ = OPERATIONS[operation](parallel.make_mesh((1, 1)))
@@ -155,6 +155,7 @@ def test_the_check_finds_a_gathered_field():
         assert_local(gathered.lower(f).compile(), N)
 
 
+@pytest.mark.slow
 def test_ray_directions_are_healpix_pixel_centres():
     import healpy
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 import yaml
 from conftest import TINY
 
@@ -105,6 +106,7 @@ def _runs(cache, runs):
     return _results(_start(cache, runs))
 
 
+@pytest.mark.slow
 def test_runs_of_one_size_compile_once(tmp_path):
     # C with a cache of its own, compiled from scratch: independent of the rest, so it runs
     # beside it
@@ -200,6 +202,7 @@ def _job(paths, report, cache):
     return _record(_start_job(paths, report, cache), report)
 
 
+@pytest.mark.slow
 def test_a_second_process_of_the_same_sizes_compiles_nothing(tmp_path):
     paths = _run_files(tmp_path / "results")
     cache = tmp_path / "cache"

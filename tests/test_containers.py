@@ -242,6 +242,7 @@ def in_image(apptainer, image, *args, cwd, env=None, timeout=600):
     )
 
 
+@pytest.mark.slow
 def test_the_cpu_image_passes_its_test_and_doctor_reports_it_with_its_labels(
     apptainer, cpu_image, tmp_path
 ):
@@ -268,6 +269,7 @@ def test_the_cpu_image_passes_its_test_and_doctor_reports_it_with_its_labels(
     assert facts["pmpipe"]["package"].startswith("/opt/pmpipe/venv/")  # the image's pmpipe
 
 
+@pytest.mark.slow
 def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny_local, tmp_path):
     """Every stage of one run by `apptainer exec <image> python -m pmpipe.stages.pipeline`."""
     image, commit = cpu_image
@@ -292,6 +294,7 @@ def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny
     assert attrs["image"] == str(image) and attrs["git_commit"] == commit  # the image's label
 
 
+@pytest.mark.slow
 def test_the_quickstart_completes_through_the_slurm_apptainer_profile(
     slurm, apptainer, cpu_image, tmp_path
 ):

@@ -41,6 +41,7 @@ def _campaign(tmp_path, file, pdims="auto"):
     return path
 
 
+@pytest.mark.slow
 def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
     file = tmp_path / "site" / "decompositions.yaml"
     path = _campaign(tmp_path, file)
@@ -137,3 +138,12 @@ def test_one_machine_kind_per_file_and_pdims_given_once(tmp_path):
     run = {"parallel": {"pdims": "auto"}}
     with pytest.raises(ValueError, match="'auto' is chosen for a campaign's runs"):
         config.Run.model_validate(run)
+
+
+def test_a_sweep_times_every_candidate_and_keeps_the_fastest():
+    from pmpipe.bench import tune
+
+    sweep = tune.sweep(2, 8, 1, 2, repeat=1)
+    assert set(sweep.step_seconds) == {"2x1", "1x2"}
+    assert decomposition.label(sweep.pdims) == min(sweep.step_seconds, key=sweep.step_seconds.get)
+    assert sweep.devices == 2 and sweep.force_mesh == 8 and sweep.jax

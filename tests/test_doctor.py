@@ -59,6 +59,7 @@ def test_one_process_reports_every_field_and_a_table():
     assert table.rstrip().endswith("no warnings")
 
 
+@pytest.mark.slow
 def test_two_processes_under_mpiexec_each_report_the_launch(tmp_path):
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
     reports = _reports_per_rank(tmp_path, shutil.which("mpiexec"), "-n", "2")
@@ -69,6 +70,7 @@ def test_two_processes_under_mpiexec_each_report_the_launch(tmp_path):
     assert all("Version" in r["mpi"]["version"] for r in reports), reports[0]["mpi"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "binding, ids",
     [((), [[0], [1]]), (("--gres=gpu:2",), [[0], [1]]), (("--gpus-per-task=1",), [[0], [0]])],

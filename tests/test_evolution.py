@@ -125,6 +125,7 @@ def _one_program(cosmo, init, planes, transforms, times, mesh):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pdims", [(1, 1), (2, 4)])
 def test_evolution_is_one_program_equal_to_step_by_step(pdims):
     mesh = parallel.make_mesh(pdims)

@@ -155,6 +155,7 @@ def test_the_unchanged_configurations_are_valid(tmp_path):
     assert validation.load_run(_write(tmp_path, BASE_RUN)).box.particles == 16
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(changes=mutations(BASE_CAMPAIGN), suffix=st.sampled_from([".yaml", ".json"]))
 def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(

@@ -122,7 +122,7 @@ def test_full_sky_shear_round_trip():
     assert np.abs(g2).max() < 1e-6
 
 
-@pytest.mark.parametrize("pdims", [(2, 4), (4, 2)])
+@pytest.mark.parametrize("pdims", [(2, 4), pytest.param((4, 2), marks=pytest.mark.slow)])
 def test_planes_and_shells_do_not_depend_on_the_device_mesh(pdims):
     m, box = 32, 128.0
     rng = np.random.default_rng(1)
@@ -267,6 +267,7 @@ def test_lightcone_geometry_is_checked():
     )
 
 
+@pytest.mark.slow
 def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
     """A Gaussian density (the linear field of a 64^3 mesh in 256 Mpc/h) through the shell
     pipeline (band limit per shell, rays on a grid of 4 nside, harmonic coefficients up to

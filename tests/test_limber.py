@@ -11,10 +11,13 @@ import json
 
 import numpy as np
 import pyccl
+import pytest
 import zarr
 
 from pmpipe.run import config
 from pmpipe.stages import runner
+
+pytestmark = pytest.mark.slow
 
 RUN = {
     "box": {"box_size": 256.0, "particles": 64, "oversample": 2},

@@ -92,6 +92,7 @@ def _assert_same_stores(one_dir, two_dir, stage_names):
             assert np.nanmax(np.abs(x - y)) <= 1e-5 * scale, (stage, name)
 
 
+@pytest.mark.slow
 def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_path):
     """ic and nbody; lensing and summaries on 2 processes: tests/test_slurm.py (submit)."""
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
@@ -105,6 +106,7 @@ def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_pa
     assert json.loads(path.read_text())["config"]["parallel"]["pdims"] == [1, 2]
 
 
+@pytest.mark.slow
 def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process, tmp_path):
     """One process per node with several devices: pdims (2, 2) over 2 processes under
     mpiexec, each holding 2 host devices, against one process on (1, 2)."""
@@ -115,6 +117,7 @@ def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process, 
     _assert_same_stores(one_process, path.parent, ("ic", "nbody"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "binding, stage_names",
     [((), ("ic", "nbody")), (("--gres=gpu:2",), ("ic",)), (("--gpus-per-task=1",), ("ic",))],

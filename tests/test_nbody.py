@@ -48,6 +48,7 @@ def _run(
     return mesh, grid, init, res
 
 
+@pytest.mark.slow
 def test_linear_growth_in_a_gigaparsec_box():
     a0, a1 = 0.1, 1.0
     mesh, grid, _init, res = _run(64, 1000.0, 2, a0, a1, 10, fixed=True, snapshots=(a0,))
@@ -58,6 +59,7 @@ def test_linear_growth_in_a_gigaparsec_box():
     assert np.all(np.abs(ratio[:3] - 1) < 0.01), ratio[:6]
 
 
+@pytest.mark.slow
 def test_pm_agrees_with_2lpt_at_early_times():
     """In the regime PM resolves: B = 2 and initial modes below a third of the particle
     Nyquist frequency (grid-scale modes grow too slowly under any PM force)."""
@@ -79,6 +81,7 @@ def test_pm_agrees_with_2lpt_at_early_times():
     assert diff < 0.01 * rms, (diff, rms)
 
 
+@pytest.mark.slow
 def test_step_convergence_10_vs_40_steps():
     box, n = 256.0, 32
     _, _grid, _, r10 = _run(n, box, 2, 0.1, 1.0, 10)
@@ -95,6 +98,7 @@ def single_device_run():
     return _run(32, 256.0, 1, 0.1, 1.0, 10, halo=4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pdims", PDIMS_8)
 def test_same_universe_on_8_devices(pdims, single_device_run):
     _, _, init1, res1 = single_device_run
@@ -106,6 +110,7 @@ def test_same_universe_on_8_devices(pdims, single_device_run):
     assert rel_diff(res8.disp, res1.disp) <= 1e-5
 
 
+@pytest.mark.slow
 def test_halo_shortfall_raises_during_evolution():
     with pytest.raises(painting.HaloError, match=r"at step \d of 3 \(a = .*parallel.halo_cells"):
         _run(32, 64.0, 1, 0.1, 1.0, 3, pdims=(2, 4), halo=1)
@@ -169,6 +174,7 @@ def _loss_setup():
     return n, mesh, loss
 
 
+@pytest.mark.slow
 def test_gradients_match_finite_differences_float64():
     with jax.enable_x64(True):
         n, mesh, loss = _loss_setup()
@@ -185,6 +191,7 @@ def test_gradients_match_finite_differences_float64():
         assert abs(float(fd_v)) > 0 and abs(float(fd_om)) > 0
 
 
+@pytest.mark.slow
 def test_evolution_leaves_the_initial_state_valid():
     """The steps update the particle state in place (donated buffers), never the caller's."""
     _mesh, _, init, res = _run(8, 64.0, 1, 0.1, 1.0, 2, halo=2)
@@ -192,6 +199,7 @@ def test_evolution_leaves_the_initial_state_valid():
     assert float(jnp.abs(res.disp - init.disp).max()) > 0
 
 
+@pytest.mark.slow
 def test_a_halo_overflow_stops_the_evolution_at_its_step():
     """A stage's compiled evolution (stop_early) does no work after the step whose particles left
     the halo: its final state is the state after that step, and the error names it."""

@@ -70,6 +70,7 @@ def _arrays(run_dir, stage):
     return set(zarr.open_group(run_dir / f"{stage}.zarr", mode="r").array_keys())
 
 
+@pytest.mark.slow
 def test_lean_outputs_leave_out_what_they_say(runs):
     full, lean = runs["full"], runs["lean"]
     assert {"displacement", "momentum", "linear_density"} <= _arrays(full, "ic")
@@ -92,6 +93,7 @@ def test_lean_outputs_leave_out_what_they_say(runs):
         assert store.is_complete(lean / f"{stage}.zarr")
 
 
+@pytest.mark.slow
 def test_downsampled_density_is_the_mean_of_the_full_one(runs):
     full = zarr.open_group(runs["full"] / "nbody.zarr", mode="r")["density"][:]
     lean = zarr.open_group(runs["lean"] / "nbody.zarr", mode="r")
@@ -105,6 +107,7 @@ def full_x(runs):
     return zarr.open_group(runs["full"] / "nbody.zarr", mode="r")["x"][:]
 
 
+@pytest.mark.slow
 def test_summaries_do_not_depend_on_what_the_stores_keep(runs):
     full = zarr.open_group(runs["full"] / "summaries.zarr", mode="r")
     lean = zarr.open_group(runs["lean"] / "summaries.zarr", mode="r")
@@ -117,6 +120,7 @@ def test_summaries_do_not_depend_on_what_the_stores_keep(runs):
             assert np.array_equal(x, y), name
 
 
+@pytest.mark.slow
 def test_a_stage_that_needs_what_was_not_kept_says_which_setting(runs, tmp_path):
     with pytest.raises(
         store.IncompleteStoreError, match=r"density at full resolution \(outputs.density"
@@ -125,6 +129,7 @@ def test_a_stage_that_needs_what_was_not_kept_says_which_setting(runs, tmp_path)
     assert runner.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
 
 
+@pytest.mark.slow
 def test_ics_not_kept_are_made_again_from_the_seed(runs, tmp_path):
     """nbody run alone on a store with the linear density only equals the packed run."""
     path = _write_run(tmp_path / "lean", LEAN)
@@ -136,6 +141,7 @@ def test_ics_not_kept_are_made_again_from_the_seed(runs, tmp_path):
     np.testing.assert_allclose(ours, packed, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["full", "lean"])
 def test_plan_disk_estimate_equals_the_arrays_written(runs, name):
     run_file = validation.load_run_file(runs[name] / "config.json")

@@ -5,6 +5,7 @@ and it reports its version."""
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -40,6 +41,7 @@ def test_the_formatter_would_change_nothing():
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_mypy_finds_nothing_in_the_package():
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental"],

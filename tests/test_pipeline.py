@@ -59,6 +59,7 @@ def packed(tmp_path_factory):
     return workdir, out
 
 
+@pytest.mark.slow
 def test_a_failing_run_does_not_stop_the_others(packed):
     workdir, out = packed
     results = workdir / "results" / "tiny"
@@ -73,6 +74,7 @@ def test_a_failing_run_does_not_stop_the_others(packed):
     assert not (results / RUNS[2] / "summaries.zarr").exists()
 
 
+@pytest.mark.slow
 def test_snakemake_then_reruns_only_the_failed_run(packed):
     workdir, _ = packed
     results = workdir / "results" / "tiny"
@@ -88,6 +90,7 @@ def test_snakemake_then_reruns_only_the_failed_run(packed):
     assert RUNS[0] not in log  # the finished runs were not part of the job
 
 
+@pytest.mark.slow
 def test_packed_stores_equal_the_stages_run_one_by_one(packed, tmp_path):
     workdir, _ = packed
     results = workdir / "results" / "tiny"
@@ -101,6 +104,7 @@ def test_packed_stores_equal_the_stages_run_one_by_one(packed, tmp_path):
             same_store(results / run / f"{stage}.zarr", run_dir / f"{stage}.zarr", 1e-6)
 
 
+@pytest.mark.slow
 def test_a_job_skips_complete_runs_and_stages(packed):
     workdir, _ = packed
     results = workdir / "results" / "tiny"

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 import zarr
 from conftest import REPO
@@ -20,6 +21,8 @@ from test_slurm import STATUS_CHECKS, slurm_env
 from pmpipe import stages
 from pmpipe.run import validation
 from pmpipe.storage import checkpoint, store
+
+pytestmark = pytest.mark.slow
 
 CAMPAIGN = {
     "name": "preempt",

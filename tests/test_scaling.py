@@ -59,6 +59,7 @@ def _permutes_per_step(pdims):
     return 2 * (1 + collectives.FORCE_COMPONENTS) * sum(p > 1 for p in pdims)
 
 
+@pytest.mark.slow
 def test_strong_and_weak_rows_on_8_devices(one_process):
     tmp, record, table = one_process
     assert (record["benchmark"], record["processes"], record["devices"]) == (
@@ -97,6 +98,7 @@ def test_strong_and_weak_rows_on_8_devices(one_process):
     assert (tmp / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_trace_of_the_most_devices_and_its_summary(one_process):
     tmp, record, table = one_process
     summary = record["trace"]
@@ -117,6 +119,7 @@ def test_trace_of_the_most_devices_and_its_summary(one_process):
     assert "collectives a step and device: 4 all-to-all, 8 collective-permute" in table
 
 
+@pytest.mark.slow
 def test_two_processes_under_mpiexec_give_the_results_of_one(one_process, tmp_path):
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
     record, _ = _bench(
@@ -137,7 +140,14 @@ def test_two_processes_under_mpiexec_give_the_results_of_one(one_process, tmp_pa
 
 @pytest.mark.parametrize(
     "pdims,oversample",
-    [((8, 1), 1), ((1, 8), 1), ((2, 4), 1), ((4, 2), 2), ((2, 1), 1), ((1, 1), 1)],
+    [
+        ((8, 1), 1),
+        ((2, 4), 1),
+        ((1, 1), 1),
+        pytest.param((1, 8), 1, marks=pytest.mark.slow),
+        pytest.param((4, 2), 2, marks=pytest.mark.slow),
+        pytest.param((2, 1), 1, marks=pytest.mark.slow),
+    ],
 )
 def test_bytes_model_equals_the_collectives_of_the_compiled_step(pdims, oversample):
     mesh = parallel.make_mesh(pdims)

@@ -17,6 +17,8 @@ from pmpipe.orchestration import campaign
 from pmpipe.stages import runner
 from pmpipe.storage import store
 
+pytestmark = pytest.mark.slow
+
 STATUS_CHECKS = (
     "--slurm-init-seconds-before-status-checks",
     "2",

@@ -59,6 +59,7 @@ def runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_stores_open_with_labels_units_and_coordinates(runs):
     run_dir = runs[1, 1]
     ic = xr.open_zarr(run_dir / "ic.zarr")
@@ -82,6 +83,7 @@ def test_stores_open_with_labels_units_and_coordinates(runs):
     assert np.all(np.abs(ratio - 1) < 0.5), ratio
 
 
+@pytest.mark.slow
 def test_provenance_and_config_hash(runs):
     run_dir = runs[2, 2]
     run_file = validation.load_run_file(run_dir / "config.json")
@@ -106,6 +108,7 @@ def test_provenance_and_config_hash(runs):
         assert attrs["started"] <= attrs["finished"]
 
 
+@pytest.mark.slow
 def test_stores_do_not_depend_on_the_device_mesh(runs):
     one, four = runs[1, 1], runs[2, 2]
     for stage, names in [
@@ -127,6 +130,7 @@ def test_stores_do_not_depend_on_the_device_mesh(runs):
     assert chunks == (1, 8, 8, 16)  # one chunk per device block: one writer per chunk
 
 
+@pytest.mark.slow
 def test_store_without_marker_is_never_consumed(runs, tmp_path, capsys):
     path = _write_run(tmp_path / "run", (1, 1))
     runner.run_stage("ic", path)
@@ -141,6 +145,7 @@ def test_store_without_marker_is_never_consumed(runs, tmp_path, capsys):
     assert "INCOMPLETE" in store.describe(tmp_path / "run" / "ic.zarr")
 
 
+@pytest.mark.slow
 def test_store_of_another_config_is_refused(runs, tmp_path):
     src = runs[1, 1]
     run_dir = tmp_path / "other"
@@ -152,6 +157,7 @@ def test_store_of_another_config_is_refused(runs, tmp_path):
         runner.run_stage("nbody", path)
 
 
+@pytest.mark.slow
 def test_run_status_and_describe(runs):
     assert status.run_status(runs[1, 1]) == "complete"
     text = store.describe(runs[1, 1] / "nbody.zarr")
@@ -178,6 +184,7 @@ def test_host_devices_requested_only_when_unset(monkeypatch):
     assert __import__("os").environ["XLA_FLAGS"] == parallel.HOST_DEVICES_FLAG + "=8"
 
 
+@pytest.mark.slow
 def test_lensing_store_labels_and_full_sky_mean(runs):
     run_dir = runs[1, 1]
     nb = xr.open_zarr(run_dir / "nbody.zarr")
@@ -233,6 +240,7 @@ def test_lensing_store_labels_and_full_sky_mean(runs):
         assert np.isfinite(expected).sum() >= 3
 
 
+@pytest.mark.slow
 def test_valid_ranges_are_stored_with_their_reasons(runs):
     lens = zarr.open_group(runs[1, 1] / "lensing.zarr", mode="r")
     sm = xr.open_zarr(runs[1, 1] / "summaries.zarr")

@@ -33,6 +33,7 @@ def campaign(tiny_local):
     return tiny_local
 
 
+@pytest.mark.slow
 def test_first_run_writes_every_store_manifest_and_figures(campaign):
     results = campaign / "results" / "tiny"
     runs = ["tiny-fiducial-r0", "tiny-fiducial-r1"]
@@ -64,6 +65,7 @@ def test_first_run_writes_every_store_manifest_and_figures(campaign):
     )
 
 
+@pytest.mark.slow
 def test_second_run_does_nothing(campaign):
     before = stamps(campaign / "results" / "tiny")
     out = snakemake(campaign)
@@ -71,6 +73,7 @@ def test_second_run_does_nothing(campaign):
     assert stamps(campaign / "results" / "tiny") == before
 
 
+@pytest.mark.slow
 def test_deleted_nbody_store_recomputes_only_that_run(campaign):
     runs_dir = campaign / "results" / "tiny"
     before = stamps(runs_dir)
@@ -85,6 +88,7 @@ def test_deleted_nbody_store_recomputes_only_that_run(campaign):
     }
 
 
+@pytest.mark.slow
 def test_store_without_marker_is_recomputed(campaign):
     runs_dir = campaign / "results" / "tiny"
     target = runs_dir / "tiny-fiducial-r1" / "summaries.zarr"
@@ -96,6 +100,7 @@ def test_store_without_marker_is_recomputed(campaign):
     assert stamps_without(runs_dir, ("tiny-fiducial-r1", "summaries")) == before
 
 
+@pytest.mark.slow
 def test_damaged_stores_are_found_by_verify_and_recomputed(campaign):
     """A deleted chunk is found when the workflow plans; a changed byte by `pmpipe verify`,
     which takes the store's marker off: the next snakemake makes both stores again, alone."""
@@ -125,6 +130,7 @@ def stamps_without(runs_dir, key):
     return {k: v for k, v in stamps(runs_dir).items() if k != key}
 
 
+@pytest.mark.slow
 def test_report(campaign):
     before = sorted(p.relative_to(campaign) for p in (campaign / "results").rglob("*"))
     out = snakemake(campaign, "--report", "report.html")
@@ -142,12 +148,15 @@ def test_bad_campaign_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-CAMPAIGNS = sorted((REPO / "config").glob("*.yaml")) + sorted(
-    (REPO / "config/examples").glob("*.yaml")
-)
+# the quick start in the fast tier, the examples in the slow one
+CAMPAIGNS = [
+    path if path.name == "quickstart.yaml" else pytest.param(path, marks=pytest.mark.slow)
+    for path in sorted((REPO / "config").glob("*.yaml"))
+    + sorted((REPO / "config/examples").glob("*.yaml"))
+]
 
 
-@pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: getattr(p, "name", None))
 def test_every_documented_campaign_dry_runs(path, tmp_path):
     """`snakemake -n` through the real Snakefile: the campaign loads, every job and its
     resources are planned (with and without lensing, on cpu and gpu)."""
@@ -166,6 +175,7 @@ def test_every_documented_campaign_dry_runs(path, tmp_path):
     assert not (tmp_path / "results").exists()  # planning writes nothing
 
 
+@pytest.mark.slow
 def test_list_example_runs_to_the_end(tmp_path):
     """A documented example (no lightcone, 2 runs of 32^3) from the campaign file to the figures."""
     run_snakemake(
