@@ -1,8 +1,12 @@
+import json
+
 import numpy as np
 import pytest
+from conftest import REPO
 
 from pmpipe.bench import pm_core
 from pmpipe.physics import domain, ics, simulation
+from pmpipe.run import config
 from pmpipe.runtime import parallel
 
 
@@ -153,3 +157,25 @@ def test_bench_nbody_compares_with_pmwd_in_its_own_process(tmp_path):
     assert record["vs_pmwd"]["run_s_ratio"] == pytest.approx(record["run_s"] / peer["run_s"])
     assert record["programs_timed_run"] == 0
     assert 24 <= record["evolution_memory"]["bytes_per_particle"] <= 80
+
+
+@pytest.mark.slow
+def test_bench_plan_times_the_parse_and_the_dry_run_which_write_nothing(tmp_path):
+    from pmpipe import cli
+
+    out = tmp_path / "plan.json"
+    lh = REPO / "config/examples/latin_hypercube.yaml"
+    assert cli.main(["bench", "plan", str(lh), "--samples", "24", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["runs"] == 24 and record["jobs"] == 3 and record["written_under_results"] == []
+    assert 0 < record["planning_s"] < record["parse_s"] and record["dry_run_s"] > 0
+
+
+def test_bench_plan_resizes_sampled_designs_only(tmp_path):
+    from pmpipe.bench import plan
+
+    lh = REPO / "config/examples/latin_hypercube.yaml"
+    assert config.read_mapping(plan.resized(lh, 24, tmp_path))["design"]["samples"] == 24
+    assert plan.resized(lh, None, tmp_path) == lh
+    with pytest.raises(config.ConfigError, match="resizes a latin_hypercube or sobol design"):
+        plan.resized(REPO / "config/quickstart.yaml", 10, tmp_path)

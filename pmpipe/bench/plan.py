@@ -1,11 +1,13 @@
 """``pmpipe bench plan``: how long Snakemake takes to plan a campaign, and that planning writes
 nothing.
 
-Runs ``snakemake -n`` (``--profile profiles/local`` by default) on the repository's Snakefile
-in a fresh working directory for the campaign file, optionally with its sampled design
-(Latin hypercube, Sobol) resized to ``samples`` points, and reports as JSON: the wall time of
-the dry run, pmpipe's share of it (the planning line the Snakefile logs), runs and jobs, and
-the files the dry run left under results/ (none: planning only reads).
+In a fresh working directory, for the campaign file (optionally with its sampled design, Latin
+hypercube or Sobol, resized to ``samples`` points) and the repository's Snakefile with
+``--profile profiles/local`` by default, runs ``snakemake --list-rules`` (the parse: the
+Snakefile and pmpipe's plan, no DAG) and then ``snakemake -n`` (the parse, the DAG of every
+job and the listing of the jobs), and reports as JSON: the wall time of each, pmpipe's share
+of the parse (the planning line the Snakefile logs), runs and jobs, and the files both left
+under results/ (none: planning only reads).
 """
 
 from __future__ import annotations
@@ -50,13 +52,15 @@ def bench_plan(
     with tempfile.TemporaryDirectory(prefix="pmpipe-bench-plan-") as tmp:
         workdir = Path(tmp)
         path = resized(Path(campaign_file).absolute(), samples, workdir)
-        wall_s, out = bench_campaign.run_snakemake(
-            path, Path(profile).absolute(), workdir, snakefile, None, ("-n",)
-        )
-        if out.returncode:
-            raise bench_campaign.CampaignFailed(
-                f"snakemake -n exited {out.returncode}:\n{out.stderr[-3000:]}"
+        seconds = {}
+        for name, option in (("parse_s", "--list-rules"), ("dry_run_s", "-n")):
+            seconds[name], out = bench_campaign.run_snakemake(
+                path, Path(profile).absolute(), workdir, snakefile, None, (option,)
             )
+            if out.returncode:
+                raise bench_campaign.CampaignFailed(
+                    f"snakemake {option} exited {out.returncode}:\n{out.stderr[-3000:]}"
+                )
         found = PLANNED.search(out.stderr)
         if found is None:
             raise bench_campaign.CampaignFailed(f"no planning line in:\n{out.stderr[-3000:]}")
@@ -67,7 +71,7 @@ def bench_plan(
         "campaign": found.group(1),
         "runs": int(found.group(3)),
         "jobs": int(found.group(4)),
-        "dry_run_s": wall_s,
+        **seconds,
         "planning_s": float(found.group(2)),
         "written_under_results": written,
         "python": platform.python_version(),

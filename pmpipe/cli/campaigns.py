@@ -32,8 +32,10 @@ def plan(args) -> int:
             {k: v for k, v in spec.run.model_dump(mode="json").items() if k != "ic"}, sort_keys=True
         )  # seeds change no range: one check per design point
         if key not in seen:
-            planning = derive.setup(campaign.run_file(camp, spec), None)
-            seen[key] = lensing.resolution_warnings(planning)
+            seen[key] = {}
+            if spec.run.lensing is not None:  # the maps' resolution needs the run's setup
+                planning = derive.setup(campaign.run_file(camp, spec), None)
+                seen[key] = lensing.resolution_warnings(planning)
         for field, (resolved, text) in seen[key].items():
             runs.setdefault(field, []).append(spec.run_id)
             if field not in worst or resolved < worst[field][0]:

@@ -10,24 +10,24 @@ import numpy as np
 from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
 from pmpipe.orchestration import manifest
-from pmpipe.run import validation
+from pmpipe.run import config
 from pmpipe.stages import status
 from pmpipe.storage import provenance, store
 
 
 def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
     """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries stores
-    (each must be complete and made from the run's current config.json); returns the folder."""
+    (each must be complete and made from the run's configuration as the campaign makes it);
+    returns the folder."""
     camp = campaigns.load(campaign_file)
     specs = list(camp.runs)
     campaign_dir = Path(results) / camp.name
-    run_dirs = [campaign_dir / spec.run_id for spec in specs]
     groups = [
         store.open_complete(
-            stages.store_path(d, "summaries"),
-            validation.load_run_file(d / "config.json").config_hash,
+            stages.store_path(campaign_dir / spec.run_id, "summaries"),
+            config.config_hash(spec.run),
         )
-        for d in run_dirs
+        for spec in specs
     ]
     first = groups[0]
     started = store.now()

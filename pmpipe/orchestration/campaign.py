@@ -12,6 +12,7 @@ derivatives), so that the fiducial and its ∓ points share their white noise.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -222,8 +223,8 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
                         run.model_copy(update={"ic": ic}),
                     )
                 )
-    ids = [s.run_id for s in specs]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    counts = collections.Counter(s.run_id for s in specs)
+    duplicates = sorted(i for i, n in counts.items() if n > 1)
     if duplicates:
         raise config.ConfigError(f"{source}: duplicate run ids {', '.join(duplicates)}")
     return specs

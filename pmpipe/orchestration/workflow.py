@@ -94,20 +94,28 @@ def site_settings(snakemake_config: dict, environ) -> site.Site | None:
     return site.from_mapping(section, environ, "site section of the Snakemake config")
 
 
-def unwritten_configs(camp: campaigns.Campaign, results: Path) -> list[str]:
-    """Run ids whose config.json is missing or differs from what the campaign makes of it."""
-    out = []
+def unwritten_configs(camp: campaigns.Campaign, results: Path) -> dict[str, str]:
+    """Run id -> the state of its config.json where it is missing or differs from what the
+    campaign makes of it: the new content's hash and the run folder's modification time (a
+    file deleted again, or edited again, gives another state)."""
+    out = {}
     for spec in camp.runs:
-        path = results / camp.name / spec.run_id / "config.json"
-        if not path.exists() or path.read_text() != campaigns.run_file(camp, spec).to_json():
-            out.append(spec.run_id)
+        folder = results / camp.name / spec.run_id
+        path = folder / "config.json"
+        if not path.exists():
+            out[spec.run_id] = f"missing@{folder.stat().st_mtime_ns if folder.exists() else 0}"
+            continue
+        text = campaigns.run_file(camp, spec).to_json()
+        if path.read_text() != text:
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            out[spec.run_id] = f"{digest}@{path.stat().st_mtime_ns}"
     return out
 
 
 def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[str]:
     """Log each existing store that a job makes again, with why; returns their states
     (path and modification time) for the plan's name."""
-    hashes = {s.run_id: config.config_hash(s.run) for s in camp.runs}
+    runs = {s.run_id: s.run for s in camp.runs}
     states = []
     for run_id, stage in made:
         path = stages.store_path(campaign_dir / run_id, stage)
@@ -117,7 +125,7 @@ def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[s
         found = store.problems(path)
         if found:
             why = "; ".join(found)
-        elif status.is_current(path, hashes[run_id]):
+        elif status.is_current(path, config.config_hash(runs[run_id])):
             why = "comes after a stage of its run that is made again"
         else:
             why = "was made from another config"
@@ -134,6 +142,8 @@ def plan_jobs(camp: campaigns.Campaign, campaign_dir: Path, slurm_site) -> list[
             s.run_id: status.pending_stages(
                 s.run, config.config_hash(s.run), campaign_dir / s.run_id
             )
+            if (campaign_dir / s.run_id).exists()
+            else stages.run_stages(s.run)  # a run not begun: every stage
             for s in group
         }
         pending = [s for s in group if todo[s.run_id]]

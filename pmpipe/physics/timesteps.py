@@ -56,8 +56,9 @@ def step_boundaries(
             raise ValueError(
                 f"nbody.snapshots value {a} lies outside [a_init, a_final] = [{a_init}, {a_final}]"
             )
-    extra = [a for a in snapshots if not np.isclose(bounds, a, rtol=0, atol=1e-9).any()]
-    return np.unique(np.concatenate([bounds, np.asarray(extra, dtype=np.float64)]))
+    wanted = np.asarray(snapshots, dtype=np.float64).reshape(-1)
+    on_bound = (np.abs(bounds[:, None] - wanted[None, :]) <= 1e-9).any(axis=0)
+    return np.unique(np.concatenate([bounds, wanted[~on_bound]]))
 
 
 def _equal_steps(a_init: float, a_final: float, steps: int, spacing: str, growth) -> np.ndarray:
@@ -97,7 +98,8 @@ def timeline(
     spacing: str = "a",
     growth: Callable | None = None,
 ) -> Timeline:
-    """The steps from a_init to a_final (:func:`step_boundaries`) with the snapshots, sorted and
-    a_final always among them."""
-    kept = tuple(sorted({float(a) for a in snapshots} | {float(a_final)}))
-    return Timeline(step_boundaries(a_init, a_final, steps, kept, spacing, growth), kept)
+    """The steps from a_init to a_final (:func:`step_boundaries`) with the snapshots, sorted,
+    the last boundary (a_final) always among them."""
+    bounds = step_boundaries(a_init, a_final, steps, snapshots, spacing, growth)
+    kept = tuple(sorted({float(a) for a in snapshots} | {float(bounds[-1])}))
+    return Timeline(bounds, kept)

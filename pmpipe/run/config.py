@@ -37,11 +37,8 @@ from pmpipe.run.files import (
     validate,
 )
 from pmpipe.run.observables import (
-    FlatSky,
-    FullSky,
     Lensing,
     Lightcone,
-    ShapeNoise,
     SmailSources,
     Summaries,
     TableSources,
@@ -55,8 +52,6 @@ __all__ = [
     "Checkpoints",
     "ConfigError",
     "Cosmology",
-    "FlatSky",
-    "FullSky",
     "Lensing",
     "Lightcone",
     "NBody",
@@ -65,7 +60,6 @@ __all__ = [
     "Power",
     "Run",
     "RunFile",
-    "ShapeNoise",
     "SmailSources",
     "StrictModel",
     "Summaries",

@@ -20,7 +20,7 @@ def k_range(run: config.Run) -> tuple[float, float]:
 
 def planes(run: config.Run) -> sky.Planes:
     """The lightcone's planes from host distances (within 1e-5 of the N-body's, which come
-    from JAX's growth table: :func:`pmpipe.run.derive.planes`)."""
+    from JAX's growth table: :func:`pmpipe.run.derive.plane_geometry`)."""
     z_max = config.section(run.lightcone, "lightcone").z_max
     return sky.planes(
         float(background.comoving_distance(run.cosmology, 1.0 / (1.0 + z_max))),

@@ -119,6 +119,8 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         run_id = run_file.run_id
         todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
         names = stages.run_stages(run_file.config)
+        if not todo:
+            return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
         # the run's setup, derived once for all of its stages
         run_setup = derive.setup(run_file, mesh_of(run_file.config.parallel.pdims))
         inputs = Inputs(config_path.parent, run_setup, keep=True)

@@ -21,7 +21,7 @@ FORMAT = "pmpipe-store-1"  # root attribute 'format': layout version of docs/out
 
 def _git_commit() -> str | None:
     """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout."""
-    src = Path(__file__).resolve().parent.parent
+    src = Path(__file__).resolve().parents[2]  # the checkout: pmpipe/storage/ is two below
     if not (src / ".git").exists():
         return None
     try:

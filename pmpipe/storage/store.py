@@ -336,6 +336,8 @@ def problems(path: str | Path, checksums: bool = False) -> list[str]:
     no completion marker, or chunks that differ from its manifest (sizes; with ``checksums``
     every chunk's CRC-32 too)."""
     path = Path(path)
+    if not path.exists():
+        return ["does not exist"]
     try:
         attrs = dict(zarr.open_group(path, mode="r").attrs)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):

@@ -21,6 +21,10 @@ rule collect:
         f"pmpipe collect {PLAN.campaign_file} --results {RESULTS} > {{log}} 2>&1"
 
 
+FIGURES_OF = {}  # run id -> its figures (None: the campaign's)
+for figure in FIGURES:
+    FIGURES_OF.setdefault(figure.run, []).append(figure)
+
 for group, run_ids in PLAN.groups.items():
 
     rule:
@@ -30,7 +34,7 @@ for group, run_ids in PLAN.groups.items():
             [f"{PLAN.campaign_dir}/{run}/{stage}.zarr" for run in run_ids for stage in FIGURE_STORES],
         output:
             [report(f.path, caption=f"../report/{f.name}.rst", category=f.category,
-                    subcategory=f.run) for f in FIGURES if f.run in run_ids],
+                    subcategory=f.run) for run in run_ids for f in FIGURES_OF.get(run, [])],
         log:
             PLAN.campaign_dir / f"logs/figures_{group}.log",
         localrule: True
@@ -43,7 +47,7 @@ rule campaign_figures:
         PLAN.campaign_dir / "summaries.zarr",
     output:
         [report(f.path, caption=f"../report/{f.name}.rst", category=f.category)
-         for f in FIGURES if f.run is None],
+         for f in FIGURES_OF.get(None, [])],
     log:
         PLAN.campaign_dir / "logs/campaign_figures.log",
     shell:
