@@ -47,6 +47,13 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     assert "collect store, complete" in out and "pk (run, a, k) [2 x 1 x 8]" in out
     manifest = (tmp_path / "results/cli/manifest.csv").read_text()
     assert manifest.count("complete") == 2
+    # the report's figures of a run and of the campaign, as the workflow's rules draw them
+    from pmpipe.orchestration import report
+
+    campaign_dir = tmp_path / "results/cli"
+    drawn = [campaign_dir / "report/cli-fiducial-r0/pk.png", campaign_dir / "report/pk_ratio.png"]
+    assert report.main([str(campaign_dir), *map(str, drawn)]) == 0
+    assert all(path.stat().st_size > 1000 for path in drawn)
     assert cli.main(["show", str(tmp_path / "nothing.zarr")]) == 2
 
 

@@ -102,8 +102,10 @@ def _shade_outside(axes, low, high, label) -> None:
 
 
 def save_figure(fig, out_path) -> None:
+    """Write the figure to out_path (its folder made when missing) and close it."""
     plt = pyplot()
     fig.tight_layout()
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
 
