@@ -94,6 +94,10 @@ def pytest_configure(config):
             f"started ({os.environ.get('XLA_FLAGS')!r}): add --xla_force_host_platform_device_count=8"
         )
     SHARED_PROGRAMS = Path(tempfile.mkdtemp(prefix="pmpipe-test-programs-"))
+    # pmpipe's log goes to stderr as in every command line, whichever test runs first
+    from pmpipe.runtime import log
+
+    log.configure()
 
 
 def pytest_unconfigure(config):

@@ -21,34 +21,13 @@ def _module_names() -> dict[str, object]:
     return names
 
 
-def _script_block(node: ast.AST) -> bool:
-    """Whether node is ``if __name__ == "__main__":``, the module run as a script: what it
-    imports then is imported by ``__main__``, not by the module."""
-    test = getattr(node, "test", None)
-    return (
-        isinstance(node, ast.If)
-        and isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == "__name__"
-    )
-
-
-def _nodes(tree: ast.AST):
-    """Every node of tree but those of its script block."""
-    for child in ast.iter_child_nodes(tree):
-        if not _script_block(child):
-            yield child
-            yield from _nodes(child)
-
-
 def import_graph() -> dict[str, set[str]]:
-    """pmpipe module -> the pmpipe modules it imports, at its top or inside its functions
-    (not in its script block, ``if __name__ == "__main__":``)."""
+    """pmpipe module -> the pmpipe modules it imports, at its top or inside its functions."""
     modules = _module_names()
     graph = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _nodes(ast.parse(path.read_text())):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 graph[name] |= {a.name for a in node.names if a.name in modules}
             elif isinstance(node, ast.ImportFrom):

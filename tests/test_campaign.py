@@ -466,6 +466,7 @@ def test_unreadable_and_malformed_files(tmp_path):
         campaign.load(tmp_path / "list.yaml")
 
 
+@pytest.mark.slow
 def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
     """`pmpipe bench nbody --json` on this machine: the calibrated model gives that run's step
     time and peak memory back, and scales the others by the same factors."""

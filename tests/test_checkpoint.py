@@ -14,7 +14,7 @@ import zarr
 
 from pmpipe import stages
 from pmpipe.run import config
-from pmpipe.stages import runner
+from pmpipe.stages import registry
 from pmpipe.storage import checkpoint, store
 
 RUN = {
@@ -69,8 +69,8 @@ def reference(tmp_path_factory):
     """The ICs (shared by copying) and an uninterrupted nbody stage with checkpoints."""
     run_dir = tmp_path_factory.mktemp("checkpoint") / "reference"
     path = _write_run(run_dir)
-    runner.run_stage("ic", path)
-    runner.run_stage("nbody", path)
+    registry.run_stage("ic", path)
+    registry.run_stage("nbody", path)
     assert not (run_dir / checkpoint.FOLDER).exists()  # removed once nbody.zarr is complete
     return run_dir
 
@@ -125,17 +125,17 @@ def test_checkpoints_change_no_result_and_another_configs_checkpoint_is_not_used
 
     plain = tmp_path / "plain"
     path = _copy_ics(reference, plain, checkpoints=None)
-    runner.run_stage("nbody", path)
+    registry.run_stage("nbody", path)
     _assert_same_stores(reference, plain, rtol=1e-5)
 
     other = tmp_path / "other"
     path = _copy_ics(reference, other, checkpoints={"every_steps": 5, "keep": True})
-    runner.run_stage("nbody", path)  # keep: the last checkpoint stays
+    registry.run_stage("nbody", path)  # keep: the last checkpoint stays
     kept = sorted((other / checkpoint.FOLDER).glob("*.zarr"))
     assert [p.name for p in kept] == ["nbody-step00015.zarr"]
     changed = tmp_path / "changed"  # another config: its own ICs, the checkpoint of `other`
     path = _write_run(changed, nbody={**RUN["nbody"], "snapshots": [0.6]})
-    runner.run_stage("ic", path)
+    registry.run_stage("ic", path)
     shutil.copytree(other / checkpoint.FOLDER, changed / checkpoint.FOLDER)
     done = _stage("nbody", path)
     _, err = done.communicate(timeout=600)

@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 from pmpipe.run import config
-from pmpipe.stages import runner
+from pmpipe.stages import registry
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def _simulate(root, seed):
     path = run_dir / "config.json"
     path.write_text(config.RunFile.build("limber", run_dir.name, 0, {}, run).to_json())
     for stage in ("ic", "nbody", "lensing", "summaries"):
-        runner.run_stage(stage, path)
+        registry.run_stage(stage, path)
     return zarr.open_group(run_dir / "summaries.zarr", mode="r"), run
 
 

@@ -17,7 +17,7 @@ import zarr
 
 from pmpipe.run import config
 from pmpipe.runtime import parallel
-from pmpipe.stages import runner
+from pmpipe.stages import registry
 
 RUN = {
     "box": {"particles": 16, "box_size": 64.0},
@@ -72,7 +72,7 @@ def one_process(tmp_path_factory):
     reference stores."""
     path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
     for stage in ("ic", "nbody"):
-        runner.run_stage(stage, path)
+        registry.run_stage(stage, path)
     return path.parent
 
 

@@ -116,6 +116,7 @@ def test_halo_shortfall_raises_during_evolution():
         _run(32, 64.0, 1, 0.1, 1.0, 3, pdims=(2, 4), halo=1)
 
 
+@pytest.mark.slow
 def test_nan_in_the_state_stops_the_run_naming_step_and_a():
     """A momentum that turns NaN is reported at the first step it reaches the state, with
     its a and the fields to change."""

@@ -11,7 +11,7 @@ import zarr
 from pmpipe import stages
 from pmpipe.orchestration import resources
 from pmpipe.run import config, validation
-from pmpipe.stages import pipeline, runner
+from pmpipe.stages import pipeline, registry
 from pmpipe.storage import store
 
 RUN = {
@@ -125,17 +125,17 @@ def test_a_stage_that_needs_what_was_not_kept_says_which_setting(runs, tmp_path)
     with pytest.raises(
         store.IncompleteStoreError, match=r"density at full resolution \(outputs.density"
     ):
-        runner.run_stage("summaries", runs["lean"] / "config.json")
-    assert runner.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
+        registry.run_stage("summaries", runs["lean"] / "config.json")
+    assert registry.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
 
 
 @pytest.mark.slow
 def test_ics_not_kept_are_made_again_from_the_seed(runs, tmp_path):
     """nbody run alone on a store with the linear density only equals the packed run."""
     path = _write_run(tmp_path / "lean", LEAN)
-    runner.run_stage("ic", path)
+    registry.run_stage("ic", path)
     assert "displacement" not in _arrays(tmp_path / "lean", "ic")
-    runner.run_stage("nbody", path)
+    registry.run_stage("nbody", path)
     ours = zarr.open_group(tmp_path / "lean" / "nbody.zarr", mode="r")["density"][:]
     packed = zarr.open_group(runs["lean"] / "nbody.zarr", mode="r")["density"][:]
     np.testing.assert_allclose(ours, packed, rtol=1e-5, atol=1e-6)

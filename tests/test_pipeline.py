@@ -13,7 +13,7 @@ from conftest import snakemake_tiny as snakemake
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign
-from pmpipe.stages import runner
+from pmpipe.stages import registry
 from pmpipe.storage import store
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
@@ -53,7 +53,7 @@ def packed(tmp_path_factory):
     # the runs' config.json files, as the Snakefile writes them
     campaign.write_run_files(campaign.load(workdir / "tiny.yaml"), workdir / "results")
     results = workdir / "results" / "tiny"
-    runner.run_stage("ic", results / RUNS[2] / "config.json")
+    registry.run_stage("ic", results / RUNS[2] / "config.json")
     corrupt(results / RUNS[2] / "ic.zarr" / "displacement")
     out = snakemake(workdir, check=False)
     return workdir, out
@@ -99,7 +99,7 @@ def test_packed_stores_equal_the_stages_run_one_by_one(packed, tmp_path):
         run_dir.mkdir()
         shutil.copy(results / run / "config.json", run_dir / "config.json")
         for stage in stages.STAGES:
-            runner.run_stage(stage, run_dir / "config.json")
+            registry.run_stage(stage, run_dir / "config.json")
         for stage in stages.STAGES:
             same_store(results / run / f"{stage}.zarr", run_dir / f"{stage}.zarr", 1e-6)
 

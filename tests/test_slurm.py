@@ -14,7 +14,7 @@ from conftest import REPO, TINY, run_snakemake, same_store
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign
-from pmpipe.stages import runner
+from pmpipe.stages import registry
 from pmpipe.storage import store
 
 pytestmark = pytest.mark.slow
@@ -182,7 +182,7 @@ def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
     camp = campaign.load(tmp_path / "tiny.yaml")
     campaign.write_run_files(camp, tmp_path / "results")
     run_dir = tmp_path / "results" / "tiny" / "tiny-fiducial-r0"
-    runner.run_stage("ic", run_dir / "config.json")
+    registry.run_stage("ic", run_dir / "config.json")
     # damage the input of the nbody stage: its displacement chunks keep their sizes (the store
     # still looks complete when the workflow plans) but no longer decode
     chunks = [

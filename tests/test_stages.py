@@ -12,7 +12,7 @@ import zarr
 from pmpipe import stages
 from pmpipe.run import config, validation
 from pmpipe.runtime import parallel
-from pmpipe.stages import runner, status
+from pmpipe.stages import registry, status
 from pmpipe.storage import store
 
 RUN = {
@@ -44,7 +44,7 @@ def _write_run(run_dir, pdims=(1, 1), **overrides):
 
 def _run_all(config_path):
     run = validation.load_run_file(config_path).config
-    return [runner.run_stage(stage, config_path) for stage in stages.run_stages(run)]
+    return [registry.run_stage(stage, config_path) for stage in stages.run_stages(run)]
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +133,11 @@ def test_stores_do_not_depend_on_the_device_mesh(runs):
 @pytest.mark.slow
 def test_store_without_marker_is_never_consumed(runs, tmp_path, capsys):
     path = _write_run(tmp_path / "run", (1, 1))
-    runner.run_stage("ic", path)
+    registry.run_stage("ic", path)
     ic = zarr.open_group(tmp_path / "run" / "ic.zarr", mode="r+")
     del ic.attrs[store.COMPLETE]
     assert not store.is_complete(tmp_path / "run" / "ic.zarr")
-    assert runner.run_checked("nbody", path) == 2
+    assert registry.run_checked("nbody", path) == 2
     err = capsys.readouterr().err
     assert "ic.zarr has no completion marker" in err
     assert not (tmp_path / "run" / "nbody.zarr").exists()
@@ -154,7 +154,7 @@ def test_store_of_another_config_is_refused(runs, tmp_path):
 
     shutil.copytree(src / "ic.zarr", run_dir / "ic.zarr")
     with pytest.raises(store.IncompleteStoreError, match="was made from config"):
-        runner.run_stage("nbody", path)
+        registry.run_stage("nbody", path)
 
 
 @pytest.mark.slow
@@ -169,7 +169,7 @@ def test_bad_run_file_names_file_and_field(tmp_path, capsys):
     data = json.loads(path.read_text())
     data["config"]["ic"]["seed"] = 5  # valid, but not the config the hash was made from
     path.write_text(json.dumps(data))
-    assert runner.run_checked("ic", path) == 2
+    assert registry.run_checked("ic", path) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "config_hash" in err
     assert not (tmp_path / "run" / "ic.zarr").exists()

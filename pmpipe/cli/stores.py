@@ -10,7 +10,7 @@ LOG = log.get(__name__)
 def run(args) -> int:
     """``pmpipe run STAGE CONFIG...``: one stage of a run, or every stage of several."""
     from pmpipe.run import config
-    from pmpipe.stages import runner
+    from pmpipe.stages import registry
 
     if args.stage == "all":
         from pmpipe.stages import pipeline
@@ -21,7 +21,7 @@ def run(args) -> int:
             f"pmpipe run {args.stage} takes one config.json (got {len(args.config)}); "
             "'pmpipe run all' takes several"
         )
-    return runner.run_checked(args.stage, args.config[0])
+    return registry.run_checked(args.stage, args.config[0])
 
 
 def show(args) -> int:

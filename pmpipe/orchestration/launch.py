@@ -25,7 +25,6 @@ from pmpipe.orchestration import campaign as campaigns
 from pmpipe.orchestration import resources
 from pmpipe.orchestration.site import Site
 from pmpipe.run import config
-from pmpipe.stages import runner
 from pmpipe.storage import store
 
 SRUN_OPTIONS = ("--kill-on-bad-exit=1",)  # one failed process ends the step, no hang
@@ -325,7 +324,9 @@ def submit_stage(
                 f"{earlier} stage before {stage}"
             )
     executor = _executor(folder, campaign_job(camp, spec, site, stage), site)
-    return executor.submit(RunsJob(runner.run_stage), stage, str(run_dir / "config.json"))
+    from pmpipe.stages import registry  # the stages import JAX: only when a stage is submitted
+
+    return executor.submit(RunsJob(registry.run_stage), stage, str(run_dir / "config.json"))
 
 
 def submit_campaign(

@@ -65,4 +65,4 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
 if __name__ == "__main__":
     from pmpipe.stages import runner
 
-    sys.exit(runner.main("ic"))
+    sys.exit(runner.main("ic", run))

@@ -300,4 +300,4 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
 if __name__ == "__main__":
     from pmpipe.stages import runner
 
-    sys.exit(runner.main("lensing"))
+    sys.exit(runner.main("lensing", run))

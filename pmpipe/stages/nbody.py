@@ -399,4 +399,4 @@ def _finish(
 if __name__ == "__main__":
     from pmpipe.stages import runner
 
-    sys.exit(runner.main("nbody"))
+    sys.exit(runner.main("nbody", run))

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import math
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pmpipe.run import validation
 from pmpipe.runtime import log
-from pmpipe.stages import STAGES
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
 
@@ -58,17 +58,15 @@ def load(config_path: str | Path):
     return run_file
 
 
-def run_stage(stage: str, config_path: str | Path) -> Path:
-    """Run one stage of the run described by config_path, reading the earlier stages' stores;
-    returns the path of its store."""
+def run_stage(stage: str, config_path: str | Path, run: Callable[..., Path]) -> Path:
+    """Run one stage, named ``stage``, of the run described by config_path with the stage's
+    function ``run`` (``run(setup, inputs, progress)``, :mod:`pmpipe.stages.registry`),
+    reading the earlier stages' stores; returns the path of its store."""
     import jax
 
     from pmpipe.run import derive
     from pmpipe.runtime import parallel
-    from pmpipe.stages import registry
 
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
     launcher, processes = start([config_path])
     run_file = load(config_path)
     progress = Progress(stage, run_file.run_id)
@@ -79,11 +77,12 @@ def run_stage(stage: str, config_path: str | Path) -> Path:
             every_process=True,
         )
     run_setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
-    inputs = Inputs(Path(config_path).parent, run_setup)
-    return registry.execute(stage, run_setup, inputs, progress)
+    path = run(run_setup, Inputs(Path(config_path).parent, run_setup), progress)
+    progress(f"wrote {path}")
+    return path
 
 
-def run_checked(stage: str, config_path: str | Path) -> int:
+def run_checked(stage: str, config_path: str | Path, run: Callable[..., Path]) -> int:
     """:func:`run_stage` for command lines: bad input or missing inputs print one message
     naming the file and field and give exit status 2; a store that could not be written (a
     full disk, say; it is left without completion marker) prints one and gives 1."""
@@ -92,7 +91,7 @@ def run_checked(stage: str, config_path: str | Path) -> int:
     from pmpipe.storage import checkpoint, store, writes
 
     try:
-        run_stage(stage, config_path)
+        run_stage(stage, config_path, run)
     except (
         config.ConfigError,
         store.IncompleteStoreError,
@@ -130,8 +129,8 @@ def stopped(err: Preempted) -> str:
     return text
 
 
-def main(stage: str, argv=None) -> int:
-    """``python -m pmpipe.stages.<stage> CONFIG``."""
+def main(stage: str, run: Callable[..., Path], argv=None) -> int:
+    """``python -m pmpipe.stages.<stage> CONFIG``: the stage's function ``run`` on the run."""
     parser = argparse.ArgumentParser(
         prog=f"python -m pmpipe.stages.{stage}",
         description=f"run the {stage} stage of one simulation",
@@ -140,4 +139,4 @@ def main(stage: str, argv=None) -> int:
         "config", help="the run's config.json (results/<campaign>/<run_id>/config.json)"
     )
     log.configure()
-    return run_checked(stage, parser.parse_args(argv).config)
+    return run_checked(stage, parser.parse_args(argv).config, run)

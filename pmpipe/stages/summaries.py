@@ -434,4 +434,4 @@ def _write_peaks(
 if __name__ == "__main__":
     from pmpipe.stages import runner
 
-    sys.exit(runner.main("summaries"))
+    sys.exit(runner.main("summaries", run))
