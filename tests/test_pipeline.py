@@ -129,6 +129,7 @@ def test_a_job_skips_complete_runs_and_stages(packed):
     assert {key for key in after if before.get(key) != after[key]} == {(RUNS[1], "summaries")}
 
 
+@pytest.mark.slow
 def test_a_packed_job_derives_each_run_once(tmp_path, monkeypatch):
     """The growth and distance tables, the lightcone's planes and the linear P(k) are
     computed once per run of a job (pmpipe.run.derive.setup), not once per stage."""

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe.bench.pm_core import peak_rss_bytes
+from pmpipe.runtime import memory, versions
 
 
 def _solve(field, cosmo, a_init: float, lpt_order: int, solver: str, steps: int, rtol: float):
@@ -78,8 +78,8 @@ def run(  # parameters: the job of one JaxPM evolution, as its command line give
     field_on_device = jnp.asarray(field)
     record: dict[str, object] = {
         "solver": solver,
-        "jaxpm": _version("jaxpm"),
-        "diffrax": _version("diffrax"),
+        "jaxpm": versions.installed("jaxpm"),
+        "diffrax": versions.installed("diffrax"),
     }
     if solver == "leapfrog":  # the speed peer: compile, then time a warm run
         t0 = time.perf_counter()
@@ -94,14 +94,8 @@ def run(  # parameters: the job of one JaxPM evolution, as its command line give
     else:  # the reference runs once, compile included
         record["rtol"] = rtol
     n = field.shape[0]
-    record["peak_rss_bytes"] = peak_rss_bytes()
+    record["peak_rss_bytes"] = memory.peak_rss_bytes()
     return np.asarray(disp) * (box_size / n), record
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import version
-
-    return version(package)
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,6 @@ import functools
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from pmpipe.physics import (
     timesteps,
 )
 from pmpipe.physics.domain import Grid
-from pmpipe.runtime import compilation, parallel
+from pmpipe.runtime import compilation, memory, parallel
 
 BOX_SIZE = 256.0
 A_INIT = 0.1
@@ -54,27 +53,6 @@ def _timed(fn, *args, repeat: int = 5) -> float:
         jax.block_until_ready(fn(*args))
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far, bytes: VmHWM on Linux (ru_maxrss there
-    survives exec, so a child started from a big parent would report the parent's peak)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
-
-
-def device_peak_bytes() -> int | None:
-    """Peak memory in use on the first device (bytes), where the backend reports it (GPUs;
-    None on CPU). Set XLA_PYTHON_CLIENT_PREALLOCATE=false for a true peak."""
-    stats = jax.devices()[0].memory_stats() or {}
-    return stats.get("peak_bytes_in_use")
 
 
 def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: int) -> dict:
@@ -216,11 +194,11 @@ def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "cpu_count": os.cpu_count(),
     }
-    peak = peak_rss_bytes()  # after every measurement above
+    peak = memory.peak_rss_bytes()  # after every measurement above
     record.update(
         peak_rss_bytes=peak,
         rss_bytes_per_particle=peak / particles**3,
-        device_peak_bytes=device_peak_bytes(),
+        device_peak_bytes=memory.device_peak_bytes(),
         evolution_memory=evolution_memory(particles, oversample, steps, mesh, halo),
     )
     if record["device_peak_bytes"] is not None:

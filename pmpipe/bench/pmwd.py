@@ -18,7 +18,7 @@ import time
 
 import jax
 
-from pmpipe.bench.pm_core import device_peak_bytes, peak_rss_bytes
+from pmpipe.runtime import memory
 
 
 def run(
@@ -59,8 +59,8 @@ def run(
         "steps": conf.a_nbody_num,
         "run_s": run_s,
         "compile_s": warm_s - run_s,
-        "peak_rss_bytes": peak_rss_bytes(),
-        "device_peak_bytes": device_peak_bytes(),
+        "peak_rss_bytes": memory.peak_rss_bytes(),
+        "device_peak_bytes": memory.device_peak_bytes(),
     }
 
 

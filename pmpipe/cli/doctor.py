@@ -10,7 +10,6 @@ initialised, so under srun each process reports its local devices.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
@@ -21,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pmpipe.runtime import image, parallel
+from pmpipe.runtime import image, parallel, versions
 
 FIELDS = (
     "pmpipe",
@@ -40,13 +39,6 @@ FIELDS = (
 # toolkit release notes, "minimum required driver version" for Linux)
 MIN_DRIVER = {12: (525, 60, 13), 13: (580, 65, 6)}
 SLURM_RANK_VARIABLES = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _output_line(cmd: list[str], pick: str = "") -> str | None:
@@ -71,7 +63,7 @@ def _jax_facts() -> dict:
     devices = jax.local_devices()
     return {
         "version": jax.__version__,
-        "jaxlib": _version("jaxlib"),
+        "jaxlib": versions.installed("jaxlib"),
         "backend": jax.default_backend(),
         "platform_version": devices[0].client.platform_version if devices else None,
         "local_devices": [
@@ -79,9 +71,9 @@ def _jax_facts() -> dict:
         ],
         "cuda_plugin": next(
             (
-                f"{name} {_version(name)}"
+                f"{name} {versions.installed(name)}"
                 for name in ("jax-cuda13-plugin", "jax-cuda12-plugin")
-                if _version(name)
+                if versions.installed(name)
             ),
             None,
         ),
@@ -93,7 +85,7 @@ def _jaxdecomp_facts() -> dict:
 
     calls = sorted(_jaxdecomp.registrations())
     return {
-        "version": _version("jaxdecomp"),
+        "version": versions.installed("jaxdecomp"),
         "cudecomp": bool(calls),
         "backend": "jax",  # pmpipe's FFTs and halos take jaxdecomp's JAX path (pmpipe.physics.fft)
         "custom_calls": calls,
@@ -119,7 +111,7 @@ def report(environ: Mapping[str, str] | None = None) -> dict:
     environ = os.environ if environ is None else environ
     launcher, processes = parallel.launcher_processes(environ)
     facts = {
-        "pmpipe": {"version": _version("pmpipe"), "package": str(Path(__file__).parent)},
+        "pmpipe": {"version": versions.installed("pmpipe"), "package": str(Path(__file__).parent)},
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "jax": _jax_facts(),
         "processes": {
@@ -129,11 +121,11 @@ def report(environ: Mapping[str, str] | None = None) -> dict:
             "gpu_platform": parallel.gpu_platform(),
         },
         "jaxdecomp": _jaxdecomp_facts(),
-        "nccl": _version("nvidia-nccl-cu13") or _version("nvidia-nccl-cu12"),
+        "nccl": versions.installed("nvidia-nccl-cu13") or versions.installed("nvidia-nccl-cu12"),
         "mpi": {
             "mpiexec": shutil.which("mpiexec"),
             "version": _output_line(["mpiexec", "--version"], "Version"),
-            "mpi4py": _version("mpi4py"),
+            "mpi4py": versions.installed("mpi4py"),
         },
         "slurm": {
             "job": environ.get("SLURM_JOB_ID"),

@@ -225,10 +225,10 @@ def capture_plan(
     )
 
 
-def empty_maps(capture: Capture, mesh: Mesh, mesh_n: int, dtype):
-    """Zeroed outputs of a capture: flat planes (P, M, M) sharded like the meshes, and the
-    shells (P, npix) or None."""
-    size = capture.a.shape[0]
+def empty_maps(capture: Capture, grid: Grid, dtype):
+    """Zeroed outputs of a capture on the grid's force mesh (M cells per side): flat planes
+    (P, M, M) sharded like the meshes, and the shells (P, npix) or None."""
+    size, mesh_n, mesh = capture.a.shape[0], grid.force_cells, grid.mesh
     flat = jax.lax.with_sharding_constraint(
         jnp.zeros((size, mesh_n, mesh_n), dtype), NamedSharding(mesh, jax.P(None, *FIELD_SPEC))
     )
@@ -247,10 +247,12 @@ def ray_spec(rays: int, mesh: Mesh) -> jax.P:
     return jax.P(AXES) if rays % mesh.size == 0 else jax.P()
 
 
-def capture_plane(maps, rho, j, capture: Capture, mesh: Mesh, box_size: float):
+def capture_plane(maps, rho, j, capture: Capture, grid: Grid):
     """Inside the N-body program: plane j's flat projection and shell of the density rho
-    (M, M, M) written into maps = (flat (P, M, M), shells (P, npix) or None)."""
+    (M, M, M) on the grid's force mesh written into maps = (flat (P, M, M), shells (P, npix)
+    or None)."""
     flat, shells = maps
+    mesh, box_size = grid.mesh, grid.box_size
     plane = _flat_plane(
         rho,
         capture.axes[j],

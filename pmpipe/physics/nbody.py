@@ -305,7 +305,7 @@ def _start(cosmo, disp, mom, plan: schedule.Schedule, capture, grid: Grid) -> St
     mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), grid)
     needed = jnp.maximum(needed, need)
     trouble = _first_trouble(jnp.full(2, -1, jnp.int32), 0, needed, disp, mom, grid.halo)
-    maps = None if capture is None else lightcone.empty_maps(capture, grid.mesh, m, dtype)
+    maps = None if capture is None else lightcone.empty_maps(capture, grid, dtype)
     return State(disp, mom, snaps, maps, needed, trouble)
 
 
@@ -367,7 +367,7 @@ def _steps(
         def capture_plane(maps, needed):
             rho, need = paint_drifted(disp, mom, factor)
             return (
-                lightcone.capture_plane(maps, rho, j, capture, grid.mesh, grid.box_size),
+                lightcone.capture_plane(maps, rho, j, capture, grid),
                 jnp.maximum(needed, need),
             )
 

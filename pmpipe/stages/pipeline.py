@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import resource
 import signal
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from pmpipe import stages
 from pmpipe.run import derive
-from pmpipe.runtime import log
+from pmpipe.runtime import log, memory
 from pmpipe.stages import registry, runner, status
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
@@ -205,12 +204,9 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
 def peak_memory() -> dict:
     """Peak resident memory of this process (MB) and peak memory in use on its first local
     device (MB; None where the backend does not report it, as on CPU)."""
-    import jax
-
-    stats = jax.local_devices()[0].memory_stats() or {}
-    device = stats.get("peak_bytes_in_use")
+    device = memory.device_peak_bytes()
     return {
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": memory.peak_rss_bytes() / 2**20,
         "peak_device_mb": None if device is None else device / 1e6,
     }
 

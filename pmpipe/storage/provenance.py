@@ -4,14 +4,13 @@ SLURM job and the start time."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pmpipe.run import config
-from pmpipe.runtime import image
+from pmpipe.runtime import image, versions
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -36,13 +35,6 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def software() -> dict:
     """Versions of pmpipe (and its git commit: the checkout's, or the image's revision label)
     and of the JAX stack, and the Apptainer image the process runs in."""
@@ -50,12 +42,12 @@ def software() -> dict:
 
     path, labels = image.current(os.environ)
     return {
-        "pmpipe_version": _version("pmpipe"),
+        "pmpipe_version": versions.installed("pmpipe"),
         "git_commit": _git_commit() or labels.get(image.REVISION),
         "image": path,
         "jax_version": jax.__version__,
-        "jaxlib_version": _version("jaxlib"),
-        "jaxdecomp_version": _version("jaxdecomp"),
+        "jaxlib_version": versions.installed("jaxlib"),
+        "jaxdecomp_version": versions.installed("jaxdecomp"),
     }
 
 
