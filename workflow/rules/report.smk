@@ -18,7 +18,7 @@ rule collect:
     benchmark:
         PLAN.campaign_dir / "benchmarks/collect.tsv"
     shell:
-        f"pmpipe collect {PLAN.campaign_file} --results {RESULTS} > {{log}} 2>&1"
+        f"python -m pmpipe.cli collect {PLAN.campaign_file} --results {RESULTS} > {{log}} 2>&1"
 
 
 FIGURES_OF = {}  # run id -> its figures (None: the campaign's)
