@@ -86,6 +86,16 @@ def test_source_distributions_weight_planes_by_lensing_efficiency():
     assert np.all(nz > 0) and np.argmax(nz) < np.argmax(single) + 2
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_sources_at_the_observer_lens_nothing_and_warn_nothing():
+    cosmo = derive.cosmology_params(config.Run())
+    chi = np.array([0.0, 500.0, 1500.0])
+    q_both = lensing.lensing_efficiency(cosmo, chi, [0.0, 1000.0], [0.5, 0.5])
+    q_far = lensing.lensing_efficiency(cosmo, chi, [1000.0], [1.0])
+    np.testing.assert_allclose(q_both, 0.5 * q_far, rtol=1e-12)
+    assert q_far[1] > 0 and q_far[2] == 0 and q_far[0] == 0
+
+
 def test_kaiser_squires_round_trip_and_sign():
     rng = np.random.default_rng(3)
     n = 128

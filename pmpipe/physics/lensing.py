@@ -54,7 +54,8 @@ def lensing_efficiency(cosmo: cosmology.Cosmology, chi, source_chi, source_weigh
     chi = np.asarray(chi, dtype=np.float64)
     a = cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, chi)
     chi_s = np.asarray(source_chi, np.float64)[None, :]
-    ratio = np.where(chi_s > chi[:, None], (chi_s - chi[:, None]) / chi_s, 0.0)
+    behind = chi_s > chi[:, None]  # sources at χ_s = 0 (z = 0) are never behind a lens
+    ratio = np.divide(chi_s - chi[:, None], chi_s, out=np.zeros(behind.shape), where=behind)
     return LENSING_PREFACTOR * cosmo.Omega_m * chi / a * (ratio @ np.asarray(source_weights))
 
 
