@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 import zarr
@@ -150,6 +151,39 @@ def test_checkpoints_need_a_schedule():
     assert config.config_hash(run) == config.config_hash(
         run.model_copy(update={"checkpoints": None})
     )
+
+
+def test_a_signal_during_the_processes_exchange_stops_them_at_the_next(monkeypatch):
+    """stop_requested is a collective: a signal that arrives while the processes exchange what
+    they caught is not part of that exchange, and is not lost either."""
+    from jax.experimental import multihost_utils
+
+    exchanged = []
+
+    def allgather(value):  # two processes; SIGUSR2 reaches this one during the first exchange
+        exchanged.append(int(value))
+        if len(exchanged) == 1:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        return np.array([value, 0], np.int32)
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
+    schedule = checkpoint.Schedule(every_steps=10)
+    with schedule.listening(raise_after=False):
+        assert not schedule.stop_requested()  # both sent 0: neither stops
+        assert schedule.stop_requested() and schedule.signalled == signal.SIGUSR2
+    assert exchanged == [0, signal.SIGUSR2]
+
+
+def test_a_signal_after_the_last_step_raises_on_leaving_and_handlers_come_back():
+    before = signal.getsignal(signal.SIGTERM)
+    schedule = checkpoint.Schedule(every_steps=10)
+    with pytest.raises(checkpoint.Preempted, match="SIGTERM arrived after the last step") as got:
+        with schedule.listening():
+            os.kill(os.getpid(), signal.SIGUSR2)
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert got.value.signum == signal.SIGTERM  # SIGTERM over SIGUSR2
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.slow

@@ -305,11 +305,10 @@ def _evolve_checkpointed(
             schedule.written()
             progress(f"checkpoint after step {step} of {steps} (a = {bounds[step]:.4g}): {written}")
             if stop:
-                signum, schedule.signalled = schedule.signalled, None
                 raise checkpoint.Preempted(
                     f"stopped by a signal after step {step} of {steps}; its checkpoint "
                     f"{written} resumes the run when it is started again",
-                    signum,
+                    schedule.signalled,
                 )
 
     return nbody.evolve_stepwise(cosmo, state, done, times, grid, plan, after_step)

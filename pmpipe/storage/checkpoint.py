@@ -54,25 +54,33 @@ def path_for(run_dir: str | Path, step: int) -> Path:
 class Schedule:
     """When to write a checkpoint: after every ``every_steps``-th step, after the first step
     that ends ``every_minutes`` after the last checkpoint, and after the step during which a
-    signal of SIGNALS arrived (:meth:`listen`)."""
+    signal of SIGNALS arrived (:meth:`listening`).
+
+    ``received`` is what this process caught (the largest signal number: SIGTERM over SIGUSR2);
+    ``signalled`` what every process agreed on at the last :meth:`stop_requested`. A signal that
+    arrives while the processes exchange what they caught stays in ``received`` for the next
+    exchange."""
 
     every_steps: int | None = None
     every_minutes: float | None = None
     last: float = dataclasses.field(default_factory=time.monotonic)
+    received: int | None = None
     signalled: int | None = None
 
     @contextlib.contextmanager
     def listening(self, raise_after: bool = True):
-        """Inside: SIGNALS are caught (remembered, the work goes on to the end of its step);
-        after: the handlers before are back, and, with ``raise_after``, a signal caught but not
-        acted on raises :class:`Preempted`."""
+        """Inside: SIGNALS are caught (remembered, the work goes on to the end of its step).
+        On leaving, the handlers before are back; when the block ended normally and
+        ``raise_after`` is set, a signal that any process caught and nothing acted on raises
+        :class:`Preempted` on every process (the processes agree, as in
+        :meth:`stop_requested`)."""
         before = {sig: signal.signal(sig, self._caught) for sig in SIGNALS}
         try:
             yield self
-        finally:
+        finally:  # a signal from here on reaches the handlers before
             for sig, handler in before.items():
                 signal.signal(sig, handler)
-        if self.signalled is not None and raise_after:
+        if raise_after and self.stop_requested():
             raise Preempted(
                 f"{signal.Signals(self.signalled).name} arrived after the last step; "
                 "the N-body is done, the run's next stages are not",
@@ -80,16 +88,18 @@ class Schedule:
             )
 
     def _caught(self, signum, frame) -> None:
-        self.signalled = signum
+        self.received = max(self.received or 0, signum)
 
     def stop_requested(self) -> bool:
-        """Whether a signal arrived on any process. All processes agree, on the signal too
-        (``signalled`` becomes the largest number any process caught: SIGTERM over SIGUSR2)."""
+        """Whether a signal arrived on any process (collective: every process calls it at the
+        same point). All processes agree, on the signal too (``signalled`` becomes the largest
+        number any process had caught when they exchanged)."""
+        mine = self.received or 0  # read once: the handler may run during the exchange
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
-            caught = multihost_utils.process_allgather(np.int32(self.signalled or 0))
-            self.signalled = int(np.max(caught)) or None
+            mine = int(np.max(multihost_utils.process_allgather(np.int32(mine))))
+        self.signalled = mine or None
         return self.signalled is not None
 
     def due(self, step: int) -> bool:
