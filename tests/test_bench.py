@@ -179,3 +179,24 @@ def test_bench_plan_resizes_sampled_designs_only(tmp_path):
     assert plan.resized(lh, None, tmp_path) == lh
     with pytest.raises(config.ConfigError, match="resizes a latin_hypercube or sobol design"):
         plan.resized(REPO / "config/quickstart.yaml", 10, tmp_path)
+
+
+def test_bench_store_writes_reads_and_verifies_a_particle_store(tmp_path):
+    """`pmpipe bench store` on a (2, 2) mesh: two (16, 16, 16, 3) arrays in one chunk per device
+    block, read back equal (else it raises), every figure positive, its folders removed."""
+    from pmpipe.bench import stores
+
+    record = stores.bench_store(16, (2, 2), repeat=2, folder=tmp_path)
+    assert record["data_bytes"] == 2 * 16**3 * 3 * 4
+    assert record["chunks"] == [8, 8, 16, 3]
+    assert record["files"] >= 2 * 4 + 3  # 4 chunks per array, the group's and arrays' metadata
+    assert record["disk_bytes"] > 0
+    assert all(record[f"{k}_gb_per_s"] > 0 for k in ("write", "read", "verify"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_store_refuses_a_missing_folder_before_starting(tmp_path, capfd):
+    from pmpipe.cli import main
+
+    assert main(["bench", "store", "--particles", "16", "--dir", str(tmp_path / "none")]) == 2
+    assert f"--dir {tmp_path / 'none'}: no such folder" in capfd.readouterr().err

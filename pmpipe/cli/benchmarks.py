@@ -87,6 +87,21 @@ def plan(args) -> int:
     return 0
 
 
+def store(args) -> int:
+    """``pmpipe bench store``: write, read and verify throughput of a particle store."""
+    from pmpipe.bench import stores
+    from pmpipe.run import config
+    from pmpipe.runtime import parallel
+
+    if args.particles < 1 or args.repeat < 1 or min(args.pdims) < 1:
+        raise config.ConfigError("--particles, --repeat and --pdims must be positive")
+    if args.dir is not None and not args.dir.is_dir():
+        raise config.ConfigError(f"--dir {args.dir}: no such folder")
+    parallel.start_processes(args.pdims[0] * args.pdims[1])
+    _emit(stores.bench_store(args.particles, tuple(args.pdims), args.repeat, args.dir), args.json)
+    return 0
+
+
 def scaling(args) -> int:
     """``pmpipe bench scaling``: one PM step over device counts and decompositions."""
     from pmpipe.bench import pm_core, scaling

@@ -127,6 +127,26 @@ BENCH = (
         ),
     ),
     Command(
+        "store",
+        "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
+        "files and bytes on disk",
+        benchmarks.store,
+        (
+            PARTICLES,
+            arg(
+                "--pdims",
+                type=int,
+                nargs=2,
+                default=[1, 1],
+                metavar=("PX", "PY"),
+                help="device mesh (on CPU, as many XLA host devices)",
+            ),
+            arg("--repeat", type=int, default=3, help="stores written, best kept"),
+            arg("--dir", type=Path, help="folder to write in (default: the temporary folder)"),
+            JSON,
+        ),
+    ),
+    Command(
         "scaling",
         "strong and weak scaling of one PM step and its parts (paint, FFT, read) over device "
         "counts, slabs and pencils: a table, JSON and a plot",
