@@ -3,7 +3,9 @@ report; a second run does nothing; a deleted or incomplete store is recomputed, 
 
 import csv
 import re
+import shlex
 import shutil
+from pathlib import Path
 
 import pytest
 import zarr
@@ -175,9 +177,62 @@ def test_every_documented_campaign_dry_runs(path, tmp_path):
     assert not (tmp_path / "results").exists()  # planning writes nothing
 
 
+# a campaign file whose path a shell would run or split if a rule left it unquoted
+HOSTILE_NAME = "a dir; x/in j$(touch PWNED) `touch PWNED` 'q\" é;.yaml"
+
+
+def _hostile_campaign(workdir) -> Path:
+    path = workdir / HOSTILE_NAME
+    path.parent.mkdir()
+    shutil.copy(REPO / "config/examples/list.yaml", path)
+    return path
+
+
+def test_every_shell_command_quotes_the_campaign_path(tmp_path):
+    """The commands the rules would run (snakemake -n -p) take a campaign path of spaces,
+    quotes, $(), backquotes, ; and unicode as one argument, and nothing runs."""
+    path = _hostile_campaign(tmp_path)
+    out = run_snakemake(
+        tmp_path,
+        "--profile",
+        str(REPO / "profiles/local"),
+        "-n",
+        "-p",
+        "--config",
+        f"campaign={path}",
+        share_programs=False,
+    )
+    text = out.stdout + out.stderr
+    commands = [c for c in re.findall(r"^Shell command: (.+)$", text, re.MULTILINE) if c != "None"]
+    assert len(commands) == 5, commands  # prepare, the job, collect, two figure rules
+    for command in commands:  # the path is never split into words nor left to the shell
+        assert all("PWNED" not in w or w == str(path) for w in shlex.split(command)), command
+    with_path = [shlex.split(c) for c in commands if str(path) in shlex.split(c)]
+    assert len(with_path) == 2  # prepare and collect, the path one argument of each
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_a_campaign_path_with_a_newline_is_refused_naming_it(tmp_path):
+    (tmp_path / "new\nline.yaml").write_text((REPO / "config/examples/list.yaml").read_text())
+    out = run_snakemake(
+        tmp_path,
+        "--profile",
+        str(REPO / "profiles/local"),
+        "-n",
+        "--config",
+        f"campaign={tmp_path / 'new'}\nline.yaml",
+        share_programs=False,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "line.yaml: cannot be read" in out.stdout + out.stderr, out.stdout[-2000:]
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.slow
 def test_list_example_runs_to_the_end(tmp_path):
-    """A documented example (no lightcone, 2 runs of 32^3) from the campaign file to the figures."""
+    """A documented example (no lightcone, 2 runs of 32^3) from the campaign file to the
+    figures, from a file whose path a shell would run or split if a rule left it unquoted."""
     run_snakemake(
         tmp_path,
         "--profile",
@@ -185,8 +240,9 @@ def test_list_example_runs_to_the_end(tmp_path):
         "--cores",
         "2",
         "--config",
-        f"campaign={REPO / 'config/examples/list.yaml'}",
+        f"campaign={_hostile_campaign(tmp_path)}",
     )
+    assert not list(tmp_path.rglob("PWNED"))
     results = tmp_path / "results" / "list"
     for run in ("list-planck-r0", "list-lowS8-r0"):
         for stage in ("ic", "nbody", "summaries"):

@@ -17,8 +17,11 @@ rule collect:
         PLAN.campaign_dir / "logs/collect.log",
     benchmark:
         PLAN.campaign_dir / "benchmarks/collect.tsv"
+    params:
+        campaign=PLAN.campaign_file,
+        results=RESULTS,
     shell:
-        f"python -m pmpipe.cli collect {PLAN.campaign_file} --results {RESULTS} > {{log}} 2>&1"
+        "python -m pmpipe.cli collect {params.campaign:q} --results {params.results:q} > {log:q} 2>&1"
 
 
 FIGURES_OF = {}  # run id -> its figures (None: the campaign's)
@@ -37,9 +40,11 @@ for group, run_ids in PLAN.groups.items():
                     subcategory=f.run) for run in run_ids for f in FIGURES_OF.get(run, [])],
         log:
             PLAN.campaign_dir / f"logs/figures_{group}.log",
+        params:
+            campaign_dir=PLAN.campaign_dir,
         localrule: True
         shell:
-            f"python -m pmpipe.orchestration.report {PLAN.campaign_dir} {{output}} > {{log}} 2>&1"
+            "python -m pmpipe.orchestration.report {params.campaign_dir:q} {output:q} > {log:q} 2>&1"
 
 
 rule campaign_figures:
@@ -50,5 +55,7 @@ rule campaign_figures:
          for f in FIGURES_OF.get(None, [])],
     log:
         PLAN.campaign_dir / "logs/campaign_figures.log",
+    params:
+        campaign_dir=PLAN.campaign_dir,
     shell:
-        f"python -m pmpipe.orchestration.report {PLAN.campaign_dir} {{output}} > {{log}} 2>&1"
+        "python -m pmpipe.orchestration.report {params.campaign_dir:q} {output:q} > {log:q} 2>&1"

@@ -7,10 +7,13 @@ if PLAN.plan_file is not None:
             PLAN.plan_file,
         log:
             PLAN.campaign_dir / "logs/prepare.log",
+        params:
+            campaign=PLAN.campaign_file,
+            results=RESULTS,
         localrule: True
         shell:
-            f"python -m pmpipe.orchestration.workflow {PLAN.campaign_file} --results {RESULTS} "
-            "--plan {output} > {log} 2>&1"
+            "python -m pmpipe.orchestration.workflow {params.campaign:q} --results "
+            "{params.results:q} --plan {output:q} > {log:q} 2>&1"
 
 
 # One rule per job: the runs of a group (execution.runs_per_job, by design position) whose
@@ -42,6 +45,5 @@ for job in PLAN.jobs:
         resources:
             **job.resources,
         shell:
-            "{resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report {params.report} "
-            "--stop-ahead {params.stop_ahead} "
-            "{params.configs} > {log} 2>&1"
+            "{resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report "
+            "{params.report:q} --stop-ahead {params.stop_ahead} {params.configs:q} > {log:q} 2>&1"
