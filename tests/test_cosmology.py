@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import astropy.units as u
 import numpy as np
 import pytest
@@ -5,6 +8,7 @@ from astropy.cosmology import FlatLambdaCDM, Flatw0waCDM
 
 from pmpipe.physics import cosmology as C
 from pmpipe.physics import power_table
+from pmpipe.run import config, files, validation
 
 PLANCK = C.Cosmology()
 A = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0])
@@ -130,7 +134,7 @@ def _good_rows():
 
 def test_power_table_roundtrip(tmp_path):
     rows = _good_rows()
-    k, pk = power_table.load_power_table(_write(tmp_path, rows), 1e-3, 5.0)
+    k, pk = validation.load_power_table(_write(tmp_path, rows), 1e-3, 5.0)
     kq = np.array([0.01, 0.1, 1.0])
     got = np.asarray(C.interp_power(kq, k, pk))
     np.testing.assert_allclose(got, np.asarray(C.linear_power_eisenstein_hu(PLANCK, kq)), rtol=2e-3)
@@ -149,12 +153,30 @@ def test_power_table_roundtrip(tmp_path):
 def test_bad_power_tables_are_rejected(tmp_path, mutate, message):
     path = _write(tmp_path, mutate(_good_rows()))
     with pytest.raises(power_table.PowerTableError, match=message) as err:
-        power_table.load_power_table(path, 1e-3, 5.0)
+        validation.load_power_table(path, 1e-3, 5.0)
     assert str(path) in str(err.value)
 
 
-def test_unreadable_power_table(tmp_path):
+def test_unreadable_power_table_is_refused_without_echoing_it(tmp_path):
     path = tmp_path / "pk.txt"
-    path.write_text("k P\nfoo bar\n")
-    with pytest.raises(power_table.PowerTableError, match="cannot be read"):
-        power_table.load_power_table(path, 1e-3, 5.0)
+    path.write_text("# k P\n0.1 1.0\nroot:x:0:0:secret\n")
+    with pytest.raises(config.ConfigError, match="line 3 is not numbers") as err:
+        validation.load_power_table(path, 1e-3, 5.0)
+    assert "secret" not in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "fifo", "folder"])
+def test_a_power_table_that_is_no_regular_file_is_refused_before_reading(tmp_path, device):
+    path = {"fifo": tmp_path / "fifo", "folder": tmp_path}.get(device, Path(device))
+    if device == "fifo":
+        os.mkfifo(path)  # opening it for reading would wait for a writer
+    with pytest.raises(config.ConfigError, match="not a regular file"):
+        validation.load_power_table(path, 1e-3, 5.0)
+
+
+def test_a_power_table_over_the_size_limit_is_refused_unread(tmp_path):
+    path = tmp_path / "pk.txt"
+    with open(path, "wb") as fh:  # sparse: nothing to read beyond the limit
+        fh.truncate(files.MAX_TABLE_BYTES + 1)
+    with pytest.raises(config.ConfigError, match=f"larger than {files.MAX_TABLE_BYTES} bytes"):
+        validation.load_power_table(path, 1e-3, 5.0)

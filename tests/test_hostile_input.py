@@ -220,8 +220,8 @@ def test_generated_power_tables_are_used_or_rejected_naming_the_file(tmp_path, r
     path = tmp_path / "pk.txt"
     path.write_text("# k P\n" + "\n".join(" ".join(str(v) for v in row) for row in rows) + "\n")
     try:
-        k, pk = power_table.load_power_table(path, 0.01, 0.5)
-    except power_table.PowerTableError as err:
+        k, pk = validation.load_power_table(path, 0.01, 0.5)
+    except (power_table.PowerTableError, config.ConfigError) as err:
         event("rejected")
         assert str(path) in str(err)
         return
@@ -302,3 +302,48 @@ def test_unsafe_or_oversized_yaml_is_refused_before_it_is_used(tmp_path):
     )
     with pytest.raises(config.ConfigError, match="base.box.box_size"):
         campaign.load(infinite)
+
+
+BOUNDED_PLAN = """
+import sys
+from pmpipe.cli import main
+from pmpipe.runtime import memory
+assert main(["plan", "ok.yaml"]) == 0  # the process started: what planning imports, imported
+before = memory.peak_rss_bytes()
+code = main(["plan", sys.argv[1]])
+print(code, (memory.peak_rss_bytes() - before) / 1e6)
+"""
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"power": {"kind": "table", "table": "/dev/zero"}},
+        {"power": {"kind": "table", "table": "big.txt"}},
+        {"nbody": {"steps": 10**9}},
+    ],
+    ids=["dev-zero-table", "1-GB-table", "1e9-steps"],
+)
+def test_oversized_inputs_are_refused_before_memory_is_spent(tmp_path, change):
+    """`pmpipe plan` refuses a P(k) table that is a device or over the size limit, and a step
+    count beyond the bound, with exit status 2 and at most 50 MB more peak memory than the
+    process had before."""
+    import subprocess
+    import sys
+
+    with open(tmp_path / "big.txt", "wb") as fh:  # sparse: 1 GB that costs no disk
+        fh.truncate(2**30)
+    camp = {"name": "bounded", "seed": 1, "base": change, "execution": {"platform": "cpu"}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(camp))
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump({**camp, "base": {}}))
+    out = subprocess.run(
+        [sys.executable, "-c", BOUNDED_PLAN, "c.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    code, growth_mb = out.stdout.split()[-2:]
+    assert code == "2", out.stdout + out.stderr
+    assert float(growth_mb) <= 50, (growth_mb, out.stderr)
+    assert any(w in out.stderr for w in ("at most", "not a regular file", "1 to 100000")), out.stderr

@@ -35,7 +35,7 @@ def power_function(
     cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu", table=None
 ) -> cosmology.LinearPower:
     """P(k) at a = 1 as a callable of k [h/Mpc]: kind 'eisenstein_hu', 'eisenstein_hu_nowiggle',
-    or 'table' with table = (k, P) arrays from :func:`pmpipe.physics.power_table.load_power_table`."""
+    or 'table' with table = (k, P) arrays from :func:`pmpipe.physics.power_table.check_power_table`."""
     if kind not in power_table.POWER_KINDS:
         raise ValueError(
             f"power.kind must be 'eisenstein_hu', 'eisenstein_hu_nowiggle' or 'table', got {kind!r}"

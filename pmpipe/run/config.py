@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -203,12 +204,19 @@ class IC(StrictModel):
     paired: bool = Field(False, description="invert the phases (the partner of a pair)")
 
 
+# More PM steps than any run needs (a 64^3 run of this many steps takes hours on a GPU): the
+# bound refuses a mistyped count before its time grid is allocated.
+MAX_STEPS = 100_000
+
+
 class NBody(StrictModel):
     """Particle-mesh evolution."""
 
     a_final: float = Field(1.0, gt=0, le=1, description="scale factor at the end of the run")
     steps: int | list[float] = Field(
-        10, description="number of steps, or the scale factors bounding them"
+        10,
+        description=f"number of steps (1 to {MAX_STEPS}), or the scale factors bounding them "
+        f"(at most {MAX_STEPS + 1})",
     )
     spacing: StepSpacing = Field(
         "a",
@@ -220,6 +228,15 @@ class NBody(StrictModel):
         description="scale factors at which the density is kept (a_final always)",
     )
     dtype: Literal["float32", "float64"] = Field("float32", description="floating point precision")
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_bounded(cls, steps):
+        if isinstance(steps, int) and not 1 <= steps <= MAX_STEPS:
+            raise ValueError(f"a number of steps must be 1 to {MAX_STEPS}, not {steps}")
+        if isinstance(steps, list) and len(steps) > MAX_STEPS + 1:
+            raise ValueError(f"at most {MAX_STEPS + 1} scale factors, not {len(steps)}")
+        return steps
 
 
 class Outputs(StrictModel):

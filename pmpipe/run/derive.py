@@ -17,13 +17,12 @@ from pmpipe.physics import (
     ics,
     lensing,
     lightcone,
-    power_table,
     simulation,
     sky,
     timesteps,
 )
 from pmpipe.physics.cosmology import Cosmology, LinearPower
-from pmpipe.run import config
+from pmpipe.run import config, validation
 from pmpipe.run.validation import k_range
 
 REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
@@ -97,7 +96,7 @@ def linear_power(run: config.Run) -> cosmology.LinearPower:
     from its file here)."""
     table = None
     if run.power.kind == "table":
-        table = power_table.load_power_table(run.power.table, *k_range(run))
+        table = validation.load_power_table(run.power.table, *k_range(run))
     return simulation.power_function(cosmology_params(run), run.power.kind, table)
 
 

@@ -4,10 +4,13 @@ with size limits, and the errors that name the file and the field. Imports no JA
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 Section = TypeVar("Section")
@@ -64,22 +67,65 @@ MAX_VALUES = 100_000  # values in a configuration once its YAML aliases are expa
 MAX_DEPTH = 32  # nesting of mappings and lists
 
 
-def read_mapping(path: str | Path) -> dict:
-    """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file.
-    YAML is read with the safe loader (no Python tags); a file over MAX_FILE_BYTES, or whose
-    values (aliases expanded) exceed MAX_VALUES or nest deeper than MAX_DEPTH, is refused."""
+MAX_TABLE_BYTES = 8 * 2**20  # a table of numbers (a P(k) as CAMB or CLASS write it: ~0.1 MB)
+
+
+def read_text(path: str | Path, max_bytes: int, what: str) -> str:
+    """The UTF-8 text of the regular file at path, reading at most ``max_bytes`` + 1 bytes;
+    ConfigError naming the file and ``what`` it should be when it is something else (a
+    device, a FIFO, a folder), larger, unreadable or not text."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ConfigError(
-                f"{path}: {size} bytes; a configuration file is at most {MAX_FILE_BYTES} bytes"
-            )
-        text = path.read_text()
+    try:  # non-blocking: opening a FIFO must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: not a regular file; a {what} is a text file")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{path}: larger than {max_bytes} bytes; a {what} is at most that")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_columns(path: str | Path, what: str, max_bytes: int = MAX_TABLE_BYTES) -> np.ndarray:
+    """A text table of numbers as float64 (rows, columns): whitespace-separated numbers, lines
+    or line ends after '#' are comments. ConfigError (:func:`read_text`) for a file that is not
+    such a table, naming the line but echoing none of its content."""
+    rows = []
+    for number, line in enumerate(read_text(path, max_bytes, what).splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        try:
+            rows.append([float(word) for word in words])
+        except ValueError:
+            raise ConfigError(
+                f"{path}: line {number} is not numbers; a {what} holds whitespace-separated "
+                "numbers and '#' comments"
+            ) from None
+        if len(rows[-1]) != len(rows[0]):
+            raise ConfigError(
+                f"{path}: line {number} has {len(rows[-1])} columns, the first row "
+                f"{len(rows[0])}; a {what} has the same number on every line"
+            )
+    return np.array(rows, dtype=np.float64).reshape(len(rows), len(rows[0]) if rows else 0)
+
+
+def read_mapping(path: str | Path) -> dict:
+    """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file.
+    YAML is read with the safe loader (no Python tags); a file over MAX_FILE_BYTES (or not a
+    regular file), or whose values (aliases expanded) exceed MAX_VALUES or nest deeper than
+    MAX_DEPTH, is refused."""
+    path = Path(path)
+    text = read_text(path, MAX_FILE_BYTES, "configuration file")
     if path.suffix in (".yaml", ".yml"):
         import yaml
 

@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from pmpipe.physics import background, domain, power_table, sky, timesteps
-from pmpipe.run import config
+from pmpipe.run import config, files
 
 
 def k_range(run: config.Run) -> tuple[float, float]:
@@ -44,6 +44,15 @@ def _step_boundaries(run: config.Run):
     )
 
 
+def load_power_table(path, k_min: float, k_max: float):
+    """(k [h/Mpc], P [(Mpc/h)^3]) of the P(k) table file at path, read within
+    files.MAX_TABLE_BYTES and checked to cover [k_min, k_max]
+    (:func:`pmpipe.physics.power_table.check_power_table`); ConfigError or PowerTableError
+    naming the file."""
+    data = files.read_columns(path, "P(k) table")
+    return power_table.check_power_table(data, path, k_min, k_max)
+
+
 def check_run(run: config.Run) -> None:
     """Raise ValueError, naming the fields, when the run cannot be simulated as configured."""
     n, pdims = run.box.particles, run.parallel.pdims
@@ -51,7 +60,7 @@ def check_run(run: config.Run) -> None:
     domain.check_halo_fits(run.force_cells(), pdims, run.parallel.halo_cells)
     _step_boundaries(run)
     if run.power.kind == "table":
-        power_table.load_power_table(run.power.table, *k_range(run))
+        load_power_table(run.power.table, *k_range(run))
     if run.lightcone is not None:
         _check_planes(run)
 
