@@ -263,9 +263,9 @@ def test_generated_redshift_distributions_are_accepted_or_rejected_naming_the_fi
 
 
 @pytest.mark.parametrize(
-    "name", ["../escape", "a/b", "..", "/abs", "a\\b", ".hidden", "x/../../y", ""]
+    "name", ["../escape", "a/b", "..", "/abs", "a\\b", ".hidden", "x/../../y", "", "n" * 260]
 )
-def test_names_cannot_leave_the_results_folder(tmp_path, name):
+def test_names_cannot_leave_the_results_folder_nor_outgrow_a_file_name(tmp_path, name):
     for data in (
         BASE_CAMPAIGN | {"name": name},
         BASE_CAMPAIGN | {"design": {"kind": "list", "points": [{"name": name, "Omega_m": 0.3}]}},

@@ -50,6 +50,7 @@ class Campaign(config.StrictModel):
 
     name: str = Field(
         pattern=designs.NAME_PATTERN,
+        max_length=designs.NAME_MAX_CHARS,
         description="campaign name: results/<name>/, run ids <name>-<point>-r<i>",
     )
     seed: int = Field(

@@ -12,6 +12,9 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pmpipe.run import config
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# A run folder is named <campaign>-<point>-r<i>[-paired]: two names of at most this many (ASCII)
+# characters keep it within the 255 bytes a file name may have on every file system
+NAME_MAX_CHARS = 100
 DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "list")
 DESIGN_PARAMETERS = tuple(config.Cosmology.model_fields)  # design parameters are cosmology fields
 ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
@@ -94,7 +97,9 @@ class DerivativesDesign(config.StrictModel):
 class Point(config.StrictModel):
     """A named design point."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="point label used in the run id")
+    name: str = Field(
+        pattern=NAME_PATTERN, max_length=NAME_MAX_CHARS, description="point label used in the run id"
+    )
     parameters: dict[ParameterName, float] = Field(
         default_factory=dict,
         description="cosmology parameters of the point (their units); "
