@@ -1,11 +1,13 @@
 """The pmpipe command: plan, show, run, collect."""
 
+import shutil
 from pathlib import Path
 
 import yaml
 
 from pmpipe import cli, stages
 from pmpipe.run import validation
+from pmpipe.storage import store
 
 CAMPAIGN = {
     "name": "cli",
@@ -55,6 +57,21 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     assert report.main([str(campaign_dir), *map(str, drawn)]) == 0
     assert all(path.stat().st_size > 1000 for path in drawn)
     assert cli.main(["show", str(tmp_path / "nothing.zarr")]) == 2
+    # a store of another run copied over this run's is stale; a truncated chunk is damaged
+    mine, other = (cfg.parent / "nbody.zarr" for cfg in configs)
+    capsys.readouterr()
+    shutil.rmtree(mine)
+    shutil.copytree(other, mine)
+    assert cli.main(["show", str(mine)]) == 0
+    assert "nbody store, STALE: is stale: made from config" in capsys.readouterr().out
+    chunk = next(f for f in sorted((other / "density").rglob("*")) if f.is_file())
+    chunk.write_bytes(chunk.read_bytes()[:10])
+    assert cli.main(["show", str(other)]) == 0
+    assert "nbody store, DAMAGED: chunk density/" in capsys.readouterr().out
+    assert cli.main(["verify", str(tmp_path / "results")]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED  {mine}: is stale" in out and f"FAILED  {other}: chunk" in out
+    assert not store.has_marker(mine) and not store.has_marker(other)
 
 
 def test_plan_warns_when_the_maps_ask_for_multipoles_the_mesh_does_not_resolve(capsys):

@@ -153,7 +153,7 @@ def test_store_of_another_config_is_refused(runs, tmp_path):
     import shutil
 
     shutil.copytree(src / "ic.zarr", run_dir / "ic.zarr")
-    with pytest.raises(store.IncompleteStoreError, match="was made from config"):
+    with pytest.raises(store.IncompleteStoreError, match="is stale: made from config"):
         registry.run_stage("nbody", path)
 
 

@@ -304,6 +304,29 @@ def test_damaged_chunk_fails_verification_and_verify_takes_the_marker_off(tmp_pa
     assert cli.main(["verify", str(_complete_store(tmp_path / "other.zarr"))]) == 0
 
 
+def test_verify_on_a_read_only_file_system_reports_every_store(tmp_path, capsys):
+    """Damaged stores on a read-only mount keep their marker and are reported, and verify goes
+    on to the stores after them."""
+    from pmpipe import cli
+
+    mount = tmp_path / "ro"
+    _mount_tmpfs(mount, "20m")
+    try:
+        for name in ("a", "b"):
+            chunk = _chunk_files(_complete_store(mount / name / "nbody.zarr"), "displacement")[0]
+            chunk.write_bytes(chunk.read_bytes()[:100])
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        assert cli.main(["verify", str(mount)]) == 1
+        out = capsys.readouterr()
+        for name in ("a", "b"):
+            assert f"FAILED  {mount / name / 'nbody.zarr'}: chunk displacement/" in out.out
+            assert store.has_marker(mount / name / "nbody.zarr")
+        assert out.out.count("(completion marker kept: Read-only file system)") == 2
+        assert "2 could not be changed (read-only?)" in out.err
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
 def test_a_failed_completion_leaves_no_marker(tmp_path, monkeypatch):
     path = tmp_path / "s.zarr"
     group = store.create(path, {"stage": "test"})

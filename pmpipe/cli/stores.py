@@ -24,36 +24,67 @@ def run(args) -> int:
     return registry.run_checked(args.stage, args.config[0])
 
 
+def _run_config_hash(store_path) -> str | None:
+    """The config hash of the run a store belongs to (its folder's config.json), or None for a
+    store outside a run folder or beside a config.json that does not load."""
+    from pathlib import Path
+
+    from pmpipe.run import config, validation
+
+    config_path = Path(store_path).parent / "config.json"
+    if not config_path.is_file():
+        return None
+    try:
+        return validation.load_run_file(config_path).config_hash
+    except (config.ConfigError, ValueError) as err:
+        LOG.warning("%s: not checked against its run (%s)", store_path, err)
+        return None
+
+
 def show(args) -> int:
-    """``pmpipe show STORE``: a summary of a store."""
+    """``pmpipe show STORE``: a summary of a store, its state checked (manifest, run config)."""
     from pmpipe.storage import store
 
-    print(store.describe(args.store))
+    print(store.describe(args.store, _run_config_hash(args.store)))
     return 0
 
 
 def verify(args) -> int:
-    """``pmpipe verify PATH...``: every store's chunks against its manifest."""
+    """``pmpipe verify PATH...``: every store's chunks against its manifest and its config
+    against its run's; a store that fails loses its completion marker (unless --report-only
+    or the file system refuses), and every store is checked whatever the others gave."""
     from pmpipe.storage import store
 
     paths = [p for given in args.paths for p in store.stores_under(given)]
     if not paths:
         raise store.IncompleteStoreError(f"no zarr store in {', '.join(map(str, args.paths))}")
-    failed = 0
+    failed = kept = 0
     for path in paths:
-        found = store.problems(path, checksums=True)
+        try:
+            found = store.problems(path, checksums=True, config_hash=_run_config_hash(path))
+        except OSError as err:
+            found = [f"cannot be read ({err.strerror or err})"]
+        note = ""
         if found:
             failed += 1
             if store.has_marker(path) and not args.report_only:
-                store.invalidate(path, found)
+                try:
+                    store.invalidate(path, found)
+                except OSError as err:
+                    kept += 1
+                    note = f" (completion marker kept: {err.strerror or err})"
         print(
-            f"{'FAILED' if found else 'ok':7} {path}" + (f": {'; '.join(found)}" if found else "")
+            f"{'FAILED' if found else 'ok':7} {path}"
+            + (f": {'; '.join(found)}" if found else "")
+            + note
         )
     summary = f"{len(paths)} stores checked, {failed} failed"
     if failed and not args.report_only:
         summary += (
-            "; damaged stores lost their completion marker: the next snakemake (or "
+            "; failed stores lost their completion marker: the next snakemake (or "
             "pmpipe run) makes them again"
         )
+        if kept:
+            summary += f"; {kept} could not be changed (read-only?) and kept theirs"
     LOG.info("%s", summary)
     return 1 if failed else 0

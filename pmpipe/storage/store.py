@@ -331,10 +331,13 @@ def is_complete(path: str | Path) -> bool:
     return not problems(path)
 
 
-def problems(path: str | Path, checksums: bool = False) -> list[str]:
-    """Why the store at path is not a complete, intact store (empty when it is): missing,
-    no completion marker, or chunks that differ from its manifest (sizes; with ``checksums``
-    every chunk's CRC-32 too)."""
+def problems(
+    path: str | Path, checksums: bool = False, config_hash: str | None = None
+) -> list[str]:
+    """Why the store at path is not a complete, intact, current store (empty when it is):
+    missing, no completion marker, chunks that differ from its manifest (sizes; with
+    ``checksums`` every chunk's CRC-32 too), or, given ``config_hash``, made from another
+    configuration (stale)."""
     path = Path(path)
     if not path.exists():
         return ["does not exist"]
@@ -350,9 +353,14 @@ def problems(path: str | Path, checksums: bool = False) -> list[str]:
             else "has no completion marker (it was not finished)"
         ]
     try:
-        return integrity.problems(path, attrs, checksums)
+        found = integrity.problems(path, attrs, checksums)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError):  # removed while it was read
         return ["does not exist"]
+    if config_hash is not None and attrs.get("config_hash") != config_hash:
+        found.append(
+            f"is stale: made from config {attrs.get('config_hash')}, the run's is {config_hash}"
+        )
+    return found
 
 
 DAMAGED = "pmpipe_damaged"  # root attribute of a store whose verification failed: what failed
@@ -393,18 +401,12 @@ def open_complete(path: str | Path, config_hash: str | None = None) -> zarr.Grou
     (:func:`problems`: every chunk present with its recorded size), or one made from another
     configuration than config_hash."""
     path = Path(path)
-    found = problems(path)
+    found = problems(path, config_hash=config_hash)
     if found:
         raise IncompleteStoreError(
             f"{path} {'; '.join(found)}; run the stage that produces it again"
         )
-    group = zarr.open_group(path, mode="r")
-    if config_hash is not None and group.attrs.get("config_hash") != config_hash:
-        raise IncompleteStoreError(
-            f"{path} was made from config {group.attrs.get('config_hash')}, not {config_hash}; "
-            "rerun the stage that produces it with the current config.json"
-        )
-    return group
+    return zarr.open_group(path, mode="r")
 
 
 def read_sharded(array: zarr.Array, mesh: Mesh, leading: tuple[int, ...] = ()) -> jax.Array:
@@ -420,19 +422,23 @@ def read_sharded(array: zarr.Array, mesh: Mesh, leading: tuple[int, ...] = ()) -
     )
 
 
-def describe(path: str | Path) -> str:
-    """A human summary of a store: state, provenance and every array with its labels."""
+def describe(path: str | Path, config_hash: str | None = None) -> str:
+    """A human summary of a store: state (complete, INCOMPLETE, DAMAGED or STALE against
+    ``config_hash``, its chunks' sizes checked against the manifest), provenance and every
+    array with its labels."""
     path = Path(path)
     try:
         group = zarr.open_group(path, mode="r")
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as err:
         raise IncompleteStoreError(f"{path} is not a zarr store ({err})") from None
     attrs = dict(group.attrs)
-    state = (
-        f"complete ({attrs[COMPLETE]})"
-        if COMPLETE in attrs
-        else "INCOMPLETE (no completion marker)"
-    )
+    found = problems(path, config_hash=config_hash)
+    if not found:
+        state = f"complete ({attrs[COMPLETE]})"
+    elif COMPLETE not in attrs:
+        state = f"INCOMPLETE: {found[0]}"
+    else:
+        state = ("STALE" if found[-1].startswith("is stale") else "DAMAGED") + ": " + "; ".join(found)
     lines = [f"{path}: {attrs.get('stage', '?')} store, {state}"]
     for key in (
         "campaign",
