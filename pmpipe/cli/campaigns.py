@@ -162,9 +162,11 @@ def _submit_stage(args, camp, spec, slurm_site, folder: Path) -> list[tuple[str,
 
 
 def _submit_array(args, camp, specs, slurm_site, folder: Path) -> list[tuple[str, Any]]:
-    """The chosen runs that are not complete, packed as the campaign packs them
+    """The chosen runs that are not complete, or whose stores were made from another
+    configuration than the campaign's now, packed as the campaign packs them
     (execution.runs_per_job), as one job array (its sbatch script printed with --dry-run)."""
     from pmpipe.orchestration import campaign, launch
+    from pmpipe.run import config
     from pmpipe.runtime import parallel
     from pmpipe.stages import status
 
@@ -173,7 +175,8 @@ def _submit_array(args, camp, specs, slurm_site, folder: Path) -> list[tuple[str
         [
             s
             for s in group
-            if s.run_id in chosen and status.run_status(campaign_dir / s.run_id) != "complete"
+            if s.run_id in chosen
+            and status.pending_stages(s.run, config.config_hash(s.run), campaign_dir / s.run_id)
         ]
         for group in campaign.job_groups(camp.runs, camp.execution.job_size()).values()
     ]
