@@ -214,6 +214,16 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def largest(value: int) -> int:
+    """The largest of an integer over every process (collective: each calls it at the same
+    point; the value itself with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return int(np.max(multihost_utils.process_allgather(np.int32(value))))
+    return int(value)
+
+
 def to_host(x) -> np.ndarray:
     """A (small) JAX array as numpy on every process, gathering the blocks other processes hold."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:

@@ -116,21 +116,24 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
     try:
         run_file = runner.load(config_path)
         run_id = run_file.run_id
-        todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
         names = stages.run_stages(run_file.config)
-        if not todo:
-            return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
-        # the run's setup, derived once for all of its stages
-        run_setup = derive.setup(run_file, mesh_of(run_file.config.parallel.pdims))
-        inputs = Inputs(config_path.parent, run_setup, keep=True)
-        for stage in todo:
-            if guard is not None and guard.stop_requested():
-                raise checkpoint.Preempted(
-                    f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
-                    f"{stage} of run {run_id}, which resumes there when started again",
-                    guard.signalled,
-                )
-            computed.append(compute_stage(stage, run_setup, inputs))
+        with runner.writing(config_path.parent):  # what is to do, found by the one writer
+            todo = status.pending_stages(
+                run_file.config, run_file.config_hash, config_path.parent
+            )
+            if not todo:
+                return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
+            # the run's setup, derived once for all of its stages
+            run_setup = derive.setup(run_file, mesh_of(run_file.config.parallel.pdims))
+            inputs = Inputs(config_path.parent, run_setup, keep=True)
+            for stage in todo:
+                if guard is not None and guard.stop_requested():
+                    raise checkpoint.Preempted(
+                        f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
+                        f"{stage} of run {run_id}, which resumes there when started again",
+                        guard.signalled,
+                    )
+                computed.append(compute_stage(stage, run_setup, inputs))
         inputs.forget()
         skipped = tuple(s for s in names if s not in todo)
         return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)

@@ -6,6 +6,7 @@ its setup derived, the stage given its inputs and a progress line; the command l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import signal
 from collections.abc import Callable
@@ -58,6 +59,29 @@ def load(config_path: str | Path):
     return run_file
 
 
+@contextlib.contextmanager
+def writing(run_dir: str | Path):
+    """The run's writer lock (pmpipe.storage.run_lock), taken by process 0 and kept while the
+    block writes the run's stores; on every process RunLocked when another writer holds it."""
+    import jax
+
+    from pmpipe.runtime import parallel
+    from pmpipe.storage import run_lock
+
+    path, refused = None, None
+    if jax.process_index() == 0:
+        try:
+            path = run_lock.acquire(run_dir)
+        except run_lock.RunLocked as err:
+            refused = err
+    if parallel.largest(refused is not None):
+        if path is not None:
+            run_lock.release(path)
+        raise refused or run_lock.RunLocked(f"{run_dir} is being written by another writer")
+    with run_lock.kept(path) if path is not None else contextlib.nullcontext():
+        yield
+
+
 def run_stage(stage: str, config_path: str | Path, run: Callable[..., Path]) -> Path:
     """Run one stage, named ``stage``, of the run described by config_path with the stage's
     function ``run`` (``run(setup, inputs, progress)``, :mod:`pmpipe.stages.registry`),
@@ -77,7 +101,8 @@ def run_stage(stage: str, config_path: str | Path, run: Callable[..., Path]) -> 
             every_process=True,
         )
     run_setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
-    path = run(run_setup, Inputs(Path(config_path).parent, run_setup), progress)
+    with writing(Path(config_path).parent):
+        path = run(run_setup, Inputs(Path(config_path).parent, run_setup), progress)
     progress(f"wrote {path}")
     return path
 
@@ -88,7 +113,7 @@ def run_checked(stage: str, config_path: str | Path, run: Callable[..., Path]) -
     full disk, say; it is left without completion marker) prints one and gives 1."""
     from pmpipe.physics import nbody, painting
     from pmpipe.run import config
-    from pmpipe.storage import checkpoint, store, writes
+    from pmpipe.storage import checkpoint, run_lock, store, writes
 
     try:
         run_stage(stage, config_path, run)
@@ -101,7 +126,7 @@ def run_checked(stage: str, config_path: str | Path, run: Callable[..., Path]) -
     ) as err:
         LOG.error("error: %s", err)
         return 2
-    except (writes.StoreWriteError, OSError) as err:
+    except (writes.StoreWriteError, run_lock.RunLocked, OSError) as err:
         LOG.error("error: %s", err)
         return 1
     except checkpoint.Preempted as err:

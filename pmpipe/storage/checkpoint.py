@@ -95,11 +95,7 @@ class Schedule:
         same point). All processes agree, on the signal too (``signalled`` becomes the largest
         number any process had caught when they exchanged)."""
         mine = self.received or 0  # read once: the handler may run during the exchange
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
-            mine = int(np.max(multihost_utils.process_allgather(np.int32(mine))))
-        self.signalled = mine or None
+        self.signalled = parallel.largest(mine) or None
         return self.signalled is not None
 
     def due(self, step: int) -> bool:

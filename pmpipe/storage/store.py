@@ -290,11 +290,7 @@ def mark_complete(group: zarr.Group) -> None:
                 integrity.write_part(ledger.root, jax.process_index(), records)
         except OSError as err:
             errors.append(("(chunk checksums)", err))
-    failed = bool(errors)
-    if jax.process_count() > 1:  # every process learns whether any failed, and waits for all
-        from jax.experimental import multihost_utils
-
-        failed = bool(np.any(multihost_utils.process_allgather(np.int32(failed))))
+    failed = bool(parallel.largest(bool(errors)))  # every process learns whether any failed
     writes.raise_failed(key, errors)
     if failed:
         raise writes.StoreWriteError(f"another process failed to write its blocks of {key}")
