@@ -304,6 +304,45 @@ def test_damaged_chunk_fails_verification_and_verify_takes_the_marker_off(tmp_pa
     assert cli.main(["verify", str(_complete_store(tmp_path / "other.zarr"))]) == 0
 
 
+def _edit_json(path: Path, edit) -> None:
+    import json
+
+    meta = json.loads(path.read_text())
+    edit(meta)
+    path.write_text(json.dumps(meta))
+
+
+def _big_endian(codecs: list) -> None:
+    next(c for c in codecs if c["name"] == "bytes")["configuration"]["endian"] = "big"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("displacement/zarr.json", lambda m: _big_endian(m["codecs"])),
+        (
+            "zarr.json",
+            lambda m: _big_endian(
+                m["consolidated_metadata"]["metadata"]["displacement"]["codecs"]
+            ),
+        ),
+        ("zarr.json", lambda m: m["attributes"].update(stage="other")),
+        ("displacement/zarr.json", lambda m: m["attributes"].update(units="km")),
+    ],
+    ids=["array-codec", "consolidated-codec", "root-attribute", "array-attribute"],
+)
+def test_edited_metadata_is_found_and_the_store_is_not_read(tmp_path, edit):
+    """An edit of any metadata a reader depends on (an array's codecs, their consolidated copy,
+    the attributes) makes the store damaged: found by the quick check readers make."""
+    path = _complete_store(tmp_path / "s.zarr")
+    name, change = edit
+    _edit_json(path / name, change)
+    found = store.problems(path)
+    assert found and "was changed" in found[0], found
+    with pytest.raises(store.IncompleteStoreError, match="was changed"):
+        store.open_complete(path)
+
+
 def test_verify_on_a_read_only_file_system_reports_every_store(tmp_path, capsys):
     """Damaged stores on a read-only mount keep their marker and are reported, and verify goes
     on to the stores after them."""

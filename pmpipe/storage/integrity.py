@@ -4,12 +4,15 @@ Every process records the chunks it writes (:class:`ChunkLedger`): for each chun
 size in bytes and its CRC-32 (zlib), read back once the chunk's last write is done. When the
 store is marked complete, process 0 merges the records of every process into
 ``pmpipe_manifest.json`` at the store's root (:func:`write_manifest`): every array with its
-shape, dtype and chunks. The completion marker is written after it, with the manifest's own
-CRC-32, so a store's marker vouches for the manifest and the manifest for every chunk.
+shape, dtype and chunks, and every metadata document a reader depends on (each array's and
+group's zarr.json by size and CRC-32; the root's zarr.json, with its attributes and the
+consolidated metadata, as canonical JSON without the marker's own attributes). The completion
+marker is written after it, with the manifest's own CRC-32, so a store's marker vouches for
+the manifest and the manifest for every byte a reader uses.
 
-:func:`problems` compares a store with its manifest: quickly (every chunk file present, with
-its size: a deleted or truncated chunk, which zarr would read back as fill values without a
-word) or in full (every chunk's CRC-32 too: a changed byte).
+:func:`problems` compares a store with its manifest: quickly (the metadata documents; every
+chunk file present, with its size: a deleted or truncated chunk, which zarr would read back as
+fill values without a word) or in full (every chunk's CRC-32 too: a changed byte).
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ import numpy as np
 
 MANIFEST = "pmpipe_manifest.json"
 MANIFEST_CRC = "manifest_crc32"  # root attribute written with the completion marker
+COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
+DAMAGED = "pmpipe_damaged"  # root attribute of a store whose verification failed: what failed
+# root attributes written after the manifest (or by verify): left out of the root's checksum
+MARKER_ATTRS = frozenset({MANIFEST_CRC, COMPLETE, DAMAGED, "finished"})
+METADATA = "zarr.json"
 READ_BYTES = 2**24  # chunk files are checksummed in pieces of this size
 
 
@@ -113,9 +121,29 @@ def write_manifest(group, root: Path, processes: int, own: dict) -> int:
                 f"array {path} of {root}: {len(written)} of its {expected} chunks were written"
             )
         arrays[path] = {"shape": list(array.shape), "dtype": str(array.dtype), "chunks": written}
-    text = json.dumps({"format": 1, "checksum": "crc32", "arrays": arrays}, sort_keys=True)
+    manifest = {
+        "format": 2,
+        "checksum": "crc32",
+        "arrays": arrays,
+        "root_metadata_crc32": root_metadata_crc(root),
+        "metadata": {
+            str(p.relative_to(root)): list(file_crc32(p))
+            for p in sorted(root.rglob(METADATA))
+            if p.parent != root
+        },
+    }
+    text = json.dumps(manifest, sort_keys=True)
     (root / MANIFEST).write_text(text)
     return zlib.crc32(text.encode())
+
+
+def root_metadata_crc(root: Path) -> int:
+    """CRC-32 of the store's root metadata (its zarr.json: attributes, consolidated metadata of
+    every array) as canonical JSON, without the root attributes written after the manifest
+    (MARKER_ATTRS)."""
+    meta = json.loads((Path(root) / METADATA).read_text())
+    attrs = {k: v for k, v in meta.get("attributes", {}).items() if k not in MARKER_ATTRS}
+    return zlib.crc32(json.dumps({**meta, "attributes": attrs}, sort_keys=True).encode())
 
 
 def _arrays(group, prefix: str = ""):
@@ -142,8 +170,10 @@ def problems(path: Path, attrs: dict, checksums: bool = False, limit: int = 5) -
     if attrs.get(MANIFEST_CRC) != zlib.crc32(text):
         return [f"{MANIFEST} does not match the checksum its completion marker recorded"]
     manifest = json.loads(text)
+    found = _metadata_problems(path, manifest)
+    if found:
+        return found[:limit]
     group = zarr.open_group(path, mode="r")
-    found: list[str] = []
     for name, entry in manifest["arrays"].items():
         try:
             array = group[name]
@@ -168,6 +198,26 @@ def problems(path: Path, attrs: dict, checksums: bool = False, limit: int = 5) -
                     found.append(f"chunk {name}/{key} does not match its CRC-32")
             if len(found) >= limit:
                 return found
+    return found
+
+
+def _metadata_problems(path: Path, manifest: dict) -> list[str]:
+    """Metadata documents that differ from the manifest's record of them (manifests of
+    format 2 on: the root's metadata and every array's and group's zarr.json)."""
+    if manifest.get("format", 1) < 2:
+        return []
+    found = []
+    try:
+        if root_metadata_crc(path) != manifest["root_metadata_crc32"]:
+            found.append(f"the root {METADATA} (attributes, consolidated metadata) was changed")
+    except (OSError, ValueError):
+        found.append(f"the root {METADATA} cannot be read")
+    for name, record in manifest["metadata"].items():
+        try:
+            if list(file_crc32(path / name)) != record:
+                found.append(f"{name} was changed")
+        except FileNotFoundError:
+            found.append(f"{name} is missing")
     return found
 
 

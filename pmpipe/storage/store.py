@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 LOG = log.get(__name__)
 
 
-COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
+COMPLETE = integrity.COMPLETE
 MAX_CHUNK_BYTES = 64 * 2**20  # largest chunk: ~64 MB chunks write several times faster than one
 COMPRESS_BELOW_BYTES = 2**20  # floating-point arrays up to this size are zstd-compressed
 MANTISSA_BITS = {"float16": 10, "float32": 23, "float64": 52}
@@ -359,7 +359,7 @@ def problems(
     return found
 
 
-DAMAGED = "pmpipe_damaged"  # root attribute of a store whose verification failed: what failed
+DAMAGED = integrity.DAMAGED
 
 
 def has_marker(path: str | Path) -> bool:
