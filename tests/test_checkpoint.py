@@ -133,7 +133,7 @@ def test_checkpoints_change_no_result_and_another_configs_checkpoint_is_not_used
     path = _copy_ics(reference, other, checkpoints={"every_steps": 5, "keep": True})
     registry.run_stage("nbody", path)  # keep: the last checkpoint stays
     kept = sorted((other / checkpoint.FOLDER).glob("*.zarr"))
-    assert [p.name for p in kept] == ["nbody-step00015.zarr"]
+    assert [p.name for p in kept] == ["nbody-step00010.zarr", "nbody-step00015.zarr"]
     changed = tmp_path / "changed"  # another config: its own ICs, the checkpoint of `other`
     path = _write_run(changed, nbody={**RUN["nbody"], "snapshots": [0.6]})
     registry.run_stage("ic", path)
@@ -142,6 +142,34 @@ def test_checkpoints_change_no_result_and_another_configs_checkpoint_is_not_used
     _, err = done.communicate(timeout=600)
     assert done.returncode == 0, err[-3000:]
     assert "not resumed from" in err and "resumed after step" not in err
+
+
+@pytest.mark.slow
+def test_a_damaged_checkpoint_is_removed_and_the_run_resumes_from_the_one_before(
+    reference, tmp_path
+):
+    """One byte flipped in the newest checkpoint's particles: the run says so, removes it,
+    resumes from the checkpoint before and ends like an uninterrupted run."""
+    import shutil
+
+    kept = tmp_path / "kept"
+    registry.run_stage(
+        "nbody", _copy_ics(reference, kept, checkpoints={"every_steps": 5, "keep": True})
+    )
+    run_dir = tmp_path / "run"
+    path = _copy_ics(reference, run_dir)
+    shutil.copytree(kept / checkpoint.FOLDER, run_dir / checkpoint.FOLDER)
+    newest = run_dir / checkpoint.FOLDER / "nbody-step00015.zarr"
+    chunk = next(f for f in sorted((newest / "disp" / "c").rglob("*")) if f.is_file())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    chunk.write_bytes(bytes(data))
+    done = _stage("nbody", path)
+    _, err = done.communicate(timeout=600)
+    assert done.returncode == 0, err[-3000:]
+    assert "nbody-step00015.zarr is damaged (chunk disp/c/" in err, err[-3000:]
+    assert "resumed after step 10 of" in err
+    _assert_same_stores(reference, run_dir)
 
 
 def test_checkpoints_need_a_schedule():
@@ -178,10 +206,12 @@ def test_a_signal_during_the_processes_exchange_stops_them_at_the_next(monkeypat
 def test_a_signal_after_the_last_step_raises_on_leaving_and_handlers_come_back():
     before = signal.getsignal(signal.SIGTERM)
     schedule = checkpoint.Schedule(every_steps=10)
-    with pytest.raises(checkpoint.Preempted, match="SIGTERM arrived after the last step") as got:
-        with schedule.listening():
-            os.kill(os.getpid(), signal.SIGUSR2)
-            os.kill(os.getpid(), signal.SIGTERM)
+    with (
+        pytest.raises(checkpoint.Preempted, match="SIGTERM arrived after the last step") as got,
+        schedule.listening(),
+    ):
+        os.kill(os.getpid(), signal.SIGUSR2)
+        os.kill(os.getpid(), signal.SIGTERM)
     assert got.value.signum == signal.SIGTERM  # SIGTERM over SIGUSR2
     assert signal.getsignal(signal.SIGTERM) is before
 

@@ -346,4 +346,6 @@ def test_oversized_inputs_are_refused_before_memory_is_spent(tmp_path, change):
     code, growth_mb = out.stdout.split()[-2:]
     assert code == "2", out.stdout + out.stderr
     assert float(growth_mb) <= 50, (growth_mb, out.stderr)
-    assert any(w in out.stderr for w in ("at most", "not a regular file", "1 to 100000")), out.stderr
+    assert any(w in out.stderr for w in ("at most", "not a regular file", "1 to 100000")), (
+        out.stderr
+    )

@@ -322,9 +322,7 @@ def _big_endian(codecs: list) -> None:
         ("displacement/zarr.json", lambda m: _big_endian(m["codecs"])),
         (
             "zarr.json",
-            lambda m: _big_endian(
-                m["consolidated_metadata"]["metadata"]["displacement"]["codecs"]
-            ),
+            lambda m: _big_endian(m["consolidated_metadata"]["metadata"]["displacement"]["codecs"]),
         ),
         ("zarr.json", lambda m: m["attributes"].update(stage="other")),
         ("displacement/zarr.json", lambda m: m["attributes"].update(units="km")),

@@ -98,7 +98,9 @@ class Point(config.StrictModel):
     """A named design point."""
 
     name: str = Field(
-        pattern=NAME_PATTERN, max_length=NAME_MAX_CHARS, description="point label used in the run id"
+        pattern=NAME_PATTERN,
+        max_length=NAME_MAX_CHARS,
+        description="point label used in the run id",
     )
     parameters: dict[ParameterName, float] = Field(
         default_factory=dict,

@@ -118,9 +118,7 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         run_id = run_file.run_id
         names = stages.run_stages(run_file.config)
         with runner.writing(config_path.parent):  # what is to do, found by the one writer
-            todo = status.pending_stages(
-                run_file.config, run_file.config_hash, config_path.parent
-            )
+            todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
             if not todo:
                 return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
             # the run's setup, derived once for all of its stages

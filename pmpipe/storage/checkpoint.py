@@ -4,9 +4,11 @@ A checkpoint is a store (pmpipe.storage.store: each process writes its own block
 its marker is written, with the manifest of its chunks) at
 ``<run>/checkpoints/nbody-step<k>.zarr``: the :class:`pmpipe.physics.nbody.State` after step k
 (particles, the snapshots and lightcone maps captured so far, the halo needed, trouble), with
-the step, its a and the run's config hash. Once a checkpoint is complete the older ones are
-removed; a run starts from the newest complete checkpoint whose config hash is its own (others
-are reported and left alone). :class:`Schedule` says when to write one: every few steps,
+the step, its a and the run's config hash. Once a checkpoint is complete, all but it and the
+one before it (KEEP) are removed; a run starts from the newest complete checkpoint whose config
+hash is its own and whose every chunk and metadata document matches its manifest's checksums
+(a damaged one is reported and removed, so the run resumes from the one before, or from the
+start; one of another config is reported and left alone). :class:`Schedule` says when to write one: every few steps,
 every few minutes, and at once after SIGTERM or SIGUSR2, which SLURM and submitit send before
 they stop or requeue a job.
 """
@@ -35,6 +37,7 @@ LOG = log.get(__name__)
 FOLDER = "checkpoints"
 STAGE = "nbody-checkpoint"
 SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+KEEP = 2  # complete checkpoints kept: the newest, and the one before should it be damaged
 PREEMPTED_EXIT = 3  # exit status of a stage or job that a signal stopped, its checkpoint written
 
 
@@ -169,30 +172,45 @@ def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a:
             store.write_blocks(array, stack[i], (i,))
     store.mark_complete(group)
     if jax.process_index() == 0:
-        for older in sorted((Path(run_dir) / FOLDER).glob("nbody-step*.zarr")):
-            if older != path:
-                shutil.rmtree(older, ignore_errors=True)
+        kept = [path]
+        for other in sorted((Path(run_dir) / FOLDER).glob("nbody-step*.zarr"), reverse=True):
+            if other == path:
+                continue
+            if len(kept) < KEEP and other < path and store.is_complete(other):
+                kept.append(other)
+            else:
+                shutil.rmtree(other, ignore_errors=True)
     parallel.barrier(f"checkpoint {step} written")
     return path
 
 
 def newest(run_dir: str | Path, config_hash: str) -> Path | None:
-    """The newest complete checkpoint of the run made from ``config_hash``, or None; a
-    complete one of another config is reported (logging) and passed over."""
-    for path in sorted((Path(run_dir) / FOLDER).glob("nbody-step*.zarr"), reverse=True):
-        try:
-            group = store.open_complete(path)
-        except store.IncompleteStoreError:
-            continue
-        if group.attrs.get("config_hash") == config_hash:
-            return path
-        LOG.warning(
-            "%s was made from config %s, not this run's %s: not resumed from",
-            path,
-            group.attrs.get("config_hash"),
-            config_hash,
-        )
-    return None
+    """The newest complete, intact checkpoint of the run made from ``config_hash``, or None.
+
+    Process 0 checks each candidate, newest first, against its manifest with every chunk's
+    checksum (a flipped byte, an edited zarr.json): a damaged one is reported (logging) and
+    removed, one of another config reported and passed over, an unfinished one passed over.
+    Every process gets process 0's answer (collective)."""
+    found = 0  # the step of the checkpoint + 1; 0: none
+    if jax.process_index() == 0:
+        for path in sorted((Path(run_dir) / FOLDER).glob("nbody-step*.zarr"), reverse=True):
+            if not store.has_marker(path):
+                continue
+            problems = store.problems(path, checksums=True, config_hash=config_hash)
+            if not problems:
+                found = _step_of(path) + 1
+                break
+            if problems[-1].startswith("is stale"):
+                LOG.warning("%s %s: not resumed from", path, problems[-1])
+                continue
+            LOG.warning("%s is damaged (%s): removed, not resumed from", path, "; ".join(problems))
+            shutil.rmtree(path, ignore_errors=True)
+    found = parallel.largest(found)
+    return path_for(run_dir, found - 1) if found else None
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.removeprefix("nbody-step").removesuffix(".zarr"))
 
 
 def read(path: str | Path, mesh: Mesh, like: State) -> tuple[State, int]:

@@ -434,7 +434,9 @@ def describe(path: str | Path, config_hash: str | None = None) -> str:
     elif COMPLETE not in attrs:
         state = f"INCOMPLETE: {found[0]}"
     else:
-        state = ("STALE" if found[-1].startswith("is stale") else "DAMAGED") + ": " + "; ".join(found)
+        state = (
+            ("STALE" if found[-1].startswith("is stale") else "DAMAGED") + ": " + "; ".join(found)
+        )
     lines = [f"{path}: {attrs.get('stage', '?')} store, {state}"]
     for key in (
         "campaign",
