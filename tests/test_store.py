@@ -326,8 +326,9 @@ def _big_endian(codecs: list) -> None:
         ),
         ("zarr.json", lambda m: m["attributes"].update(stage="other")),
         ("displacement/zarr.json", lambda m: m["attributes"].update(units="km")),
+        ("zarr.json", lambda m: m["attributes"].update(finished="1999-01-01T00:00:00+00:00")),
     ],
-    ids=["array-codec", "consolidated-codec", "root-attribute", "array-attribute"],
+    ids=["array-codec", "consolidated-codec", "root-attribute", "array-attribute", "marker-time"],
 )
 def test_edited_metadata_is_found_and_the_store_is_not_read(tmp_path, edit):
     """An edit of any metadata a reader depends on (an array's codecs, their consolidated copy,

@@ -30,8 +30,8 @@ MANIFEST = "pmpipe_manifest.json"
 MANIFEST_CRC = "manifest_crc32"  # root attribute written with the completion marker
 COMPLETE = "pmpipe_complete"  # root attribute written last: completion time (UTC, ISO 8601)
 DAMAGED = "pmpipe_damaged"  # root attribute of a store whose verification failed: what failed
-# root attributes written after the manifest (or by verify): left out of the root's checksum
-MARKER_ATTRS = frozenset({MANIFEST_CRC, COMPLETE, DAMAGED, "finished"})
+# root attributes the manifest cannot cover: its own checksum, and what verify adds
+UNCOVERED_ATTRS = frozenset({MANIFEST_CRC, DAMAGED})
 METADATA = "zarr.json"
 READ_BYTES = 2**24  # chunk files are checksummed in pieces of this size
 
@@ -101,10 +101,13 @@ def write_part(root: Path, process: int, chunks: dict) -> None:
     part_path(root, process).write_text(json.dumps(chunks))
 
 
-def write_manifest(group, root: Path, processes: int, own: dict) -> int:
+def write_manifest(  # parameters: the store, its processes' chunk records and its marker
+    group, root: Path, processes: int, own: dict, marker: dict
+) -> int:
     """Process 0: merge every process's chunk records (its own ``own``, the others' part
-    files) with the shape and dtype of every array of ``group`` into the manifest; returns
-    the manifest's CRC-32."""
+    files) with the shape and dtype of every array of ``group`` and the checksums of its
+    metadata (the root's as it will be once the ``marker`` attributes are added) into the
+    manifest; returns the manifest's CRC-32."""
     root = Path(root)
     chunks = {name: dict(keys) for name, keys in own.items()}
     for process in range(1, processes):
@@ -125,7 +128,7 @@ def write_manifest(group, root: Path, processes: int, own: dict) -> int:
         "format": 2,
         "checksum": "crc32",
         "arrays": arrays,
-        "root_metadata_crc32": root_metadata_crc(root),
+        "root_metadata_crc32": root_metadata_crc(root, marker),
         "metadata": {
             str(p.relative_to(root)): list(file_crc32(p))
             for p in sorted(root.rglob(METADATA))
@@ -137,12 +140,13 @@ def write_manifest(group, root: Path, processes: int, own: dict) -> int:
     return zlib.crc32(text.encode())
 
 
-def root_metadata_crc(root: Path) -> int:
-    """CRC-32 of the store's root metadata (its zarr.json: attributes, consolidated metadata of
-    every array) as canonical JSON, without the root attributes written after the manifest
-    (MARKER_ATTRS)."""
+def root_metadata_crc(root: Path, marker: dict | None = None) -> int:
+    """CRC-32 of the store's root metadata (its zarr.json: attributes, with ``marker`` added,
+    and the consolidated metadata of every array) as canonical JSON, without the attributes
+    the manifest cannot cover (UNCOVERED_ATTRS)."""
     meta = json.loads((Path(root) / METADATA).read_text())
-    attrs = {k: v for k, v in meta.get("attributes", {}).items() if k not in MARKER_ATTRS}
+    attrs = meta.get("attributes", {}) | (marker or {})
+    attrs = {k: v for k, v in attrs.items() if k not in UNCOVERED_ATTRS}
     return zlib.crc32(json.dumps({**meta, "attributes": attrs}, sort_keys=True).encode())
 
 

@@ -304,15 +304,17 @@ def mark_complete(group: zarr.Group) -> None:
         with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
             warnings.simplefilter("ignore")
             zarr.consolidate_metadata(group.store)
-        attrs = {}
-        if ledger is not None:
-            attrs[integrity.MANIFEST_CRC] = integrity.write_manifest(
-                zarr.open_group(group.store, mode="r"), ledger.root, jax.process_count(), records
-            )
         finished = now()
-        zarr.open_group(group.store, mode="r+").attrs.update(
-            attrs | {"finished": finished, COMPLETE: finished}
-        )
+        marker = {"finished": finished, COMPLETE: finished}
+        if ledger is not None:
+            marker[integrity.MANIFEST_CRC] = integrity.write_manifest(
+                zarr.open_group(group.store, mode="r"),
+                ledger.root,
+                jax.process_count(),
+                records,
+                marker,
+            )
+        zarr.open_group(group.store, mode="r+").attrs.update(marker)
     except (OSError, RuntimeError) as err:
         raise writes.StoreWriteError(
             f"completing {key} failed: {type(err).__name__}: {err}"
