@@ -128,6 +128,36 @@ def test_damaged_stores_are_found_by_verify_and_recomputed(campaign):
     }
 
 
+@pytest.mark.slow
+def test_a_foreign_store_and_an_edited_zarr_json_are_made_again(campaign):
+    """Another run's nbody.zarr copied over this run's (another config hash) and an array's
+    zarr.json edited to big-endian: the workflow finds both when it plans and makes them (and
+    what comes after them) again."""
+    import json
+
+    from pmpipe import cli
+
+    runs_dir = campaign / "results" / "tiny"
+    r0, r1 = runs_dir / "tiny-fiducial-r0", runs_dir / "tiny-fiducial-r1"
+    shutil.rmtree(r0 / "nbody.zarr")
+    shutil.copytree(r1 / "nbody.zarr", r0 / "nbody.zarr")
+    meta_path = r1 / "summaries.zarr" / "pk" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    next(c for c in meta["codecs"] if c["name"] == "bytes")["configuration"]["endian"] = "big"
+    meta_path.write_text(json.dumps(meta))
+    before = stamps(runs_dir)
+    out = snakemake(campaign)
+    assert "was made from another config" in out.stderr and "pk/zarr.json was changed" in out.stderr
+    assert cli.main(["verify", str(runs_dir)]) == 0
+    after = stamps(runs_dir)
+    assert {key for key in before if before[key] != after[key]} == {
+        ("tiny-fiducial-r0", "nbody"),
+        ("tiny-fiducial-r0", "lensing"),
+        ("tiny-fiducial-r0", "summaries"),
+        ("tiny-fiducial-r1", "summaries"),
+    }
+
+
 def stamps_without(runs_dir, key):
     return {k: v for k, v in stamps(runs_dir).items() if k != key}
 
