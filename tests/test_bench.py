@@ -182,14 +182,15 @@ def test_bench_plan_resizes_sampled_designs_only(tmp_path):
 
 
 def test_bench_store_writes_reads_and_verifies_a_particle_store(tmp_path):
-    """`pmpipe bench store` on a (2, 2) mesh: two (16, 16, 16, 3) arrays in one chunk per device
-    block, read back equal (else it raises), every figure positive, its folders removed."""
+    """`pmpipe bench store` on a (2, 2) mesh: two (16, 16, 16, 3) arrays in one shard (of one
+    chunk) per device block, read back equal (else it raises), every figure positive, its
+    folders removed."""
     from pmpipe.bench import stores
 
     record = stores.bench_store(16, (2, 2), repeat=2, folder=tmp_path)
     assert record["data_bytes"] == 2 * 16**3 * 3 * 4
-    assert record["chunks"] == [8, 8, 16, 3]
-    assert record["files"] >= 2 * 4 + 3  # 4 chunks per array, the group's and arrays' metadata
+    assert record["shards"] == record["chunks"] == [8, 8, 16, 3]
+    assert record["files"] >= 2 * 4 + 3  # 4 shards per array, the group's and arrays' metadata
     assert record["disk_bytes"] > 0
     assert all(record[f"{k}_gb_per_s"] > 0 for k in ("write", "read", "verify"))
     assert list(tmp_path.iterdir()) == []

@@ -67,11 +67,14 @@ def _wait_for_checkpoint(run_dir, process, timeout=300):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The ICs (shared by copying) and an uninterrupted nbody stage with checkpoints."""
+    """The ICs (shared by copying) and an uninterrupted nbody stage with checkpoints, run as
+    the runs it is compared with are (a process of its own: the same devices)."""
     run_dir = tmp_path_factory.mktemp("checkpoint") / "reference"
     path = _write_run(run_dir)
     registry.run_stage("ic", path)
-    registry.run_stage("nbody", path)
+    done = _stage("nbody", path)
+    _, err = done.communicate(timeout=600)
+    assert done.returncode == 0, err[-3000:]
     assert not (run_dir / checkpoint.FOLDER).exists()  # removed once nbody.zarr is complete
     return run_dir
 
@@ -84,7 +87,8 @@ def _copy_ics(reference, run_dir, **changes):
     return path
 
 
-def _assert_same_stores(a, b, rtol=1e-6):
+def _assert_same_stores(a, b, rtol=0.0):
+    """The nbody stores of two runs hold the same arrays: bitwise by default."""
     x, y = (zarr.open_group(d / "nbody.zarr", mode="r") for d in (a, b))
     for name in COMPARED:
         u, v = np.asarray(x[name][:], np.float64), np.asarray(y[name][:], np.float64)
@@ -149,13 +153,13 @@ def test_a_damaged_checkpoint_is_removed_and_the_run_resumes_from_the_one_before
     reference, tmp_path
 ):
     """One byte flipped in the newest checkpoint's particles: the run says so, removes it,
-    resumes from the checkpoint before and ends like an uninterrupted run."""
+    resumes from the checkpoint before and ends bitwise like an uninterrupted run."""
     import shutil
 
     kept = tmp_path / "kept"
-    registry.run_stage(
-        "nbody", _copy_ics(reference, kept, checkpoints={"every_steps": 5, "keep": True})
-    )
+    done = _stage("nbody", _copy_ics(reference, kept, checkpoints={"every_steps": 5, "keep": True}))
+    _, err = done.communicate(timeout=600)
+    assert done.returncode == 0, err[-3000:]
     run_dir = tmp_path / "run"
     path = _copy_ics(reference, run_dir)
     shutil.copytree(kept / checkpoint.FOLDER, run_dir / checkpoint.FOLDER)
@@ -167,7 +171,7 @@ def test_a_damaged_checkpoint_is_removed_and_the_run_resumes_from_the_one_before
     done = _stage("nbody", path)
     _, err = done.communicate(timeout=600)
     assert done.returncode == 0, err[-3000:]
-    assert "nbody-step00015.zarr is damaged (chunk disp/c/" in err, err[-3000:]
+    assert "nbody-step00015.zarr is damaged (shard disp/c/" in err, err[-3000:]
     assert "resumed after step 10 of" in err
     _assert_same_stores(reference, run_dir)
 
@@ -274,3 +278,28 @@ def test_a_checkpoint_holds_the_state_it_was_written_from(tmp_path):
         np.testing.assert_array_equal(
             np.asarray(getattr(back, name)), np.asarray(getattr(state, name))
         )
+
+
+def test_a_checkpoint_written_with_nan_stops_the_run_naming_it(tmp_path):
+    """A checkpoint whose particles hold a NaN (written so: its checksums match) stops the
+    N-body before any step, naming the checkpoint rather than a step it never made."""
+    from pmpipe.physics import nbody
+    from pmpipe.run import derive, validation
+    from pmpipe.runtime import parallel
+
+    run_dir = tmp_path / "run"
+    small = {"box": {"box_size": 64.0, "particles": 8, "oversample": 2}, "nbody": {"steps": 4}}
+    path = _write_run(run_dir, **small, lightcone=None, lensing=None)
+    registry.run_stage("ic", path)
+    run_file = validation.load_run_file(path)
+    setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
+    init = derive.initial_conditions(setup)
+    state = nbody.start_state(setup.cosmology, init.disp, init.mom, setup.timeline, setup.grid)
+    state = state._replace(mom=state.mom.at[1, 2, 3, 0].set(np.nan))
+    a = float(setup.timeline.bounds[2])
+    written = checkpoint.write(run_dir, run_file, setup.grid.mesh, state, 2, a)
+    assert store.problems(written, checksums=True) == []
+    with pytest.raises(nbody.NumericalError, match="holds NaN or Inf before the evolution") as err:
+        registry.run_stage("nbody", path)
+    assert str(written) in str(err.value) and f"a = {a:.4g}" in str(err.value)
+    assert not store.has_marker(run_dir / "nbody.zarr")

@@ -76,10 +76,10 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     chunk = next(f for f in sorted((other / "density").rglob("*")) if f.is_file())
     chunk.write_bytes(chunk.read_bytes()[:10])
     assert cli.main(["show", str(other)]) == 0
-    assert "nbody store, DAMAGED: chunk density/" in capsys.readouterr().out
+    assert "nbody store, DAMAGED: shard density/" in capsys.readouterr().out
     assert cli.main(["verify", str(tmp_path / "results")]) == 1
     out = capsys.readouterr().out
-    assert f"FAILED  {mine}: is stale" in out and f"FAILED  {other}: chunk" in out
+    assert f"FAILED  {mine}: is stale" in out and f"FAILED  {other}: shard" in out
     assert not store.has_marker(mine) and not store.has_marker(other)
 
 

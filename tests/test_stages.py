@@ -2,6 +2,7 @@
 device mesh."""
 
 import json
+import time
 
 import healpy
 import numpy as np
@@ -27,6 +28,10 @@ RUN = {
     },
     "summaries": {"shape_noise": {}, "smoothing_arcmin": [0, 60.0], "kappa_range": [-0.01, 0.01]},
 }
+
+
+RUN_MODEL = config.Run.model_validate(RUN)
+RUNS = stages.run_stages(RUN_MODEL)  # ic, nbody, lensing, summaries
 
 
 def _write_run(run_dir, pdims=(1, 1), **overrides):
@@ -126,8 +131,54 @@ def test_stores_do_not_depend_on_the_device_mesh(runs):
             x, y = x.astype(np.float64), y.astype(np.float64)
             assert np.array_equal(np.isnan(x), np.isnan(y)), (stage, name)  # empty bins
             assert np.nanmax(np.abs(x - y)) <= 1e-4 * np.nanmax(np.abs(x)), (stage, name)
-    chunks = zarr.open_group(stages.store_path(four, "nbody"), mode="r")["density"].chunks
-    assert chunks == (1, 8, 8, 16)  # one chunk per device block: one writer per chunk
+    shards = zarr.open_group(stages.store_path(four, "nbody"), mode="r")["density"].shards
+    assert shards == (1, 8, 8, 16)  # one shard per device block: one writer per shard
+
+
+# the particle, density, plane and map arrays a run writes, by store
+FIELDS = {
+    "ic": {"displacement", "linear_density"},
+    "nbody": {"displacement", "momentum", "density", "lightcone_density", "lightcone_healpix"},
+    "lensing": {"kappa", "gamma1", "gamma2", "kappa_healpix", "gamma1_healpix"},
+}
+
+
+def _crc32c_last(codecs) -> bool:
+    return codecs[-1].to_dict()["name"] == "crc32c"
+
+
+@pytest.mark.slow
+def test_every_array_is_sharded_with_crc32c_and_a_changed_byte_fails_its_read(runs, tmp_path):
+    """Every array of one or more dimensions (the particle, density, plane and map arrays
+    among them) is sharded, every chunk and every shard index ending in a CRC-32C; a byte
+    changed inside a shard, in a chunk or in the index, fails zarr's own read of it."""
+    import shutil
+
+    for stage in ("ic", "nbody", "lensing", "summaries"):
+        group = zarr.open_group(stages.store_path(runs[2, 2], stage), mode="r")
+        arrays = dict(group.arrays())
+        assert FIELDS.get(stage, set()) <= set(arrays), (stage, sorted(arrays))
+        for name, array in arrays.items():
+            if array.ndim == 0:  # a single value: one chunk, its checksum all the same
+                assert _crc32c_last(array.metadata.codecs), (stage, name)
+                continue
+            (sharding,) = array.metadata.codecs
+            assert isinstance(sharding, zarr.codecs.ShardingCodec), (stage, name)
+            assert _crc32c_last(sharding.codecs) and _crc32c_last(sharding.index_codecs)
+    nbody = tmp_path / "nbody.zarr"
+    shutil.copytree(stages.store_path(runs[2, 2], "nbody"), nbody)
+    density = zarr.open_array(nbody / "density", mode="r")
+    assert density.shards == (1, 8, 8, 16)  # one shard per (2, 2) device block
+    shard = nbody / "density" / density.metadata.encode_chunk_key((1, 1, 0, 0))
+    original = shard.read_bytes()
+    for at in (100, len(original) - 10):  # a chunk's data; the index at the shard's end
+        shard.write_bytes(original[:at] + bytes([original[at] ^ 4]) + original[at + 1 :])
+        with pytest.raises(ValueError, match="checksum"):
+            density[1, 8:, :8]
+        assert np.isfinite(density[0]).all()  # the other shards read as before
+        assert "does not match its CRC-32" in store.problems(nbody, checksums=True)[0]
+    shard.write_bytes(original)
+    assert store.problems(nbody, checksums=True) == []
 
 
 @pytest.mark.slow
@@ -155,6 +206,41 @@ def test_store_of_another_config_is_refused(runs, tmp_path):
     shutil.copytree(src / "ic.zarr", run_dir / "ic.zarr")
     with pytest.raises(store.IncompleteStoreError, match="is stale: made from config"):
         registry.run_stage("nbody", path)
+
+
+@pytest.mark.slow
+def test_a_store_made_from_an_upstream_store_made_again_since_is_stale(runs, tmp_path):
+    """Each store names the run's earlier stores it was made from, by the checksum of their
+    manifests; once ic.zarr is made again, the stores made from the old one are stale (to do
+    again, STALE in show) until their stage runs again."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs[1, 1], run_dir)
+    config_hash = validation.load_run_file(run_dir / "config.json").config_hash
+    upstream = {s: zarr.open_group(stages.store_path(run_dir, s)).attrs["upstream"] for s in RUNS}
+    assert upstream == {
+        "ic": {},
+        "nbody": {"ic.zarr": store.manifest_checksum(run_dir / "ic.zarr")},
+        "lensing": {n: store.manifest_checksum(run_dir / n) for n in ("ic.zarr", "nbody.zarr")},
+        "summaries": {
+            n: store.manifest_checksum(run_dir / n)
+            for n in ("ic.zarr", "nbody.zarr", "lensing.zarr")
+        },
+    }
+    assert status.pending_stages(RUN_MODEL, config_hash, run_dir) == ()
+    time.sleep(1.1)  # the completion time, which the manifest covers, changes
+    registry.run_stage("ic", run_dir / "config.json")
+    nbody = stages.store_path(run_dir, "nbody")
+    assert store.problems(nbody, config_hash=config_hash) == [
+        "is stale: made from another ic.zarr (that store was made again since)"
+    ]
+    assert store.is_complete(nbody)  # intact: only against its run is it stale
+    assert "STALE" in store.describe(nbody, config_hash)
+    assert status.pending_stages(RUN_MODEL, config_hash, run_dir) == RUNS[1:]
+    registry.run_stage("nbody", run_dir / "config.json")
+    assert store.problems(nbody, config_hash=config_hash) == []
+    assert status.pending_stages(RUN_MODEL, config_hash, run_dir) == RUNS[2:]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Store writes: chunks that tile the device blocks, codecs per array, lossy bit rounding,
+"""Store writes: shards that tile the device blocks, codecs per array, lossy bit rounding,
 background writes (bounded, waited for by mark_complete, failures reported, done at exit)."""
 
 import os
@@ -15,7 +15,7 @@ import xarray as xr
 import zarr
 
 from pmpipe.runtime import parallel
-from pmpipe.storage import store, writes
+from pmpipe.storage import encoding, store, writes
 
 DIMS = ("qx", "qy", "qz", "component")
 
@@ -29,7 +29,13 @@ def _particles(n: int, seed: int = 0) -> np.ndarray:
 
 
 def _codec_names(array: zarr.Array) -> list[str]:
-    return [c.to_dict()["name"] for c in array.metadata.codecs]
+    """The codecs of the chunks inside the array's shards, once it is checked that the array
+    is sharded and that every chunk and the shard index end in a CRC-32C."""
+    (sharding,) = array.metadata.codecs
+    assert isinstance(sharding, zarr.codecs.ShardingCodec), array.metadata.codecs
+    names = [c.to_dict()["name"] for c in sharding.codecs]
+    assert names[-1] == "crc32c" and sharding.index_codecs[-1].to_dict()["name"] == "crc32c"
+    return names[:-1]
 
 
 def _disk_bytes(path: Path) -> int:
@@ -37,12 +43,12 @@ def _disk_bytes(path: Path) -> int:
 
 
 @pytest.mark.parametrize("pdims", [(1, 1), (2, 4), (8, 1)])
-def test_chunks_tile_device_blocks_and_read_back_exactly(tmp_path, monkeypatch, pdims):
-    monkeypatch.setattr(store, "MAX_CHUNK_BYTES", 16 * 2**10)
+def test_shards_tile_device_blocks_and_read_back_exactly(tmp_path, monkeypatch, pdims):
+    monkeypatch.setattr(encoding, "MAX_SHARD_BYTES", 16 * 2**10)
     values = _particles(32)
     data = _sharded(values, pdims)
     block = data.sharding.shard_shape(data.shape)
-    chunks = store.block_chunks(data)
+    chunks = encoding.block_shards(data)
     assert all(b % c == 0 for b, c in zip(block, chunks)), (block, chunks)
     assert np.prod(chunks) * 4 <= 16 * 2**10 < np.prod(block) * 4  # the block was cut
     # every chunk is one contiguous piece of its block: leading axes cut first
@@ -62,15 +68,15 @@ def test_chunks_tile_device_blocks_and_read_back_exactly(tmp_path, monkeypatch, 
         ("a", "x", "y", "z"),
         "1",
         "density",
-        (1,) + store.block_chunks(first),
+        (1,) + encoding.block_shards(first),
     )
     for i, snap in enumerate(snaps):
         store.write_blocks(density, _sharded(snap, pdims), (i,))
     store.mark_complete(group)
 
     g = store.open_complete(path)
-    assert g["displacement"].chunks == chunks
-    assert g["density"].chunks[0] == 1
+    assert g["displacement"].shards == g["displacement"].chunks == chunks
+    assert g["density"].shards[0] == 1
     assert np.array_equal(g["displacement"][:], values)
     assert np.array_equal(g["density"][:], np.stack(snaps))
     mesh = parallel.make_mesh(pdims)
@@ -86,17 +92,17 @@ def test_chunks_tile_device_blocks_and_read_back_exactly(tmp_path, monkeypatch, 
     assert np.array_equal(ds.density.isel(a=0).values, snaps[0])
 
 
-def test_numpy_arrays_chunked_along_leading_axis(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "MAX_CHUNK_BYTES", 8000)
-    assert store.block_chunks(np.zeros((100, 50, 7))) == (2, 50, 7)  # 2 * 50 * 7 * 8 <= 8000
-    assert store.block_chunks(np.zeros((4, 300, 7))) == (1, 142, 7)  # one row is too large
-    assert store.block_chunks(np.zeros((10,))) == (10,)
+def test_numpy_arrays_sharded_along_leading_axis(tmp_path, monkeypatch):
+    monkeypatch.setattr(encoding, "MAX_SHARD_BYTES", 8000)
+    assert encoding.block_shards(np.zeros((100, 50, 7))) == (2, 50, 7)  # 2 * 50 * 7 * 8 <= 8000
+    assert encoding.block_shards(np.zeros((4, 300, 7))) == (1, 142, 7)  # one row is too large
+    assert encoding.block_shards(np.zeros((10,))) == (10,)
     values = np.random.default_rng(3).standard_normal((101, 50, 7))
     group = store.create(tmp_path / "s.zarr", {})
     array = store.write_array(group, "pk", values, ("a", "k", "b"), "1", "x")
     values[...] = 0  # the caller may reuse its array once write_array returned
     store.mark_complete(group)
-    assert array.chunks == (2, 50, 7)
+    assert array.shards == array.chunks == (2, 50, 7)
     back = zarr.open_group(tmp_path / "s.zarr", mode="r")["pk"][:]
     assert np.array_equal(back, np.random.default_rng(3).standard_normal((101, 50, 7)))
 
@@ -195,7 +201,7 @@ def test_writes_run_in_background(tmp_path, monkeypatch):
 def test_pending_host_copies_are_bounded(tmp_path, monkeypatch):
     block = 16 * 8 * 32 * 3 * 4  # one (2, 4)-mesh block of a 32^3 x 3 float32 array
     monkeypatch.setattr(writes, "MAX_PENDING_BYTES", 2 * block)
-    monkeypatch.setattr(store, "MAX_CHUNK_BYTES", block // 4)
+    monkeypatch.setattr(encoding, "MAX_SHARD_BYTES", block // 4)
     seen = []
     real = writes._write
 
@@ -209,13 +215,13 @@ def test_pending_host_copies_are_bounded(tmp_path, monkeypatch):
     group = store.create(tmp_path / "s.zarr", {})
     store.write_array(group, "displacement", _sharded(values, (2, 4)), DIMS, "Mpc/h", "x")
     store.mark_complete(group)
-    assert len(seen) == 32 and 0 < max(seen) <= 2 * block  # 8 blocks of 4 chunks, 2 blocks at most
+    assert len(seen) == 32 and 0 < max(seen) <= 2 * block  # 8 blocks of 4 shards, 2 blocks at most
     assert writes._pending_bytes == 0
     assert np.array_equal(zarr.open_group(tmp_path / "s.zarr")["displacement"][:], values)
 
 
 def test_unaligned_writes_are_not_lost(tmp_path):
-    """Blocks that share chunks are written one after the other, not by two threads at once."""
+    """Blocks that share shards are written one after the other, not by two threads at once."""
     group = store.create(tmp_path / "s.zarr", {})
     array = store.create_array(group, "pk", (6, 10), np.float64, ("a", "k"), "1", "x", (4, 10))
     for i in range(6):
@@ -259,7 +265,7 @@ def _chunk_files(path: Path, array: str) -> list[Path]:
     return sorted(f for f in (path / array / "c").rglob("*") if f.is_file())
 
 
-def test_manifest_records_every_chunk_with_its_size_and_crc(tmp_path):
+def test_manifest_records_every_shard_with_its_size_and_crc(tmp_path):
     import json
     import zlib
 
@@ -268,7 +274,7 @@ def test_manifest_records_every_chunk_with_its_size_and_crc(tmp_path):
     entry = manifest["arrays"]["displacement"]
     files = _chunk_files(path, "displacement")
     assert entry["shape"] == [16, 16, 16, 3] and entry["dtype"] == "float32"
-    assert len(entry["chunks"]) == len(files) == 8  # one chunk per device block
+    assert len(entry["chunks"]) == len(files) == 8  # one shard per device block
     for f in files:
         size, crc = entry["chunks"][str(f.relative_to(path / "displacement"))]
         assert size == f.stat().st_size and crc == zlib.crc32(f.read_bytes())
@@ -278,7 +284,7 @@ def test_manifest_records_every_chunk_with_its_size_and_crc(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated", "byte changed"])
-def test_damaged_chunk_fails_verification_and_verify_takes_the_marker_off(tmp_path, damage):
+def test_damaged_shard_fails_verification_and_verify_takes_the_marker_off(tmp_path, damage):
     from pmpipe import cli
 
     path = _complete_store(tmp_path / "run" / "nbody.zarr")
@@ -294,7 +300,7 @@ def test_damaged_chunk_fails_verification_and_verify_takes_the_marker_off(tmp_pa
     assert full and ("CRC-32" in full[0] if damage == "byte changed" else quick == full)
     assert store.is_complete(path) == (damage == "byte changed")  # sizes only, without reading
     if damage != "byte changed":
-        with pytest.raises(store.IncompleteStoreError, match="chunk displacement/c/.* "):
+        with pytest.raises(store.IncompleteStoreError, match="shard displacement/c/.* "):
             store.open_complete(path)
     assert cli.main(["verify", "--report-only", str(tmp_path)]) == 1
     assert store.has_marker(path)
@@ -313,7 +319,10 @@ def _edit_json(path: Path, edit) -> None:
 
 
 def _big_endian(codecs: list) -> None:
-    next(c for c in codecs if c["name"] == "bytes")["configuration"]["endian"] = "big"
+    """The chunks' byte order inside the shards (the only codec) made big-endian."""
+    (sharding,) = codecs
+    inner = sharding["configuration"]["codecs"]
+    next(c for c in inner if c["name"] == "bytes")["configuration"]["endian"] = "big"
 
 
 @pytest.mark.parametrize(
@@ -357,7 +366,7 @@ def test_verify_on_a_read_only_file_system_reports_every_store(tmp_path, capsys)
         assert cli.main(["verify", str(mount)]) == 1
         out = capsys.readouterr()
         for name in ("a", "b"):
-            assert f"FAILED  {mount / name / 'nbody.zarr'}: chunk displacement/" in out.out
+            assert f"FAILED  {mount / name / 'nbody.zarr'}: shard displacement/" in out.out
             assert store.has_marker(mount / name / "nbody.zarr")
         assert out.out.count("(completion marker kept: Read-only file system)") == 2
         assert "2 could not be changed (read-only?)" in out.err
@@ -369,8 +378,8 @@ def test_a_failed_completion_leaves_no_marker(tmp_path, monkeypatch):
     path = tmp_path / "s.zarr"
     group = store.create(path, {"stage": "test"})
     array = store.create_array(group, "x", (4, 10), np.float32, ("a", "b"), "1", "x", (1, 10))
-    store.write_blocks(array, np.ones((2, 10), np.float32), (0, 0))  # two of four chunks
-    with pytest.raises(writes.StoreWriteError, match="2 of its 4 chunks were written"):
+    store.write_blocks(array, np.ones((2, 10), np.float32), (0, 0))  # two of four shards
+    with pytest.raises(writes.StoreWriteError, match="2 of its 4 shards were written"):
         store.mark_complete(group)
     assert not store.has_marker(path) and not (path / "pmpipe_manifest.json").exists()
 

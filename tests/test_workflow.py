@@ -118,7 +118,7 @@ def test_damaged_stores_are_found_by_verify_and_recomputed(campaign):
     before = stamps(runs_dir)
     assert cli.main(["verify", str(runs_dir)]) == 1
     out = snakemake(campaign)
-    assert "chunk kappa/c/" in out.stderr and "is missing" in out.stderr
+    assert "shard kappa/c/" in out.stderr and "is missing" in out.stderr
     assert cli.main(["verify", str(runs_dir)]) == 0
     after = stamps(runs_dir)
     assert {key for key in before if before[key] != after[key]} == {

@@ -5,7 +5,7 @@ One store of N³ particles (displacement and momentum, (N, N, N, 3) float32 each
 the device mesh) is written as the N-body stage writes its particles
 (pmpipe.stages.layout.write_particles, then store.mark_complete with its manifest), opened as a
 reading stage opens it (store.open_complete) and read back onto the devices
-(store.read_sharded), then verified with every chunk's checksum (store.problems, as
+(store.read_sharded), then verified with every shard's checksum (store.problems, as
 ``pmpipe verify --checksums``). Each is timed from the call to the data on disk or on the
 devices, best of ``repeat``; a fresh folder each time. Reads right after the write come mostly
 from the page cache.
@@ -40,7 +40,7 @@ def bench_store(
 ) -> dict:
     """Seconds and GB/s (1e9 bytes) to write, read and verify a store of ``particles``³
     particles on a ``pdims`` device mesh, in new folders under ``folder`` (default: the
-    system's temporary folder); its files, bytes and chunk shape."""
+    system's temporary folder); its files, bytes, shard and chunk shapes."""
     import jax
 
     mesh = parallel.make_mesh(pdims)
@@ -71,6 +71,7 @@ def bench_store(
             problems = store.problems(path, checksums=True)
             seconds["verify"].append(time.perf_counter() - start)
             files, disk_bytes = _disk(path)
+            shards = list(opened["displacement"].shards)
             chunks = list(opened["displacement"].chunks)
         finally:
             shutil.rmtree(root)
@@ -90,6 +91,7 @@ def bench_store(
         "data_bytes": data_bytes,
         "files": files,
         "disk_bytes": disk_bytes,
+        "shards": shards,
         "chunks": chunks,
         **{f"{name}_s": value for name, value in best.items()},
         **{f"{name}_gb_per_s": data_bytes / value / 1e9 for name, value in best.items()},

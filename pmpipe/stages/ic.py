@@ -31,7 +31,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     path = store_path(inputs.run_dir, "ic")
     group = store.create(
         path,
-        provenance.provenance(setup.run_file, "ic", mesh, started)
+        provenance.provenance(setup.run_file, "ic", mesh, started, inputs.made_from("ic"))
         | {"a_init": a_init, "seed": cfg.ic.seed, "kept": cfg.outputs.ic},
         keepbits=cfg.outputs.keepbits,
     )

@@ -98,6 +98,21 @@ class Inputs:
         kept = self._take(stage, name, ())
         return kept if kept is not None else self._stored(stage, name)[:]
 
+    def made_from(self, stage: str) -> dict[str, int]:
+        """The stores of the run's stages before ``stage`` that are complete, by folder name,
+        with the checksum of their manifests: what a store of ``stage`` is made from
+        (provenance 'upstream')."""
+        from pmpipe.stages import run_stages
+        from pmpipe.storage import store
+
+        earlier = run_stages(self.run_file.config)
+        earlier = earlier[: earlier.index(stage)] if stage in earlier else ()
+        return {
+            path.name: crc
+            for path in (store_path(self.run_dir, s) for s in earlier)
+            if (crc := store.manifest_checksum(path)) is not None
+        }
+
     def forget(self) -> None:
         """Drop every kept array and open store."""
         self._kept, self._groups = {}, {}

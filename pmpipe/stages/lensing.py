@@ -159,7 +159,8 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     maps_kept = cfg.outputs.lightcone
     group = store.create(
         path,
-        provenance.provenance(run_file, "lensing", mesh, started) | {"maps_kept": maps_kept},
+        provenance.provenance(run_file, "lensing", mesh, started, inputs.made_from("lensing"))
+        | {"maps_kept": maps_kept},
         keepbits=cfg.outputs.keepbits,
     )
     store.write_coordinate(

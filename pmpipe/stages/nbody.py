@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
@@ -27,7 +28,7 @@ from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
 from pmpipe.stages.progress import Progress
-from pmpipe.storage import checkpoint, provenance, store
+from pmpipe.storage import checkpoint, encoding, provenance, store
 
 
 def mesh_node_positions(grid: Grid) -> np.ndarray:
@@ -176,7 +177,7 @@ class LightconeCapture:
             "Mpc/h",
             "projected overdensity of the plane, integral of delta along the line of sight, "
             "plane mean removed (CIC window not divided out)",
-            (1,) + store.block_chunks(first),
+            (1,) + encoding.block_shards(first),
         )
         for j in range(len(planes)):
             store.write_blocks(array, self.flat[j], (j,))
@@ -295,6 +296,7 @@ def _evolve_checkpointed(
         like = nbody.start_state(cosmo, particles, particles, times, grid, plan)
         state, done = checkpoint.read(found, mesh, like)
         progress(f"resumed after step {done} of {steps} (a = {bounds[done]:.4g}) from {found}")
+    _check_finite_start(state, found or store_path(run_dir, "ic"), bounds[done])
 
     def after_step(state: nbody.State, step: int) -> None:
         stop = step < steps and schedule.stop_requested()
@@ -312,6 +314,23 @@ def _evolve_checkpointed(
                 )
 
     return nbody.evolve_stepwise(cosmo, state, done, times, grid, plan, after_step)
+
+
+@jax.jit
+def _finite(disp: jax.Array, mom: jax.Array) -> jax.Array:
+    return jnp.isfinite(disp).all() & jnp.isfinite(mom).all()
+
+
+def _check_finite_start(state: nbody.State, source: Path, a: float) -> None:
+    """NumericalError when the particles the evolution starts from, read from ``source`` (the
+    ICs or a checkpoint, at scale factor ``a``), hold NaN or Inf: no step made them so."""
+    if not bool(parallel.to_host(_finite(state.disp, state.mom))):
+        raise nbody.NumericalError(
+            f"the particle state read from {source} (a = {a:.4g}) holds NaN or Inf before the "
+            "evolution ran a step: that store was written so or changed since; remove it and "
+            "run again (a checkpoint: the run resumes from the one before; the ICs: the ic "
+            "stage makes them again)"
+        )
 
 
 def _finish(
@@ -337,7 +356,7 @@ def _finish(
     path = store_path(inputs.run_dir, "nbody")
     group = store.create(
         path,
-        provenance.provenance(setup.run_file, "nbody", mesh, started)
+        provenance.provenance(setup.run_file, "nbody", mesh, started, inputs.made_from("nbody"))
         | {
             "a_init": a_init,
             "a_final": a_final,
@@ -376,7 +395,7 @@ def _finish(
             "1",
             "matter density in units of the mean, rho / rho_mean (CIC)"
             + (f", mean over {factor}^3 force-mesh cells" if factor > 1 else ""),
-            (1,) + store.block_chunks(kept[0]),
+            (1,) + encoding.block_shards(kept[0]),
             downsampled=factor,
         )
         for i, field in enumerate(kept):

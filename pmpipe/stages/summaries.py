@@ -34,7 +34,12 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     n_bins = cfg.summaries.pk_bins or cfg.force_cells() // 2
     measured = _measure_spectra(setup, inputs, progress, a, n_bins)
     path = store_path(inputs.run_dir, "summaries")
-    group = store.create(path, provenance.provenance(setup.run_file, "summaries", mesh, started))
+    group = store.create(
+        path,
+        provenance.provenance(
+            setup.run_file, "summaries", mesh, started, inputs.made_from("summaries")
+        ),
+    )
     growth = _write_spectra(group, setup, a, n_bins, measured)
     with progress.timed("statistics"):
         write_initial_correlation(

@@ -1,12 +1,12 @@
 """Checkpoints of the N-body: when to write one, writing, finding and reading them.
 
 A checkpoint is a store (pmpipe.storage.store: each process writes its own blocks, complete only once
-its marker is written, with the manifest of its chunks) at
+its marker is written, with the manifest of its shards) at
 ``<run>/checkpoints/nbody-step<k>.zarr``: the :class:`pmpipe.physics.nbody.State` after step k
 (particles, the snapshots and lightcone maps captured so far, the halo needed, trouble), with
 the step, its a and the run's config hash. Once a checkpoint is complete, all but it and the
 one before it (KEEP) are removed; a run starts from the newest complete checkpoint whose config
-hash is its own and whose every chunk and metadata document matches its manifest's checksums
+hash is its own and whose every shard and metadata document matches its manifest's checksums
 (a damaged one is reported and removed, so the run resumes from the one before, or from the
 start; one of another config is reported and left alone). :class:`Schedule` says when to write one: every few steps,
 every few minutes, and at once after SIGTERM or SIGUSR2, which SLURM and submitit send before
@@ -30,7 +30,7 @@ from pmpipe.physics import lightcone
 from pmpipe.physics.nbody import State
 from pmpipe.runtime import log, parallel
 from pmpipe.runtime.parallel import FIELD_SPEC
-from pmpipe.storage import provenance, store
+from pmpipe.storage import encoding, provenance, store
 
 LOG = log.get(__name__)
 
@@ -166,7 +166,7 @@ def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a:
             ("slot",) + tuple(f"axis{i}" for i in range(1, stack.ndim)),
             "1",
             f"{name} captured so far",
-            (1,) + store.block_chunks(stack[0]),
+            (1,) + encoding.block_shards(stack[0]),
         )
         for i in range(stack.shape[0]):
             store.write_blocks(array, stack[i], (i,))
@@ -187,7 +187,7 @@ def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a:
 def newest(run_dir: str | Path, config_hash: str) -> Path | None:
     """The newest complete, intact checkpoint of the run made from ``config_hash``, or None.
 
-    Process 0 checks each candidate, newest first, against its manifest with every chunk's
+    Process 0 checks each candidate, newest first, against its manifest with every shard's
     checksum (a flipped byte, an edited zarr.json): a damaged one is reported (logging) and
     removed, one of another config reported and passed over, an unfinished one passed over.
     Every process gets process 0's answer (collective)."""

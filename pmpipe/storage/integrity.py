@@ -1,7 +1,8 @@
 """What a complete store holds, recorded when it is written and checked before it is used.
 
-Every process records the chunks it writes (:class:`ChunkLedger`): for each chunk file its
-size in bytes and its CRC-32 (zlib), read back once the chunk's last write is done. When the
+Every process records the files of the chunk grid it writes (:class:`ChunkLedger`): for each
+shard (:func:`shard_shape`; zarr v3's chunk keys name shard files) its size in bytes and its
+CRC-32 (zlib), read back once the shard's last write is done. When the
 store is marked complete, process 0 merges the records of every process into
 ``pmpipe_manifest.json`` at the store's root (:func:`write_manifest`): every array with its
 shape, dtype and chunks, and every metadata document a reader depends on (each array's and
@@ -11,8 +12,9 @@ marker is written after it, with the manifest's own CRC-32, so a store's marker 
 the manifest and the manifest for every byte a reader uses.
 
 :func:`problems` compares a store with its manifest: quickly (the metadata documents; every
-chunk file present, with its size: a deleted or truncated chunk, which zarr would read back as
-fill values without a word) or in full (every chunk's CRC-32 too: a changed byte).
+shard file present, with its size: a deleted or truncated shard, which zarr would read back as
+fill values without a word) or in full (every shard's CRC-32 too: a changed byte). Inside the
+shards, zarr's own CRC-32C of every chunk catches a changed byte whenever a chunk is read.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ DAMAGED = "pmpipe_damaged"  # root attribute of a store whose verification faile
 # root attributes the manifest cannot cover: its own checksum, and what verify adds
 UNCOVERED_ATTRS = frozenset({MANIFEST_CRC, DAMAGED})
 METADATA = "zarr.json"
-READ_BYTES = 2**24  # chunk files are checksummed in pieces of this size
+READ_BYTES = 2**24  # shard files are checksummed in pieces of this size
 
 
 def file_crc32(path: Path) -> tuple[int, int]:
@@ -46,11 +48,17 @@ def file_crc32(path: Path) -> tuple[int, int]:
     return size, crc
 
 
+def shard_shape(array) -> tuple[int, ...]:
+    """The shape of the pieces of a zarr array stored one per file: its shards, or its chunks
+    when it is not sharded (zarr v3's chunk grid)."""
+    return array.shards or array.chunks
+
+
 def chunk_coordinates(
     selection: tuple[slice, ...], chunks: tuple[int, ...], shape: tuple[int, ...]
 ):
-    """The grid coordinates of every chunk a write of ``selection`` (slices) touches, and
-    whether it covers exactly one whole chunk."""
+    """The coordinates in the chunk grid ``chunks`` (a shard shape) of every piece a write of
+    ``selection`` (slices) touches, and whether it covers exactly one whole piece."""
     ranges, whole = [], True
     for sl, c, n in zip(selection, chunks, shape):
         start, stop, _ = sl.indices(n)
@@ -65,8 +73,8 @@ def chunk_coordinates(
 
 @dataclasses.dataclass
 class ChunkLedger:
-    """The chunk files this process wrote into one store: (array path, chunk key) → (size,
-    CRC-32), or None while the chunk may still be written again."""
+    """The shard files this process wrote into one store: (array path, chunk key) → (size,
+    CRC-32), or None while the shard may still be written again."""
 
     root: Path
     chunks: dict = dataclasses.field(default_factory=dict)
@@ -74,8 +82,8 @@ class ChunkLedger:
 
     def wrote(self, array, selection: tuple[slice, ...]) -> None:
         """Record a finished write of ``selection`` into zarr ``array``: a write of one whole
-        chunk is checksummed now (in the writer thread); others once the store is complete."""
-        coordinates, whole = chunk_coordinates(selection, array.chunks, array.shape)
+        shard is checksummed now (in the writer thread); others once the store is complete."""
+        coordinates, whole = chunk_coordinates(selection, shard_shape(array), array.shape)
         for coords in coordinates:
             key = (array.path, array.metadata.encode_chunk_key(coords))
             record = file_crc32(self.root / key[0] / key[1]) if whole else None
@@ -83,7 +91,7 @@ class ChunkLedger:
                 self.chunks[key] = record
 
     def finished(self) -> dict[str, dict[str, list[int]]]:
-        """Every recorded chunk checksummed: {array path: {chunk key: [size, crc]}}."""
+        """Every recorded shard checksummed: {array path: {chunk key: [size, crc]}}."""
         out: dict[str, dict[str, list[int]]] = {}
         for (name, key), record in sorted(self.chunks.items()):
             if record is None:
@@ -93,7 +101,7 @@ class ChunkLedger:
 
 
 def part_path(root: Path, process: int) -> Path:
-    """Where process ``process`` leaves its chunk records for process 0."""
+    """Where process ``process`` leaves its shard records for process 0."""
     return Path(root) / f".pmpipe_chunks.{process}.json"
 
 
@@ -104,7 +112,7 @@ def write_part(root: Path, process: int, chunks: dict) -> None:
 def write_manifest(  # parameters: the store, its processes' chunk records and its marker
     group, root: Path, processes: int, own: dict, marker: dict
 ) -> int:
-    """Process 0: merge every process's chunk records (its own ``own``, the others' part
+    """Process 0: merge every process's shard records (its own ``own``, the others' part
     files) with the shape and dtype of every array of ``group`` and the checksums of its
     metadata (the root's as it will be once the ``marker`` attributes are added) into the
     manifest; returns the manifest's CRC-32."""
@@ -118,10 +126,10 @@ def write_manifest(  # parameters: the store, its processes' chunk records and i
     arrays = {}
     for path, array in _arrays(group):
         written = chunks.get(path, {})
-        expected = expected_chunk_count(array.shape, array.chunks)
+        expected = expected_chunk_count(array.shape, shard_shape(array))
         if len(written) != expected:
             raise RuntimeError(
-                f"array {path} of {root}: {len(written)} of its {expected} chunks were written"
+                f"array {path} of {root}: {len(written)} of its {expected} shards were written"
             )
         arrays[path] = {"shape": list(array.shape), "dtype": str(array.dtype), "chunks": written}
     manifest = {
@@ -162,7 +170,7 @@ def _arrays(group, prefix: str = ""):
 
 def problems(path: Path, attrs: dict, checksums: bool = False, limit: int = 5) -> list[str]:
     """What is wrong with a complete store at path (root attributes attrs) against its
-    manifest: missing manifest, arrays of another shape or dtype, chunk files missing or of
+    manifest: missing manifest, arrays of another shape or dtype, shard files missing or of
     another size, and with ``checksums`` another CRC-32; at most ``limit`` problems."""
     import zarr
 
@@ -194,12 +202,12 @@ def problems(path: Path, attrs: dict, checksums: bool = False, limit: int = 5) -
             try:
                 actual = os.stat(chunk).st_size
             except FileNotFoundError:
-                found.append(f"chunk {name}/{key} is missing")
+                found.append(f"shard {name}/{key} is missing")
             else:
                 if actual != size:
-                    found.append(f"chunk {name}/{key} has {actual} bytes, not {size}")
+                    found.append(f"shard {name}/{key} has {actual} bytes, not {size}")
                 elif checksums and file_crc32(chunk)[1] != crc:
-                    found.append(f"chunk {name}/{key} does not match its CRC-32")
+                    found.append(f"shard {name}/{key} does not match its CRC-32")
             if len(found) >= limit:
                 return found
     return found
@@ -226,5 +234,5 @@ def _metadata_problems(path: Path, manifest: dict) -> list[str]:
 
 
 def expected_chunk_count(shape, chunks) -> int:
-    """How many chunks tile an array of shape."""
+    """How many pieces of shape ``chunks`` (chunks or shards) tile an array of shape."""
     return int(np.prod([-(-n // c) for n, c in zip(shape, chunks)], dtype=np.int64))

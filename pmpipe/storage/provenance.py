@@ -51,8 +51,11 @@ def software() -> dict:
     }
 
 
-def provenance(run_file: config.RunFile, stage: str, mesh: Mesh, started: str) -> dict:
-    """Root attributes of a stage store: what made it, from which config, where and when."""
+def provenance(
+    run_file: config.RunFile, stage: str, mesh: Mesh, started: str, upstream: dict | None = None
+) -> dict:
+    """Root attributes of a stage store: what made it, from which config and which stores of
+    the run (``upstream``: {store folder name: CRC-32 of its manifest}), where and when."""
     import jax
 
     from pmpipe.runtime import parallel
@@ -65,6 +68,7 @@ def provenance(run_file: config.RunFile, stage: str, mesh: Mesh, started: str) -
         "run_id": run_file.run_id,
         "config": run_file.config.model_dump(mode="json"),
         "config_hash": run_file.config_hash,
+        "upstream": dict(upstream or {}),
         "parameters": run_file.parameters,
         **software(),
         "device_kind": devices[0].device_kind,

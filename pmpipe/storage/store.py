@@ -4,13 +4,10 @@ Every array carries ``dimension_names`` plus ``units`` and ``long_name`` attribu
 dimension that has coordinates has a 1-D array of the same name, so ``xarray.open_zarr(path)``
 reads a store as a labelled Dataset.
 
-Chunks and codecs (docs/outputs.md, "Chunks and codecs"): a sharded JAX array is chunked so
-that the chunks tile every device block (:func:`block_chunks`), at most
-:data:`MAX_CHUNK_BYTES` each; each process writes only the chunks inside its own blocks (one
-writer per chunk). Large floating-point arrays are stored uncompressed (zstd gains ~8 % on
-particle data and costs most of the write speed), or bit-rounded to ``keepbits`` mantissa bits
-and then zstd-compressed when the store was created with ``keepbits``; every other array is
-zstd-compressed (:func:`codecs`).
+Shards, chunks and codecs (pmpipe.storage.encoding): every array of one or more dimensions is
+sharded, a shard being one file written whole by one process; a sharded JAX array's shards
+tile its device blocks, so each process writes only the shards inside its own blocks (one
+writer per shard). Every chunk ends in a CRC-32C that zarr checks whenever it reads it.
 
 Writes are asynchronous: :func:`write_blocks` and :func:`write_array` copy each block to the
 host and hand its zarr write to a small pool of threads (:data:`pmpipe.storage.writes.WRITE_THREADS`), at most
@@ -19,9 +16,9 @@ for a store's writes and raises the first failure.
 
 A store is complete only once :func:`mark_complete` has run; it waits for the store's pending
 writes (and writes no marker when one failed), records what the store holds in its manifest
-(every chunk's size and CRC-32, pmpipe.storage.integrity), and the marker is its last write. Every
+(every shard file's size and CRC-32, pmpipe.storage.integrity), and the marker is its last write. Every
 reader goes through :func:`open_complete`, which refuses a store without the marker or whose
-chunks are not all there with their recorded sizes, so nothing half-written or damaged is
+shards are not all there with their recorded sizes, so nothing half-written or damaged is
 ever consumed; :func:`verify` checks the checksums too. Layout and names: docs/outputs.md.
 """
 
@@ -39,7 +36,7 @@ import numpy as np
 import zarr
 
 from pmpipe.runtime import log
-from pmpipe.storage import integrity, writes
+from pmpipe.storage import encoding, integrity, writes
 
 if TYPE_CHECKING:
     import jax
@@ -49,9 +46,6 @@ LOG = log.get(__name__)
 
 
 COMPLETE = integrity.COMPLETE
-MAX_CHUNK_BYTES = 64 * 2**20  # largest chunk: ~64 MB chunks write several times faster than one
-COMPRESS_BELOW_BYTES = 2**20  # floating-point arrays up to this size are zstd-compressed
-MANTISSA_BITS = {"float16": 10, "float32": 23, "float64": 52}
 
 
 class IncompleteStoreError(RuntimeError):
@@ -99,30 +93,7 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     return group if _writer() else zarr.open_group(path, mode="r+")
 
 
-def codecs(dtype, nbytes: int, keepbits: int | None = None) -> dict:
-    """The ``filters`` and ``compressors`` of zarr's create_array for an array of dtype and
-    size nbytes: floating-point data above COMPRESS_BELOW_BYTES is stored as raw bytes (zstd
-    gains little on it and writes slowly), or bit-rounded to keepbits mantissa bits and then
-    zstd-compressed; everything else (small arrays, integers, booleans, text) zstd."""
-    kind = "U" if dtype is str else np.dtype(dtype).kind
-    if kind not in "fc" or nbytes <= COMPRESS_BELOW_BYTES:
-        return {"filters": None, "compressors": zarr.codecs.ZstdCodec()}
-    bits = MANTISSA_BITS.get(np.dtype(dtype).name)
-    if keepbits is None or bits is None or keepbits >= bits:
-        return {"filters": None, "compressors": None}
-    return {"filters": [_bitround(keepbits)], "compressors": zarr.codecs.ZstdCodec()}
-
-
-def _bitround(keepbits: int):
-    """numcodecs' BitRound as a zarr 3 array-to-array codec (zarr >= 3.1 ships it)."""
-    from zarr.codecs import BitRound
-
-    with warnings.catch_warnings():  # "numcodecs codecs are not in the zarr v3 specification"
-        warnings.simplefilter("ignore")
-        return BitRound(keepbits=keepbits)
-
-
-def create_array(  # parameters: the array's shape and type, its labels and its chunks
+def create_array(  # parameters: the array's shape and type, its labels and its shards
     group: zarr.Group,
     name: str,
     shape: tuple[int, ...],
@@ -130,23 +101,26 @@ def create_array(  # parameters: the array's shape and type, its labels and its 
     dims: tuple[str, ...],
     units: str,
     long_name: str,
-    chunks: tuple[int, ...] | None = None,
+    shards: tuple[int, ...] | None = None,
     **attrs,
 ) -> zarr.Array:
-    """An empty labelled array: dimension names, units and long name. chunks default: at most
-    MAX_CHUNK_BYTES along the leading axes (:func:`leading_chunks`); pass
-    :func:`block_chunks` of a sharded array (with 1 for stacked leading axes) for arrays written
-    block by block. Codecs: :func:`codecs` with the store's keepbits. Text (numpy 'U' dtypes)
-    is stored as variable-length UTF-8 strings."""
+    """An empty labelled array: dimension names, units and long name. shards (the pieces
+    written at once, one file each) default: at most encoding.MAX_SHARD_BYTES along the
+    leading axes (encoding.leading_shards); pass encoding.block_shards of a sharded array (with
+    1 for stacked leading axes) for arrays written block by block. Each shard is cut into
+    chunks (encoding.inner_chunks); a 0-d array is one chunk. Codecs: encoding.codecs with the
+    store's keepbits. Text (numpy 'U' dtypes) is stored as variable-length UTF-8
+    strings."""
     from pmpipe.runtime import parallel
 
     if len(dims) != len(shape):
         raise ValueError(f"{name}: {len(dims)} dimension names for a {len(shape)}-d array")
     dtype = str if np.dtype(dtype).kind == "U" else np.dtype(dtype)
     itemsize = np.dtype(object).itemsize if dtype is str else dtype.itemsize
-    if chunks is None:
-        chunks = leading_chunks(shape, itemsize)
-    chunks = tuple(max(1, int(c)) for c in chunks)
+    if shards is None:
+        shards = encoding.leading_shards(shape, itemsize)
+    shards = tuple(max(1, int(c)) for c in shards)
+    layout = {"shards": shards, "chunks": encoding.inner_chunks(shards, itemsize)} if shape else {}
     if _writer():
         with warnings.catch_warnings():  # BitRound: "not in the zarr v3 specification"
             warnings.simplefilter("ignore")
@@ -154,10 +128,10 @@ def create_array(  # parameters: the array's shape and type, its labels and its 
                 name,
                 shape=tuple(shape),
                 dtype=dtype,
-                chunks=chunks,
                 dimension_names=dims,
                 attributes={"units": units, "long_name": long_name, **attrs},
-                **codecs(
+                **layout,
+                **encoding.codecs(
                     dtype,
                     math.prod(shape) * itemsize,
                     writes.store_state(writes.store_key(group)).keepbits,
@@ -167,7 +141,7 @@ def create_array(  # parameters: the array's shape and type, its labels and its 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # every chunk is written, fill values only or not: no scan for them, and the manifest
-        # (pmpipe.storage.integrity) can demand every chunk
+        # (pmpipe.storage.integrity) can demand every shard
         return zarr.open_array(group.store, path=_child(group, name), mode="r+").with_config(
             {"write_empty_chunks": True}
         )
@@ -182,10 +156,10 @@ def write_blocks(array: zarr.Array, data, leading: tuple[int, ...] = ()) -> None
     """Write data into array[leading + ...]: a sharded JAX array block by block (only the
     blocks this process holds, one replica each), or a numpy array at once by process 0.
 
-    Returns once the blocks are copied to the host: their chunks are written by the writer
-    threads (:func:`pmpipe.storage.writes.flush` and :func:`mark_complete` wait for them). A block that is not made
-    of whole chunks of array is written at once instead, after the store's pending writes
-    (two threads writing parts of one chunk would lose data)."""
+    Returns once the blocks are copied to the host: their shards are written by the writer
+    threads (:func:`pmpipe.storage.writes.flush` and :func:`mark_complete` wait for them). A
+    block that is not made of whole shards of array is written at once instead, after the
+    store's pending writes (two threads writing parts of one shard would lose data)."""
     import jax
 
     leading = tuple(leading)
@@ -207,54 +181,21 @@ def write_blocks(array: zarr.Array, data, leading: tuple[int, ...] = ()) -> None
         writes.put(array, leading + (0,) * host.ndim, host, host.nbytes)
 
 
-def block_chunks(data, max_bytes: int | None = None) -> tuple[int, ...]:
-    """Chunk shape for data: for a JAX array, its device block cut into chunks of at most
-    max_bytes (default MAX_CHUNK_BYTES) that tile the block exactly, so that every chunk lies
-    in one block (one writer per chunk); for numpy data, :func:`leading_chunks`.
-
-    The block is cut along its leading axis first (into the fewest equal pieces that fit),
-    then the next axis if one index of the leading axis is still too large, and so on: every
-    chunk is then one contiguous piece of the block's memory, written without a copy."""
-    import jax
-
-    max_bytes = MAX_CHUNK_BYTES if max_bytes is None else max_bytes
-    itemsize = np.dtype(data.dtype).itemsize
-    if not isinstance(data, jax.Array):
-        return leading_chunks(data.shape, itemsize, max_bytes)
-    chunk = [max(1, n) for n in data.sharding.shard_shape(data.shape)]
-    for i in range(len(chunk)):
-        if math.prod(chunk) * itemsize <= max_bytes:
-            break
-        rest = math.prod(chunk[i + 1 :]) * itemsize
-        chunk[i] = max(
-            (d for d in range(1, chunk[i] + 1) if chunk[i] % d == 0 and d * rest <= max_bytes),
-            default=1,
-        )
-    return tuple(chunk)
-
-
-def leading_chunks(
-    shape: tuple[int, ...], itemsize: int, max_bytes: int | None = None
-) -> tuple[int, ...]:
-    """Chunks of at most max_bytes (default MAX_CHUNK_BYTES) of an array written at once:
-    whole trailing axes, the leading axis cut (and the next ones, when one index of the
-    leading axis is larger than max_bytes)."""
-    max_bytes = MAX_CHUNK_BYTES if max_bytes is None else max_bytes
-    chunk = [max(1, n) for n in shape]
-    for i in range(len(chunk)):
-        if math.prod(chunk) * itemsize <= max_bytes:
-            break
-        chunk[i] = max(1, max_bytes // (math.prod(chunk[i + 1 :]) * itemsize))
-    return tuple(chunk)
-
-
 def write_array(
     group: zarr.Group, name: str, data, dims: tuple[str, ...], units: str, long_name: str, **attrs
 ) -> zarr.Array:
-    """Write a numpy array, or a sharded JAX array in chunks that tile its device blocks
-    (:func:`block_chunks`); the chunks are written in the background (:func:`write_blocks`)."""
+    """Write a numpy array, or a sharded JAX array in shards that tile its device blocks
+    (encoding.block_shards); the shards are written in the background (:func:`write_blocks`)."""
     array = create_array(
-        group, name, data.shape, data.dtype, dims, units, long_name, block_chunks(data), **attrs
+        group,
+        name,
+        data.shape,
+        data.dtype,
+        dims,
+        units,
+        long_name,
+        encoding.block_shards(data),
+        **attrs,
     )
     write_blocks(array, data)
     return array
@@ -269,10 +210,10 @@ def write_coordinate(
 
 def mark_complete(group: zarr.Group) -> None:
     """Once every process has written its blocks, process 0 consolidates the metadata, writes
-    the manifest of every chunk (pmpipe.storage.integrity) and the end time, then the marker, with
+    the manifest of every shard (pmpipe.storage.integrity) and the end time, then the marker, with
     the manifest's checksum: the last act.
 
-    Waits for this process's pending writes first and checksums the chunks it wrote. When
+    Waits for this process's pending writes first and checksums the shards it wrote. When
     one of them failed (on any process), no marker is written and writes.StoreWriteError is raised
     (naming the array on the process where it failed)."""
     import jax
@@ -289,7 +230,7 @@ def mark_complete(group: zarr.Group) -> None:
             if not _writer():
                 integrity.write_part(ledger.root, jax.process_index(), records)
         except OSError as err:
-            errors.append(("(chunk checksums)", err))
+            errors.append(("(shard checksums)", err))
     failed = bool(parallel.largest(bool(errors)))  # every process learns whether any failed
     writes.raise_failed(key, errors)
     if failed:
@@ -324,7 +265,7 @@ def mark_complete(group: zarr.Group) -> None:
 
 
 def is_complete(path: str | Path) -> bool:
-    """True when path is a zarr group whose completion marker is written and whose chunk
+    """True when path is a zarr group whose completion marker is written and whose shard
     files are all there with the sizes its manifest records."""
     return not problems(path)
 
@@ -333,8 +274,8 @@ def problems(
     path: str | Path, checksums: bool = False, config_hash: str | None = None
 ) -> list[str]:
     """Why the store at path is not a complete, intact, current store (empty when it is):
-    missing, no completion marker, chunks that differ from its manifest (sizes; with
-    ``checksums`` every chunk's CRC-32 too), or, given ``config_hash``, made from another
+    missing, no completion marker, shard files that differ from its manifest (sizes; with
+    ``checksums`` every shard's CRC-32 too), or, given ``config_hash``, made from another
     configuration (stale)."""
     path = Path(path)
     if not path.exists():
@@ -358,6 +299,29 @@ def problems(
         found.append(
             f"is stale: made from config {attrs.get('config_hash')}, the run's is {config_hash}"
         )
+    elif config_hash is not None:
+        found += _stale_upstream(path, attrs.get("upstream", {}))
+    return found
+
+
+def manifest_checksum(path: str | Path) -> int | None:
+    """The CRC-32 of the manifest a store's completion marker vouches for, or None for a
+    store that is missing or has no marker."""
+    try:
+        attrs = zarr.open_group(Path(path), mode="r").attrs
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):
+        return None
+    return attrs.get(integrity.MANIFEST_CRC) if COMPLETE in attrs else None
+
+
+def _stale_upstream(path: Path, upstream: dict) -> list[str]:
+    """The stores of the run a store was made from (provenance 'upstream', beside it) that
+    have been made again since; one that is gone or unfinished now is left to its stage."""
+    found = []
+    for name, crc in sorted(upstream.items()):
+        now = manifest_checksum(path.parent / name)
+        if now is not None and now != crc:
+            found.append(f"is stale: made from another {name} (that store was made again since)")
     return found
 
 
@@ -396,7 +360,7 @@ def invalidate(path: str | Path, reasons: list[str]) -> None:
 
 def open_complete(path: str | Path, config_hash: str | None = None) -> zarr.Group:
     """Open a complete store for reading; refuse a missing, incomplete or damaged one
-    (:func:`problems`: every chunk present with its recorded size), or one made from another
+    (:func:`problems`: every shard present with its recorded size), or one made from another
     configuration than config_hash."""
     path = Path(path)
     found = problems(path, config_hash=config_hash)
@@ -422,7 +386,7 @@ def read_sharded(array: zarr.Array, mesh: Mesh, leading: tuple[int, ...] = ()) -
 
 def describe(path: str | Path, config_hash: str | None = None) -> str:
     """A human summary of a store: state (complete, INCOMPLETE, DAMAGED or STALE against
-    ``config_hash``, its chunks' sizes checked against the manifest), provenance and every
+    ``config_hash``, its shards' sizes checked against the manifest), provenance and every
     array with its labels."""
     path = Path(path)
     try:

@@ -1,5 +1,5 @@
 """Background writes into the stores: each block copied to the host is handed to a small pool
-of threads (:data:`WRITE_THREADS`), one write per whole chunk, at most
+of threads (:data:`WRITE_THREADS`), one write per whole shard, at most
 :data:`MAX_PENDING_BYTES` of copies waiting at a time; a store's writes are waited for (and
 the first failure raised) before its completion marker; what this process wrote is counted."""
 
@@ -23,7 +23,7 @@ from pmpipe.storage import integrity
 LOG = log.get(__name__)
 
 MAX_PENDING_BYTES = 2**30  # host copies of blocks waiting for their write, at most (but one)
-WRITE_THREADS = min(4, os.cpu_count() or 1)  # threads writing chunks in the background
+WRITE_THREADS = min(4, os.cpu_count() or 1)  # threads writing shards in the background
 
 
 class StoreWriteError(RuntimeError):
@@ -32,7 +32,7 @@ class StoreWriteError(RuntimeError):
 
 @dataclasses.dataclass
 class _StoreState:
-    """A store's keepbits, its pending writes (array name, future) and the chunks this
+    """A store's keepbits, its pending writes (array name, future) and the shards this
     process wrote (None for a store that is not a folder)."""
 
     keepbits: int | None = None
@@ -127,11 +127,11 @@ def _release(nbytes: int) -> None:
         _budget.notify_all()
 
 
-def _whole_chunks(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]):
-    """The (array selection, block selection) of every chunk of a block of array at start,
-    or None when the block is not made of whole chunks."""
+def _whole_shards(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]):
+    """The (array selection, block selection) of every shard of a block of array at start,
+    or None when the block is not made of whole shards."""
     axes = []
-    for s, n, c, size in zip(start, shape, array.chunks, array.shape):
+    for s, n, c, size in zip(start, shape, integrity.shard_shape(array), array.shape):
         if s % c or (n % c and s + n != size):
             return None
         axes.append([(s + o, o, min(c, n - o)) for o in range(0, n, c)])
@@ -162,10 +162,10 @@ def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
 
 def put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: int) -> None:
     """Write host (nbytes reserved) into array at start (one index per axis of array; host
-    lacks the leading ones): one background write per chunk when host is made of whole chunks,
+    lacks the leading ones): one background write per shard when host is made of whole shards,
     else at once here after the store's pending writes."""
     block = host.reshape((1,) * (array.ndim - host.ndim) + host.shape)
-    pieces = _whole_chunks(array, start, block.shape)
+    pieces = _whole_shards(array, start, block.shape)
     state = store_state(store_key(array))
     if pieces is None:
         try:
@@ -216,7 +216,7 @@ def wait(key: str) -> list[tuple[str, BaseException]]:
 def raise_failed(key: str, errors) -> None:
     if errors:
         name, error = errors[0]
-        more = f" ({len(errors) - 1} more chunk writes failed)" if len(errors) > 1 else ""
+        more = f" ({len(errors) - 1} more shard writes failed)" if len(errors) > 1 else ""
         raise StoreWriteError(
             f"writing array {name!r} of {key} failed: {type(error).__name__}: {error}{more}"
         ) from error
