@@ -9,14 +9,11 @@ from pmpipe.stages import STAGES, run_stages, store_path
 
 
 def is_current(path: str | Path, config_hash: str) -> bool:
-    """Whether the store at path is complete and was made from the config ``config_hash``."""
+    """Whether the store at path is complete, intact (the quick check) and current: made from
+    the config ``config_hash`` and from the run's stores as they are."""
     from pmpipe.storage import store
 
-    try:
-        store.open_complete(path, config_hash)
-    except store.IncompleteStoreError:
-        return False
-    return True
+    return not store.problems(path, config_hash=config_hash)
 
 
 def pending_stages(run, config_hash: str, run_dir: str | Path) -> tuple[str, ...]:

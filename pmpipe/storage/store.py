@@ -278,11 +278,8 @@ def problems(
     ``checksums`` every shard's CRC-32 too), or, given ``config_hash``, made from another
     configuration (stale)."""
     path = Path(path)
-    if not path.exists():
-        return ["does not exist"]
-    try:
-        attrs = dict(zarr.open_group(path, mode="r").attrs)
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):
+    attrs = integrity.root_attributes(path)
+    if attrs is None:
         return ["does not exist" if not path.exists() else "is not a zarr store"]
     if COMPLETE not in attrs:
         damaged = attrs.get(DAMAGED)
@@ -307,10 +304,7 @@ def problems(
 def manifest_checksum(path: str | Path) -> int | None:
     """The CRC-32 of the manifest a store's completion marker vouches for, or None for a
     store that is missing or has no marker."""
-    try:
-        attrs = zarr.open_group(Path(path), mode="r").attrs
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):
-        return None
+    attrs = integrity.root_attributes(Path(path)) or {}
     return attrs.get(integrity.MANIFEST_CRC) if COMPLETE in attrs else None
 
 
@@ -330,10 +324,7 @@ DAMAGED = integrity.DAMAGED
 
 def has_marker(path: str | Path) -> bool:
     """Whether the store at path carries a completion marker (intact or not)."""
-    try:
-        return COMPLETE in zarr.open_group(Path(path), mode="r").attrs
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):
-        return False
+    return COMPLETE in (integrity.root_attributes(Path(path)) or {})
 
 
 def stores_under(path: str | Path) -> list[Path]:
