@@ -73,6 +73,10 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     shutil.copytree(other, mine)
     assert cli.main(["show", str(mine)]) == 0
     assert "nbody store, STALE: is stale: made from config" in capsys.readouterr().out
+    stale_slice = campaign_dir / f"report/{mine.parent.name}/slice.png"  # not drawn from it
+    assert report.main([str(campaign_dir), str(stale_slice)]) == 2
+    assert "is stale: made from config" in capsys.readouterr().err
+    assert not stale_slice.exists()
     chunk = next(f for f in sorted((other / "density").rglob("*")) if f.is_file())
     chunk.write_bytes(chunk.read_bytes()[:10])
     assert cli.main(["show", str(other)]) == 0

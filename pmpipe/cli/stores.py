@@ -24,35 +24,21 @@ def run(args) -> int:
     return registry.run_checked(args.stage, args.config[0])
 
 
-def _run_config_hash(store_path) -> str | None:
-    """The config hash of the run a store belongs to (its folder's config.json), or None for a
-    store outside a run folder or beside a config.json that does not load."""
-    from pathlib import Path
-
-    from pmpipe.run import config, validation
-
-    config_path = Path(store_path).parent / "config.json"
-    if not config_path.is_file():
-        return None
-    try:
-        return validation.load_run_file(config_path).config_hash
-    except (config.ConfigError, ValueError) as err:
-        LOG.warning("%s: not checked against its run (%s)", store_path, err)
-        return None
-
-
 def show(args) -> int:
     """``pmpipe show STORE``: a summary of a store, its state checked (manifest, run config)."""
+    from pmpipe.stages import status
     from pmpipe.storage import store
 
-    print(store.describe(args.store, _run_config_hash(args.store)))
+    print(store.describe(args.store, status.run_config_hash(args.store)))
     return 0
 
 
 def verify(args) -> int:
-    """``pmpipe verify PATH...``: every store's chunks against its manifest and its config
-    against its run's; a store that fails loses its completion marker (unless --report-only
-    or the file system refuses), and every store is checked whatever the others gave."""
+    """``pmpipe verify PATH...``: every store's shards against its manifest and its config
+    and upstream stores against its run's; a store that fails loses its completion marker
+    (unless --report-only or the file system refuses), and every store is checked whatever
+    the others gave."""
+    from pmpipe.stages import status
     from pmpipe.storage import store
 
     paths = [p for given in args.paths for p in store.stores_under(given)]
@@ -61,7 +47,7 @@ def verify(args) -> int:
     failed = kept = 0
     for path in paths:
         try:
-            found = store.problems(path, checksums=True, config_hash=_run_config_hash(path))
+            found = store.problems(path, checksums=True, config_hash=status.run_config_hash(path))
         except OSError as err:
             found = [f"cannot be read ({err.strerror or err})"]
         note = ""

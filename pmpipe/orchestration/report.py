@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pmpipe.runtime import log
+from pmpipe.stages import status
 from pmpipe.storage import store
 
 SLAB_FRACTION = 0.1  # part of the box along z averaged in the density slice
@@ -101,6 +102,12 @@ def _shade_outside(axes, low, high, label) -> None:
         ax.set_xlim(left, right)
 
 
+def _open_checked(path):
+    """A run's store, refused (IncompleteStoreError) unless it is complete, intact and made
+    from its run's config and stores as they are now: the report draws nothing stale."""
+    return store.open_complete(path, status.run_config_hash(path))
+
+
 def save_figure(fig, out_path) -> None:
     """Write the figure to out_path (its folder made when missing) and close it."""
     plt = pyplot()
@@ -113,7 +120,7 @@ def save_figure(fig, out_path) -> None:
 def plot_power(summaries_path, out_path) -> None:
     """P(k) at each snapshot with linear theory and shot noise; ratio panel below."""
     plt = pyplot()
-    g = store.open_complete(summaries_path)
+    g = _open_checked(summaries_path)
     a, k_mean, pk, lin = g["a"][:], g["k_mean"][:], g["pk"][:], g["pk_linear"][:]
     fig, top, bottom = _ratio_panels()
     colours = plt.cm.viridis(np.linspace(0, 0.9, a.size))
@@ -134,7 +141,7 @@ def plot_power(summaries_path, out_path) -> None:
 def plot_slice(nbody_path, out_path) -> None:
     """log10 ρ/ρ̄ averaged over the first SLAB_FRACTION of the box along z, last snapshot."""
     plt = pyplot()
-    g = store.open_complete(nbody_path)
+    g = _open_checked(nbody_path)
     density = g["density"]
     depth = max(1, round(SLAB_FRACTION * density.shape[3]))
     slab = np.asarray(density[-1, :, :, :depth], dtype=np.float64).mean(axis=2)
@@ -155,7 +162,7 @@ def plot_slice(nbody_path, out_path) -> None:
 def plot_campaign(summaries_path, out_path) -> None:
     """P(k) / linear theory at the last snapshot, one line per run."""
     plt = pyplot()
-    g = store.open_complete(summaries_path)
+    g = _open_checked(summaries_path)
     runs, k = g["run"][:], g["k_mean"][0]
     ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -173,7 +180,7 @@ def plot_kappa(lensing_path, out_path) -> None:
     """The flat-sky κ map of the last source (the HEALPix map in Mollweide when there is no
     flat-sky map)."""
     plt = pyplot()
-    g = store.open_complete(lensing_path)
+    g = _open_checked(lensing_path)
     sources = g["source"][:]
     if "kappa" in g:
         kappa, theta = np.asarray(g["kappa"][-1], np.float64), g["theta_x"][:]
@@ -202,7 +209,7 @@ def plot_kappa(lensing_path, out_path) -> None:
 
 def plot_cl(summaries_path, out_path) -> None:
     """C_ell of κ per source against the Limber prediction with linear P(k); ratio below."""
-    g = store.open_complete(summaries_path)
+    g = _open_checked(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
     ell, cl, lin = g["ell" + suffix + "_mean"][:], g["cl" + suffix][:], g["cl_linear" + suffix][:]
     low, high = g["ell_min_valid" + suffix][:], g["ell_max_valid" + suffix][:]
@@ -238,7 +245,7 @@ def plot_peaks(summaries_path, out_path) -> None:
     """Peak counts and κ PDF of the last source at the first smoothing scale, averaged over
     the runs of each cosmology (runs with the same design parameters)."""
     plt = pyplot()
-    g = store.open_complete(summaries_path)
+    g = _open_checked(summaries_path)
     suffix = "" if "peaks" in g else "_healpix"
     kappa, runs = g["kappa"][:], g["run"][:]
     params = [

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pmpipe.run import validation
+from pmpipe.run import config, validation
+from pmpipe.runtime import log
 from pmpipe.stages import STAGES, run_stages, store_path
+
+LOG = log.get(__name__)
 
 
 def is_current(path: str | Path, config_hash: str) -> bool:
@@ -14,6 +17,19 @@ def is_current(path: str | Path, config_hash: str) -> bool:
     from pmpipe.storage import store
 
     return not store.problems(path, config_hash=config_hash)
+
+
+def run_config_hash(path: str | Path) -> str | None:
+    """The config hash of the run the store at path belongs to (its folder's config.json), or
+    None for a store outside a run folder or beside a config.json that does not load."""
+    config_path = Path(path).parent / "config.json"
+    if not config_path.is_file():
+        return None
+    try:
+        return validation.load_run_file(config_path).config_hash
+    except (config.ConfigError, ValueError) as err:
+        LOG.warning("%s: not checked against its run (%s)", path, err)
+        return None
 
 
 def pending_stages(run, config_hash: str, run_dir: str | Path) -> tuple[str, ...]:
