@@ -122,13 +122,8 @@ def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[s
         if not path.exists():
             continue
         states.append(f"{path}@{path.stat().st_mtime_ns}")
-        found = store.problems(path)
-        if found:
-            why = "; ".join(found)
-        elif status.is_current(path, config.config_hash(runs[run_id])):
-            why = "comes after a stage of its run that is made again"
-        else:
-            why = "was made from another config"
+        found = store.problems(path, config_hash=config.config_hash(runs[run_id]))
+        why = "; ".join(found) if found else "comes after a stage of its run that is made again"
         LOG.warning("pmpipe: %s %s, so it is made again", path, why)
     return states
 

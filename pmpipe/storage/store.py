@@ -246,7 +246,7 @@ def mark_complete(group: zarr.Group) -> None:
             warnings.simplefilter("ignore")
             zarr.consolidate_metadata(group.store)
         finished = now()
-        marker = {"finished": finished, COMPLETE: finished}
+        marker: dict[str, str | int] = {"finished": finished, COMPLETE: finished}
         if ledger is not None:
             marker[integrity.MANIFEST_CRC] = integrity.write_manifest(
                 zarr.open_group(group.store, mode="r"),
