@@ -67,8 +67,10 @@ def _running_job():
 
 def _release_when_requeued(job, timeout=300):
     """Once ``job``'s first run is closed in the accounting (a REQUEUED record) and the job is
-    pending again, make it eligible at once: SLURM holds a requeued job for about two minutes
-    (its begin time), time this test need not spend."""
+    pending again, make it eligible 2 s later: SLURM holds a requeued job for about two minutes
+    (its begin time), time this test need not spend. The 2 s are needed: the node revoked the
+    old run's credential, and it refuses a credential made in the same second (1 s clock), so
+    a job started at once fails ("Job credential revoked") instead of running again."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         records = subprocess.run(
@@ -81,6 +83,7 @@ def _release_when_requeued(job, timeout=300):
             ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True, check=False
         ).stdout.split()
         if "REQUEUED" in records and state == ["PENDING", "BeginTime"]:
+            time.sleep(2)
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
             return
         time.sleep(0.5)
