@@ -350,8 +350,9 @@ def interp_power(k, k_table, p_table):
 @dataclasses.dataclass(frozen=True, eq=False)
 class LinearPower:
     """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc] and a pytree: the kind
-    (one of pmpipe.physics.power_table.POWER_KINDS) is static, the cosmology and the table (k_table, p_table: (T,) arrays,
-    kind 'table' only) are leaves, so compiled programs take them as arguments."""
+    (one of pmpipe.physics.power_table.POWER_KINDS) is static, the cosmology and the table
+    (k_table, p_table: (T,) arrays, the kinds of power_table.TABULATED_KINDS only) are leaves,
+    so compiled programs take them as arguments."""
 
     kind: str = dataclasses.field(metadata={"static": True})
     cosmo: Cosmology
@@ -359,6 +360,6 @@ class LinearPower:
     p_table: jax.Array | np.ndarray | None = None
 
     def __call__(self, k):
-        if self.kind == "table":
+        if self.k_table is not None:
             return interp_power(k, self.k_table, self.p_table)
         return linear_power_eisenstein_hu(self.cosmo, k, self.kind == "eisenstein_hu")

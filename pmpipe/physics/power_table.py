@@ -7,9 +7,11 @@ from typing import Literal, get_args
 
 import numpy as np
 
-# Eisenstein-Hu with or without BAO (normalised to sigma8), or a table from a file
-PowerKind = Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "table"]
+# Eisenstein-Hu with or without BAO (normalised to sigma8), CAMB at the run's cosmology
+# (pmpipe.physics.boltzmann), or a table from a file
+PowerKind = Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "camb", "table"]
 POWER_KINDS: tuple[str, ...] = get_args(PowerKind)
+TABULATED_KINDS = ("camb", "table")  # interpolated in a (k, P) table
 
 
 class PowerTableError(ValueError):

@@ -35,12 +35,13 @@ def power_function(
     cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu", table=None
 ) -> cosmology.LinearPower:
     """P(k) at a = 1 as a callable of k [h/Mpc]: kind 'eisenstein_hu', 'eisenstein_hu_nowiggle',
-    or 'table' with table = (k, P) arrays from :func:`pmpipe.physics.power_table.check_power_table`."""
+    or a tabulated kind ('camb', 'table') with table = (k, P) arrays (a Boltzmann code's, or
+    from :func:`pmpipe.physics.power_table.check_power_table`)."""
     if kind not in power_table.POWER_KINDS:
         raise ValueError(
-            f"power.kind must be 'eisenstein_hu', 'eisenstein_hu_nowiggle' or 'table', got {kind!r}"
+            f"power.kind must be one of {', '.join(power_table.POWER_KINDS)}, got {kind!r}"
         )
-    if kind == "table":
+    if kind in power_table.TABULATED_KINDS:
         k_table, p_table = table
         return cosmology.LinearPower(kind, cosmo, np.asarray(k_table), np.asarray(p_table))
     return cosmology.LinearPower(kind, cosmo)

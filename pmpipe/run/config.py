@@ -93,11 +93,19 @@ class Cosmology(StrictModel):
     n_s: float = Field(
         FIDUCIAL["n_s"], gt=0, le=2, description="primordial spectral index, dimensionless"
     )
-    sigma8: float = Field(
+    sigma8: float | None = Field(
         FIDUCIAL["sigma8"],
         gt=0,
         le=5,
-        description="rms linear overdensity in 8 Mpc/h spheres at a = 1",
+        description="rms linear overdensity of total matter in 8 Mpc/h spheres at a = 1; "
+        "exactly one of sigma8 and A_s normalises the power (null when A_s is given)",
+    )
+    A_s: float | None = Field(
+        None,
+        gt=0,
+        le=1e-7,
+        description="primordial scalar amplitude at k = 0.05 /Mpc (power.kind 'camb'); "
+        "sigma8 is then derived",
     )
     w0: float = Field(
         FIDUCIAL["w0"], ge=-3, le=0, description="dark energy equation of state today"
@@ -112,8 +120,23 @@ class Cosmology(StrictModel):
         FIDUCIAL["N_eff"], ge=0, le=10, description="effective number of massless neutrino species"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_normalisation(cls, data):
+        """A_s given and sigma8 not: sigma8 is derived (null here, not the fiducial default)."""
+        if isinstance(data, dict) and data.get("A_s") is not None:
+            if data.get("sigma8") is not None:
+                raise ValueError(
+                    f"cosmology.sigma8 = {data['sigma8']} and cosmology.A_s = {data['A_s']} are "
+                    "both given: give exactly one (the other is derived)"
+                )
+            data = {**data, "sigma8": None}
+        return data
+
     @model_validator(mode="after")
     def _baryons_below_matter(self):
+        if self.sigma8 is None and self.A_s is None:
+            raise ValueError("cosmology.sigma8 or cosmology.A_s must be given (exactly one)")
         if self.Omega_b >= self.Omega_m:
             raise ValueError(
                 f"cosmology.Omega_b = {self.Omega_b} must be smaller than cosmology.Omega_m = {self.Omega_m}"
@@ -126,7 +149,8 @@ class Power(StrictModel):
 
     kind: PowerKind = Field(
         "eisenstein_hu",
-        description="Eisenstein & Hu (1998) fit with or without BAO, normalised to sigma8, or a table",
+        description="Eisenstein & Hu (1998) fit with or without BAO, normalised to sigma8; "
+        "CAMB at the run's cosmology, normalised to sigma8 or A_s; or a table",
     )
     table: Path | None = Field(
         None,
@@ -319,10 +343,15 @@ class Run(StrictModel):
     @model_validator(mode="after")
     def _consistent(self):
         n, pdims = self.box.particles, self.parallel.pdims
+        if self.cosmology.A_s is not None and self.power.kind != "camb":
+            raise ValueError(
+                f"cosmology.A_s needs power.kind 'camb' (power.kind {self.power.kind!r} is "
+                "normalised by cosmology.sigma8): set power.kind: camb or give sigma8"
+            )
         if self.power.kind != "table" and self.cosmology.T_cmb <= 0:
             raise ValueError(
                 f"cosmology.T_cmb must be > 0 for power.kind {self.power.kind!r} "
-                "(the Eisenstein-Hu transfer function depends on it); use "
+                "(the Eisenstein-Hu transfer function and CAMB depend on it); use "
                 "power.kind 'table' to run without radiation"
             )
         factor = self.outputs.density

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 
 from pmpipe.physics import (
+    boltzmann,
     cosmology,
     domain,
     ics,
@@ -21,6 +23,7 @@ from pmpipe.physics import (
     sky,
     timesteps,
 )
+from pmpipe.physics.boltzmann import LinearTable
 from pmpipe.physics.cosmology import Cosmology, LinearPower
 from pmpipe.run import config, validation
 from pmpipe.run.validation import k_range
@@ -36,7 +39,8 @@ class RunSetup:
     leaves: runs of one size share their compiled programs); the linear P(k) at a = 1; the
     N-body's steps and snapshots; with a lightcone its planes, and with full-sky lensing each
     plane's band limit (h/Mpc); with lensing the sources, (label, mean redshift, comoving
-    distances (Mpc/h), weights) in store order."""
+    distances (Mpc/h), weights) in store order; with power.kind 'camb' the Boltzmann code's
+    table (its σ8 and A_s, code and version)."""
 
     run_file: config.RunFile
     grid: domain.Grid
@@ -46,6 +50,7 @@ class RunSetup:
     planes: sky.Planes | None = None
     shell_k_max: np.ndarray | None = None
     sources: tuple[tuple, ...] = ()
+    linear_table: LinearTable | None = None
 
     @property
     def config(self) -> config.Run:
@@ -53,29 +58,51 @@ class RunSetup:
         return self.run_file.config
 
 
-def setup(run_file: config.RunFile, mesh) -> RunSetup:
+def setup(
+    run_file: config.RunFile,
+    mesh,
+    tables: Callable[[dict], LinearTable] = boltzmann.camb_power,
+) -> RunSetup:
     """The setup of a run checked by :mod:`pmpipe.run.validation`, on the device mesh
     ``mesh`` (made for run.parallel.pdims; None for a setup that only plans: its grid holds
-    no devices)."""
+    no devices). ``tables``: a Boltzmann code's table from its inputs
+    (:func:`pmpipe.physics.boltzmann.inputs`), for power.kind 'camb'; the stages pass
+    pmpipe.storage.power_cache's, which caches them."""
     run = run_file.config
-    cosmo = cosmology.tabulated(cosmology_params(run))
+    table = tables(boltzmann_inputs(run)) if run.power.kind == "camb" else None
+    cosmo = cosmology.tabulated(cosmology_params(run, None if table is None else table.sigma8))
     planes = plane_geometry(run, cosmo) if run.lightcone is not None else None
     full = run.lensing.full_sky if run.lensing is not None else None
     return RunSetup(
         run_file,
         grid(run, mesh),
         cosmo,
-        linear_power(run),
+        linear_power(run, table),
         timeline(run, cosmo),
         planes,
         shell_band_limits(run, planes) if full is not None and planes is not None else None,
         sources(run, cosmo) if run.lensing is not None else (),
+        table,
     )
 
 
-def cosmology_params(run: config.Run) -> cosmology.Cosmology:
-    """The run's cosmological parameters as the physics' pytree (no tables)."""
-    return cosmology.Cosmology(**run.cosmology.model_dump())
+def cosmology_params(run: config.Run, sigma8: float | None = None) -> cosmology.Cosmology:
+    """The run's cosmological parameters as the physics' pytree (no tables); ``sigma8``: the
+    one a Boltzmann code derived from the run's A_s (required for such a run)."""
+    fields = run.cosmology.model_dump(exclude={"A_s"})
+    if sigma8 is not None:
+        fields["sigma8"] = sigma8
+    if fields["sigma8"] is None:
+        raise ValueError(
+            "cosmology.A_s is given: sigma8 comes from the run's Boltzmann table (derive.setup)"
+        )
+    return cosmology.Cosmology(**fields)
+
+
+def boltzmann_inputs(run: config.Run) -> dict:
+    """The inputs of the run's Boltzmann table (:func:`pmpipe.physics.boltzmann.inputs`): its
+    cosmology, and wavenumbers up to the mesh's largest."""
+    return boltzmann.inputs(run.cosmology.model_dump(), k_range(run)[1])
 
 
 def grid(run: config.Run, mesh) -> domain.Grid:
@@ -91,13 +118,53 @@ def grid(run: config.Run, mesh) -> domain.Grid:
     )
 
 
-def linear_power(run: config.Run) -> cosmology.LinearPower:
-    """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc] (a tabulated P(k) read
-    from its file here)."""
-    table = None
+def linear_power(run: config.Run, table: LinearTable | None = None) -> cosmology.LinearPower:
+    """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc]: power.kind 'camb' from
+    the run's Boltzmann ``table``, 'table' from its file (read here)."""
+    if run.power.kind == "camb":
+        if table is None:
+            raise ValueError("power.kind 'camb' needs the run's Boltzmann table")
+        cosmo = cosmology_params(run, table.sigma8)
+        return simulation.power_function(cosmo, "camb", (table.k, table.p))
+    found = None
     if run.power.kind == "table":
-        table = validation.load_power_table(run.power.table, *k_range(run))
-    return simulation.power_function(cosmology_params(run), run.power.kind, table)
+        found = validation.load_power_table(run.power.table, *k_range(run))
+    return simulation.power_function(cosmology_params(run), run.power.kind, found)
+
+
+def linear_power_source(run_setup: RunSetup) -> dict:
+    """Where the run's linear P(k) comes from, for the ic store's provenance: the kind and
+    σ8; for power.kind 'camb' also A_s, the code, its version and the table's inputs
+    (:func:`boltzmann_inputs`); for 'table' the file."""
+    run, table = run_setup.config, run_setup.linear_table
+    if table is not None:
+        return {
+            "kind": run.power.kind,
+            "sigma8": table.sigma8,
+            "A_s": table.A_s,
+            "code": table.code,
+            "version": table.version,
+            "inputs": boltzmann_inputs(run),
+        }
+    source: dict = {"kind": run.power.kind, "sigma8": run.cosmology.sigma8}
+    if run.power.kind == "table":
+        source["table"] = str(run.power.table)
+    return source
+
+
+def linear_power_table(run_setup: RunSetup) -> tuple[np.ndarray, np.ndarray]:
+    """(k [h/Mpc], P [(Mpc/h)^3]) of the run's linear P(k) at a = 1: a tabulated kind's own
+    table, else the power on the grid of a Boltzmann table for this run
+    (:func:`pmpipe.physics.boltzmann.table_k_max`, boltzmann.POINTS_PER_DECADE)."""
+    power = run_setup.power
+    if power.k_table is not None:
+        return np.asarray(power.k_table, np.float64), np.asarray(power.p_table, np.float64)
+    k_max = boltzmann.table_k_max(k_range(run_setup.config)[1])
+    decades = np.log10(k_max / boltzmann.K_MIN)
+    k = np.logspace(
+        np.log10(boltzmann.K_MIN), np.log10(k_max), round(decades * boltzmann.POINTS_PER_DECADE) + 1
+    )
+    return k, np.asarray(power(k), np.float64)
 
 
 def timeline(run: config.Run, cosmo: cosmology.Cosmology) -> timesteps.Timeline:

@@ -2,7 +2,9 @@
 
 Writes ``ic.zarr`` (docs/outputs.md): ``linear_density`` (x, y, z) on the particle grid and
 ``displacement`` / ``momentum`` (qx, qy, qz, component) at ``a_init``, as far as
-``outputs.ic`` keeps them (the seed and config always: the ICs can be made again).
+``outputs.ic`` keeps them (the seed and config always: the ICs can be made again), and always
+the linear P(k) at a = 1 they were drawn from (``linear_power`` over ``k_linear``) with its
+source in the attribute ``linear_power``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,18 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     group = store.create(
         path,
         provenance.provenance(setup.run_file, "ic", mesh, started, inputs.made_from("ic"))
-        | {"a_init": a_init, "seed": cfg.ic.seed, "kept": cfg.outputs.ic},
+        | {
+            "a_init": a_init,
+            "seed": cfg.ic.seed,
+            "kept": cfg.outputs.ic,
+            "linear_power": derive.linear_power_source(setup),
+        },
         keepbits=cfg.outputs.keepbits,
+    )
+    k, pk = derive.linear_power_table(setup)
+    store.write_coordinate(group, "k_linear", k, "h/Mpc", "wavenumber of the linear power")
+    store.write_array(
+        group, "linear_power", pk, ("k_linear",), "(Mpc/h)^3", "linear matter power at a = 1"
     )
     if cfg.outputs.ic != "none":
         spacing = box_size / n

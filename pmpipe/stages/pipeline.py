@@ -122,7 +122,7 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
             if not todo:
                 return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
             # the run's setup, derived once for all of its stages
-            run_setup = derive.setup(run_file, mesh_of(run_file.config.parallel.pdims))
+            run_setup = runner.setup(run_file, config_path, mesh_of(run_file.config.parallel.pdims))
             inputs = Inputs(config_path.parent, run_setup, keep=True)
             for stage in todo:
                 if guard is not None and guard.stop_requested():

@@ -49,6 +49,18 @@ def start(config_paths) -> tuple[str, int]:
     return launched
 
 
+def setup(run_file, config_path: str | Path, mesh):
+    """The run's setup (:func:`pmpipe.run.derive.setup`) on ``mesh``, its Boltzmann table
+    from the cache of its results folder (pmpipe.storage.power_cache), made there on a miss."""
+    from functools import partial
+
+    from pmpipe.run import derive
+    from pmpipe.storage import power_cache
+
+    tables = partial(power_cache.linear_table, folder=power_cache.folder_of(config_path))
+    return derive.setup(run_file, mesh, tables)
+
+
 def load(config_path: str | Path):
     """The validated run file (config.RunFile); float64 runs switch JAX to 64-bit."""
     import jax
@@ -88,7 +100,6 @@ def run_stage(stage: str, config_path: str | Path, run: Callable[..., Path]) -> 
     reading the earlier stages' stores; returns the path of its store."""
     import jax
 
-    from pmpipe.run import derive
     from pmpipe.runtime import parallel
 
     launcher, processes = start([config_path])
@@ -100,7 +111,7 @@ def run_stage(stage: str, config_path: str | Path, run: Callable[..., Path]) -> 
             f"{jax.local_device_count()} local of {jax.device_count()} devices",
             every_process=True,
         )
-    run_setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
+    run_setup = setup(run_file, config_path, parallel.make_mesh(run_file.config.parallel.pdims))
     with writing(Path(config_path).parent):
         path = run(run_setup, Inputs(Path(config_path).parent, run_setup), progress)
     progress(f"wrote {path}")

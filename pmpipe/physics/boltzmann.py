@@ -1,0 +1,125 @@
+"""Linear matter power at a = 1 from a Boltzmann code (CAMB), on the host (numpy): the
+physical inputs that determine it, and the call.
+
+Conventions: flat; Ω_m is total matter today (CDM + baryons); the power is of total matter
+(CAMB's ``delta_tot``); k in h/Mpc, P in (Mpc/h)^3; A_s at the pivot 0.05 /Mpc; σ8 of total
+matter at a = 1. A run gives σ8 or A_s and the other is derived. Precision: CAMB's defaults
+(AccuracyBoost 1) without CMB spectra, transfer functions computed to 10 % beyond the table's
+k_max and at least to 10 /Mpc (σ8 then changes by less than 1e-4 with that limit);
+docs/validation.md gives what these settings reach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+CODE = "camb"
+K_MIN = 1e-4  # h/Mpc: first k of every table
+POINTS_PER_DECADE = 512  # log-spaced: log-log interpolation between them is good to 3e-5
+K_MAX_FLOOR = 1.0  # h/Mpc: tables reach at least this far
+A_S_REFERENCE = 2.1e-9  # A_s of the one CAMB call of a run normalised by σ8 (P scales as A_s)
+K_PIVOT = 0.05  # 1/Mpc
+TRANSFER_MARGIN = 1.1  # CAMB's transfer k_max over the table's
+TRANSFER_KMAX_FLOOR = 10.0  # 1/Mpc: CAMB's transfer k_max at least this
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinearTable:
+    """Linear P(k) at a = 1 from a Boltzmann code: k (T,) in h/Mpc, p (T,) in (Mpc/h)^3,
+    the normalisation both ways (σ8 and A_s), and the code's name and version."""
+
+    k: np.ndarray
+    p: np.ndarray
+    sigma8: float
+    A_s: float
+    code: str
+    version: str
+
+
+def table_k_max(k_needed: float) -> float:
+    """The table's last k (h/Mpc): the power of two at or above ``k_needed``, at least
+    K_MAX_FLOOR, so that runs of nearby sizes share one table."""
+    return float(2.0 ** math.ceil(math.log2(max(k_needed, K_MAX_FLOOR))))
+
+
+def version() -> str:
+    """The installed CAMB's version."""
+    import camb
+
+    return camb.__version__
+
+
+def inputs(parameters: dict, k_needed: float) -> dict:
+    """Everything that determines the table (a JSON mapping: the cache key's content): the
+    code and its version, the cosmology ``parameters`` (pmpipe's Cosmology fields: Omega_m,
+    Omega_b, h, n_s, w0, wa, T_cmb, N_eff and exactly one of sigma8, A_s) and the k grid for
+    wavenumbers up to ``k_needed`` (h/Mpc)."""
+    norm = [name for name in ("sigma8", "A_s") if parameters.get(name) is not None]
+    if len(norm) != 1:
+        raise ValueError(f"exactly one of sigma8 and A_s must be given, got {norm or 'neither'}")
+    fields = ("Omega_m", "Omega_b", "h", "n_s", "w0", "wa", "T_cmb", "N_eff", norm[0])
+    return {
+        "code": CODE,
+        "version": version(),
+        "cosmology": {name: float(parameters[name]) for name in fields},
+        "k_min": K_MIN,
+        "k_max": table_k_max(k_needed),
+        "points_per_decade": POINTS_PER_DECADE,
+        "accuracy_boost": 1.0,
+    }
+
+
+def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float):
+    """CAMB's parameters for pmpipe's cosmology (a mapping of its fields) at amplitude A_s:
+    massless neutrinos (N_eff species), flat, dark energy as CAMB's PPF fluid (w0, wa may cross
+    -1), linear power at z = 0 up to ``kmax_per_mpc`` (1/Mpc)."""
+    import camb
+
+    h = cosmology["h"]
+    return camb.set_params(
+        H0=100.0 * h,
+        ombh2=cosmology["Omega_b"] * h**2,
+        omch2=(cosmology["Omega_m"] - cosmology["Omega_b"]) * h**2,
+        mnu=0.0,
+        num_massive_neutrinos=0,
+        nnu=cosmology["N_eff"],
+        TCMB=cosmology["T_cmb"],
+        omk=0.0,
+        As=A_s,
+        ns=cosmology["n_s"],
+        pivot_scalar=K_PIVOT,
+        w=cosmology["w0"],
+        wa=cosmology["wa"],
+        dark_energy_model="ppf",
+        WantCls=False,
+        WantTransfer=True,
+        NonLinear=camb.model.NonLinear_none,
+        kmax=kmax_per_mpc,
+        redshifts=[0.0],
+    )
+
+
+def camb_power(spec: dict) -> LinearTable:
+    """The table :func:`inputs` describes, from one CAMB call (at the given A_s, or at
+    A_S_REFERENCE rescaled to the given σ8)."""
+    import camb
+
+    cosmology = spec["cosmology"]
+    k_max = spec["k_max"]
+    A_s = cosmology.get("A_s", A_S_REFERENCE)
+    kmax = max(k_max * cosmology["h"] * TRANSFER_MARGIN, TRANSFER_KMAX_FLOOR)
+    params = camb_params(cosmology, A_s, kmax)
+    results = camb.get_results(params)
+    points = round(math.log10(k_max / spec["k_min"]) * spec["points_per_decade"]) + 1
+    k, _, p = results.get_matter_power_spectrum(
+        minkh=spec["k_min"], maxkh=k_max, npoints=points, var1="delta_tot", var2="delta_tot"
+    )
+    sigma8 = float(results.get_sigma8_0())
+    p = np.asarray(p[0], np.float64)
+    if "sigma8" in cosmology:
+        scale = (cosmology["sigma8"] / sigma8) ** 2
+        p, A_s, sigma8 = p * scale, A_s * scale, cosmology["sigma8"]
+    return LinearTable(np.asarray(k, np.float64), p, sigma8, float(A_s), CODE, camb.__version__)

@@ -1,0 +1,92 @@
+"""The on-disk cache of linear power tables from a Boltzmann code: one ``<key>.npz`` per table
+under ``results/.power_cache``, the key the sha256 of the physical inputs that determine it
+(:func:`pmpipe.physics.boltzmann.inputs`). A table is computed once, written whole (a
+temporary file renamed into place) and read back bit for bit by every later run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from pmpipe.physics import boltzmann
+from pmpipe.physics.boltzmann import LinearTable
+
+LOG = logging.getLogger(__name__)
+
+FOLDER = ".power_cache"  # beside the campaigns in the results folder, like .jax_cache
+
+
+def folder_of(config_path: str | Path) -> Path:
+    """The cache of the results folder of ``results/<campaign>/<run>/config.json``."""
+    return Path(config_path).absolute().parent.parent.parent / FOLDER
+
+
+def key(spec: dict) -> str:
+    """sha256 (hex) of the inputs' canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read(path: Path, spec: dict) -> LinearTable | None:
+    """The table cached at ``path`` for ``spec``; None when there is none, or it is damaged
+    or of other inputs (then it is made again)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            about = json.loads(str(data["about"]))
+            k, p = data["k"], data["p"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        LOG.warning("linear power cache %s unreadable (%s): computing it again", path, err)
+        return None
+    if about.get("inputs") != spec:
+        LOG.warning("linear power cache %s holds other inputs: computing it again", path)
+        return None
+    return LinearTable(k, p, about["sigma8"], about["A_s"], about["code"], about["version"])
+
+
+def _write(path: Path, spec: dict, table: LinearTable) -> None:
+    """Write ``table`` to ``path`` whole: a temporary file beside it, renamed into place."""
+    about = {
+        "inputs": spec,
+        "sigma8": table.sigma8,
+        "A_s": table.A_s,
+        "code": table.code,
+        "version": table.version,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            np.savez(out, k=table.k, p=table.p, about=np.array(json.dumps(about)))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def linear_table(
+    spec: dict, folder: Path | None, compute: Callable[[dict], LinearTable] | None = None
+) -> LinearTable:
+    """The table of ``spec`` from the cache in ``folder``, or computed by ``compute``
+    (default :func:`pmpipe.physics.boltzmann.camb_power`) and cached there; ``folder`` None:
+    computed, not cached."""
+    compute = compute or boltzmann.camb_power
+    path = None if folder is None else Path(folder) / f"{key(spec)}.npz"
+    found = None if path is None else _read(path, spec)
+    if found is not None:
+        LOG.info("linear P(k) from %s %s: cached in %s", found.code, found.version, path)
+        return found
+    table = compute(spec)
+    if path is not None:
+        _write(path, spec, table)
+        LOG.info("linear P(k) from %s %s: computed, cached in %s", table.code, table.version, path)
+    return table
