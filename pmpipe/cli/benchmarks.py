@@ -87,6 +87,30 @@ def plan(args) -> int:
     return 0
 
 
+def linear(args) -> int:
+    """``pmpipe bench linear``: the linear P(k) of CAMB and Eisenstein-Hu runs against CAMB at
+    high precision."""
+    from pmpipe.bench import linear
+    from pmpipe.run import config
+
+    fields = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in config.Cosmology.model_fields:
+            raise config.ConfigError(
+                f"--set {item}: not a cosmology field ({', '.join(config.Cosmology.model_fields)})"
+            )
+        try:
+            fields[name] = float(value)
+        except ValueError:
+            raise config.ConfigError(f"--set {item}: {value!r} is not a number") from None
+    config.validate(config.Cosmology, fields, "--set")
+    if not 0.01 <= args.k_max <= 100.0:
+        raise config.ConfigError(f"--k-max {args.k_max}: give 0.01 to 100 h/Mpc")
+    _emit(linear.bench_linear(fields, args.k_max), args.json)
+    return 0
+
+
 def store(args) -> int:
     """``pmpipe bench store``: write, read and verify throughput of a particle store."""
     from pmpipe.bench import stores

@@ -127,6 +127,23 @@ BENCH = (
         ),
     ),
     Command(
+        "linear",
+        "linear P(k) at a = 1 of CAMB (pmpipe's settings) and the Eisenstein-Hu fits against "
+        "CAMB at high precision, same A_s",
+        benchmarks.linear,
+        (
+            arg(
+                "--set",
+                action="append",
+                default=[],
+                metavar="NAME=VALUE",
+                help="a cosmology field (repeatable; the others fiducial), e.g. --set A_s=2e-9",
+            ),
+            arg("--k-max", type=float, default=1.0, help="largest k compared, h/Mpc (default 1)"),
+            JSON,
+        ),
+    ),
+    Command(
         "store",
         "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
         "files and bytes on disk",
