@@ -81,6 +81,23 @@ def test_derivatives_share_the_fiducial_seeds():
     assert by_id["c-fiducial-r0"].seed != by_id["c-fiducial-r1"].seed
 
 
+def test_a_design_over_A_s_replaces_the_default_sigma8_and_steps_a_given_A_s():
+    camb = {**SMALL, "power": {"kind": "camb"}}
+    grid = {"kind": "grid", "parameters": {"A_s": [1.9e-9, 2.2e-9]}}
+    specs = campaign.expand(make(base=camb, design=grid))
+    assert [(s.run.cosmology.A_s, s.run.cosmology.sigma8) for s in specs] == [
+        (1.9e-9, None),
+        (2.2e-9, None),
+    ]
+    with pytest.raises(ValueError, match="cosmology.sigma8 = 0.8 and cosmology.A_s = 1.9e-09"):
+        make(base={**camb, "cosmology": {"sigma8": 0.8}}, design=grid)
+    steps = {"kind": "derivatives", "parameters": {"A_s": 1e-10}}
+    with pytest.raises(ValueError, match="design.parameters A_s: derivatives step from base"):
+        make(base=camb, design=steps)
+    specs = campaign.expand(make(base={**camb, "cosmology": {"A_s": 2e-9}}, design=steps))
+    assert [s.run.cosmology.A_s for s in specs] == pytest.approx([2e-9, 1.9e-9, 2.1e-9])
+
+
 def test_pairs_and_common_seeds():
     specs = campaign.expand(
         make(

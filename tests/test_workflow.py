@@ -302,3 +302,39 @@ def test_listing_and_linting_write_nothing_and_lint_is_clean(tmp_path):
     assert "`snakemake --lint` asks for a conda environment" in (REPO / "Snakefile").read_text()
     snakemake(tmp_path, "-n", share_programs=False)
     assert not (tmp_path / "results").exists()
+
+
+AMPLITUDES = """\
+name: amp
+seed: 4
+common_seeds: true
+base:
+  power: {kind: camb}
+  box: {box_size: 128.0, particles: 16}
+  parallel: {pdims: [1, 2], halo_cells: 4}
+  nbody: {steps: 4}
+design: {kind: grid, parameters: {A_s: [1.8e-9, 2.4e-9]}}
+execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_gb: 2}
+"""
+
+
+def test_a_campaign_over_A_s_runs_on_camb_power_with_sigma8_derived(tmp_path):
+    """A grid over A_s (base σ8 left to its default, replaced by the design) with CAMB's
+    P(k), same seed at both points: σ8 derived as √A_s, one cached table per point, and the
+    final P(k) at the largest scales in the ratio of the amplitudes."""
+    (tmp_path / "amp.yaml").write_text(AMPLITUDES)
+    run_snakemake(
+        tmp_path, "--profile", str(REPO / "profiles/local"), "--cores", "2", "--config",
+        "campaign=amp.yaml",
+    )  # fmt: skip
+    results = tmp_path / "results" / "amp"
+    source, pk = {}, {}
+    for point in ("p0000", "p0001"):
+        run_dir = results / f"amp-{point}-r0"
+        source[point] = zarr.open_group(run_dir / "ic.zarr", mode="r").attrs["linear_power"]
+        pk[point] = zarr.open_group(run_dir / "summaries.zarr", mode="r")["pk"][-1, 0]
+    assert [source[p]["A_s"] for p in ("p0000", "p0001")] == [1.8e-9, 2.4e-9]
+    ratio = source["p0001"]["sigma8"] / source["p0000"]["sigma8"]
+    assert ratio == pytest.approx((2.4 / 1.8) ** 0.5, rel=1e-4)
+    assert len(list((tmp_path / "results" / ".power_cache").glob("*.npz"))) == 2
+    assert pk["p0001"] / pk["p0000"] == pytest.approx(2.4 / 1.8, rel=0.02)

@@ -185,13 +185,27 @@ class RunSpec:
     run: config.Run
 
 
-def _point_run(base: dict, label: str, parameters: dict[str, float], source: str) -> config.Run:
-    """The base run with a design point's cosmology, checked; ConfigError naming the point
-    otherwise."""
+def _point_cosmology(base: dict, given: set[str], parameters: dict[str, float]) -> dict:
+    """The base cosmology (``given``: the fields the campaign file sets) with a design point's
+    parameters. A point that gives one normalisation (sigma8 or A_s) replaces the other when
+    the file does not set it: a design over A_s derives sigma8, not the fiducial default."""
+    cosmology = {**base, **parameters}
+    for name, other in (("A_s", "sigma8"), ("sigma8", "A_s")):
+        if name in parameters and other not in parameters and other not in given:
+            cosmology[other] = None
+    return cosmology
+
+
+def _point_run(
+    base: dict, given: set[str], label: str, parameters: dict[str, float], source: str
+) -> config.Run:
+    """The base run with a design point's cosmology (:func:`_point_cosmology`), checked;
+    ConfigError naming the point otherwise."""
     values = ", ".join(f"{k} = {v:.6g}" for k, v in parameters.items())
     where = f"{source}: design point {label} (design parameters {values})"
     try:
-        run = config.Run.model_validate({**base, "cosmology": {**base["cosmology"], **parameters}})
+        cosmology = _point_cosmology(base["cosmology"], given, parameters)
+        run = config.Run.model_validate({**base, "cosmology": cosmology})
     except ValidationError as err:
         raise config.ConfigError(config.format_errors(where, err)) from None
     return validation.checked(run, where)
@@ -206,7 +220,7 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
     specs: list[RunSpec] = []
     points = designs.design_points(camp.design, camp.base.cosmology, camp.seed)
     for p, (label, parameters) in enumerate(points):
-        run = _point_run(base, label, parameters, source)
+        run = _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
         for r in range(camp.realisations):
             seed = seeds.derive_seed(camp.seed, r if common else p * camp.realisations + r)
             for paired in (False, True) if camp.paired else (False,):

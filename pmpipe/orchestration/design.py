@@ -141,6 +141,12 @@ def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tup
     if design.kind == "list":
         return [(p.name, dict(p.parameters)) for p in design.points]
     if design.kind == "derivatives":
+        unset = [name for name in design.parameters if getattr(base, name) is None]
+        if unset:
+            raise ValueError(
+                f"design.parameters {', '.join(unset)}: derivatives step from base.cosmology, "
+                "which does not give it (set it in base.cosmology)"
+            )
         fiducial = {name: getattr(base, name) for name in design.parameters}
         points = [("fiducial", fiducial)]
         for name, step in design.parameters.items():  # rounded: 0.3111 - 0.01 = 0.3011, not ...0001
