@@ -303,6 +303,8 @@ def test_manifest_columns(tmp_path):
         "seed",
         "sigma8",
         "h",
+        "A_s",
+        "S8",
         "run_dir",
         "config_hash",
         "status",

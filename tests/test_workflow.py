@@ -338,3 +338,9 @@ def test_a_campaign_over_A_s_runs_on_camb_power_with_sigma8_derived(tmp_path):
     assert ratio == pytest.approx((2.4 / 1.8) ** 0.5, rel=1e-4)
     assert len(list((tmp_path / "results" / ".power_cache").glob("*.npz"))) == 2
     assert pk["p0001"] / pk["p0000"] == pytest.approx(2.4 / 1.8, rel=0.02)
+    rows = list(csv.DictReader((results / "manifest.csv").open()))
+    assert [float(r["sigma8"]) for r in rows] == [source[p]["sigma8"] for p in ("p0000", "p0001")]
+    assert float(rows[0]["S8"]) == pytest.approx(source["p0000"]["sigma8"] * (0.3111 / 0.3) ** 0.5)
+    stacked = zarr.open_group(results / "summaries.zarr", mode="r")
+    assert list(stacked["sigma8"][:]) == [float(r["sigma8"]) for r in rows]
+    assert "sigma8" in stacked["pk"].attrs["coordinates"].split()

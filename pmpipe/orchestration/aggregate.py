@@ -61,6 +61,18 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
             "1",
             f"cosmology.{name} of the run (design parameter)",
         )
+    derived = [n for n in manifest.NORMALISATION if n not in parameters]
+    values = [manifest.normalisation(spec, campaign_dir / spec.run_id) for spec in specs]
+    for name in derived:
+        store.write_array(
+            out,
+            name,
+            np.array([np.nan if v[name] is None else v[name] for v in values]),
+            ("run",),
+            "1",
+            f"{name} of the run: its configuration's, else derived by the Boltzmann code "
+            "(NaN: unknown)",
+        )
     store.write_array(
         out,
         "seed",
@@ -77,7 +89,7 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
         "1",
         "phases inverted (partner of a pair)",
     )
-    per_run = " ".join(parameters + ["seed", "paired"])  # xarray reads them as coordinates
+    per_run = " ".join(parameters + derived + ["seed", "paired"])  # coordinates for xarray
     for name in (n for n in names if n not in coordinates):  # every statistic, stacked by run
         source = first[name]
         dims = ("run",) + tuple(source.metadata.dimension_names)
