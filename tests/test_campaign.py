@@ -98,6 +98,15 @@ def test_a_design_over_A_s_replaces_the_default_sigma8_and_steps_a_given_A_s():
     assert [s.run.cosmology.A_s for s in specs] == pytest.approx([2e-9, 1.9e-9, 2.1e-9])
 
 
+def test_plan_counts_the_camb_tables_and_those_cached(tmp_path):
+    camb = {**SMALL, "power": {"kind": "camb"}}
+    grid = {"kind": "grid", "parameters": {"A_s": [1.9e-9, 2.2e-9]}}
+    camp = make(base=camb, design=grid, realisations=3)
+    line = manifest.linear_power_line(camp, tmp_path)
+    assert line.startswith("linear P(k): 2 CAMB tables for 6 runs, 0 of them cached in")
+    assert manifest.linear_power_line(make(), tmp_path) is None
+
+
 def test_pairs_and_common_seeds():
     specs = campaign.expand(
         make(

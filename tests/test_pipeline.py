@@ -160,3 +160,47 @@ def test_a_packed_job_derives_each_run_once(tmp_path, monkeypatch):
     assert [o.error for o in outcomes] == [None, None]
     assert [o.stages for o in outcomes] == [stages.STAGES] * 2
     assert calls == {"growth_table": 2, "plane_geometry": 2, "linear_power": 2}, calls
+
+
+AMPLITUDES = """\
+name: amp
+seed: 3
+base:
+  power: {kind: camb}
+  box: {box_size: 64.0, particles: 16}
+  parallel: {pdims: [1, 2], halo_cells: 4}
+  nbody: {steps: 2}
+design: {kind: grid, parameters: {A_s: [1.9e-9, 2.1e-9, 2.3e-9]}}
+execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_gb: 2}
+"""
+
+
+@pytest.mark.slow
+def test_a_packed_job_makes_the_next_runs_linear_power_while_a_run_evolves(tmp_path, monkeypatch):
+    """Three CAMB runs in one job: the first run's table is made in its setup, each next one
+    on the job's CPU thread ahead of its run (recorded in the job's JSON), and no run's setup
+    calls CAMB again."""
+    import json
+    import threading
+
+    from pmpipe.physics import boltzmann
+    from pmpipe.stages import pipeline
+
+    (tmp_path / "amp.yaml").write_text(AMPLITUDES)
+    paths = campaign.write_run_files(campaign.load(tmp_path / "amp.yaml"), tmp_path / "results")
+    threads = []
+    real = boltzmann.camb_power
+
+    def counted(spec):
+        threads.append(threading.current_thread().name)
+        return real(spec)
+
+    monkeypatch.setattr(boltzmann, "camb_power", counted)
+    report = tmp_path / "job.json"
+    outcomes = pipeline.run_all(paths, report)
+    assert [o.error for o in outcomes] == [None] * 3
+    assert threads[0] == "MainThread" and len(threads) == 3
+    assert all(name.startswith("linear-power") for name in threads[1:])
+    ahead = json.loads(report.read_text())["linear_power_ahead"]
+    assert [a["run"] for a in ahead] == ["amp-p0001-r0", "amp-p0002-r0"]
+    assert all(a["seconds"] > 0 and a["waited_s"] >= 0 for a in ahead)

@@ -5,6 +5,8 @@ import csv
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -344,3 +346,8 @@ def test_a_campaign_over_A_s_runs_on_camb_power_with_sigma8_derived(tmp_path):
     stacked = zarr.open_group(results / "summaries.zarr", mode="r")
     assert list(stacked["sigma8"][:]) == [float(r["sigma8"]) for r in rows]
     assert "sigma8" in stacked["pk"].attrs["coordinates"].split()
+    plan = subprocess.run(
+        [sys.executable, "-m", "pmpipe.cli", "plan", "amp.yaml"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "linear P(k): 2 CAMB tables for 2 runs, 2 of them cached" in plan.stdout

@@ -23,6 +23,9 @@ def plan(args) -> int:
     print(manifest.plan_table(camp))
     if camp.decomposition is not None:
         print(manifest.decomposition_line(camp))
+    linear = manifest.linear_power_line(camp, args.results)
+    if linear is not None:
+        print(linear)
     # per field: the warning of the run that resolves least, and the runs it concerns
     worst: dict[str, tuple[float, str]] = {}
     runs: dict[str, list[str]] = {}

@@ -299,9 +299,9 @@ COMMANDS = (
     ),
     Command(
         "plan",
-        "table of a campaign's runs: devices, memory, nodes, runtime",
+        "table of a campaign's runs: devices, memory, nodes, runtime, Boltzmann tables",
         campaigns.plan,
-        (CAMPAIGN,),
+        (CAMPAIGN, RESULTS),
     ),
     Command(
         "tune",

@@ -93,6 +93,25 @@ def decomposition_line(camp: Campaign) -> str | None:
     )
 
 
+def linear_power_line(camp: Campaign, results_dir: str | Path) -> str | None:
+    """For a campaign with power.kind 'camb': how many CAMB tables its runs need, how many the
+    results folder's cache holds, and when the others are made; None for other campaigns."""
+    from pmpipe.run import derive
+    from pmpipe.storage import power_cache
+
+    specs = [s for s in camp.runs if s.run.power.kind == "camb"]
+    if not specs:
+        return None
+    folder = Path(results_dir) / power_cache.FOLDER
+    keys = {power_cache.key(derive.boltzmann_inputs(s.run)) for s in specs}
+    cached = sum((folder / f"{key}.npz").exists() for key in keys)
+    return (
+        f"linear P(k): {len(keys)} CAMB tables for {len(specs)} runs, {cached} of them cached "
+        f"in {folder}; each of the {len(keys) - cached} others takes about 1 s of a CPU core, "
+        "made while the run before it in its job evolves (a job's first run waits for its own)"
+    )
+
+
 def normalisation(spec: RunSpec, run_dir: Path) -> dict[str, float | None]:
     """σ8, A_s and S8 = σ8 (Ω_m / 0.3)^½ of a run: as its configuration gives them, else as its
     complete ic store records them (the Boltzmann code's derived normalisation, docs/outputs.md);

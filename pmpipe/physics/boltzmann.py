@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import numpy as np
 
@@ -24,6 +25,9 @@ A_S_REFERENCE = 2.1e-9  # A_s of the one CAMB call of a run normalised by σ8 (P
 K_PIVOT = 0.05  # 1/Mpc
 TRANSFER_MARGIN = 1.1  # CAMB's transfer k_max over the table's
 TRANSFER_KMAX_FLOOR = 10.0  # 1/Mpc: CAMB's transfer k_max at least this
+# CAMB keeps its state in Fortran module variables: two calls at once in one process crash it
+# (a segmentation fault, seen with calls on two threads at once), so calls take turns
+CAMB_TURN = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -111,13 +115,13 @@ def camb_power(spec: dict) -> LinearTable:
     k_max = spec["k_max"]
     A_s = cosmology.get("A_s", A_S_REFERENCE)
     kmax = max(k_max * cosmology["h"] * TRANSFER_MARGIN, TRANSFER_KMAX_FLOOR)
-    params = camb_params(cosmology, A_s, kmax)
-    results = camb.get_results(params)
     points = round(math.log10(k_max / spec["k_min"]) * spec["points_per_decade"]) + 1
-    k, _, p = results.get_matter_power_spectrum(
-        minkh=spec["k_min"], maxkh=k_max, npoints=points, var1="delta_tot", var2="delta_tot"
-    )
-    sigma8 = float(results.get_sigma8_0())
+    with CAMB_TURN:
+        results = camb.get_results(camb_params(cosmology, A_s, kmax))
+        k, _, p = results.get_matter_power_spectrum(
+            minkh=spec["k_min"], maxkh=k_max, npoints=points, var1="delta_tot", var2="delta_tot"
+        )
+        sigma8 = float(results.get_sigma8_0())
     p = np.asarray(p[0], np.float64)
     if "sigma8" in cosmology:
         scale = (cosmology["sigma8"] / sigma8) ** 2

@@ -22,6 +22,8 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pmpipe import stages
@@ -152,9 +154,41 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         )
 
 
+def linear_power_ahead(config_path: Path) -> float:
+    """Put the Boltzmann table of the run at ``config_path`` (power.kind 'camb') into the cache
+    of its results folder, computed on a miss; the seconds taken (0 for any other run). A run
+    file that does not load is left to its own run to report."""
+    from pmpipe.run import files
+    from pmpipe.storage import power_cache
+
+    start = time.perf_counter()
+    try:
+        run = runner.load(config_path).config
+    except (files.ConfigError, OSError):
+        return 0.0
+    if run.power.kind == "camb":
+        power_cache.linear_table(derive.boltzmann_inputs(run), power_cache.folder_of(config_path))
+    return time.perf_counter() - start
+
+
+def _await_ahead(ahead, path: Path) -> dict:
+    """The record of the run's table made ahead (seconds to make it, seconds waited for it
+    here); a failure is logged and left to the run's own setup, which makes it again."""
+    start = time.perf_counter()
+    try:
+        made = ahead.result()
+    except Exception as err:  # noqa: BLE001  the run's setup computes the table itself and reports
+        LOG.warning("[pmpipe] linear P(k) of %s not made ahead: %s", path.parent.name, err)
+        made = None
+    return {"run": path.parent.name, "seconds": made, "waited_s": time.perf_counter() - start}
+
+
 def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
-    they must share their device mesh); returns one Outcome per run, in order. With
+    they must share their device mesh); returns one Outcome per run, in order. Process 0
+    computes the first run's Boltzmann table before it starts, and each next run's on a CPU
+    thread while a run evolves (:func:`linear_power_ahead`); every process starts a run once
+    its table is cached. With
     ``report``, process 0 writes the job's record there as JSON (:func:`job_record`)."""
     import jax
 
@@ -188,15 +222,27 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
             meshes[pdims] = parallel.make_mesh(pdims)
         return meshes[pdims]
 
-    outcomes = []
+    outcomes, made_ahead = [], []
     guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
-    with guard.listening(raise_after=False):  # once every run is done, a signal changes nothing
-        for path in paths:
+    with (
+        guard.listening(raise_after=False),  # once every run is done, a signal changes nothing
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="linear-power") as pool,
+    ):
+        ahead = None
+        for i, path in enumerate(paths):
+            if ahead is not None:
+                made_ahead.append(_await_ahead(ahead, path))
+            elif jax.process_index() == 0:  # the first run's: here, before the next one's
+                linear_power_ahead(path)
+            parallel.barrier("run's linear power cached")  # the others wait for process 0's
+            ahead = None
+            if i + 1 < len(paths) and jax.process_index() == 0:
+                ahead = pool.submit(linear_power_ahead, paths[i + 1])
             outcome = run_one(path, mesh_of, guard)
             outcomes.append(outcome)
             LOG.info("%s", summary_line(outcome))
     if report is not None and jax.process_index() == 0:
-        record = job_record(outcomes, time.perf_counter() - start)
+        record = job_record(outcomes, time.perf_counter() - start, made_ahead)
         Path(report).parent.mkdir(parents=True, exist_ok=True)
         Path(report).write_text(json.dumps(record, indent=2) + "\n")
     return outcomes
@@ -212,9 +258,10 @@ def peak_memory() -> dict:
     }
 
 
-def job_record(outcomes: list[Outcome], wall_s: float) -> dict:
+def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict] = ()) -> dict:
     """The job as JSON data: wall seconds of the process (start-up of JAX included), its
-    compilations and peak memory, and per run the stages computed with their records."""
+    compilations and peak memory, per run the stages computed with their records, and the
+    Boltzmann tables made ahead of their runs (``made_ahead``, :func:`_await_ahead`)."""
     import jax
 
     from pmpipe.runtime import compilation
@@ -243,6 +290,7 @@ def job_record(outcomes: list[Outcome], wall_s: float) -> dict:
             }
             for o in outcomes
         ],
+        "linear_power_ahead": list(made_ahead),
     }
 
 
