@@ -92,3 +92,15 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(config.ConfigError, match="not valid JSON"):
         validation.load_run(bad)
+
+
+def test_config_hash_is_stable_and_ignores_a_null_A_s():
+    """Existing results stay valid: the default run's hash is the one its stores record, and a
+    run normalised by σ8 hashes as if A_s did not exist; a given A_s changes the hash."""
+    run = config.Run()
+    assert config.config_hash(run) == (
+        "sha256:b320a01f46f3b9f47a1bbdbcdb216238d772c31d6b5c3ab39981e3d53dcb737f"
+    )
+    camb = config.Run.model_validate({"power": {"kind": "camb"}})
+    by_A_s = config.Run.model_validate({"power": {"kind": "camb"}, "cosmology": {"A_s": 2e-9}})
+    assert len({config.config_hash(r) for r in (run, camb, by_A_s)}) == 3

@@ -416,9 +416,13 @@ class Run(StrictModel):
 
 def config_hash(run: Run) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
-    left out), as 'sha256:<hex>'."""
+    left out, and cosmology.A_s when null: a run normalised by σ8 hashes the same with or
+    without that field), as 'sha256:<hex>'."""
+    exclude: dict = {"checkpoints": True}
+    if run.cosmology.A_s is None:
+        exclude["cosmology"] = {"A_s"}
     text = json.dumps(
-        run.model_dump(mode="json", exclude={"checkpoints"}), sort_keys=True, separators=(",", ":")
+        run.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":")
     )
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
