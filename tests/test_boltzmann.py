@@ -103,8 +103,15 @@ def test_cache_returns_the_same_bytes_and_is_made_again_when_damaged(tmp_path, c
     remade = power_cache.linear_table(spec, tmp_path)
     assert len(counted) == 2 and "unreadable" in capfd.readouterr().err
     assert remade.p.tobytes() == first.p.tobytes()  # CAMB repeats itself bit for bit
+    cached.write_bytes(b"")  # a crash before the data reached the disk
+    assert power_cache.linear_table(spec, tmp_path).p.tobytes() == first.p.tobytes()
+    assert len(counted) == 3 and "EOFError" in capfd.readouterr().err
     other = power_cache.linear_table({**spec, "k_max": 4.0}, tmp_path)
-    assert len(counted) == 3 and other.k[-1] == pytest.approx(4.0)
+    assert len(counted) == 4 and other.k[-1] == pytest.approx(4.0)
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    kept = power_cache.linear_table(spec, blocked / "cache")  # cannot be written: run goes on
+    assert kept.p.tobytes() == first.p.tobytes() and "not written" in capfd.readouterr().err
 
 
 def _write_run(results, name, cosmo):
@@ -167,3 +174,16 @@ def test_normalisation_is_exactly_one_of_sigma8_and_A_s():
     assert run.cosmology.sigma8 is None
     with pytest.raises(ValueError, match="Boltzmann table"):
         derive.cosmology_params(run)
+
+
+def test_power_beyond_the_table_follows_camb_to_thirty_times_its_end():
+    """Limber integrals and finer meshes ask for k beyond a run's table: its extrapolation
+    (cosmology.interp_power) stays within 1 % of a table that reaches that far."""
+    from pmpipe.physics import cosmology
+
+    spec = derive.boltzmann_inputs(_run({}))
+    short, far = (boltzmann.camb_power({**spec, "k_max": k}) for k in (2.0, 64.0))
+    k = np.geomspace(2.0, 60.0, 20)
+    n_s = spec["cosmology"]["n_s"]
+    extrapolated = np.asarray(cosmology.interp_power(k, short.k, short.p, n_s), np.float64)
+    np.testing.assert_allclose(extrapolated, np.interp(k, far.k, far.p), rtol=0.01)

@@ -91,11 +91,15 @@ def test_a_design_over_A_s_replaces_the_default_sigma8_and_steps_a_given_A_s():
     ]
     with pytest.raises(ValueError, match="cosmology.sigma8 = 0.8 and cosmology.A_s = 1.9e-09"):
         make(base={**camb, "cosmology": {"sigma8": 0.8}}, design=grid)
+    chosen = make(
+        base=camb, design=grid, decomposition={"devices": 2}, execution={"devices_per_node": 2}
+    )
+    assert chosen.runs[0].run.cosmology.sigma8 is None  # pdims chosen, the file's fields kept
     steps = {"kind": "derivatives", "parameters": {"A_s": 1e-10}}
     with pytest.raises(ValueError, match="design.parameters A_s: derivatives step from base"):
         make(base=camb, design=steps)
-    specs = campaign.expand(make(base={**camb, "cosmology": {"A_s": 2e-9}}, design=steps))
-    assert [s.run.cosmology.A_s for s in specs] == pytest.approx([2e-9, 1.9e-9, 2.1e-9])
+    specs = campaign.expand(make(base={**camb, "cosmology": {"A_s": 2.10058e-9}}, design=steps))
+    assert [s.run.cosmology.A_s for s in specs] == [2.10058e-9, 2.00058e-9, 2.20058e-9]
 
 
 def test_plan_counts_the_camb_tables_and_those_cached(tmp_path):

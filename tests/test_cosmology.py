@@ -136,7 +136,7 @@ def test_power_table_roundtrip(tmp_path):
     rows = _good_rows()
     k, pk = validation.load_power_table(_write(tmp_path, rows), 1e-3, 5.0)
     kq = np.array([0.01, 0.1, 1.0])
-    got = np.asarray(C.interp_power(kq, k, pk))
+    got = np.asarray(C.interp_power(kq, k, pk, PLANCK.n_s))
     np.testing.assert_allclose(got, np.asarray(C.linear_power_eisenstein_hu(PLANCK, kq)), rtol=2e-3)
 
 

@@ -15,11 +15,16 @@ SCHEMA_PATH = Path("workflow/schemas/campaign.schema.json")
 
 def plan(args) -> int:
     """``pmpipe plan CAMPAIGN``: the table of runs and the warnings on resolution."""
+    from functools import partial
+
     from pmpipe.orchestration import campaign, manifest
     from pmpipe.run import derive
     from pmpipe.stages import lensing
+    from pmpipe.storage import power_cache
 
     camp = campaign.load(args.campaign)
+    # CAMB tables of lensing runs' setups: from the results folder's cache, and left there
+    tables = partial(power_cache.linear_table, folder=args.results / power_cache.FOLDER)
     print(manifest.plan_table(camp))
     if camp.decomposition is not None:
         print(manifest.decomposition_line(camp))
@@ -37,7 +42,7 @@ def plan(args) -> int:
         if key not in seen:
             seen[key] = {}
             if spec.run.lensing is not None:  # the maps' resolution needs the run's setup
-                planning = derive.setup(campaign.run_file(camp, spec), None)
+                planning = derive.setup(campaign.run_file(camp, spec), None, tables)
                 seen[key] = lensing.resolution_warnings(planning)
         for field, (resolved, text) in seen[key].items():
             runs.setdefault(field, []).append(spec.run_id)

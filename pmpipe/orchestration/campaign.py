@@ -156,8 +156,8 @@ class Campaign(config.StrictModel):
         pdims, source = decomposition.choose(
             chosen.devices, box.particles, box.oversample, par.halo_cells, chosen.file
         )
-        base = self.base.model_dump()
-        base["parallel"]["pdims"] = pdims
+        base = self.base.model_dump(exclude_unset=True)  # what the file sets stays told apart
+        base.setdefault("parallel", {})["pdims"] = pdims
         object.__setattr__(self, "base", self._simulable(config.Run.model_validate(base)))
         self._pdims_source = source
 

@@ -149,9 +149,15 @@ def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tup
             )
         fiducial = {name: getattr(base, name) for name in design.parameters}
         points = [("fiducial", fiducial)]
-        for name, step in design.parameters.items():  # rounded: 0.3111 - 0.01 = 0.3011, not ...0001
+        for (
+            name,
+            step,
+        ) in design.parameters.items():  # 12 digits: 0.3111 - 0.01 = 0.3011, not ...0001
             points += [
-                (f"{name}-{side}", {**fiducial, name: round(fiducial[name] + sign * step, 12)})
+                (
+                    f"{name}-{side}",
+                    {**fiducial, name: float(f"{fiducial[name] + sign * step:.12g}")},
+                )
                 for side, sign in (("minus", -1), ("plus", 1))
             ]
         return points

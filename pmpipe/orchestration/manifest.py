@@ -107,7 +107,7 @@ def linear_power_line(camp: Campaign, results_dir: str | Path) -> str | None:
     cached = sum((folder / f"{key}.npz").exists() for key in keys)
     return (
         f"linear P(k): {len(keys)} CAMB tables for {len(specs)} runs, {cached} of them cached "
-        f"in {folder}; each of the {len(keys) - cached} others takes about 1 s of a CPU core, "
+        f"in {folder}; each of the {len(keys) - cached} others takes about a second of CPU, "
         "made while the run before it in its job evolves (a job's first run waits for its own)"
     )
 
@@ -115,10 +115,13 @@ def linear_power_line(camp: Campaign, results_dir: str | Path) -> str | None:
 def normalisation(spec: RunSpec, run_dir: Path) -> dict[str, float | None]:
     """σ8, A_s and S8 = σ8 (Ω_m / 0.3)^½ of a run: as its configuration gives them, else as its
     complete ic store records them (the Boltzmann code's derived normalisation, docs/outputs.md);
-    None where neither says (A_s of an Eisenstein-Hu run, or a run not made yet)."""
+    None where neither says (A_s of an Eisenstein-Hu run, σ8 of a tabulated P(k), or a run
+    not made yet)."""
     cosmo = spec.run.cosmology
     sigma8, A_s = cosmo.sigma8, cosmo.A_s
-    if spec.run.power.kind == "camb" and (sigma8 is None or A_s is None):
+    if spec.run.power.kind == "table":  # the table as it is: cosmology.sigma8 does not apply
+        sigma8 = None
+    elif spec.run.power.kind == "camb" and (sigma8 is None or A_s is None):
         ic = Path(run_dir) / "ic.zarr"
         attrs = integrity.root_attributes(ic) if store.has_marker(ic) else None
         if attrs and attrs.get("config_hash") == config.config_hash(spec.run):

@@ -25,6 +25,18 @@ A_S_REFERENCE = 2.1e-9  # A_s of the one CAMB call of a run normalised by σ8 (P
 K_PIVOT = 0.05  # 1/Mpc
 TRANSFER_MARGIN = 1.1  # CAMB's transfer k_max over the table's
 TRANSFER_KMAX_FLOOR = 10.0  # 1/Mpc: CAMB's transfer k_max at least this
+# how CAMB is called: part of every table's inputs, so that a change here makes tables anew
+SETTINGS = {
+    "accuracy_boost": 1.0,
+    "transfer_margin": TRANSFER_MARGIN,
+    "transfer_kmax_floor": TRANSFER_KMAX_FLOOR,
+    "A_s_reference": A_S_REFERENCE,
+    "pivot_per_mpc": K_PIVOT,
+    "dark_energy": "ppf",
+    "neutrinos": "massless",
+    "variable": "delta_tot",
+    "cmb": False,
+}
 # CAMB keeps its state in Fortran module variables: two calls at once in one process crash it
 # (a segmentation fault, seen with calls on two threads at once), so calls take turns
 CAMB_TURN = threading.Lock()
@@ -72,18 +84,19 @@ def inputs(parameters: dict, k_needed: float) -> dict:
         "k_min": K_MIN,
         "k_max": table_k_max(k_needed),
         "points_per_decade": POINTS_PER_DECADE,
-        "accuracy_boost": 1.0,
+        "settings": dict(SETTINGS),
     }
 
 
-def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float):
+def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float, settings: dict = SETTINGS):
     """CAMB's parameters for pmpipe's cosmology (a mapping of its fields) at amplitude A_s:
     massless neutrinos (N_eff species), flat, dark energy as CAMB's PPF fluid (w0, wa may cross
-    -1), linear power at z = 0 up to ``kmax_per_mpc`` (1/Mpc)."""
+    -1), linear power at z = 0 up to ``kmax_per_mpc`` (1/Mpc), with the accuracy of
+    ``settings``."""
     import camb
 
     h = cosmology["h"]
-    return camb.set_params(
+    params = camb.set_params(
         H0=100.0 * h,
         ombh2=cosmology["Omega_b"] * h**2,
         omch2=(cosmology["Omega_m"] - cosmology["Omega_b"]) * h**2,
@@ -94,7 +107,7 @@ def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float):
         omk=0.0,
         As=A_s,
         ns=cosmology["n_s"],
-        pivot_scalar=K_PIVOT,
+        pivot_scalar=settings["pivot_per_mpc"],
         w=cosmology["w0"],
         wa=cosmology["wa"],
         dark_energy_model="ppf",
@@ -104,6 +117,8 @@ def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float):
         kmax=kmax_per_mpc,
         redshifts=[0.0],
     )
+    params.set_accuracy(AccuracyBoost=settings["accuracy_boost"])
+    return params
 
 
 def camb_power(spec: dict) -> LinearTable:
@@ -111,17 +126,25 @@ def camb_power(spec: dict) -> LinearTable:
     A_S_REFERENCE rescaled to the given σ8)."""
     import camb
 
-    cosmology = spec["cosmology"]
+    cosmology, settings = spec["cosmology"], spec["settings"]
     k_max = spec["k_max"]
-    A_s = cosmology.get("A_s", A_S_REFERENCE)
-    kmax = max(k_max * cosmology["h"] * TRANSFER_MARGIN, TRANSFER_KMAX_FLOOR)
+    A_s = cosmology.get("A_s", settings["A_s_reference"])
+    kmax = max(
+        k_max * cosmology["h"] * settings["transfer_margin"], settings["transfer_kmax_floor"]
+    )
     points = round(math.log10(k_max / spec["k_min"]) * spec["points_per_decade"]) + 1
     with CAMB_TURN:
-        results = camb.get_results(camb_params(cosmology, A_s, kmax))
+        results = camb.get_results(camb_params(cosmology, A_s, kmax, settings))
         k, _, p = results.get_matter_power_spectrum(
-            minkh=spec["k_min"], maxkh=k_max, npoints=points, var1="delta_tot", var2="delta_tot"
+            minkh=spec["k_min"],
+            maxkh=k_max,
+            npoints=points,
+            var1=settings["variable"],
+            var2=settings["variable"],
+            have_power_spectra=True,
         )
         sigma8 = float(results.get_sigma8_0())
+        del results  # its Fortran memory is freed in turn too
     p = np.asarray(p[0], np.float64)
     if "sigma8" in cosmology:
         scale = (cosmology["sigma8"] / sigma8) ** 2

@@ -99,10 +99,16 @@ def cosmology_params(run: config.Run, sigma8: float | None = None) -> cosmology.
     return cosmology.Cosmology(**fields)
 
 
+def force_mesh_k_max(run: config.Run) -> float:
+    """The force mesh's largest |k| (h/Mpc): the summaries' P(k) bins reach it."""
+    return float(np.sqrt(3.0) * 2.0 * np.pi / run.box.box_size * (run.force_cells() // 2))
+
+
 def boltzmann_inputs(run: config.Run) -> dict:
     """The inputs of the run's Boltzmann table (:func:`pmpipe.physics.boltzmann.inputs`): its
-    cosmology, and wavenumbers up to the mesh's largest."""
-    return boltzmann.inputs(run.cosmology.model_dump(), k_range(run)[1])
+    cosmology, and wavenumbers up to :func:`force_mesh_k_max` (beyond the table the power is
+    extrapolated, :func:`pmpipe.physics.cosmology.interp_power`)."""
+    return boltzmann.inputs(run.cosmology.model_dump(), force_mesh_k_max(run))
 
 
 def grid(run: config.Run, mesh) -> domain.Grid:
@@ -135,7 +141,7 @@ def linear_power(run: config.Run, table: LinearTable | None = None) -> cosmology
 def linear_power_source(run_setup: RunSetup) -> dict:
     """Where the run's linear P(k) comes from, for the ic store's provenance: the kind and
     σ8; for power.kind 'camb' also A_s, the code, its version and the table's inputs
-    (:func:`boltzmann_inputs`); for 'table' the file."""
+    (:func:`boltzmann_inputs`); for 'table' the file (σ8 null: the table is not normalised)."""
     run, table = run_setup.config, run_setup.linear_table
     if table is not None:
         return {
@@ -146,10 +152,9 @@ def linear_power_source(run_setup: RunSetup) -> dict:
             "version": table.version,
             "inputs": boltzmann_inputs(run),
         }
-    source: dict = {"kind": run.power.kind, "sigma8": run.cosmology.sigma8}
-    if run.power.kind == "table":
-        source["table"] = str(run.power.table)
-    return source
+    if run.power.kind == "table":  # taken as it is: cosmology.sigma8 does not normalise it
+        return {"kind": "table", "sigma8": None, "table": str(run.power.table)}
+    return {"kind": run.power.kind, "sigma8": run.cosmology.sigma8}
 
 
 def linear_power_table(run_setup: RunSetup) -> tuple[np.ndarray, np.ndarray]:
@@ -159,7 +164,7 @@ def linear_power_table(run_setup: RunSetup) -> tuple[np.ndarray, np.ndarray]:
     power = run_setup.power
     if power.k_table is not None:
         return np.asarray(power.k_table, np.float64), np.asarray(power.p_table, np.float64)
-    k_max = boltzmann.table_k_max(k_range(run_setup.config)[1])
+    k_max = boltzmann.table_k_max(force_mesh_k_max(run_setup.config))
     decades = np.log10(k_max / boltzmann.K_MIN)
     k = np.logspace(
         np.log10(boltzmann.K_MIN), np.log10(k_max), round(decades * boltzmann.POINTS_PER_DECADE) + 1

@@ -158,12 +158,12 @@ def linear_power_ahead(config_path: Path) -> float:
     """Put the Boltzmann table of the run at ``config_path`` (power.kind 'camb') into the cache
     of its results folder, computed on a miss; the seconds taken (0 for any other run). A run
     file that does not load is left to its own run to report."""
-    from pmpipe.run import files
+    from pmpipe.run import files, validation
     from pmpipe.storage import power_cache
 
     start = time.perf_counter()
-    try:
-        run = runner.load(config_path).config
+    try:  # not runner.load: the run in progress keeps its JAX settings
+        run = validation.load_run_file(config_path).config
     except (files.ConfigError, OSError):
         return 0.0
     if run.power.kind == "camb":
@@ -186,9 +186,9 @@ def _await_ahead(ahead, path: Path) -> dict:
 def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
     they must share their device mesh); returns one Outcome per run, in order. Process 0
-    computes the first run's Boltzmann table before it starts, and each next run's on a CPU
-    thread while a run evolves (:func:`linear_power_ahead`); every process starts a run once
-    its table is cached. With
+    makes the first run's Boltzmann table before it starts, and each next run's while a run
+    evolves, on a CPU thread (:func:`linear_power_ahead`); every process starts a run once its
+    table is cached (or making it failed: the run's setup then makes it, or reports why). With
     ``report``, process 0 writes the job's record there as JSON (:func:`job_record`)."""
     import jax
 
@@ -230,10 +230,10 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     ):
         ahead = None
         for i, path in enumerate(paths):
+            if ahead is None and jax.process_index() == 0:  # the first run's, alone
+                ahead = pool.submit(linear_power_ahead, path)
             if ahead is not None:
                 made_ahead.append(_await_ahead(ahead, path))
-            elif jax.process_index() == 0:  # the first run's: here, before the next one's
-                linear_power_ahead(path)
             parallel.barrier("run's linear power cached")  # the others wait for process 0's
             ahead = None
             if i + 1 < len(paths) and jax.process_index() == 0:

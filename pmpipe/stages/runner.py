@@ -51,13 +51,21 @@ def start(config_paths) -> tuple[str, int]:
 
 def setup(run_file, config_path: str | Path, mesh):
     """The run's setup (:func:`pmpipe.run.derive.setup`) on ``mesh``, its Boltzmann table
-    from the cache of its results folder (pmpipe.storage.power_cache), made there on a miss."""
+    from the cache of its results folder (pmpipe.storage.power_cache), made there on a miss:
+    by process 0 first when there are several, the others then read it."""
     from functools import partial
 
+    import jax
+
     from pmpipe.run import derive
+    from pmpipe.runtime import parallel
     from pmpipe.storage import power_cache
 
     tables = partial(power_cache.linear_table, folder=power_cache.folder_of(config_path))
+    if run_file.config.power.kind == "camb" and jax.process_count() > 1:
+        if jax.process_index() == 0:
+            tables(derive.boltzmann_inputs(run_file.config))
+        parallel.barrier("linear power cached")
     return derive.setup(run_file, mesh, tables)
 
 

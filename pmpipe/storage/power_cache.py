@@ -41,16 +41,24 @@ def _read(path: Path, spec: dict) -> LinearTable | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             about = json.loads(str(data["about"]))
-            k, p = data["k"], data["p"]
+            k, p = np.asarray(data["k"], np.float64), np.asarray(data["p"], np.float64)
+        found = LinearTable(
+            k, p, float(about["sigma8"]), float(about["A_s"]), about["code"], about["version"]
+        )
+        problem = None if about["inputs"] == spec else "it holds other inputs"
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-        LOG.warning("linear power cache %s unreadable (%s): computing it again", path, err)
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as err:
+        problem = f"unreadable ({type(err).__name__}: {err})"
+    else:
+        if not (k.ndim == p.ndim == 1 and k.size == p.size > 3):
+            problem = "its arrays do not match"
+        elif not (np.all(np.isfinite(p)) and np.all(p > 0) and np.all(np.diff(k) > 0)):
+            problem = "its power is not finite, positive and increasing in k"
+    if problem is not None:
+        LOG.warning("linear power cache %s: %s; computing it again", path, problem)
         return None
-    if about.get("inputs") != spec:
-        LOG.warning("linear power cache %s holds other inputs: computing it again", path)
-        return None
-    return LinearTable(k, p, about["sigma8"], about["A_s"], about["code"], about["version"])
+    return found
 
 
 def _write(path: Path, spec: dict, table: LinearTable) -> None:
@@ -67,6 +75,8 @@ def _write(path: Path, spec: dict, table: LinearTable) -> None:
     try:
         with os.fdopen(fd, "wb") as out:
             np.savez(out, k=table.k, p=table.p, about=np.array(json.dumps(about)))
+            out.flush()
+            os.fsync(out.fileno())  # whole on disk before it is renamed into place
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -87,6 +97,12 @@ def linear_table(
         return found
     table = compute(spec)
     if path is not None:
-        _write(path, spec, table)
-        LOG.info("linear P(k) from %s %s: computed, cached in %s", table.code, table.version, path)
+        try:
+            _write(path, spec, table)
+        except OSError as err:  # the run goes on with the table it has
+            LOG.warning("linear power cache %s not written: %s", path, err)
+        else:
+            LOG.info(
+                "linear P(k) from %s %s: computed, cached in %s", table.code, table.version, path
+            )
     return table
