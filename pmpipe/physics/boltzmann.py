@@ -17,6 +17,8 @@ import threading
 
 import numpy as np
 
+from pmpipe.runtime import versions
+
 CODE = "camb"
 K_MIN = 1e-4  # h/Mpc: first k of every table
 POINTS_PER_DECADE = 512  # log-spaced: log-log interpolation between them is good to 3e-5
@@ -62,10 +64,11 @@ def table_k_max(k_needed: float) -> float:
 
 
 def version() -> str:
-    """The installed CAMB's version."""
-    import camb
-
-    return camb.__version__
+    """The installed CAMB's version (from its metadata: CAMB itself is imported only to call it)."""
+    found = versions.installed("camb")
+    if found is None:
+        raise ModuleNotFoundError("power.kind 'camb' needs CAMB: pip install camb")
+    return found
 
 
 def inputs(parameters: dict, k_needed: float) -> dict:
@@ -149,4 +152,4 @@ def camb_power(spec: dict) -> LinearTable:
     if "sigma8" in cosmology:
         scale = (cosmology["sigma8"] / sigma8) ** 2
         p, A_s, sigma8 = p * scale, A_s * scale, cosmology["sigma8"]
-    return LinearTable(np.asarray(k, np.float64), p, sigma8, float(A_s), CODE, camb.__version__)
+    return LinearTable(np.asarray(k, np.float64), p, sigma8, float(A_s), CODE, version())
