@@ -51,6 +51,29 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
         store.write_coordinate(
             out, name, source[:], source.attrs["units"], source.attrs["long_name"]
         )
+    per_run = _write_per_run(out, specs, campaign_dir)  # xarray reads them as coordinates
+    for name in (n for n in names if n not in coordinates):  # every statistic, stacked by run
+        source = first[name]
+        dims = ("run",) + tuple(source.metadata.dimension_names)
+        extra = {k: v for k, v in source.attrs.items() if k not in ("units", "long_name")}
+        store.write_array(
+            out,
+            name,
+            np.stack([np.asarray(g[name][:]) for g in groups]),
+            dims,
+            source.attrs["units"],
+            source.attrs["long_name"],
+            coordinates=" ".join(per_run),
+            **extra,
+        )
+    store.mark_complete(out)
+    manifest.write_manifest(camp, campaign_dir / "manifest.csv", status.run_status)
+    return campaign_dir
+
+
+def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
+    """Write the arrays of dims (run): each design parameter, sigma8, A_s and S8 where they
+    are not design parameters (manifest.normalisation), seed and paired; their names."""
     parameters = manifest.parameter_names(specs)
     for name in parameters:
         store.write_array(
@@ -89,21 +112,4 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
         "1",
         "phases inverted (partner of a pair)",
     )
-    per_run = " ".join(parameters + derived + ["seed", "paired"])  # coordinates for xarray
-    for name in (n for n in names if n not in coordinates):  # every statistic, stacked by run
-        source = first[name]
-        dims = ("run",) + tuple(source.metadata.dimension_names)
-        extra = {k: v for k, v in source.attrs.items() if k not in ("units", "long_name")}
-        store.write_array(
-            out,
-            name,
-            np.stack([np.asarray(g[name][:]) for g in groups]),
-            dims,
-            source.attrs["units"],
-            source.attrs["long_name"],
-            coordinates=per_run,
-            **extra,
-        )
-    store.mark_complete(out)
-    manifest.write_manifest(camp, campaign_dir / "manifest.csv", status.run_status)
-    return campaign_dir
+    return parameters + derived + ["seed", "paired"]
