@@ -29,13 +29,13 @@ def bench_linear(fields: dict, k_max: float = 1.0) -> dict:
     from pmpipe.physics import boltzmann, simulation
     from pmpipe.run import config, derive
 
-    run = config.Run.model_validate({"cosmology": fields, "power": {"kind": "camb"}})
-    spec = boltzmann.inputs(run.cosmology.model_dump(), k_max)
+    section = config.Cosmology.model_validate(fields)
+    spec = boltzmann.inputs(section.model_dump(), k_max)
     start = time.perf_counter()
     table = boltzmann.camb_power(spec)
     seconds = time.perf_counter() - start
 
-    kmax = max(boltzmann.TRANSFER_KMAX_FLOOR, 2.0 * k_max * run.cosmology.h)  # 1/Mpc
+    kmax = max(boltzmann.TRANSFER_KMAX_FLOOR, 2.0 * k_max * section.h)  # 1/Mpc
     params = boltzmann.camb_params(spec["cosmology"], table.A_s, kmax)
     params.WantCls = True
     params.set_accuracy(AccuracyBoost=REFERENCE_ACCURACY)
@@ -48,7 +48,7 @@ def bench_linear(fields: dict, k_max: float = 1.0) -> dict:
 
     k = np.geomspace(BANDS[0][0], k_max, 600)
     p_ref = reference.P(0.0, k)
-    cosmo = derive.cosmology_params(run, table.sigma8)
+    cosmo = derive.physics_cosmology(section, table.sigma8)
     ratios = {}
     for kind in KINDS:
         found = (table.k, table.p) if kind == "camb" else None

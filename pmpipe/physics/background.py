@@ -1,10 +1,17 @@
-"""Background expansion of flat ΛCDM / w0waCDM with photons and massless neutrinos.
+"""Background expansion of flat ΛCDM / w0waCDM with photons and neutrinos, massless or of
+total mass m_nu.
 
 The densities and H(a) are written with arithmetic only, so the same functions serve numpy
 arrays (here: distances on the host, for checks and estimates made before JAX starts) and
 JAX arrays (:mod:`pmpipe.physics.cosmology`, whose growth and distance tables integrate them).
 ``cosmo`` is any object with the fields of :class:`pmpipe.physics.cosmology.Cosmology` (Omega_m, h,
-w0, wa, T_cmb, N_eff).
+w0, wa, T_cmb, N_eff, m_nu).
+
+Neutrinos follow CAMB's convention. With m_nu = 0 all N_eff species are radiation. With
+m_nu > 0 three degenerate species of mass m_nu / 3 carry N_EFF_MASSIVE (or N_eff when it is
+smaller) of the effective number, their excess over 3 expressed as a higher temperature; the
+rest of N_eff is massless. Their density at every a is the Fermi-Dirac integral, and Ω_m counts
+their full density today: Ω_m = Ω_cb + Ω_ν.
 
 Units: distances in Mpc/h.
 """
@@ -20,6 +27,7 @@ _SIGMA_SB = 5.670374419e-8  # W m^-2 K^-4
 _C_SI = 299792458.0  # m / s
 _G_SI = 6.67430e-11  # m^3 kg^-1 s^-2
 _MPC_M = 3.0856775814913673e22  # m
+_K_B_EV = 8.617333262e-5  # Boltzmann constant, eV / K
 C_KM_S = 299792.458  # speed of light, km / s
 HUBBLE_DISTANCE = C_KM_S / 100.0  # c / H0 in Mpc/h
 
@@ -34,15 +42,72 @@ FIDUCIAL = {
     "wa": 0.0,
     "T_cmb": 2.7255,
     "N_eff": 3.046,
+    "m_nu": 0.0,
 }
+
+NEUTRINO_SPECIES = 3  # massive species, of equal mass m_nu / 3
+N_EFF_MASSIVE = 3.044  # the part of N_eff the massive species carry (CAMB's standard N_eff)
+_NU_PER_PHOTON = 7.0 / 8.0 * (4.0 / 11.0) ** (4.0 / 3.0)  # ρ of one massless species / ρ_γ
+_FD_RELATIVISTIC = 7.0 * math.pi**4 / 120.0  # ∫ x³ / (e^x + 1) dx
+# Gauss-Laguerre nodes for the Fermi-Dirac integrals ∫ x² f(x) / (e^x + 1) dx = ∫ e^-x g(x) dx
+_FD_NODES, _FD_WEIGHTS = np.polynomial.laguerre.laggauss(48)
+_FD_WEIGHTS = _FD_WEIGHTS / (1.0 + np.exp(-_FD_NODES))
+
+
+def omega_photons(cosmo):
+    """Ω_γ today: photons at T_cmb."""
+    rho_crit = 3.0 * (1e5 / _MPC_M) ** 2 / (8.0 * math.pi * _G_SI)  # kg/m^3 for h = 1
+    omega_gamma_h2_per_T4 = 4.0 * _SIGMA_SB / _C_SI**3 / rho_crit
+    return omega_gamma_h2_per_T4 * cosmo.T_cmb**4 / cosmo.h**2
+
+
+def _massive(cosmo):
+    """1 when the neutrinos have mass (m_nu > 0), else 0 (numpy or JAX)."""
+    return 1.0 * (cosmo.m_nu > 0)
+
+
+def massive_neutrino_number(cosmo):
+    """The part of N_eff the massive species carry: min(N_eff, N_EFF_MASSIVE), 0 if m_nu = 0."""
+    smaller = 0.5 * (cosmo.N_eff + N_EFF_MASSIVE - abs(cosmo.N_eff - N_EFF_MASSIVE))
+    return _massive(cosmo) * smaller
 
 
 def omega_radiation(cosmo):
-    """Ω_r today: photons at T_cmb plus N_eff massless neutrino species."""
-    rho_crit = 3.0 * (1e5 / _MPC_M) ** 2 / (8.0 * math.pi * _G_SI)  # kg/m^3 for h = 1
-    omega_gamma_h2_per_T4 = 4.0 * _SIGMA_SB / _C_SI**3 / rho_crit
-    omega_gamma = omega_gamma_h2_per_T4 * cosmo.T_cmb**4 / cosmo.h**2
-    return omega_gamma * (1.0 + cosmo.N_eff * 7.0 / 8.0 * (4.0 / 11.0) ** (4.0 / 3.0))
+    """Ω_r today: photons at T_cmb plus the massless neutrino species."""
+    massless = cosmo.N_eff - massive_neutrino_number(cosmo)
+    return omega_photons(cosmo) * (1.0 + massless * _NU_PER_PHOTON)
+
+
+def _neutrino_mass_ratio(cosmo, a):
+    """m / (k_B T) of one massive species at scale factor a, T its temperature (the massless
+    neutrinos' times (N_massive / 3)^(1/4))."""
+    degeneracy = massive_neutrino_number(cosmo) / NEUTRINO_SPECIES + (1.0 - _massive(cosmo))
+    t_nu = (4.0 / 11.0) ** (1.0 / 3.0) * cosmo.T_cmb * degeneracy**0.25
+    no_relics = 1.0 * (cosmo.T_cmb == 0)  # then no neutrino density either, and no 0 / 0
+    return cosmo.m_nu / NEUTRINO_SPECIES * a / (_K_B_EV * t_nu + no_relics)
+
+
+def neutrino_density_pressure(cosmo, a):
+    """(ρ_ν, P_ν)(a) / ρ_crit,0 of the massive species together (both 0 if m_nu = 0): the
+    Fermi-Dirac integrals of a relativistic species' density scaled by N_massive."""
+    y = _neutrino_mass_ratio(cosmo, a)
+    x = _FD_NODES.reshape(_FD_NODES.shape + (1,) * np.ndim(y))  # nodes on a leading axis
+    w = _FD_WEIGHTS.reshape(x.shape)
+    energy = (x * x + y * y) ** 0.5
+    rho = (w * x * x * energy).sum(axis=0)
+    pressure = (w * x**4 / (3.0 * energy)).sum(axis=0)
+    scale = omega_photons(cosmo) * _NU_PER_PHOTON * massive_neutrino_number(cosmo) * a**-4.0
+    return scale * rho / _FD_RELATIVISTIC, scale * pressure / _FD_RELATIVISTIC
+
+
+def omega_nu(cosmo):
+    """Ω_ν: the massive neutrinos' density today (0 if m_nu = 0), part of Ω_m."""
+    return neutrino_density_pressure(cosmo, 1.0)[0]
+
+
+def omega_cb(cosmo):
+    """Ω_cb = Ω_m - Ω_ν: CDM and baryons today (the particles of the N-body)."""
+    return cosmo.Omega_m - omega_nu(cosmo)
 
 
 def omega_de(cosmo):
@@ -59,7 +124,8 @@ def E2(cosmo, a):
     """(H(a) / H0)^2."""
     return (
         omega_radiation(cosmo) * a**-4
-        + cosmo.Omega_m * a**-3
+        + omega_cb(cosmo) * a**-3
+        + neutrino_density_pressure(cosmo, a)[0]
         + omega_de(cosmo) * de_scaling(cosmo, a)
     )
 

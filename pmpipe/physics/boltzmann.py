@@ -1,7 +1,8 @@
 """Linear matter power at a = 1 from a Boltzmann code (CAMB), on the host (numpy): the
 physical inputs that determine it, and the call.
 
-Conventions: flat; Ω_m is total matter today (CDM + baryons); the power is of total matter
+Conventions: flat; Ω_m is total matter today (CDM + baryons + massive neutrinos, whose
+density follows :mod:`pmpipe.physics.background`, as CAMB's does); the power is of total matter
 (CAMB's ``delta_tot``); k in h/Mpc, P in (Mpc/h)^3; A_s at the pivot 0.05 /Mpc; σ8 of total
 matter at a = 1. A run gives σ8 or A_s and the other is derived. Precision: CAMB's defaults
 (AccuracyBoost 1) without CMB spectra, transfer functions computed to 10 % beyond the table's
@@ -14,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import types
 
 import numpy as np
 
+from pmpipe.physics import background
 from pmpipe.runtime import versions
 
 CODE = "camb"
@@ -35,7 +38,7 @@ SETTINGS = {
     "A_s_reference": A_S_REFERENCE,
     "pivot_per_mpc": K_PIVOT,
     "dark_energy": "ppf",
-    "neutrinos": "massless",
+    "neutrinos": "massless, or 3 degenerate massive species when m_nu > 0",
     "variable": "delta_tot",
     "cmb": False,
 }
@@ -74,12 +77,14 @@ def version() -> str:
 def inputs(parameters: dict, k_needed: float) -> dict:
     """Everything that determines the table (a JSON mapping: the cache key's content): the
     code and its version, the cosmology ``parameters`` (pmpipe's Cosmology fields: Omega_m,
-    Omega_b, h, n_s, w0, wa, T_cmb, N_eff and exactly one of sigma8, A_s) and the k grid for
-    wavenumbers up to ``k_needed`` (h/Mpc)."""
+    Omega_b, h, n_s, w0, wa, T_cmb, N_eff, m_nu (left out when 0 or absent) and exactly one of
+    sigma8, A_s) and the k grid for wavenumbers up to ``k_needed`` (h/Mpc)."""
     norm = [name for name in ("sigma8", "A_s") if parameters.get(name) is not None]
     if len(norm) != 1:
         raise ValueError(f"exactly one of sigma8 and A_s must be given, got {norm or 'neither'}")
     fields = ("Omega_m", "Omega_b", "h", "n_s", "w0", "wa", "T_cmb", "N_eff", norm[0])
+    if parameters.get("m_nu", 0.0) > 0:
+        fields += ("m_nu",)
     return {
         "code": CODE,
         "version": version(),
@@ -93,18 +98,20 @@ def inputs(parameters: dict, k_needed: float) -> dict:
 
 def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float, settings: dict = SETTINGS):
     """CAMB's parameters for pmpipe's cosmology (a mapping of its fields) at amplitude A_s:
-    massless neutrinos (N_eff species), flat, dark energy as CAMB's PPF fluid (w0, wa may cross
-    -1), linear power at z = 0 up to ``kmax_per_mpc`` (1/Mpc), with the accuracy of
-    ``settings``."""
+    N_eff neutrino species, massless or (m_nu > 0) three degenerate massive ones, flat, dark
+    energy as CAMB's PPF fluid (w0, wa may cross -1), linear power at z = 0 up to
+    ``kmax_per_mpc`` (1/Mpc), with the accuracy of ``settings``."""
     import camb
 
     h = cosmology["h"]
+    m_nu = cosmology.get("m_nu", 0.0)
+    omega_cb = background.omega_cb(types.SimpleNamespace(**{**cosmology, "m_nu": m_nu}))
     params = camb.set_params(
         H0=100.0 * h,
         ombh2=cosmology["Omega_b"] * h**2,
-        omch2=(cosmology["Omega_m"] - cosmology["Omega_b"]) * h**2,
-        mnu=0.0,
-        num_massive_neutrinos=0,
+        omch2=(omega_cb - cosmology["Omega_b"]) * h**2,
+        mnu=m_nu,
+        num_massive_neutrinos=background.NEUTRINO_SPECIES if m_nu > 0 else 0,
         nnu=cosmology["N_eff"],
         TCMB=cosmology["T_cmb"],
         omk=0.0,

@@ -1,6 +1,7 @@
 """Background cosmology, linear growth and the linear matter power spectrum.
 
-Flat ΛCDM with an optional CPL dark energy (w0, wa), photons and massless neutrinos.
+Flat ΛCDM with an optional CPL dark energy (w0, wa), photons and neutrinos (massless, or of
+total mass m_nu in the background).
 Everything here is a pure JAX function of a :class:`Cosmology` pytree, so it can be
 jit-compiled and differentiated with respect to the parameters (e.g. Ω_m).
 
@@ -30,10 +31,11 @@ N_TABLE = 1024
 class Cosmology:
     """Cosmological parameters (all differentiable leaves).
 
-    Omega_m: total matter density today (CDM + baryons); Omega_b: baryons; h: H0 / 100 km/s/Mpc;
-    n_s: primordial tilt; sigma8: rms linear density in 8 Mpc/h spheres at a = 1;
+    Omega_m: total matter density today (CDM + baryons + massive neutrinos); Omega_b: baryons;
+    h: H0 / 100 km/s/Mpc; n_s: primordial tilt; sigma8: rms linear density in 8 Mpc/h spheres at a = 1;
     w0, wa: CPL dark energy equation of state; T_cmb: CMB temperature in K (0 drops radiation);
-    N_eff: effective number of massless neutrino species. Defaults: the fiducial cosmology
+    N_eff: effective number of neutrino species; m_nu: their total mass in eV
+    (:mod:`pmpipe.physics.background` gives the convention). Defaults: the fiducial cosmology
     (background.FIDUCIAL), a run's too. ``tables``: the growth and distance tables of these
     parameters (:func:`growth_table`) when the cosmology carries them (:func:`tabulated`),
     else None and every lookup computes them.
@@ -48,6 +50,7 @@ class Cosmology:
     wa: float = FIDUCIAL["wa"]
     T_cmb: float = FIDUCIAL["T_cmb"]
     N_eff: float = FIDUCIAL["N_eff"]
+    m_nu: float = FIDUCIAL["m_nu"]
     tables: dict | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
@@ -59,9 +62,11 @@ def E(cosmo: Cosmology, a):
 def dlnE_dlna(cosmo: Cosmology, a):
     """d ln E / d ln a."""
     dde = -3.0 * (1.0 + cosmo.w0 + cosmo.wa) + 3.0 * cosmo.wa * a
+    rho_nu, p_nu = background.neutrino_density_pressure(cosmo, a)
     num = (
         -4.0 * omega_radiation(cosmo) * a**-4
-        - 3.0 * cosmo.Omega_m * a**-3
+        - 3.0 * background.omega_cb(cosmo) * a**-3
+        - 3.0 * (rho_nu + p_nu)
         + omega_de(cosmo) * background.de_scaling(cosmo, a) * dde
     )
     return 0.5 * num / E2(cosmo, a)
@@ -76,19 +81,27 @@ def omega_m_of_a(cosmo: Cosmology, a):
 # Growth and distance tables (one RK4 integration in ln a, cubic Hermite interpolation)
 
 
-def _table_rhs(cosmo: Cosmology, lna, y):
-    """d/dlna of (D1, D1', D2, D2', chi) where ' = d/dlna and chi is in units of c/H0."""
+def _background_coefficients(cosmo: Cosmology, lna):
+    """The growth and distance equations' coefficients at ln a (shape (3,) + lna's shape):
+    the friction 2 + d ln E / d ln a, the source 1.5 Ω_m(a) and dχ/dln a = -1 / (a E) in c/H0."""
     a = jnp.exp(lna)
+    return jnp.stack(
+        [2.0 + dlnE_dlna(cosmo, a), 1.5 * omega_m_of_a(cosmo, a), -1.0 / (a * E(cosmo, a))]
+    )
+
+
+def _table_rhs(coefficients, y):
+    """d/dlna of (D1, D1', D2, D2', chi) where ' = d/dlna, given the
+    :func:`_background_coefficients` at that ln a."""
+    friction, src, dchi = coefficients
     d1, d1p, d2, d2p, _ = y
-    friction = 2.0 + dlnE_dlna(cosmo, a)
-    src = 1.5 * omega_m_of_a(cosmo, a)
     return jnp.stack(
         [
             d1p,
             -friction * d1p + src * d1,
             d2p,
             -friction * d2p + src * d2 - src * d1 * d1,
-            -1.0 / (a * E(cosmo, a)),
+            dchi,
         ]
     )
 
@@ -129,22 +142,25 @@ def _growth_table(cosmo: Cosmology) -> dict:
     d1 = a0 + 2.0 / 3.0 * a_eq
     d1p = a0 * jnp.ones_like(d1)
     y0 = jnp.stack([d1, d1p, -3.0 / 7.0 * d1**2, -6.0 / 7.0 * d1 * d1p, 0.0 * d1])
+    # the background at every grid point and half-way between, computed once (not per step)
+    coefficients = _background_coefficients(cosmo, lna0 + 0.5 * h * jnp.arange(2 * N_TABLE + 1)).T
 
-    def step(y, i):
-        x = lna0 + i * h
-        k1 = _table_rhs(cosmo, x, y)
-        k2 = _table_rhs(cosmo, x + 0.5 * h, y + 0.5 * h * k1)
-        k3 = _table_rhs(cosmo, x + 0.5 * h, y + 0.5 * h * k2)
-        k4 = _table_rhs(cosmo, x + h, y + h * k3)
+    def step(y, c):
+        start, middle, end = c
+        k1 = _table_rhs(start, y)
+        k2 = _table_rhs(middle, y + 0.5 * h * k1)
+        k3 = _table_rhs(middle, y + 0.5 * h * k2)
+        k4 = _table_rhs(end, y + h * k3)
         y1 = y + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
         return y1, y1
 
-    _, ys = jax.lax.scan(step, y0, jnp.arange(N_TABLE))
+    on_grid = coefficients[::2]
+    _, ys = jax.lax.scan(step, y0, (on_grid[:-1], coefficients[1::2], on_grid[1:]))
     ys = jnp.concatenate([y0[None], ys], axis=0)
     lna = lna0 + h * jnp.arange(N_TABLE + 1, dtype=ys.dtype)
     d1_today = ys[-1, 0]
     chi_today = ys[-1, 4]
-    rhs = jax.vmap(lambda x, y: _table_rhs(cosmo, x, y))(lna, ys)
+    rhs = jax.vmap(_table_rhs)(on_grid, ys)
     return {
         "lna": lna,
         "D1": ys[:, 0] / d1_today,

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from pmpipe.physics import background
 from pmpipe.physics.background import FIDUCIAL
 from pmpipe.physics.power_table import PowerKind
 from pmpipe.physics.timesteps import StepSpacing
@@ -74,14 +75,17 @@ __all__ = [
 ]
 
 
+M_NU_MAX = 3.0  # eV: the largest neutrino mass sum a run accepts
+
+
 class Cosmology(StrictModel):
-    """Flat ΛCDM / w0waCDM parameters."""
+    """Flat ΛCDM / w0waCDM parameters, with massless or massive neutrinos."""
 
     Omega_m: float = Field(
         FIDUCIAL["Omega_m"],
         gt=0,
         le=1,
-        description="total matter density today (CDM + baryons), dimensionless",
+        description="total matter density today (CDM + baryons + massive neutrinos), dimensionless",
     )
     Omega_b: float = Field(
         FIDUCIAL["Omega_b"],
@@ -117,7 +121,14 @@ class Cosmology(StrictModel):
         FIDUCIAL["T_cmb"], ge=0, le=10, description="CMB temperature in K (0: no radiation)"
     )
     N_eff: float = Field(
-        FIDUCIAL["N_eff"], ge=0, le=10, description="effective number of massless neutrino species"
+        FIDUCIAL["N_eff"], ge=0, le=10, description="effective number of neutrino species"
+    )
+    m_nu: float = Field(
+        FIDUCIAL["m_nu"],
+        ge=0,
+        le=M_NU_MAX,
+        description="sum of the neutrino masses in eV: three degenerate species carrying 3.044 "
+        "of N_eff (0: all massless; power.kind 'camb')",
     )
 
     @model_validator(mode="before")
@@ -140,6 +151,18 @@ class Cosmology(StrictModel):
         if self.Omega_b >= self.Omega_m:
             raise ValueError(
                 f"cosmology.Omega_b = {self.Omega_b} must be smaller than cosmology.Omega_m = {self.Omega_m}"
+            )
+        if self.m_nu > 0 and (self.T_cmb == 0 or self.N_eff == 0):
+            raise ValueError(
+                f"cosmology.m_nu = {self.m_nu} eV needs relic neutrinos: cosmology.T_cmb "
+                f"(= {self.T_cmb}) and cosmology.N_eff (= {self.N_eff}) must be above 0"
+            )
+        omega_cdm = background.omega_cb(self) - self.Omega_b
+        if omega_cdm <= 0:
+            raise ValueError(
+                f"cosmology.m_nu = {self.m_nu} eV makes Omega_nu = {background.omega_nu(self):.4g}, "
+                f"which leaves no CDM below cosmology.Omega_m = {self.Omega_m} with Omega_b = "
+                f"{self.Omega_b}: lower m_nu or raise Omega_m"
             )
         return self
 
@@ -343,6 +366,12 @@ class Run(StrictModel):
     @model_validator(mode="after")
     def _consistent(self):
         n, pdims = self.box.particles, self.parallel.pdims
+        if self.cosmology.m_nu > 0:
+            raise ValueError(
+                f"cosmology.m_nu = {self.cosmology.m_nu} eV: a run's N-body has no force from "
+                "massive neutrinos, so runs take massless neutrinos only (m_nu: 0); "
+                "`pmpipe bench linear --set m_nu=...` computes linear theory with them"
+            )
         if self.cosmology.A_s is not None and self.power.kind != "camb":
             raise ValueError(
                 f"cosmology.A_s needs power.kind 'camb' (power.kind {self.power.kind!r} is "
@@ -416,11 +445,14 @@ class Run(StrictModel):
 
 def config_hash(run: Run) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
-    left out, and cosmology.A_s when null: a run normalised by σ8 hashes the same with or
-    without that field), as 'sha256:<hex>'."""
+    left out, cosmology.A_s when null and cosmology.m_nu when 0: a run normalised by σ8 with
+    massless neutrinos hashes the same with or without those fields), as 'sha256:<hex>'."""
     exclude: dict = {"checkpoints": True}
-    if run.cosmology.A_s is None:
-        exclude["cosmology"] = {"A_s"}
+    cosmology = {"A_s"} if run.cosmology.A_s is None else set()
+    if run.cosmology.m_nu == 0:
+        cosmology.add("m_nu")
+    if cosmology:
+        exclude["cosmology"] = cosmology
     text = json.dumps(
         run.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":")
     )

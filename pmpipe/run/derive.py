@@ -89,7 +89,15 @@ def setup(
 def cosmology_params(run: config.Run, sigma8: float | None = None) -> cosmology.Cosmology:
     """The run's cosmological parameters as the physics' pytree (no tables); ``sigma8``: the
     one a Boltzmann code derived from the run's A_s (required for such a run)."""
-    fields = run.cosmology.model_dump(exclude={"A_s"})
+    return physics_cosmology(run.cosmology, sigma8)
+
+
+def physics_cosmology(
+    section: config.Cosmology, sigma8: float | None = None
+) -> cosmology.Cosmology:
+    """A cosmology section as the physics' pytree (no tables); ``sigma8`` as in
+    :func:`cosmology_params`."""
+    fields = section.model_dump(exclude={"A_s"})
     if sigma8 is not None:
         fields["sigma8"] = sigma8
     if fields["sigma8"] is None:

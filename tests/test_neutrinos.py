@@ -1,0 +1,155 @@
+"""Massive neutrinos in the background and in linear theory, against CAMB: their density
+today (Ω_ν h²), H(a) from z = 0 to 10⁴, d ln H / d ln a, the Fermi-Dirac integrals against
+direct quadrature, a CAMB table at Σm_ν = 0.1 eV against a direct CAMB call, and the
+configuration's checks."""
+
+import math
+
+import camb
+import numpy as np
+import pytest
+from scipy import integrate
+
+from pmpipe.physics import background, boltzmann
+from pmpipe.physics import cosmology as C
+from pmpipe.run import config
+
+MASSES = (0.0, 0.06, 0.1, 0.3, 1.0)
+Z = np.array([0.0, 0.3, 1.0, 3.0, 10.0, 100.0, 1000.0, 1e4])
+
+
+def _camb_background(cosmo: C.Cosmology, omch2: float):
+    params = camb.CAMBparams(WantCls=False)
+    params.set_cosmology(
+        H0=100 * cosmo.h,
+        ombh2=cosmo.Omega_b * cosmo.h**2,
+        omch2=omch2,
+        mnu=cosmo.m_nu,
+        num_massive_neutrinos=3 if cosmo.m_nu > 0 else 0,
+        nnu=cosmo.N_eff,
+        TCMB=cosmo.T_cmb,
+        omk=0.0,
+    )
+    return params
+
+
+def _camb_params_at_total_matter(cosmo: C.Cosmology):
+    """CAMB's parameters with CDM chosen so that CAMB's own Ω_m (ω_b + ω_c + its ω_ν) is
+    cosmo.Omega_m: CAMB's neutrino density, not pmpipe's, fixes the CDM."""
+    h2 = cosmo.h**2
+    first = _camb_background(cosmo, (cosmo.Omega_m - cosmo.Omega_b) * h2)
+    return _camb_background(cosmo, (cosmo.Omega_m - cosmo.Omega_b) * h2 - first.omnuh2)
+
+
+@pytest.mark.parametrize("m_nu", MASSES)
+@pytest.mark.parametrize("N_eff", (3.046, 2.5))
+def test_neutrino_density_and_expansion_match_camb(m_nu, N_eff):
+    cosmo = C.Cosmology(m_nu=m_nu, N_eff=N_eff)
+    params = _camb_params_at_total_matter(cosmo)
+    assert background.omega_nu(cosmo) * cosmo.h**2 == pytest.approx(
+        params.omnuh2, rel=1e-7, abs=1e-12
+    )
+    assert params.omegam == pytest.approx(cosmo.Omega_m, rel=1e-8)
+    camb_E = camb.get_background(params).hubble_parameter(Z) / (100 * cosmo.h)
+    np.testing.assert_allclose(np.sqrt(background.E2(cosmo, 1 / (1 + Z))), camb_E, rtol=1e-5)
+
+
+def test_no_radiation_means_no_neutrino_density():
+    cosmo = C.Cosmology(T_cmb=0.0, m_nu=0.1)
+    assert background.omega_nu(cosmo) == 0.0
+    assert np.isfinite(C.dlnE_dlna(cosmo, np.geomspace(1e-5, 1, 9))).all()
+
+
+def test_massless_limit_is_radiation():
+    """Ω_m counts the massive species' whole density today, relativistic part included, so
+    the limit m_nu -> 0 is the massless cosmology with Ω_m raised by that density."""
+    massless = C.Cosmology()
+    tiny = background.omega_nu(C.Cosmology(m_nu=1e-6))
+    assert 3e-5 < tiny < 4e-5  # three species' radiation today
+    light = C.Cosmology(m_nu=1e-6, Omega_m=massless.Omega_m + tiny)
+    a = np.geomspace(1e-5, 1.0, 50)
+    np.testing.assert_allclose(background.E2(light, a), background.E2(massless, a), rtol=1e-6)
+    assert background.omega_nu(massless) == 0.0
+    assert background.omega_cb(massless) == massless.Omega_m
+
+
+@pytest.mark.parametrize("y", (1e-6, 0.3, 3.0, 30.0, 3000.0))
+def test_fermi_dirac_integrals_against_quadrature(y):
+    cosmo = C.Cosmology(m_nu=1.0)
+    a = y / background._neutrino_mass_ratio(cosmo, 1.0)
+    rho, pressure = background.neutrino_density_pressure(cosmo, a)
+    scale = (
+        background.omega_photons(cosmo)
+        * 7
+        / 8
+        * (4 / 11) ** (4 / 3)
+        * background.massive_neutrino_number(cosmo)
+        / a**4
+        / (7 * math.pi**4 / 120)
+    )
+    energy = integrate.quad(lambda x: x * x * math.sqrt(x * x + y * y) / (math.exp(x) + 1), 0, 200)[
+        0
+    ]
+    press = integrate.quad(
+        lambda x: x**4 / (3 * math.sqrt(x * x + y * y)) / (math.exp(x) + 1), 0, 200
+    )[0]
+    assert rho == pytest.approx(scale * energy, rel=1e-7)
+    assert pressure == pytest.approx(scale * press, rel=1e-7)
+
+
+@pytest.mark.parametrize("m_nu", (0.0, 0.3))
+def test_dlnE_dlna_is_the_derivative_of_E(m_nu):
+    cosmo = C.Cosmology(m_nu=m_nu, w0=-0.9, wa=0.2)
+    lna = np.linspace(np.log(1e-4), 0.0, 40)
+    step = 1e-5
+    numeric = (
+        np.log(background.E2(cosmo, np.exp(lna + step)))
+        - np.log(background.E2(cosmo, np.exp(lna - step)))
+    ) / (4 * step)
+    exact = C.dlnE_dlna(cosmo, np.exp(lna))  # arithmetic only: numpy in float64
+    np.testing.assert_allclose(exact, numeric, rtol=1e-6, atol=1e-9)
+
+
+def test_camb_table_with_massive_neutrinos_equals_a_direct_camb_call():
+    section = config.Cosmology(m_nu=0.1, sigma8=0.8)
+    spec = boltzmann.inputs(section.model_dump(), 1.0)
+    assert spec["cosmology"]["m_nu"] == 0.1
+    assert "m_nu" not in boltzmann.inputs(config.Cosmology().model_dump(), 1.0)["cosmology"]
+    table = boltzmann.camb_power(spec)
+    params = _camb_params_at_total_matter(C.Cosmology(m_nu=0.1))
+    params.InitPower.set_params(As=table.A_s, ns=section.n_s)
+    params.set_dark_energy(w=section.w0, wa=section.wa, dark_energy_model="ppf")
+    params.set_matter_power(redshifts=[0.0], kmax=20.0)
+    params.NonLinear = camb.model.NonLinear_none
+    results = camb.get_results(params)
+    direct = results.get_matter_power_interpolator(nonlinear=False, hubble_units=True, k_hunit=True)
+    k = np.geomspace(1e-3, 0.99, 300)
+    ours = np.exp(np.interp(np.log(k), np.log(table.k), np.log(table.p)))
+    np.testing.assert_allclose(ours, direct.P(0.0, k), rtol=1e-4)
+    assert results.get_sigma8_0() == pytest.approx(0.8, rel=1e-4)
+    massless = boltzmann.camb_power(
+        boltzmann.inputs(config.Cosmology(sigma8=0.8).model_dump(), 1.0)
+    )
+    small = (table.k > 0.5) & (table.k < 1.0)  # below the free-streaming scale, at equal σ8
+    assert np.all(table.p[small] < massless.p[small])
+
+
+@pytest.mark.parametrize(
+    "cosmology, message",
+    [
+        ({"m_nu": -0.1}, "m_nu"),
+        ({"m_nu": 4.0}, "m_nu"),
+        ({"m_nu": 3.0, "Omega_m": 0.1}, "no CDM below cosmology.Omega_m"),
+        ({"m_nu": 0.1, "T_cmb": 0.0}, "needs relic neutrinos"),
+    ],
+)
+def test_bad_neutrino_masses_name_the_field(cosmology, message):
+    with pytest.raises(config.ConfigError, match=message):
+        config.validate(config.Cosmology, cosmology, "cosmology")
+
+
+def test_runs_refuse_massive_neutrinos_and_keep_their_hash():
+    with pytest.raises(config.ConfigError, match="cosmology.m_nu = 0.1 eV: a run's N-body"):
+        config.validate(config.Run, {"cosmology": {"m_nu": 0.1}, "power": {"kind": "camb"}}, "run")
+    explicit = config.Run.model_validate({"cosmology": {"m_nu": 0.0}})
+    assert config.config_hash(explicit) == config.config_hash(config.Run())
