@@ -30,6 +30,8 @@ A_S_REFERENCE = 2.1e-9  # A_s of the one CAMB call of a run normalised by σ8 (P
 K_PIVOT = 0.05  # 1/Mpc
 TRANSFER_MARGIN = 1.1  # CAMB's transfer k_max over the table's
 TRANSFER_KMAX_FLOOR = 10.0  # 1/Mpc: CAMB's transfer k_max at least this
+NU_A_MIN = 0.01  # the earliest scale factor of the neutrino tables
+NU_A_POINTS = 24  # log-spaced scale factors from NU_A_MIN to 1
 # how CAMB is called: part of every table's inputs, so that a change here makes tables anew
 SETTINGS = {
     "accuracy_boost": 1.0,
@@ -41,6 +43,7 @@ SETTINGS = {
     "neutrinos": "massless, or 3 degenerate massive species when m_nu > 0",
     "variable": "delta_tot",
     "cmb": False,
+    "neutrino_tables": {"a_min": NU_A_MIN, "points": NU_A_POINTS},
 }
 # CAMB keeps its state in Fortran module variables: two calls at once in one process crash it
 # (a segmentation fault, seen with calls on two threads at once), so calls take turns
@@ -48,9 +51,23 @@ CAMB_TURN = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class NeutrinoTransfer:
+    """The massive neutrinos' linear response, from the Boltzmann code's transfer functions:
+    at scale factors a (A,) and wavenumbers k (Q,) in h/Mpc, ``ratio`` (A, Q) = T_ν / T_cb and
+    ``growth_cb`` (A, Q) = T_cb(k, a) / T_cb(k, 1), the CDM + baryon growth."""
+
+    a: np.ndarray
+    k: np.ndarray
+    ratio: np.ndarray
+    growth_cb: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class LinearTable:
-    """Linear P(k) at a = 1 from a Boltzmann code: k (T,) in h/Mpc, p (T,) in (Mpc/h)^3,
-    the normalisation both ways (σ8 and A_s), and the code's name and version."""
+    """Linear P(k) at a = 1 from a Boltzmann code: k (T,) in h/Mpc, p (T,) of total matter
+    and p_cb (T,) of CDM + baryons in (Mpc/h)^3, the normalisation both ways (σ8 and A_s),
+    σ8 of CDM + baryons, the code's name and version, and with massive neutrinos their
+    :class:`NeutrinoTransfer` (else None; then p_cb is p)."""
 
     k: np.ndarray
     p: np.ndarray
@@ -58,6 +75,9 @@ class LinearTable:
     A_s: float
     code: str
     version: str
+    p_cb: np.ndarray
+    sigma8_cb: float
+    neutrinos: NeutrinoTransfer | None = None
 
 
 def table_k_max(k_needed: float) -> float:
@@ -133,7 +153,8 @@ def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float, settings: dict
 
 def camb_power(spec: dict) -> LinearTable:
     """The table :func:`inputs` describes, from one CAMB call (at the given A_s, or at
-    A_S_REFERENCE rescaled to the given σ8)."""
+    A_S_REFERENCE rescaled to the given σ8); with massive neutrinos, the CAMB call also gives
+    the transfer functions at the scale factors of SETTINGS' neutrino tables."""
     import camb
 
     cosmology, settings = spec["cosmology"], spec["settings"]
@@ -143,20 +164,60 @@ def camb_power(spec: dict) -> LinearTable:
         k_max * cosmology["h"] * settings["transfer_margin"], settings["transfer_kmax_floor"]
     )
     points = round(math.log10(k_max / spec["k_min"]) * spec["points_per_decade"]) + 1
+    massive = cosmology.get("m_nu", 0.0) > 0
+    params = camb_params(cosmology, A_s, kmax, settings)
+    if massive:
+        grid = settings["neutrino_tables"]
+        a = np.geomspace(grid["a_min"], 1.0, grid["points"])
+        params.set_matter_power(redshifts=list(1.0 / a - 1.0), kmax=kmax)  # earliest first
     with CAMB_TURN:
-        results = camb.get_results(camb_params(cosmology, A_s, kmax, settings))
-        k, _, p = results.get_matter_power_spectrum(
-            minkh=spec["k_min"],
-            maxkh=k_max,
-            npoints=points,
-            var1=settings["variable"],
-            var2=settings["variable"],
-            have_power_spectra=True,
-        )
+        results = camb.get_results(params)
+        power = {}
+        for name in (settings["variable"], "delta_nonu") if massive else (settings["variable"],):
+            k, z, p = results.get_matter_power_spectrum(
+                minkh=spec["k_min"],
+                maxkh=k_max,
+                npoints=points,
+                var1=name,
+                var2=name,
+                have_power_spectra=name == settings["variable"],
+            )
+            power[name] = np.asarray(p[list(z).index(0.0)], np.float64)
         sigma8 = float(results.get_sigma8_0())
+        neutrinos, sigma8_cb = None, sigma8
+        if massive:
+            total, cb = (
+                results.get_sigmaR(8.0, var1=name, var2=name)[-1]
+                for name in (settings["variable"], "delta_nonu")
+            )
+            sigma8_cb = sigma8 * float(cb / total)
+            neutrinos = _neutrino_transfer(results.get_matter_transfer_data(), a)
         del results  # its Fortran memory is freed in turn too
-    p = np.asarray(p[0], np.float64)
+    p, p_cb = power[settings["variable"]], power.get("delta_nonu")
     if "sigma8" in cosmology:
         scale = (cosmology["sigma8"] / sigma8) ** 2
         p, A_s, sigma8 = p * scale, A_s * scale, cosmology["sigma8"]
-    return LinearTable(np.asarray(k, np.float64), p, sigma8, float(A_s), CODE, version())
+        p_cb, sigma8_cb = None if p_cb is None else p_cb * scale, sigma8_cb * scale**0.5
+    return LinearTable(
+        np.asarray(k, np.float64),
+        p,
+        sigma8,
+        float(A_s),
+        CODE,
+        version(),
+        p if p_cb is None else p_cb,
+        sigma8_cb,
+        neutrinos,
+    )
+
+
+def _neutrino_transfer(transfer, a: np.ndarray) -> NeutrinoTransfer:
+    """The :class:`NeutrinoTransfer` of CAMB's transfer data at the scale factors ``a``
+    (ascending; CAMB's last redshift is a = 1)."""
+    import camb
+
+    data = transfer.transfer_data
+    k = np.asarray(data[camb.model.Transfer_kh - 1, :, -1], np.float64)
+    nu = np.asarray(data[camb.model.Transfer_nu - 1], np.float64).T  # (A, Q)
+    cb = np.asarray(data[camb.model.Transfer_nonu - 1], np.float64).T
+    return NeutrinoTransfer(np.asarray(a, np.float64), k, nu / cb, cb / cb[-1])

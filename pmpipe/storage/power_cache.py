@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pmpipe.physics import boltzmann
-from pmpipe.physics.boltzmann import LinearTable
+from pmpipe.physics.boltzmann import LinearTable, NeutrinoTransfer
 
 LOG = logging.getLogger(__name__)
 
@@ -41,9 +41,26 @@ def _read(path: Path, spec: dict) -> LinearTable | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             about = json.loads(str(data["about"]))
-            k, p = np.asarray(data["k"], np.float64), np.asarray(data["p"], np.float64)
+            arrays = {
+                name: np.asarray(data[name], np.float64) for name in data.files if name != "about"
+            }
+        k, p = arrays["k"], arrays["p"]
+        p_cb = arrays.get("p_cb", p)
+        neutrinos = None
+        if "nu_a" in arrays:
+            neutrinos = NeutrinoTransfer(
+                arrays["nu_a"], arrays["nu_k"], arrays["nu_ratio"], arrays["nu_growth_cb"]
+            )
         found = LinearTable(
-            k, p, float(about["sigma8"]), float(about["A_s"]), about["code"], about["version"]
+            k,
+            p,
+            float(about["sigma8"]),
+            float(about["A_s"]),
+            about["code"],
+            about["version"],
+            p_cb,
+            float(about["sigma8_cb"]),
+            neutrinos,
         )
         problem = None if about["inputs"] == spec else "it holds other inputs"
     except FileNotFoundError:
@@ -51,10 +68,19 @@ def _read(path: Path, spec: dict) -> LinearTable | None:
     except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as err:
         problem = f"unreadable ({type(err).__name__}: {err})"
     else:
-        if not (k.ndim == p.ndim == 1 and k.size == p.size > 3):
+        if not (k.ndim == p.ndim == p_cb.ndim == 1 and k.size == p.size == p_cb.size > 3):
             problem = "its arrays do not match"
-        elif not (np.all(np.isfinite(p)) and np.all(p > 0) and np.all(np.diff(k) > 0)):
+        elif not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (p, p_cb)) or np.any(
+            np.diff(k) <= 0
+        ):
             problem = "its power is not finite, positive and increasing in k"
+        elif neutrinos is not None and not (
+            neutrinos.ratio.shape
+            == neutrinos.growth_cb.shape
+            == (neutrinos.a.size, neutrinos.k.size)
+            and all(np.all(np.isfinite(x)) for x in (neutrinos.ratio, neutrinos.growth_cb))
+        ):
+            problem = "its neutrino transfer functions do not match their grid"
     if problem is not None:
         LOG.warning("linear power cache %s: %s; computing it again", path, problem)
         return None
@@ -66,6 +92,7 @@ def _write(path: Path, spec: dict, table: LinearTable) -> None:
     about = {
         "inputs": spec,
         "sigma8": table.sigma8,
+        "sigma8_cb": table.sigma8_cb,
         "A_s": table.A_s,
         "code": table.code,
         "version": table.version,
@@ -74,7 +101,13 @@ def _write(path: Path, spec: dict, table: LinearTable) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as out:
-            np.savez(out, k=table.k, p=table.p, about=np.array(json.dumps(about)))
+            arrays = {"k": table.k, "p": table.p}
+            if table.p_cb is not table.p:
+                arrays["p_cb"] = table.p_cb
+            if table.neutrinos is not None:
+                nu = table.neutrinos
+                arrays.update(nu_a=nu.a, nu_k=nu.k, nu_ratio=nu.ratio, nu_growth_cb=nu.growth_cb)
+            np.savez(out, about=np.array(json.dumps(about)), **arrays)
             out.flush()
             os.fsync(out.fileno())  # whole on disk before it is renamed into place
         os.replace(tmp, path)
