@@ -19,6 +19,7 @@ COSMOLOGIES = {
     "lcdm_sigma8": {},
     "w0wa_A_s": {"Omega_m": 0.28, "w0": -0.9, "wa": -0.3, "A_s": 2.0e-9, "h": 0.7},
     "baryons_neff": {"Omega_b": 0.055, "h": 0.72, "n_s": 0.95, "N_eff": 3.5, "sigma8": 0.75},
+    "neutrinos": {"m_nu": 0.1, "sigma8": 0.8},
 }
 
 
@@ -27,21 +28,25 @@ def _run(cosmo: dict) -> config.Run:
 
 
 def _camb_direct(cosmo: config.Cosmology, A_s: float):
-    """CAMB's results for pmpipe's definitions (Ω_m = CDM + baryons, flat, massless
-    neutrinos), set up field by field through CAMBparams, with pmpipe's precision settings
-    (no CMB spectra: they change CAMB's transfer functions by up to 1e-3 near k = 0.03 h/Mpc)."""
+    """CAMB's results for pmpipe's definitions (Ω_m = CDM + baryons + massive neutrinos,
+    whose density CAMB's own omnuh2 gives; flat), set up field by field through CAMBparams,
+    with pmpipe's precision settings (no CMB spectra: they change CAMB's transfer functions
+    by up to 1e-3 near k = 0.03 h/Mpc)."""
     params = camb.CAMBparams(WantCls=False)
     h = cosmo.h
-    params.set_cosmology(
-        H0=100 * h,
-        ombh2=cosmo.Omega_b * h**2,
-        omch2=(cosmo.Omega_m - cosmo.Omega_b) * h**2,
-        mnu=0.0,
-        num_massive_neutrinos=0,
-        nnu=cosmo.N_eff,
-        TCMB=cosmo.T_cmb,
-        omk=0.0,
-    )
+    omega_nu_h2 = 0.0
+    for _ in range(2):  # the second pass takes CAMB's neutrino density out of the CDM
+        params.set_cosmology(
+            H0=100 * h,
+            ombh2=cosmo.Omega_b * h**2,
+            omch2=(cosmo.Omega_m - cosmo.Omega_b) * h**2 - omega_nu_h2,
+            mnu=cosmo.m_nu,
+            num_massive_neutrinos=3 if cosmo.m_nu > 0 else 0,
+            nnu=cosmo.N_eff,
+            TCMB=cosmo.T_cmb,
+            omk=0.0,
+        )
+        omega_nu_h2 = params.omnuh2
     params.InitPower.set_params(As=A_s, ns=cosmo.n_s)
     params.set_dark_energy(w=cosmo.w0, wa=cosmo.wa, dark_energy_model="ppf")
     params.set_matter_power(redshifts=[0.0], kmax=20.0)
@@ -55,7 +60,10 @@ def test_camb_power_of_a_run_equals_a_direct_camb_call(name):
     setup = derive.setup(config.RunFile.build("c", name, 0, {}, run), None)
     table = setup.linear_table
     results = _camb_direct(run.cosmology, table.A_s)
-    direct = results.get_matter_power_interpolator(nonlinear=False, hubble_units=True, k_hunit=True)
+    variable = "delta_nonu" if run.cosmology.m_nu > 0 else "delta_tot"  # the particles' power
+    direct = results.get_matter_power_interpolator(
+        nonlinear=False, hubble_units=True, k_hunit=True, var1=variable, var2=variable
+    )
     k = np.geomspace(1e-3, 0.99 * table.k[-1], 400)
     ours = np.asarray(setup.power(k), np.float64)
     np.testing.assert_allclose(ours, direct.P(0.0, k), rtol=1e-4)

@@ -318,6 +318,8 @@ def test_manifest_columns(tmp_path):
         "h",
         "A_s",
         "S8",
+        "sigma8_cb",
+        "Omega_cb",
         "run_dir",
         "config_hash",
         "status",

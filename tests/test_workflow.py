@@ -315,39 +315,55 @@ base:
   box: {box_size: 128.0, particles: 16}
   parallel: {pdims: [1, 2], halo_cells: 4}
   nbody: {steps: 4}
-design: {kind: grid, parameters: {A_s: [1.8e-9, 2.4e-9]}}
+design: {kind: grid, parameters: {A_s: [1.8e-9, 2.4e-9], m_nu: [0.0, 0.2]}}
 execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_gb: 2}
 """
 
 
-def test_a_campaign_over_A_s_runs_on_camb_power_with_sigma8_derived(tmp_path):
-    """A grid over A_s (base σ8 left to its default, replaced by the design) with CAMB's
-    P(k), same seed at both points: σ8 derived as √A_s, one cached table per point, and the
-    final P(k) at the largest scales in the ratio of the amplitudes."""
+def test_a_campaign_over_A_s_and_m_nu_runs_on_camb_power_with_sigma8_derived(tmp_path):
+    """A grid over A_s and the neutrino mass (base σ8 left to its default, replaced by the
+    design) with CAMB's P(k), same seed at every point: planned by `snakemake -n`, then run.
+    σ8 derived as √A_s, one cached table per point, the final P(k) at the largest scales in
+    the ratio of the amplitudes, and massive neutrinos lowering it at equal A_s; σ8_cb and
+    Ω_cb in the manifest and the campaign's summaries."""
     (tmp_path / "amp.yaml").write_text(AMPLITUDES)
+    planned = run_snakemake(
+        tmp_path, "-n", "--cores", "2", "--config", "campaign=amp.yaml", share_programs=False
+    )
+    assert "runs_job0000" in planned.stdout and not (tmp_path / "results").exists()
     run_snakemake(
         tmp_path, "--profile", str(REPO / "profiles/local"), "--cores", "2", "--config",
         "campaign=amp.yaml",
     )  # fmt: skip
     results = tmp_path / "results" / "amp"
-    source, pk = {}, {}
-    for point in ("p0000", "p0001"):
-        run_dir = results / f"amp-{point}-r0"
-        source[point] = zarr.open_group(run_dir / "ic.zarr", mode="r").attrs["linear_power"]
-        pk[point] = zarr.open_group(run_dir / "summaries.zarr", mode="r")["pk"][-1, 0]
-    assert [source[p]["A_s"] for p in ("p0000", "p0001")] == [1.8e-9, 2.4e-9]
-    ratio = source["p0001"]["sigma8"] / source["p0000"]["sigma8"]
-    assert ratio == pytest.approx((2.4 / 1.8) ** 0.5, rel=1e-4)
-    assert len(list((tmp_path / "results" / ".power_cache").glob("*.npz"))) == 2
-    assert pk["p0001"] / pk["p0000"] == pytest.approx(2.4 / 1.8, rel=0.02)
     rows = list(csv.DictReader((results / "manifest.csv").open()))
-    assert [float(r["sigma8"]) for r in rows] == [source[p]["sigma8"] for p in ("p0000", "p0001")]
-    assert float(rows[0]["S8"]) == pytest.approx(source["p0000"]["sigma8"] * (0.3111 / 0.3) ** 0.5)
+    point = {(float(r["A_s"]), float(r["m_nu"])): r for r in rows}
+    source, pk = {}, {}
+    for key, row in point.items():
+        run_dir = tmp_path / row["run_dir"]
+        source[key] = zarr.open_group(run_dir / "ic.zarr", mode="r").attrs["linear_power"]
+        pk[key] = zarr.open_group(run_dir / "summaries.zarr", mode="r")["pk"][-1, 0]
+        assert source[key]["A_s"] == key[0]
+        assert float(row["sigma8"]) == source[key]["sigma8"]
+        assert float(row["sigma8_cb"]) == source[key]["sigma8_cb"]
+        assert float(row["S8"]) == pytest.approx(source[key]["sigma8"] * (0.3111 / 0.3) ** 0.5)
+    low, high = (1.8e-9, 0.0), (2.4e-9, 0.0)
+    ratio = source[high]["sigma8"] / source[low]["sigma8"]
+    assert ratio == pytest.approx((2.4 / 1.8) ** 0.5, rel=1e-4)
+    assert len(list((tmp_path / "results" / ".power_cache").glob("*.npz"))) == 4
+    assert pk[high] / pk[low] == pytest.approx(2.4 / 1.8, rel=0.02)
+    for A_s in (1.8e-9, 2.4e-9):
+        massless, massive = point[A_s, 0.0], point[A_s, 0.2]
+        assert float(massless["Omega_cb"]) == 0.3111 and float(massive["Omega_cb"]) < 0.3071
+        assert float(massless["sigma8_cb"]) == float(massless["sigma8"])
+        assert float(massive["sigma8_cb"]) > float(massive["sigma8"])
+        assert pk[A_s, 0.2] < 0.97 * pk[A_s, 0.0]  # free streaming suppresses the growth
     stacked = zarr.open_group(results / "summaries.zarr", mode="r")
     assert list(stacked["sigma8"][:]) == [float(r["sigma8"]) for r in rows]
+    assert list(stacked["Omega_cb"][:]) == [float(r["Omega_cb"]) for r in rows]
     assert "sigma8" in stacked["pk"].attrs["coordinates"].split()
     plan = subprocess.run(
         [sys.executable, "-m", "pmpipe.cli", "plan", "amp.yaml"],
         cwd=tmp_path, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert "linear P(k): 2 CAMB tables for 2 runs, 2 of them cached" in plan.stdout
+    assert "linear P(k): 4 CAMB tables for 4 runs, 4 of them cached" in plan.stdout

@@ -87,7 +87,8 @@ def pm_step(disp, mom, omega_m, grid: Grid):
     """One PM step (drift, paint, force, read, kick) of the particles ``disp``, ``mom``
     (N^3 x 3, sharded over the grid's devices) by 0.01 in drift and kick; returns (disp, mom)."""
     step = jnp.float32(0.01)
-    return nbody.advance(disp, mom, step, step, jnp.float32(omega_m), grid)[:2]
+    cosmo = cosmology.Cosmology(Omega_m=omega_m, tables={})
+    return nbody.advance(disp, mom, step, step, cosmo, jnp.float32(1.0), grid)[:2]
 
 
 def step_seconds(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> float:

@@ -72,8 +72,9 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
 
 
 def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
-    """Write the arrays of dims (run): each design parameter, sigma8, A_s and S8 where they
-    are not design parameters (manifest.normalisation), seed and paired; their names."""
+    """Write the arrays of dims (run): each design parameter, the derived parameters where
+    they are not design parameters (manifest.derived_parameters), seed and paired; their
+    names."""
     parameters = manifest.parameter_names(specs)
     for name in parameters:
         store.write_array(
@@ -84,8 +85,8 @@ def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
             "1",
             f"cosmology.{name} of the run (design parameter)",
         )
-    derived = [n for n in manifest.NORMALISATION if n not in parameters]
-    values = [manifest.normalisation(spec, campaign_dir / spec.run_id) for spec in specs]
+    derived = [n for n in manifest.DERIVED if n not in parameters]
+    values = [manifest.derived_parameters(spec, campaign_dir / spec.run_id) for spec in specs]
     for name in derived:
         store.write_array(
             out,

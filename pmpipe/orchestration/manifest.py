@@ -11,10 +11,11 @@ from pathlib import Path
 from pmpipe.orchestration import decomposition
 from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits
 from pmpipe.orchestration.resources import calibration_factors, disk_bytes, estimate
+from pmpipe.physics import background
 from pmpipe.run import config
 from pmpipe.storage import integrity, store
 
-NORMALISATION = ("sigma8", "A_s", "S8")  # columns of every run, given or derived
+DERIVED = ("sigma8", "A_s", "S8", "sigma8_cb", "Omega_cb")  # columns of every run, given or derived
 
 
 def parameter_names(specs: list[RunSpec]) -> list[str]:
@@ -112,31 +113,40 @@ def linear_power_line(camp: Campaign, results_dir: str | Path) -> str | None:
     )
 
 
-def normalisation(spec: RunSpec, run_dir: Path) -> dict[str, float | None]:
-    """σ8, A_s and S8 = σ8 (Ω_m / 0.3)^½ of a run: as its configuration gives them, else as its
-    complete ic store records them (the Boltzmann code's derived normalisation, docs/outputs.md);
-    None where neither says (A_s of an Eisenstein-Hu run, σ8 of a tabulated P(k), or a run
-    not made yet)."""
+def derived_parameters(spec: RunSpec, run_dir: Path) -> dict[str, float | None]:
+    """σ8, A_s, S8 = σ8 (Ω_m / 0.3)^½, σ8 of CDM + baryons and Ω_cb of a run: as its
+    configuration gives them, else as its complete ic store records them (the Boltzmann code's
+    derived normalisation, docs/outputs.md); None where neither says (A_s of an Eisenstein-Hu
+    run, σ8 of a tabulated P(k), or a run not made yet). Without massive neutrinos σ8_cb is σ8
+    and Ω_cb is Ω_m."""
     cosmo = spec.run.cosmology
     sigma8, A_s = cosmo.sigma8, cosmo.A_s
+    sigma8_cb = sigma8 if cosmo.m_nu == 0 else None
     if spec.run.power.kind == "table":  # the table as it is: cosmology.sigma8 does not apply
-        sigma8 = None
-    elif spec.run.power.kind == "camb" and (sigma8 is None or A_s is None):
+        sigma8 = sigma8_cb = None
+    elif spec.run.power.kind == "camb" and None in (sigma8, A_s, sigma8_cb):
         ic = Path(run_dir) / "ic.zarr"
         attrs = integrity.root_attributes(ic) if store.has_marker(ic) else None
         if attrs and attrs.get("config_hash") == config.config_hash(spec.run):
             source = attrs.get("linear_power") or {}
             sigma8, A_s = source.get("sigma8", sigma8), source.get("A_s", A_s)
+            sigma8_cb = source.get("sigma8_cb", sigma8_cb)
     S8 = None if sigma8 is None else sigma8 * math.sqrt(cosmo.Omega_m / 0.3)
-    return {"sigma8": sigma8, "A_s": A_s, "S8": S8}
+    return {
+        "sigma8": sigma8,
+        "A_s": A_s,
+        "S8": S8,
+        "sigma8_cb": sigma8_cb,
+        "Omega_cb": float(background.omega_cb(cosmo)),
+    }
 
 
 def manifest_rows(
     camp: Campaign, results_dir: str | Path, status: Callable[[Path], str]
 ) -> list[dict]:
     """One row per run: id, index, point, realisation, paired, seed, each design parameter
-    (empty where a point does not set it), sigma8, A_s and S8 (:func:`normalisation`, empty
-    where unknown), run folder, config hash and status(run folder)."""
+    (empty where a point does not set it), the columns of DERIVED (:func:`derived_parameters`,
+    empty where unknown), run folder, config hash and status(run folder)."""
     specs = list(camp.runs)
     names = parameter_names(specs)
     rows = []
@@ -151,7 +161,7 @@ def manifest_rows(
                 "paired": spec.paired,
                 "seed": spec.seed,
                 **{n: spec.parameters.get(n, "") for n in names},
-                **{n: "" if v is None else v for n, v in normalisation(spec, run_dir).items()},
+                **{n: "" if v is None else v for n, v in derived_parameters(spec, run_dir).items()},
                 "run_dir": run_dir,
                 "config_hash": config.config_hash(spec.run),
                 "status": status(run_dir),

@@ -38,14 +38,16 @@ def lpt_displacements(delta_k, mesh: Mesh, box_size: float, order: int = 2):
     return s1, fft.gradient(phi2_k, mesh, box_size)
 
 
-def lpt_state(cosmo: cosmology.Cosmology, s1, s2, a):
-    """Displacement and momentum (Mpc/h) of particles at scale factor a from LPT fields."""
+def lpt_state(cosmo: cosmology.Cosmology, s1, s2, a, s1_rate=None):
+    """Displacement and momentum (Mpc/h) of particles at scale factor a from LPT fields;
+    ``s1_rate``: s1 with each mode weighted by its own growth rate f1(k) (scale-dependent
+    growth), else the momentum takes the scale-free f1(a)."""
     cosmo = cosmology.tabulated(cosmo)
     d1 = cosmology.growth_factor(cosmo, a)
     f1 = cosmology.growth_rate(cosmo, a)
     a2e = a**2 * cosmology.E(cosmo, a)
     disp = d1 * s1
-    mom = a2e * f1 * d1 * s1
+    mom = a2e * f1 * d1 * s1 if s1_rate is None else a2e * d1 * s1_rate
     if s2 is not None:
         d2 = cosmology.growth_factor_2(cosmo, a)
         f2 = cosmology.growth_rate_2(cosmo, a)

@@ -2,7 +2,9 @@
 
 State: displacements ``disp`` from the Lagrangian grid and momenta ``mom`` = a² dx/dt / H0, both
 (N, N, N, 3) in Mpc/h and sharded like the meshes. Equations of motion in a:
-dx/da = p / (a³ E), dp/da = F / (a² E), F = -1.5 Ω_m ∇∇⁻²δ on a force mesh of (B N)³ cells.
+dx/da = p / (a³ E), dp/da = F / (a² E), F = -1.5 Ω_m ∇∇⁻²δ on a force mesh of (B N)³ cells
+(with massive neutrinos the particles are CDM + baryons and the neutrinos enter F as a linear
+response, :mod:`pmpipe.physics.neutrinos`).
 FastPM's modified kick and drift factors make each step exact for the linear growing mode:
 drift Δx = p (D1(a1) - D1(a0)) / G_p(a_c) and kick Δp = F (G_p(a1) - G_p(a0)) / G_f(a_c) with
 G_p = a³ E dD1/da and G_f = a² E dG_p/da = 1.5 Ω_m D1.
@@ -30,18 +32,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe.physics import cosmology, fft, lightcone, painting, schedule
+from pmpipe.physics import cosmology, fft, lightcone, neutrinos, painting, schedule
 from pmpipe.physics.domain import Grid
 from pmpipe.physics.timesteps import Timeline
 from pmpipe.runtime.parallel import FIELD_SPEC
 
 
-def potential(disp, omega_m, grid: Grid):
-    """The particles' density and potential: (pot_k, rho, needed_halo) with rho = ρ/ρ̄ (M, M, M)
-    on the force mesh and pot_k the modes of φ = 1.5 Ω_m ∇⁻²δ (Mpc/h)²."""
+def potential(disp, cosmo: cosmology.Cosmology, a, grid: Grid):
+    """The particles' density and potential at scale factor a: (pot_k, rho, needed_halo) with
+    rho = ρ/ρ̄ (M, M, M) on the force mesh and pot_k the modes of φ = 1.5 Ω_m ∇⁻²δ (Mpc/h)²;
+    with massive neutrinos (their tables in ``cosmo``) the particles are CDM + baryons and
+    φ = ∇⁻²[neutrinos.force_factor δ]."""
     mesh = grid.mesh
     rho, needed = painting.paint(disp, grid, mass=float(grid.oversample**3))
-    pot_k = 1.5 * omega_m * fft.inverse_laplacian(fft.r2c(rho, mesh), mesh, grid.box_size)
+    rho_k = fft.r2c(rho, mesh)
+    if neutrinos.has_tables(cosmo):
+        factor = neutrinos.force_factor(cosmo, a, fft.wavenumber(rho_k, mesh, grid.box_size))
+    else:
+        factor = 1.5 * cosmo.Omega_m
+    factor = jnp.asarray(factor, rho.dtype)
+    pot_k = factor * fft.inverse_laplacian(rho_k, mesh, grid.box_size)
     return pot_k, rho, needed
 
 
@@ -93,12 +103,12 @@ def partial_drift(cosmo: cosmology.Cosmology, a0, a1, a_stop):
     return (d1(a_stop) - d1(a0)) / _growth_momentum(cosmo, 0.5 * (a0 + a1))
 
 
-def advance(disp, mom, drift, kick_factor, omega_m, grid: Grid):
+def advance(disp, mom, drift, kick_factor, cosmo, a, grid: Grid):
     """One step of the evolution's loop: drift by ``drift`` with the half-kicked momentum, then
-    the force and a kick by ``kick_factor``. Returns (disp, mom, rho, needed_halo), rho the
-    density at the new positions."""
+    the force at scale factor ``a`` and a kick by ``kick_factor``. Returns (disp, mom, rho,
+    needed_halo), rho the density at the new positions."""
     disp = disp + drift.astype(disp.dtype) * mom
-    pot_k, rho, needed = potential(disp, omega_m, grid)
+    pot_k, rho, needed = potential(disp, cosmo, a, grid)
     mom, need = kick(mom, disp, pot_k, kick_factor.astype(disp.dtype), grid)
     return disp, mom, rho, jnp.maximum(needed, need)
 
@@ -300,7 +310,7 @@ def _start(cosmo, disp, mom, plan: schedule.Schedule, capture, grid: Grid) -> St
         jnp.zeros((plan.n_snapshots, m, m, m), dtype),
         jax.sharding.NamedSharding(grid.mesh, jax.P(None, *FIELD_SPEC)),
     )
-    pot_k, rho, needed = potential(disp, jnp.asarray(cosmo.Omega_m, dtype), grid)
+    pot_k, rho, needed = potential(disp, cosmo, plan.a_steps[0], grid)
     snaps = _put(snaps, plan.slots[0], rho)
     mom, need = kick(mom, disp, pot_k, kick1[0].astype(dtype), grid)
     needed = jnp.maximum(needed, need)
@@ -321,6 +331,7 @@ def _step_inputs(cosmo, plan: schedule.Schedule, capture, dtype, span: tuple) ->
         "drift": drift,
         "kick": kicks,
         "slot": plan.slots[1:],
+        "a": a_steps[1:],
         "step": jnp.arange(1, drift.shape[0] + 1, dtype=jnp.int32),
     }
     if capture is not None:
@@ -349,7 +360,6 @@ def _steps(
     a lax.scan, or with ``stop_early`` a loop that ends after the first step with trouble
     (:func:`_first_trouble`)."""
     dtype = state.disp.dtype
-    omega_m = jnp.asarray(cosmo.Omega_m, dtype)
     crossing = plan.crossing
     xs = _step_inputs(cosmo, plan, capture, dtype, span)
     count = span[1]
@@ -385,7 +395,7 @@ def _steps(
             (_, _, maps, need), _ = jax.lax.scan(
                 cross, (disp, mom, maps, need), (xs["crossing"], xs["cross_drift"])
             )
-        disp, mom, rho, need_step = step(disp, mom, xs["drift"], xs["kick"], omega_m)
+        disp, mom, rho, need_step = step(disp, mom, xs["drift"], xs["kick"], cosmo, xs["a"])
         need = jnp.maximum(need, need_step)
         trouble = _first_trouble(trouble, xs["step"], need, disp, mom, grid.halo)
         return State(

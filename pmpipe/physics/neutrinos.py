@@ -1,4 +1,4 @@
-"""Massive neutrinos' linear response in the transfer-ratio scheme, on the host (numpy).
+"""Massive neutrinos' linear response in the transfer-ratio scheme.
 
 The neutrinos are not particles: at every scale factor their density contrast is that of CDM
 + baryons times the Boltzmann code's ratio of transfer functions, δ_ν(k, a) = R(k, a) δ_cb(k, a)
@@ -9,13 +9,25 @@ with R = T_ν / T_cb. In the linear, sub-horizon limit the CDM + baryon contrast
 (' = d / d ln a, densities in units of today's critical density, E = H / H0), whose solution
 is the scale-dependent growth D_cb(k, a). ``nu`` is a
 :class:`pmpipe.physics.boltzmann.NeutrinoTransfer` (k in h/Mpc on its own grid of a).
+
+A run's particles are CDM + baryons. On the host, :func:`run_tables` solves that equation and
+puts what the compiled programs need into the cosmology's tables, on the fixed grid K_GRID (so
+that runs of one size share their programs); in the programs, :func:`force_factor` gives the
+PM force's source at each step and :func:`ic_factors` the initial conditions' scale-dependent
+growth and growth rate.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pmpipe.physics import background, cosmology
+
+K_GRID = np.geomspace(1e-4, 1e2, 160)  # h/Mpc: wavenumbers of the tables in the programs
 
 STEPS_PER_EFOLD = 200  # RK4 steps per unit of ln a in :func:`cb_growth`
 
@@ -72,3 +84,56 @@ def cb_growth(cosmo, nu, a_start: float, a) -> np.ndarray:
         delta[i + 1] = y[0]
     at = np.stack([np.interp(np.log(a), lna, delta[:, q]) for q in range(nu.k.size)], axis=1)
     return at / delta[-1]
+
+
+def run_tables(cosmo: cosmology.Cosmology, nu, a_init: float) -> cosmology.Cosmology:
+    """``cosmo`` (tabulated) with the neutrino tables of a run starting at ``a_init`` added:
+    nu_lna (A,) the tables' ln a, nu_logk (K,) ln K_GRID, nu_ratio (A, K) = T_ν / T_cb, and at
+    a_init nu_ic_growth (K,) = D_cb(k, a_init) / (D_cb(k, 1) D1(a_init)) (D1 the scale-free
+    growth of the LPT) and nu_ic_rate (K,) = f_cb(k, a_init)."""
+    if a_init < nu.a[0] * (1 - 1e-9):
+        raise ValueError(f"a_init = {a_init} precedes the neutrino tables (from a = {nu.a[0]})")
+    d1 = float(cosmology.growth_factor(cosmo, a_init))
+    on_grid = lambda values: np.interp(np.log(K_GRID), np.log(nu.k), values)  # ends held
+    growth = cb_growth(cosmo, nu, a_init, [a_init])[0] / d1
+    ratio = np.stack([on_grid(row) for row in nu.ratio])
+    dtype = cosmo.tables["D1"].dtype
+    tables = {
+        "nu_lna": np.log(nu.a),
+        "nu_logk": np.log(K_GRID),
+        "nu_ratio": ratio,
+        "nu_ic_growth": on_grid(growth),
+        "nu_ic_rate": on_grid(growth_rate_cb(nu, a_init)),
+    }
+    tables = {name: jnp.asarray(value, dtype) for name, value in tables.items()}
+    return dataclasses.replace(cosmo, tables={**cosmo.tables, **tables})
+
+
+def has_tables(cosmo: cosmology.Cosmology) -> bool:
+    """Whether ``cosmo`` carries the neutrino tables of :func:`run_tables`."""
+    return cosmo.tables is not None and "nu_ratio" in cosmo.tables
+
+
+def _on_k(cosmo: cosmology.Cosmology, values, k):
+    """Table ``values`` (K,) at |k| (any shape, h/Mpc), linear in ln k, ends held."""
+    logk = cosmo.tables["nu_logk"]
+    return jnp.interp(jnp.log(jnp.maximum(k, K_GRID[0])), logk, values)
+
+
+def force_factor(cosmo: cosmology.Cosmology, a, k):
+    """1.5 (Ω_cb + a³ ρ_ν(a) R(k, a)) at scale factor a (traced scalar) and |k| (any shape):
+    the factor of ∇⁻²δ_cb in the PM potential, neutrinos included (JAX)."""
+    tables = cosmo.tables
+    lna = jnp.log(a)
+    ratio = jax.vmap(lambda column: jnp.interp(lna, tables["nu_lna"], column), in_axes=1)(
+        tables["nu_ratio"]
+    )
+    weight = a**3 * background.neutrino_density_pressure(cosmo, a)[0]
+    return 1.5 * (background.omega_cb(cosmo) + weight * _on_k(cosmo, ratio, k))
+
+
+def ic_factors(cosmo: cosmology.Cosmology, k):
+    """(D_cb(k, a_init) / (D_cb(k, 1) D1(a_init)), f_cb(k, a_init)) at |k| (any shape) from the
+    tables of :func:`run_tables` (JAX)."""
+    tables = cosmo.tables
+    return _on_k(cosmo, tables["nu_ic_growth"], k), _on_k(cosmo, tables["nu_ic_rate"], k)

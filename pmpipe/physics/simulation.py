@@ -14,7 +14,17 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from pmpipe.physics import cosmology, fft, ics, lpt, nbody, power_table, schedule, timesteps
+from pmpipe.physics import (
+    cosmology,
+    fft,
+    ics,
+    lpt,
+    nbody,
+    neutrinos,
+    power_table,
+    schedule,
+    timesteps,
+)
 from pmpipe.physics.domain import Grid
 
 
@@ -85,8 +95,17 @@ def _initial_fields(cosmo, noise, a_init, power, *, grid: Grid, options: ICOptio
     mesh, box_size = grid.mesh, grid.box_size
     modes = ics.linear_modes(noise, power, box_size, mesh, options.fixed_amplitude, options.paired)
     delta = fft.c2r(modes, mesh)
+    velocity = None
+    if neutrinos.has_tables(cosmo):  # scale-dependent growth to a_init, and growth rate there
+        growth, rate = neutrinos.ic_factors(cosmo, fft.wavenumber(modes, mesh, box_size))
+        modes = modes * growth.astype(modes.real.dtype)
+        velocity = -fft.gradient(
+            fft.inverse_laplacian(modes * rate.astype(modes.real.dtype), mesh, box_size),
+            mesh,
+            box_size,
+        )
     s1, s2 = lpt.lpt_displacements(modes, mesh, box_size, options.lpt_order)
-    disp, mom = lpt.lpt_state(cosmo, s1, s2, a_init)
+    disp, mom = lpt.lpt_state(cosmo, s1, s2, a_init, velocity)
     return delta, s1, s2, disp, mom
 
 

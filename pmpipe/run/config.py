@@ -25,8 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from pmpipe.physics import background
-from pmpipe.physics.background import FIDUCIAL
+from pmpipe.physics.boltzmann import NU_A_MIN
 from pmpipe.physics.power_table import PowerKind
 from pmpipe.physics.timesteps import StepSpacing
 from pmpipe.run.files import (
@@ -45,6 +44,7 @@ from pmpipe.run.observables import (
     Summaries,
     TableSources,
 )
+from pmpipe.run.universe import Cosmology
 
 # the run's models, and the names of files and observables a configuration's reader needs
 __all__ = [
@@ -73,98 +73,6 @@ __all__ = [
     "section",
     "validate",
 ]
-
-
-M_NU_MAX = 3.0  # eV: the largest neutrino mass sum a run accepts
-
-
-class Cosmology(StrictModel):
-    """Flat ΛCDM / w0waCDM parameters, with massless or massive neutrinos."""
-
-    Omega_m: float = Field(
-        FIDUCIAL["Omega_m"],
-        gt=0,
-        le=1,
-        description="total matter density today (CDM + baryons + massive neutrinos), dimensionless",
-    )
-    Omega_b: float = Field(
-        FIDUCIAL["Omega_b"],
-        ge=0,
-        lt=1,
-        description="baryon density today, dimensionless; must be < Omega_m",
-    )
-    h: float = Field(FIDUCIAL["h"], gt=0, le=2, description="H0 / (100 km/s/Mpc), dimensionless")
-    n_s: float = Field(
-        FIDUCIAL["n_s"], gt=0, le=2, description="primordial spectral index, dimensionless"
-    )
-    sigma8: float | None = Field(
-        FIDUCIAL["sigma8"],
-        gt=0,
-        le=5,
-        description="rms linear overdensity of total matter in 8 Mpc/h spheres at a = 1; "
-        "exactly one of sigma8 and A_s normalises the power (null when A_s is given)",
-    )
-    A_s: float | None = Field(
-        None,
-        gt=0,
-        le=1e-7,
-        description="primordial scalar amplitude at k = 0.05 /Mpc (power.kind 'camb'); "
-        "sigma8 is then derived",
-    )
-    w0: float = Field(
-        FIDUCIAL["w0"], ge=-3, le=0, description="dark energy equation of state today"
-    )
-    wa: float = Field(
-        FIDUCIAL["wa"], ge=-3, le=3, description="CPL evolution of w: w(a) = w0 + wa (1 - a)"
-    )
-    T_cmb: float = Field(
-        FIDUCIAL["T_cmb"], ge=0, le=10, description="CMB temperature in K (0: no radiation)"
-    )
-    N_eff: float = Field(
-        FIDUCIAL["N_eff"], ge=0, le=10, description="effective number of neutrino species"
-    )
-    m_nu: float = Field(
-        FIDUCIAL["m_nu"],
-        ge=0,
-        le=M_NU_MAX,
-        description="sum of the neutrino masses in eV: three degenerate species carrying 3.044 "
-        "of N_eff (0: all massless; power.kind 'camb')",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_normalisation(cls, data):
-        """A_s given and sigma8 not: sigma8 is derived (null here, not the fiducial default)."""
-        if isinstance(data, dict) and data.get("A_s") is not None:
-            if data.get("sigma8") is not None:
-                raise ValueError(
-                    f"cosmology.sigma8 = {data['sigma8']} and cosmology.A_s = {data['A_s']} are "
-                    "both given: give exactly one (the other is derived)"
-                )
-            data = {**data, "sigma8": None}
-        return data
-
-    @model_validator(mode="after")
-    def _baryons_below_matter(self):
-        if self.sigma8 is None and self.A_s is None:
-            raise ValueError("cosmology.sigma8 or cosmology.A_s must be given (exactly one)")
-        if self.Omega_b >= self.Omega_m:
-            raise ValueError(
-                f"cosmology.Omega_b = {self.Omega_b} must be smaller than cosmology.Omega_m = {self.Omega_m}"
-            )
-        if self.m_nu > 0 and (self.T_cmb == 0 or self.N_eff == 0):
-            raise ValueError(
-                f"cosmology.m_nu = {self.m_nu} eV needs relic neutrinos: cosmology.T_cmb "
-                f"(= {self.T_cmb}) and cosmology.N_eff (= {self.N_eff}) must be above 0"
-            )
-        omega_cdm = background.omega_cb(self) - self.Omega_b
-        if omega_cdm <= 0:
-            raise ValueError(
-                f"cosmology.m_nu = {self.m_nu} eV makes Omega_nu = {background.omega_nu(self):.4g}, "
-                f"which leaves no CDM below cosmology.Omega_m = {self.Omega_m} with Omega_b = "
-                f"{self.Omega_b}: lower m_nu or raise Omega_m"
-            )
-        return self
 
 
 class Power(StrictModel):
@@ -363,15 +271,18 @@ class Run(StrictModel):
         "not what it computes",
     )
 
+    def _check_massive_neutrinos(self):
+        problems = _massive_neutrino_problems(self)
+        if problems:
+            raise ValueError(
+                f"cosmology.m_nu = {self.cosmology.m_nu} eV needs " + "; ".join(problems)
+            )
+
     @model_validator(mode="after")
     def _consistent(self):
         n, pdims = self.box.particles, self.parallel.pdims
         if self.cosmology.m_nu > 0:
-            raise ValueError(
-                f"cosmology.m_nu = {self.cosmology.m_nu} eV: a run's N-body has no force from "
-                "massive neutrinos, so runs take massless neutrinos only (m_nu: 0); "
-                "`pmpipe bench linear --set m_nu=...` computes linear theory with them"
-            )
+            self._check_massive_neutrinos()
         if self.cosmology.A_s is not None and self.power.kind != "camb":
             raise ValueError(
                 f"cosmology.A_s needs power.kind 'camb' (power.kind {self.power.kind!r} is "
@@ -441,6 +352,25 @@ class Run(StrictModel):
                     f"lensing.distributions '{d.name}' has sources beyond the lightcone "
                     f"(n > 0 at z > lightcone.z_max = {z_max})"
                 )
+
+
+def _massive_neutrino_problems(run: Run) -> list[str]:
+    """What a run with cosmology.m_nu > 0 needs and lacks (empty when nothing)."""
+    problems = []
+    if run.power.kind != "camb":
+        problems.append(
+            f"power.kind 'camb' (not {run.power.kind!r}): the neutrinos' response comes from CAMB"
+        )
+    if run.ic.a_init < NU_A_MIN:
+        problems.append(
+            f"ic.a_init >= {NU_A_MIN} (not {run.ic.a_init}): the neutrino tables start there"
+        )
+    if run.lightcone is not None:
+        problems.append(
+            "no lightcone (lightcone: null): its planes would hold CDM + baryons only, not the "
+            "total matter that lensing needs"
+        )
+    return problems
 
 
 def config_hash(run: Run) -> str:

@@ -19,6 +19,7 @@ from pmpipe.physics import (
     ics,
     lensing,
     lightcone,
+    neutrinos,
     simulation,
     sky,
     timesteps,
@@ -71,6 +72,8 @@ def setup(
     run = run_file.config
     table = tables(boltzmann_inputs(run)) if run.power.kind == "camb" else None
     cosmo = cosmology.tabulated(cosmology_params(run, None if table is None else table.sigma8))
+    if table is not None and table.neutrinos is not None:
+        cosmo = neutrinos.run_tables(cosmo, table.neutrinos, run.ic.a_init)
     planes = plane_geometry(run, cosmo) if run.lightcone is not None else None
     full = run.lensing.full_sky if run.lensing is not None else None
     return RunSetup(
@@ -133,13 +136,14 @@ def grid(run: config.Run, mesh) -> domain.Grid:
 
 
 def linear_power(run: config.Run, table: LinearTable | None = None) -> cosmology.LinearPower:
-    """Linear P(k) at a = 1 [(Mpc/h)^3] as a callable of k [h/Mpc]: power.kind 'camb' from
-    the run's Boltzmann ``table``, 'table' from its file (read here)."""
+    """Linear P(k) at a = 1 [(Mpc/h)^3] of the particles as a callable of k [h/Mpc]:
+    power.kind 'camb' from the run's Boltzmann ``table`` (CDM + baryons; total matter without
+    massive neutrinos), 'table' from its file (read here)."""
     if run.power.kind == "camb":
         if table is None:
             raise ValueError("power.kind 'camb' needs the run's Boltzmann table")
         cosmo = cosmology_params(run, table.sigma8)
-        return simulation.power_function(cosmo, "camb", (table.k, table.p))
+        return simulation.power_function(cosmo, "camb", (table.k, table.p_cb))
     found = None
     if run.power.kind == "table":
         found = validation.load_power_table(run.power.table, *k_range(run))
@@ -148,7 +152,8 @@ def linear_power(run: config.Run, table: LinearTable | None = None) -> cosmology
 
 def linear_power_source(run_setup: RunSetup) -> dict:
     """Where the run's linear P(k) comes from, for the ic store's provenance: the kind and
-    σ8; for power.kind 'camb' also A_s, the code, its version and the table's inputs
+    σ8; for power.kind 'camb' also A_s, σ8 of CDM + baryons, the code, its version and the
+    table's inputs
     (:func:`boltzmann_inputs`); for 'table' the file (σ8 null: the table is not normalised)."""
     run, table = run_setup.config, run_setup.linear_table
     if table is not None:
@@ -156,6 +161,7 @@ def linear_power_source(run_setup: RunSetup) -> dict:
             "kind": run.power.kind,
             "sigma8": table.sigma8,
             "A_s": table.A_s,
+            "sigma8_cb": table.sigma8_cb,
             "code": table.code,
             "version": table.version,
             "inputs": boltzmann_inputs(run),
