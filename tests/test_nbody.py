@@ -212,12 +212,14 @@ def test_a_halo_overflow_stops_the_evolution_at_its_step():
     disp, mom = init.disp, init.mom
     bounds = timesteps.step_boundaries(0.1, 1.0, steps)
     plan = schedule.build(timesteps.Timeline(bounds), None, np.float32)
-    state = nbody.evolution(COSMO, disp, mom, plan, None, grid=grid, stop_early=True)
+    # both programs take the same tables (each computing its own may round differently)
+    cosmo = C.tabulated(COSMO)
+    state = nbody.evolution(cosmo, disp, mom, plan, None, grid=grid, stop_early=True)
     beyond = int(state.trouble[0])
     assert 0 < beyond < steps - 1  # stopped before the end
     shorter = bounds[: beyond + 1]
     plan = schedule.build(timesteps.Timeline(shorter), None, np.float32)
-    upto = nbody.evolution(COSMO, disp, mom, plan, None, grid=grid)
+    upto = nbody.evolution(cosmo, disp, mom, plan, None, grid=grid)
     np.testing.assert_array_equal(np.asarray(state.disp), np.asarray(upto.disp))
     with pytest.raises(painting.HaloError, match=rf"at step {beyond} of {steps} \(a = "):
         nbody.check_state(state.trouble, state.needed, bounds, grid.halo)

@@ -47,10 +47,10 @@ def potential(disp, cosmo: cosmology.Cosmology, a, grid: Grid):
     rho, needed = painting.paint(disp, grid, mass=float(grid.oversample**3))
     rho_k = fft.r2c(rho, mesh)
     if neutrinos.has_tables(cosmo):
-        factor = neutrinos.force_factor(cosmo, a, fft.wavenumber(rho_k, mesh, grid.box_size))
+        k = fft.wavenumber(rho_k, mesh, grid.box_size)
+        factor = neutrinos.force_factor(cosmo, a, k).astype(rho.dtype)
     else:
-        factor = 1.5 * cosmo.Omega_m
-    factor = jnp.asarray(factor, rho.dtype)
+        factor = 1.5 * jnp.asarray(cosmo.Omega_m, rho.dtype)
     pot_k = factor * fft.inverse_laplacian(rho_k, mesh, grid.box_size)
     return pot_k, rho, needed
 
