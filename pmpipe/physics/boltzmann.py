@@ -102,7 +102,17 @@ def inputs(parameters: dict, k_needed: float) -> dict:
     norm = [name for name in ("sigma8", "A_s") if parameters.get(name) is not None]
     if len(norm) != 1:
         raise ValueError(f"exactly one of sigma8 and A_s must be given, got {norm or 'neither'}")
-    fields = ("Omega_m", "Omega_b", "h", "n_s", "w0", "wa", "T_cmb", "N_eff", norm[0])
+    fields: tuple[str, ...] = (
+        "Omega_m",
+        "Omega_b",
+        "h",
+        "n_s",
+        "w0",
+        "wa",
+        "T_cmb",
+        "N_eff",
+        norm[0],
+    )
     if parameters.get("m_nu", 0.0) > 0:
         fields += ("m_nu",)
     return {

@@ -376,6 +376,8 @@ def _steps(
 
         def capture_plane(maps, needed):
             rho, need = paint_drifted(disp, mom, factor)
+            if neutrinos.has_tables(cosmo):  # the planes hold the total matter
+                rho = neutrinos.total_matter(cosmo, capture.a[j], rho, grid.mesh, grid.box_size)
             return (
                 lightcone.capture_plane(maps, rho, j, capture, grid),
                 jnp.maximum(needed, need),

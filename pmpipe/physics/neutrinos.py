@@ -13,8 +13,9 @@ is the scale-dependent growth D_cb(k, a). ``nu`` is a
 A run's particles are CDM + baryons. On the host, :func:`run_tables` solves that equation and
 puts what the compiled programs need into the cosmology's tables, on the fixed grid K_GRID (so
 that runs of one size share their programs); in the programs, :func:`force_factor` gives the
-PM force's source at each step and :func:`ic_factors` the initial conditions' scale-dependent
-growth and growth rate.
+PM force's source at each step, :func:`ic_factors` the initial conditions' scale-dependent
+growth and growth rate, and :func:`total_matter` the total matter density of the lightcone's
+planes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe.physics import background, cosmology
+from pmpipe.physics import background, cosmology, fft
 
 K_GRID = np.geomspace(1e-4, 1e2, 160)  # h/Mpc: wavenumbers of the tables in the programs
 
@@ -97,7 +98,7 @@ def run_tables(cosmo: cosmology.Cosmology, nu, a_init: float) -> cosmology.Cosmo
     on_grid = lambda values: np.interp(np.log(K_GRID), np.log(nu.k), values)  # ends held
     growth = cb_growth(cosmo, nu, a_init, [a_init])[0] / d1
     ratio = np.stack([on_grid(row) for row in nu.ratio])
-    dtype = cosmo.tables["D1"].dtype
+    dtype = _tables(cosmo)["D1"].dtype
     tables = {
         "nu_lna": np.log(nu.a),
         "nu_logk": np.log(K_GRID),
@@ -106,7 +107,14 @@ def run_tables(cosmo: cosmology.Cosmology, nu, a_init: float) -> cosmology.Cosmo
         "nu_ic_rate": on_grid(growth_rate_cb(nu, a_init)),
     }
     tables = {name: jnp.asarray(value, dtype) for name, value in tables.items()}
-    return dataclasses.replace(cosmo, tables={**cosmo.tables, **tables})
+    return dataclasses.replace(cosmo, tables={**_tables(cosmo), **tables})
+
+
+def _tables(cosmo: cosmology.Cosmology) -> dict:
+    """The tables ``cosmo`` carries (:func:`pmpipe.physics.cosmology.tabulated`)."""
+    if cosmo.tables is None:
+        raise ValueError("the cosmology carries no tables: tabulate it first")
+    return cosmo.tables
 
 
 def has_tables(cosmo: cosmology.Cosmology) -> bool:
@@ -116,14 +124,14 @@ def has_tables(cosmo: cosmology.Cosmology) -> bool:
 
 def _on_k(cosmo: cosmology.Cosmology, values, k):
     """Table ``values`` (K,) at |k| (any shape, h/Mpc), linear in ln k, ends held."""
-    logk = cosmo.tables["nu_logk"]
+    logk = _tables(cosmo)["nu_logk"]
     return jnp.interp(jnp.log(jnp.maximum(k, K_GRID[0])), logk, values)
 
 
 def force_factor(cosmo: cosmology.Cosmology, a, k):
     """1.5 (Ω_cb + a³ ρ_ν(a) R(k, a)) at scale factor a (traced scalar) and |k| (any shape):
     the factor of ∇⁻²δ_cb in the PM potential, neutrinos included (JAX)."""
-    tables = cosmo.tables
+    tables = _tables(cosmo)
     lna = jnp.log(a)
     ratio = jax.vmap(lambda column: jnp.interp(lna, tables["nu_lna"], column), in_axes=1)(
         tables["nu_ratio"]
@@ -135,5 +143,16 @@ def force_factor(cosmo: cosmology.Cosmology, a, k):
 def ic_factors(cosmo: cosmology.Cosmology, k):
     """(D_cb(k, a_init) / (D_cb(k, 1) D1(a_init)), f_cb(k, a_init)) at |k| (any shape) from the
     tables of :func:`run_tables` (JAX)."""
-    tables = cosmo.tables
+    tables = _tables(cosmo)
     return _on_k(cosmo, tables["nu_ic_growth"], k), _on_k(cosmo, tables["nu_ic_rate"], k)
+
+
+def total_matter(cosmo: cosmology.Cosmology, a, rho, mesh, box_size: float):
+    """ρ_m / ρ̄_m, CDM + baryons + neutrinos, from the particles' ρ_cb / ρ̄_cb (M, M, M) on the
+    force mesh at scale factor a: δ_m(k) = (Ω_cb + a³ρ_ν R(k, a)) / (Ω_cb + a³ρ_ν) δ_cb(k)
+    (JAX)."""
+    delta_k = fft.r2c(rho - 1.0, mesh)
+    k = fft.wavenumber(delta_k, mesh, box_size)
+    weight = a**3 * background.neutrino_density_pressure(cosmo, a)[0]
+    share = force_factor(cosmo, a, k) / (1.5 * (background.omega_cb(cosmo) + weight))
+    return 1.0 + fft.c2r(share.astype(rho.dtype) * delta_k, mesh)

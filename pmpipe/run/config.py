@@ -365,11 +365,6 @@ def _massive_neutrino_problems(run: Run) -> list[str]:
         problems.append(
             f"ic.a_init >= {NU_A_MIN} (not {run.ic.a_init}): the neutrino tables start there"
         )
-    if run.lightcone is not None:
-        problems.append(
-            "no lightcone (lightcone: null): its planes would hold CDM + baryons only, not the "
-            "total matter that lensing needs"
-        )
     return problems
 
 

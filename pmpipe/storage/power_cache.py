@@ -107,7 +107,8 @@ def _write(path: Path, spec: dict, table: LinearTable) -> None:
             if table.neutrinos is not None:
                 nu = table.neutrinos
                 arrays.update(nu_a=nu.a, nu_k=nu.k, nu_ratio=nu.ratio, nu_growth_cb=nu.growth_cb)
-            np.savez(out, about=np.array(json.dumps(about)), **arrays)
+            arrays["about"] = np.array(json.dumps(about))
+            np.savez(out, allow_pickle=False, **arrays)
             out.flush()
             os.fsync(out.fileno())  # whole on disk before it is renamed into place
         os.replace(tmp, path)
