@@ -318,7 +318,6 @@ def _with_ratio(value: float) -> C.Cosmology:
     a = np.geomspace(0.01, 1.0, 4)
     tables = {
         "nu_lna": np.log(a),
-        "nu_logk": np.log(neutrinos.K_GRID),
         "nu_ratio": np.full((a.size, neutrinos.K_GRID.size), value),
     }
     return C.Cosmology(m_nu=0.3, tables={**cosmo.tables, **tables})

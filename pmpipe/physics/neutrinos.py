@@ -29,6 +29,7 @@ import numpy as np
 from pmpipe.physics import background, cosmology, fft
 
 K_GRID = np.geomspace(1e-4, 1e2, 160)  # h/Mpc: wavenumbers of the tables in the programs
+_LOG_K_STEP = float(np.log(K_GRID[1] / K_GRID[0]))  # uniform in ln k: indices are arithmetic
 
 STEPS_PER_EFOLD = 200  # RK4 steps per unit of ln a in :func:`cb_growth`
 
@@ -89,9 +90,9 @@ def cb_growth(cosmo, nu, a_start: float, a) -> np.ndarray:
 
 def run_tables(cosmo: cosmology.Cosmology, nu, a_init: float) -> cosmology.Cosmology:
     """``cosmo`` (tabulated) with the neutrino tables of a run starting at ``a_init`` added:
-    nu_lna (A,) the tables' ln a, nu_logk (K,) ln K_GRID, nu_ratio (A, K) = T_ν / T_cb, and at
-    a_init nu_ic_growth (K,) = D_cb(k, a_init) / (D_cb(k, 1) D1(a_init)) (D1 the scale-free
-    growth of the LPT) and nu_ic_rate (K,) = f_cb(k, a_init)."""
+    nu_lna (A,) the tables' ln a, nu_ratio (A, K) = T_ν / T_cb on K_GRID, and at a_init
+    nu_ic_growth (K,) = D_cb(k, a_init) / (D_cb(k, 1) D1(a_init)) (D1 the scale-free growth of
+    the LPT) and nu_ic_rate (K,) = f_cb(k, a_init)."""
     if a_init < nu.a[0] * (1 - 1e-9):
         raise ValueError(f"a_init = {a_init} precedes the neutrino tables (from a = {nu.a[0]})")
     d1 = float(cosmology.growth_factor(cosmo, a_init))
@@ -101,7 +102,6 @@ def run_tables(cosmo: cosmology.Cosmology, nu, a_init: float) -> cosmology.Cosmo
     dtype = _tables(cosmo)["D1"].dtype
     tables = {
         "nu_lna": np.log(nu.a),
-        "nu_logk": np.log(K_GRID),
         "nu_ratio": ratio,
         "nu_ic_growth": on_grid(growth),
         "nu_ic_rate": on_grid(growth_rate_cb(nu, a_init)),
@@ -122,10 +122,13 @@ def has_tables(cosmo: cosmology.Cosmology) -> bool:
     return cosmo.tables is not None and "nu_ratio" in cosmo.tables
 
 
-def _on_k(cosmo: cosmology.Cosmology, values, k):
-    """Table ``values`` (K,) at |k| (any shape, h/Mpc), linear in ln k, ends held."""
-    logk = _tables(cosmo)["nu_logk"]
-    return jnp.interp(jnp.log(jnp.maximum(k, K_GRID[0])), logk, values)
+def _on_k(values, k):
+    """Table ``values`` (K,) on K_GRID at |k| (any shape, h/Mpc), linear in ln k, ends held:
+    the index comes from ln k by arithmetic (no search over the grid at every mesh cell)."""
+    x = jnp.clip((jnp.log(jnp.maximum(k, K_GRID[0])) - np.log(K_GRID[0])) / _LOG_K_STEP, 0.0, None)
+    i = jnp.minimum(x.astype(jnp.int32), K_GRID.size - 2)
+    t = jnp.minimum(x - i, 1.0)
+    return (1.0 - t) * values[i] + t * values[i + 1]
 
 
 def force_factor(cosmo: cosmology.Cosmology, a, k):
@@ -137,14 +140,14 @@ def force_factor(cosmo: cosmology.Cosmology, a, k):
         tables["nu_ratio"]
     )
     weight = a**3 * background.neutrino_density_pressure(cosmo, a)[0]
-    return 1.5 * (background.omega_cb(cosmo) + weight * _on_k(cosmo, ratio, k))
+    return 1.5 * (background.omega_cb(cosmo) + weight * _on_k(ratio, k))
 
 
 def ic_factors(cosmo: cosmology.Cosmology, k):
     """(D_cb(k, a_init) / (D_cb(k, 1) D1(a_init)), f_cb(k, a_init)) at |k| (any shape) from the
     tables of :func:`run_tables` (JAX)."""
     tables = _tables(cosmo)
-    return _on_k(cosmo, tables["nu_ic_growth"], k), _on_k(cosmo, tables["nu_ic_rate"], k)
+    return _on_k(tables["nu_ic_growth"], k), _on_k(tables["nu_ic_rate"], k)
 
 
 def total_matter(cosmo: cosmology.Cosmology, a, rho, mesh, box_size: float):
