@@ -87,7 +87,7 @@ def pm_step(disp, mom, omega_m, grid: Grid):
     """One PM step (drift, paint, force, read, kick) of the particles ``disp``, ``mom``
     (N^3 x 3, sharded over the grid's devices) by 0.01 in drift and kick; returns (disp, mom)."""
     step = jnp.float32(0.01)
-    cosmo = cosmology.Cosmology(Omega_m=omega_m, tables={})
+    cosmo = cosmology.Cosmology(Omega_m=omega_m)
     return nbody.advance(disp, mom, step, step, cosmo, jnp.float32(1.0), grid)[:2]
 
 
