@@ -54,7 +54,7 @@ BAD = [
     ({"cosmology": {"omega_m": 0.3}}, "cosmology.omega_m: Extra inputs are not permitted"),
     ({"box": {"particles": "many"}}, "box.particles"),
     ({"power": {"kind": "table"}}, "power.table must be given"),
-    ({"power": {"kind": "class"}}, "power.kind"),
+    ({"power": {"kind": "classy"}}, "power.kind"),
     ({"nbody": {"steps": [0.1, 0.5, 0.3, 1.0]}}, "strictly increasing"),
     ({"nbody": {"snapshots": [1.5]}}, "nbody.snapshots"),
     ({"ic": {"lpt_order": 3}}, "ic.lpt_order"),

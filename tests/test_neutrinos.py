@@ -157,7 +157,7 @@ def test_bad_neutrino_masses_name_the_field(cosmology, message):
 @pytest.mark.parametrize(
     "run, message",
     [
-        ({}, "needs power.kind 'camb' \\(not 'eisenstein_hu'\\)"),
+        ({}, "needs power.kind 'camb' or 'class' \\(not 'eisenstein_hu'\\)"),
         ({"power": {"kind": "camb"}, "ic": {"a_init": 0.005}}, "needs ic.a_init >= 0.01"),
     ],
 )

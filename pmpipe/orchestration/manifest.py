@@ -12,6 +12,7 @@ from pmpipe.orchestration import decomposition
 from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits
 from pmpipe.orchestration.resources import calibration_factors, disk_bytes, estimate
 from pmpipe.physics import background
+from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config
 from pmpipe.storage import integrity, store
 
@@ -95,20 +96,21 @@ def decomposition_line(camp: Campaign) -> str | None:
 
 
 def linear_power_line(camp: Campaign, results_dir: str | Path) -> str | None:
-    """For a campaign with power.kind 'camb': how many CAMB tables its runs need, how many the
+    """For a campaign with power.kind 'camb' or 'class': how many tables its runs need, how many the
     results folder's cache holds, and when the others are made; None for other campaigns."""
     from pmpipe.run import derive
     from pmpipe.storage import power_cache
 
-    specs = [s for s in camp.runs if s.run.power.kind == "camb"]
+    specs = [s for s in camp.runs if s.run.power.kind in BOLTZMANN_KINDS]
     if not specs:
         return None
     folder = Path(results_dir) / power_cache.FOLDER
     keys = {power_cache.key(derive.boltzmann_inputs(s.run)) for s in specs}
     cached = sum((folder / f"{key}.npz").exists() for key in keys)
+    codes = " and ".join(sorted({s.run.power.kind.upper() for s in specs}))
     return (
-        f"linear P(k): {len(keys)} CAMB tables for {len(specs)} runs, {cached} of them cached "
-        f"in {folder}; each of the {len(keys) - cached} others takes about a second of CPU, "
+        f"linear P(k): {len(keys)} {codes} tables for {len(specs)} runs, {cached} of them cached "
+        f"in {folder}; each of the {len(keys) - cached} others takes 0.3-4 s of CPU, "
         "made while the run before it in its job evolves (a job's first run waits for its own)"
     )
 
@@ -124,7 +126,7 @@ def derived_parameters(spec: RunSpec, run_dir: Path) -> dict[str, float | None]:
     sigma8_cb = sigma8 if cosmo.m_nu == 0 else None
     if spec.run.power.kind == "table":  # the table as it is: cosmology.sigma8 does not apply
         sigma8 = sigma8_cb = None
-    elif spec.run.power.kind == "camb" and None in (sigma8, A_s, sigma8_cb):
+    elif spec.run.power.kind in BOLTZMANN_KINDS and None in (sigma8, A_s, sigma8_cb):
         ic = Path(run_dir) / "ic.zarr"
         attrs = integrity.root_attributes(ic) if store.has_marker(ic) else None
         if attrs and attrs.get("config_hash") == config.config_hash(spec.run):

@@ -1,5 +1,5 @@
-"""Linear matter power at a = 1 from a Boltzmann code (CAMB), on the host (numpy): the
-physical inputs that determine it, and the call.
+"""Linear matter power at a = 1 from a Boltzmann code, on the host (numpy): the physical inputs
+that determine it, and the call: CAMB here, CLASS in :mod:`pmpipe.physics.class_power`.
 
 Conventions: flat; Ω_m is total matter today (CDM + baryons + massive neutrinos, whose
 density follows :mod:`pmpipe.physics.background`, as CAMB's does); the power is of total matter
@@ -12,26 +12,30 @@ docs/validation.md gives what these settings reach.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import types
 
 import numpy as np
 
-from pmpipe.physics import background
+from pmpipe.physics import background, class_power
+from pmpipe.physics.boltzmann_tables import (
+    A_S_REFERENCE,
+    K_PIVOT,
+    NU_A_MIN,
+    NU_A_POINTS,
+    TRANSFER_MARGIN,
+    LinearTable,
+    NeutrinoTransfer,
+)
+from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.runtime import versions
 
 CODE = "camb"
 K_MIN = 1e-4  # h/Mpc: first k of every table
 POINTS_PER_DECADE = 512  # log-spaced: log-log interpolation between them is good to 3e-5
 K_MAX_FLOOR = 1.0  # h/Mpc: tables reach at least this far
-A_S_REFERENCE = 2.1e-9  # A_s of the one CAMB call of a run normalised by σ8 (P scales as A_s)
-K_PIVOT = 0.05  # 1/Mpc
-TRANSFER_MARGIN = 1.1  # CAMB's transfer k_max over the table's
 TRANSFER_KMAX_FLOOR = 10.0  # 1/Mpc: CAMB's transfer k_max at least this
-NU_A_MIN = 0.01  # the earliest scale factor of the neutrino tables
-NU_A_POINTS = 24  # log-spaced scale factors from NU_A_MIN to 1
 # how CAMB is called: part of every table's inputs, so that a change here makes tables anew
 SETTINGS = {
     "accuracy_boost": 1.0,
@@ -50,36 +54,6 @@ SETTINGS = {
 CAMB_TURN = threading.Lock()
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class NeutrinoTransfer:
-    """The massive neutrinos' linear response, from the Boltzmann code's transfer functions:
-    at scale factors a (A,) and wavenumbers k (Q,) in h/Mpc, ``ratio`` (A, Q) = T_ν / T_cb and
-    ``growth_cb`` (A, Q) = T_cb(k, a) / T_cb(k, 1), the CDM + baryon growth."""
-
-    a: np.ndarray
-    k: np.ndarray
-    ratio: np.ndarray
-    growth_cb: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class LinearTable:
-    """Linear P(k) at a = 1 from a Boltzmann code: k (T,) in h/Mpc, p (T,) of total matter
-    and p_cb (T,) of CDM + baryons in (Mpc/h)^3, the normalisation both ways (σ8 and A_s),
-    σ8 of CDM + baryons, the code's name and version, and with massive neutrinos their
-    :class:`NeutrinoTransfer` (else None; then p_cb is p)."""
-
-    k: np.ndarray
-    p: np.ndarray
-    sigma8: float
-    A_s: float
-    code: str
-    version: str
-    p_cb: np.ndarray
-    sigma8_cb: float
-    neutrinos: NeutrinoTransfer | None = None
-
-
 def table_k_max(k_needed: float) -> float:
     """The table's last k (h/Mpc): the power of two at or above ``k_needed``, at least
     K_MAX_FLOOR, so that runs of nearby sizes share one table."""
@@ -94,11 +68,27 @@ def version() -> str:
     return found
 
 
-def inputs(parameters: dict, k_needed: float) -> dict:
+def code_version(code: str) -> str:
+    """The installed version of the Boltzmann ``code`` ('camb' or 'class'); ModuleNotFoundError
+    saying how to install it when it is not."""
+    return version() if code == CODE else class_power.version()
+
+
+def linear_table(spec: dict) -> LinearTable:
+    """The table of :func:`inputs` ``spec``, from the code it names."""
+    if spec["code"] == CODE:
+        return camb_power(spec)
+    return class_power.class_power(spec)
+
+
+def inputs(parameters: dict, k_needed: float, code: str = CODE) -> dict:
     """Everything that determines the table (a JSON mapping: the cache key's content): the
-    code and its version, the cosmology ``parameters`` (pmpipe's Cosmology fields: Omega_m,
-    Omega_b, h, n_s, w0, wa, T_cmb, N_eff, m_nu (left out when 0 or absent) and exactly one of
-    sigma8, A_s) and the k grid for wavenumbers up to ``k_needed`` (h/Mpc)."""
+    Boltzmann ``code`` (one of BOLTZMANN_KINDS) and its version, the cosmology ``parameters`` (pmpipe's
+    Cosmology fields: Omega_m, Omega_b, h, n_s, w0, wa, T_cmb, N_eff, m_nu (left out when 0 or
+    absent) and exactly one of sigma8, A_s), the code's settings and the k grid for wavenumbers
+    up to ``k_needed`` (h/Mpc)."""
+    if code not in BOLTZMANN_KINDS:
+        raise ValueError(f"Boltzmann code {code!r}: pmpipe calls {' or '.join(BOLTZMANN_KINDS)}")
     norm = [name for name in ("sigma8", "A_s") if parameters.get(name) is not None]
     if len(norm) != 1:
         raise ValueError(f"exactly one of sigma8 and A_s must be given, got {norm or 'neither'}")
@@ -116,13 +106,13 @@ def inputs(parameters: dict, k_needed: float) -> dict:
     if parameters.get("m_nu", 0.0) > 0:
         fields += ("m_nu",)
     return {
-        "code": CODE,
-        "version": version(),
+        "code": code,
+        "version": code_version(code),
         "cosmology": {name: float(parameters[name]) for name in fields},
         "k_min": K_MIN,
         "k_max": table_k_max(k_needed),
         "points_per_decade": POINTS_PER_DECADE,
-        "settings": dict(SETTINGS),
+        "settings": dict(SETTINGS if code == CODE else class_power.SETTINGS),
     }
 
 

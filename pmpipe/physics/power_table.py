@@ -7,11 +7,12 @@ from typing import Literal, get_args
 
 import numpy as np
 
-# Eisenstein-Hu with or without BAO (normalised to sigma8), CAMB at the run's cosmology
+# Eisenstein-Hu with or without BAO (normalised to sigma8), CAMB or CLASS at the run's cosmology
 # (pmpipe.physics.boltzmann), or a table from a file
-PowerKind = Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "camb", "table"]
+PowerKind = Literal["eisenstein_hu", "eisenstein_hu_nowiggle", "camb", "class", "table"]
 POWER_KINDS: tuple[str, ...] = get_args(PowerKind)
-TABULATED_KINDS = ("camb", "table")  # interpolated in a (k, P) table
+BOLTZMANN_KINDS = ("camb", "class")  # a Boltzmann code called at each run's cosmology
+TABULATED_KINDS = (*BOLTZMANN_KINDS, "table")  # interpolated in a (k, P) table
 
 
 class PowerTableError(ValueError):

@@ -45,7 +45,7 @@ def power_function(
     cosmo: cosmology.Cosmology, kind: str = "eisenstein_hu", table=None
 ) -> cosmology.LinearPower:
     """P(k) at a = 1 as a callable of k [h/Mpc]: kind 'eisenstein_hu', 'eisenstein_hu_nowiggle',
-    or a tabulated kind ('camb', 'table') with table = (k, P) arrays (a Boltzmann code's, or
+    or a tabulated kind ('camb', 'class', 'table') with table = (k, P) arrays (a Boltzmann code's, or
     from :func:`pmpipe.physics.power_table.check_power_table`)."""
     if kind not in power_table.POWER_KINDS:
         raise ValueError(

@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from pmpipe.physics.boltzmann import NU_A_MIN
-from pmpipe.physics.power_table import PowerKind
+from pmpipe.physics.boltzmann_tables import NU_A_MIN
+from pmpipe.physics.power_table import BOLTZMANN_KINDS, PowerKind
 from pmpipe.physics.timesteps import StepSpacing
 from pmpipe.run.files import (
     ConfigError,
@@ -283,10 +283,11 @@ class Run(StrictModel):
         n, pdims = self.box.particles, self.parallel.pdims
         if self.cosmology.m_nu > 0:
             self._check_massive_neutrinos()
-        if self.cosmology.A_s is not None and self.power.kind != "camb":
+        if self.cosmology.A_s is not None and self.power.kind not in BOLTZMANN_KINDS:
             raise ValueError(
-                f"cosmology.A_s needs power.kind 'camb' (power.kind {self.power.kind!r} is "
-                "normalised by cosmology.sigma8): set power.kind: camb or give sigma8"
+                f"cosmology.A_s needs power.kind 'camb' or 'class' (power.kind "
+                f"{self.power.kind!r} is normalised by cosmology.sigma8): set power.kind: camb "
+                "or give sigma8"
             )
         if self.power.kind != "table" and self.cosmology.T_cmb <= 0:
             raise ValueError(
@@ -357,9 +358,10 @@ class Run(StrictModel):
 def _massive_neutrino_problems(run: Run) -> list[str]:
     """What a run with cosmology.m_nu > 0 needs and lacks (empty when nothing)."""
     problems = []
-    if run.power.kind != "camb":
+    if run.power.kind not in BOLTZMANN_KINDS:
         problems.append(
-            f"power.kind 'camb' (not {run.power.kind!r}): the neutrinos' response comes from CAMB"
+            f"power.kind 'camb' or 'class' (not {run.power.kind!r}): the neutrinos' response "
+            "comes from the Boltzmann code"
         )
     if run.ic.a_init < NU_A_MIN:
         problems.append(

@@ -24,8 +24,9 @@ from pmpipe.physics import (
     sky,
     timesteps,
 )
-from pmpipe.physics.boltzmann import LinearTable
+from pmpipe.physics.boltzmann_tables import LinearTable
 from pmpipe.physics.cosmology import Cosmology, LinearPower
+from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config, validation
 from pmpipe.run.validation import k_range
 
@@ -40,7 +41,7 @@ class RunSetup:
     leaves: runs of one size share their compiled programs); the linear P(k) at a = 1; the
     N-body's steps and snapshots; with a lightcone its planes, and with full-sky lensing each
     plane's band limit (h/Mpc); with lensing the sources, (label, mean redshift, comoving
-    distances (Mpc/h), weights) in store order; with power.kind 'camb' the Boltzmann code's
+    distances (Mpc/h), weights) in store order; with power.kind 'camb' or 'class' the Boltzmann code's
     table (its σ8 and A_s, code and version)."""
 
     run_file: config.RunFile
@@ -62,15 +63,15 @@ class RunSetup:
 def setup(
     run_file: config.RunFile,
     mesh,
-    tables: Callable[[dict], LinearTable] = boltzmann.camb_power,
+    tables: Callable[[dict], LinearTable] = boltzmann.linear_table,
 ) -> RunSetup:
     """The setup of a run checked by :mod:`pmpipe.run.validation`, on the device mesh
     ``mesh`` (made for run.parallel.pdims; None for a setup that only plans: its grid holds
     no devices). ``tables``: a Boltzmann code's table from its inputs
-    (:func:`pmpipe.physics.boltzmann.inputs`), for power.kind 'camb'; the stages pass
+    (:func:`pmpipe.physics.boltzmann.inputs`), for power.kind 'camb' and 'class'; the stages pass
     pmpipe.storage.power_cache's, which caches them."""
     run = run_file.config
-    table = tables(boltzmann_inputs(run)) if run.power.kind == "camb" else None
+    table = tables(boltzmann_inputs(run)) if run.power.kind in BOLTZMANN_KINDS else None
     cosmo = cosmology.tabulated(cosmology_params(run, None if table is None else table.sigma8))
     if table is not None and table.neutrinos is not None:
         cosmo = neutrinos.run_tables(cosmo, table.neutrinos, run.ic.a_init)
@@ -119,7 +120,7 @@ def boltzmann_inputs(run: config.Run) -> dict:
     """The inputs of the run's Boltzmann table (:func:`pmpipe.physics.boltzmann.inputs`): its
     cosmology, and wavenumbers up to :func:`force_mesh_k_max` (beyond the table the power is
     extrapolated, :func:`pmpipe.physics.cosmology.interp_power`)."""
-    return boltzmann.inputs(run.cosmology.model_dump(), force_mesh_k_max(run))
+    return boltzmann.inputs(run.cosmology.model_dump(), force_mesh_k_max(run), run.power.kind)
 
 
 def grid(run: config.Run, mesh) -> domain.Grid:
@@ -137,13 +138,13 @@ def grid(run: config.Run, mesh) -> domain.Grid:
 
 def linear_power(run: config.Run, table: LinearTable | None = None) -> cosmology.LinearPower:
     """Linear P(k) at a = 1 [(Mpc/h)^3] of the particles as a callable of k [h/Mpc]:
-    power.kind 'camb' from the run's Boltzmann ``table`` (CDM + baryons; total matter without
-    massive neutrinos), 'table' from its file (read here)."""
-    if run.power.kind == "camb":
+    power.kind 'camb' or 'class' from the run's Boltzmann ``table`` (CDM + baryons; total matter
+    without massive neutrinos), 'table' from its file (read here)."""
+    if run.power.kind in BOLTZMANN_KINDS:
         if table is None:
-            raise ValueError("power.kind 'camb' needs the run's Boltzmann table")
+            raise ValueError(f"power.kind {run.power.kind!r} needs the run's Boltzmann table")
         cosmo = cosmology_params(run, table.sigma8)
-        return simulation.power_function(cosmo, "camb", (table.k, table.p_cb))
+        return simulation.power_function(cosmo, run.power.kind, (table.k, table.p_cb))
     found = None
     if run.power.kind == "table":
         found = validation.load_power_table(run.power.table, *k_range(run))
@@ -152,7 +153,7 @@ def linear_power(run: config.Run, table: LinearTable | None = None) -> cosmology
 
 def linear_power_source(run_setup: RunSetup) -> dict:
     """Where the run's linear P(k) comes from, for the ic store's provenance: the kind and
-    σ8; for power.kind 'camb' also A_s, σ8 of CDM + baryons, the code, its version and the
+    σ8; for power.kind 'camb' and 'class' also A_s, σ8 of CDM + baryons, the code, its version and the
     table's inputs
     (:func:`boltzmann_inputs`); for 'table' the file (σ8 null: the table is not normalised)."""
     run, table = run_setup.config, run_setup.linear_table

@@ -41,7 +41,7 @@ class Cosmology(StrictModel):
         None,
         gt=0,
         le=1e-7,
-        description="primordial scalar amplitude at k = 0.05 /Mpc (power.kind 'camb'); "
+        description="primordial scalar amplitude at k = 0.05 /Mpc (power.kind 'camb' or 'class'); "
         "sigma8 is then derived",
     )
     w0: float = Field(
@@ -61,7 +61,7 @@ class Cosmology(StrictModel):
         ge=0,
         le=M_NU_MAX,
         description="sum of the neutrino masses in eV: three degenerate species carrying 3.044 "
-        "of N_eff (0: all massless; power.kind 'camb')",
+        "of N_eff (0: all massless; power.kind 'camb' or 'class')",
     )
 
     @model_validator(mode="before")

@@ -8,7 +8,7 @@ import math
 from functools import partial
 from pathlib import Path
 
-from pmpipe.physics import background, domain, power_table, sky, timesteps
+from pmpipe.physics import background, boltzmann, domain, power_table, sky, timesteps
 from pmpipe.run import config, files
 
 
@@ -61,6 +61,11 @@ def check_run(run: config.Run) -> None:
     _step_boundaries(run)
     if run.power.kind == "table":
         load_power_table(run.power.table, *k_range(run))
+    if run.power.kind in power_table.BOLTZMANN_KINDS:
+        try:
+            boltzmann.code_version(run.power.kind)
+        except ModuleNotFoundError as err:
+            raise ValueError(f"power.kind {run.power.kind!r}: {err}") from None
     if run.lightcone is not None:
         _check_planes(run)
 

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pmpipe import stages
+from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import derive
 from pmpipe.runtime import log, memory
 from pmpipe.stages import registry, runner, status
@@ -155,7 +156,7 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
 
 
 def linear_power_ahead(config_path: Path) -> float:
-    """Put the Boltzmann table of the run at ``config_path`` (power.kind 'camb') into the cache
+    """Put the Boltzmann table of the run at ``config_path`` (power.kind 'camb' or 'class') into the cache
     of its results folder, computed on a miss; the seconds taken (0 for any other run). A run
     file that does not load is left to its own run to report."""
     from pmpipe.run import files, validation
@@ -166,7 +167,7 @@ def linear_power_ahead(config_path: Path) -> float:
         run = validation.load_run_file(config_path).config
     except (files.ConfigError, OSError):
         return 0.0
-    if run.power.kind == "camb":
+    if run.power.kind in BOLTZMANN_KINDS:
         power_cache.linear_table(derive.boltzmann_inputs(run), power_cache.folder_of(config_path))
     return time.perf_counter() - start
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import validation
 from pmpipe.runtime import log
 from pmpipe.stages.inputs import Inputs
@@ -62,7 +63,7 @@ def setup(run_file, config_path: str | Path, mesh):
     from pmpipe.storage import power_cache
 
     tables = partial(power_cache.linear_table, folder=power_cache.folder_of(config_path))
-    if run_file.config.power.kind == "camb" and jax.process_count() > 1:
+    if run_file.config.power.kind in BOLTZMANN_KINDS and jax.process_count() > 1:
         if jax.process_index() == 0:
             tables(derive.boltzmann_inputs(run_file.config))
         parallel.barrier("linear power cached")

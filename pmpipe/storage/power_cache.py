@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pmpipe.physics import boltzmann
-from pmpipe.physics.boltzmann import LinearTable, NeutrinoTransfer
+from pmpipe.physics.boltzmann_tables import LinearTable, NeutrinoTransfer
 
 LOG = logging.getLogger(__name__)
 
@@ -121,9 +121,9 @@ def linear_table(
     spec: dict, folder: Path | None, compute: Callable[[dict], LinearTable] | None = None
 ) -> LinearTable:
     """The table of ``spec`` from the cache in ``folder``, or computed by ``compute``
-    (default :func:`pmpipe.physics.boltzmann.camb_power`) and cached there; ``folder`` None:
+    (default :func:`pmpipe.physics.boltzmann.linear_table`) and cached there; ``folder`` None:
     computed, not cached."""
-    compute = compute or boltzmann.camb_power
+    compute = compute or boltzmann.linear_table
     path = None if folder is None else Path(folder) / f"{key(spec)}.npz"
     found = None if path is None else _read(path, spec)
     if found is not None:

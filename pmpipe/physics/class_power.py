@@ -1,0 +1,159 @@
+"""power.kind 'class': a run's linear P(k) table from CLASS (classy, its Python wrapper), with the
+conventions of :mod:`pmpipe.physics.background` and the same table layout as CAMB's
+(:func:`pmpipe.physics.boltzmann.camb_power`).
+
+Neutrinos as pmpipe counts them: with m_nu > 0 one CLASS species of degeneracy 3 and mass
+m_nu / 3 at the temperature that makes it carry the massive part of N_eff (so that Ω_ν h² is
+pmpipe's), the rest of N_eff massless ('N_ur'). Dark energy w0, wa is CLASS's fluid with its PPF
+closure, as CAMB's. Units: k in h/Mpc, P in (Mpc/h)^3.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+
+from pmpipe.physics import background
+from pmpipe.physics.boltzmann_tables import (
+    A_S_REFERENCE,
+    K_PIVOT,
+    NU_A_MIN,
+    NU_A_POINTS,
+    TRANSFER_MARGIN,
+    LinearTable,
+    NeutrinoTransfer,
+)
+from pmpipe.runtime import versions
+
+CODE = "class"
+SETTINGS = {
+    "precision": "CLASS defaults",
+    # massive neutrinos followed by their full hierarchy to multipole 30: CLASS's fluid
+    # approximation leaves their density contrast 20-25 % low at 0.1-0.4 h/Mpc, and the default
+    # 17 multipoles the total P(k) 0.5 % low at 1 h/Mpc (docs/validation.md)
+    "ncdm_fluid_approximation": 3,
+    "l_max_ncdm": 30,
+    "transfer_margin": TRANSFER_MARGIN,
+    "A_s_reference": A_S_REFERENCE,
+    "pivot_per_mpc": K_PIVOT,
+    "dark_energy": "fluid with PPF when w0, wa differ from -1, 0",
+    "neutrinos": "massless, or 3 degenerate massive species when m_nu > 0",
+    "neutrino_tables": {"a_min": NU_A_MIN, "points": NU_A_POINTS},
+}
+
+
+def class_inputs(cosmology: dict, A_s: float, k_max_h: float, settings: dict = SETTINGS) -> dict:
+    """CLASS's input parameters for pmpipe's cosmology (a mapping of its fields) at amplitude
+    A_s, with linear P(k) at z = 0 up to ``k_max_h`` (h/Mpc)."""
+    h, m_nu = cosmology["h"], cosmology.get("m_nu", 0.0)
+    cosmo = types.SimpleNamespace(**{**cosmology, "m_nu": m_nu})
+    params: dict = {
+        "output": "mPk",
+        "h": h,
+        "omega_b": cosmology["Omega_b"] * h**2,
+        "omega_cdm": (background.omega_cb(cosmo) - cosmology["Omega_b"]) * h**2,
+        "T_cmb": cosmology["T_cmb"],
+        "A_s": A_s,
+        "n_s": cosmology["n_s"],
+        "k_pivot": settings["pivot_per_mpc"],
+        "Omega_k": 0.0,
+        "P_k_max_h/Mpc": k_max_h * settings["transfer_margin"],
+        "z_pk": "0",
+    }
+    if cosmology["w0"] != -1.0 or cosmology["wa"] != 0.0:
+        params.update(Omega_Lambda=0.0, w0_fld=cosmology["w0"], wa_fld=cosmology["wa"])
+    massive = float(background.massive_neutrino_number(cosmo))
+    params["N_ur"] = cosmology["N_eff"] - massive
+    if m_nu > 0:
+        species = background.NEUTRINO_SPECIES
+        params.update(
+            N_ncdm=1,
+            deg_ncdm=species,
+            m_ncdm=m_nu / species,
+            # T_ν / T_cmb: (4/11)^(1/3) for one standard species, raised to carry massive / 3
+            T_ncdm=(4.0 / 11.0) ** (1.0 / 3.0) * (massive / species) ** 0.25,
+            ncdm_fluid_approximation=settings["ncdm_fluid_approximation"],
+            l_max_ncdm=settings["l_max_ncdm"],
+        )
+    return params
+
+
+def class_power(spec: dict) -> LinearTable:
+    """The table :func:`pmpipe.physics.boltzmann.inputs` describes for code 'class', from one
+    CLASS run (at the given A_s, or at the reference A_s rescaled to the given σ8); with
+    massive neutrinos also the transfer functions at the scale factors of the settings'
+    neutrino tables."""
+    import classy
+
+    cosmology, settings = spec["cosmology"], spec["settings"]
+    A_s = cosmology.get("A_s", settings["A_s_reference"])
+    k_max, h = spec["k_max"], cosmology["h"]
+    points = round(math.log10(k_max / spec["k_min"]) * spec["points_per_decade"]) + 1
+    k = np.geomspace(spec["k_min"], k_max, points)
+    params = class_inputs(cosmology, A_s, k_max, settings)
+    massive = cosmology.get("m_nu", 0.0) > 0
+    a = None
+    if massive:
+        grid = settings["neutrino_tables"]
+        a = np.geomspace(grid["a_min"], 1.0, grid["points"])
+        z = 1.0 / a - 1.0
+        params.update(output="mPk,dTk", z_pk=", ".join(f"{value:.10g}" for value in z))
+    code = classy.Class()
+    code.set(params)
+    try:
+        code.compute()
+        z0 = np.zeros(1)
+        p = code.get_pk_array(k * h, z0, len(k), 1, 0) * h**3
+        sigma8 = float(code.sigma8())
+        p_cb, sigma8_cb, neutrinos = p, sigma8, None
+        if massive:
+            p_cb = code.get_pk_cb_array(k * h, z0, len(k), 1, 0) * h**3
+            sigma8_cb = float(code.sigma8_cb())
+            neutrinos = _neutrino_transfer(code, a, params)
+    finally:
+        code.struct_cleanup()
+    if "sigma8" in cosmology:
+        scale = (cosmology["sigma8"] / sigma8) ** 2
+        p, p_cb, A_s = p * scale, p_cb * scale, A_s * scale
+        sigma8, sigma8_cb = cosmology["sigma8"], sigma8_cb * scale**0.5
+    return LinearTable(
+        k,
+        np.asarray(p, np.float64),
+        sigma8,
+        float(A_s),
+        CODE,
+        version(),
+        np.asarray(p_cb, np.float64),
+        sigma8_cb,
+        neutrinos,
+    )
+
+
+def _neutrino_transfer(code, a: np.ndarray, params: dict) -> NeutrinoTransfer:
+    """The :class:`NeutrinoTransfer` of a computed CLASS run at the scale factors ``a``
+    (ascending, the last 1): T_cb is the density-weighted mean of CDM's and baryons'."""
+    omega_c, omega_b = params["omega_cdm"], params["omega_b"]
+    ratio, cb = [], []
+    for value in a:
+        transfer = code.get_transfer(1.0 / value - 1.0)
+        t_cb = (omega_c * transfer["d_cdm"] + omega_b * transfer["d_b"]) / (omega_c + omega_b)
+        ratio.append(transfer["d_ncdm[0]"] / t_cb)
+        cb.append(t_cb)
+    k = np.asarray(transfer["k (h/Mpc)"], np.float64)
+    cb_array = np.asarray(cb, np.float64)
+    return NeutrinoTransfer(
+        np.asarray(a, np.float64), k, np.asarray(ratio), cb_array / cb_array[-1]
+    )
+
+
+def version() -> str:
+    """The installed classy's version."""
+    found = versions.installed("classy")
+    if found is None:
+        raise ModuleNotFoundError(
+            "power.kind 'class' needs CLASS's Python wrapper classy, an optional extra built "
+            "from source: pip install 'pmpipe[class]' (or choose power.kind camb)"
+        )
+    return found
