@@ -206,8 +206,9 @@ def test_bench_store_refuses_a_missing_folder_before_starting(tmp_path, capfd):
 @pytest.mark.slow
 def test_bench_linear_measures_camb_and_the_fits_against_precise_camb(tmp_path):
     """`pmpipe bench linear` at the fiducial cosmology: the run's CAMB table within 0.2 % of
-    CAMB at AccuracyBoost 3 (same A_s) up to 1 h/Mpc; Eisenstein-Hu's known deficit of about
-    2 % at 0.01-0.02 h/Mpc, where BAO-free fits miss the turnover's shape."""
+    CAMB at AccuracyBoost 3 (same A_s) up to 1 h/Mpc, and CLASS's within 0.5 % with its σ8
+    within 0.2 %; Eisenstein-Hu's known deficit of about 2 % at 0.01-0.02 h/Mpc, where
+    BAO-free fits miss the turnover's shape."""
     from pmpipe import cli
 
     out = tmp_path / "linear.json"
@@ -219,6 +220,8 @@ def test_bench_linear_measures_camb_and_the_fits_against_precise_camb(tmp_path):
     assert -0.04 < band["eisenstein_hu"]["mean"] < -0.01
     assert abs(band["camb"]["mean"]) < 1e-3
     assert record["seconds"]["camb"] > 0
+    assert max(b["class"]["max_abs"] for b in record["bands"]) < 5e-3
+    assert record["sigma8_class"] == pytest.approx(record["sigma8_reference"], rel=2e-3)
 
 
 def test_bench_linear_refuses_an_unknown_field_before_calling_camb(capfd):

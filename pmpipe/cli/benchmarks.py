@@ -88,8 +88,8 @@ def plan(args) -> int:
 
 
 def linear(args) -> int:
-    """``pmpipe bench linear``: the linear P(k) of CAMB and Eisenstein-Hu runs against CAMB at
-    high precision."""
+    """``pmpipe bench linear``: the linear P(k) of CAMB, CLASS and Eisenstein-Hu runs against
+    CAMB at high precision."""
     from pmpipe.bench import linear
     from pmpipe.run import config
 

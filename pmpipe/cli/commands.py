@@ -128,8 +128,8 @@ BENCH = (
     ),
     Command(
         "linear",
-        "linear P(k) at a = 1 of CAMB (pmpipe's settings) and the Eisenstein-Hu fits against "
-        "CAMB at high precision, same A_s",
+        "linear P(k) at a = 1 of CAMB and CLASS (pmpipe's settings) and the Eisenstein-Hu fits "
+        "against CAMB at high precision, same A_s",
         benchmarks.linear,
         (
             arg(
