@@ -44,6 +44,13 @@ ACCURACY = (
     JSON,
 )
 
+NEUTRINO_RUNS = (
+    arg("--m-nu", type=float, default=0.15, help="Σm_ν of the massive run, eV (default 0.15)"),
+    arg("--steps", type=int, default=30, help="PM steps equal in a (default 30)"),
+    arg("--a-init", type=float, default=0.02, help="scale factor of the ICs (default 0.02)"),
+    arg("--seed", type=int, default=3, help="white-noise seed (default 3)"),
+)
+
 BENCH = (
     Command(
         "campaign",
@@ -140,6 +147,33 @@ BENCH = (
                 help="a cosmology field (repeatable; the others fiducial), e.g. --set A_s=2e-9",
             ),
             arg("--k-max", type=float, default=1.0, help="largest k compared, h/Mpc (default 1)"),
+            JSON,
+        ),
+    ),
+    Command(
+        "growth",
+        "low-k growth and neutrino suppression of paired N-body runs (massless and Σm_ν) "
+        "against CAMB's linear theory, same realisation",
+        benchmarks.growth,
+        (
+            arg("--particles", type=int, default=128, help="particles per side (default 128)"),
+            arg("--box", type=float, default=1000.0, help="box size, Mpc/h (default 1000)"),
+            *NEUTRINO_RUNS,
+            arg("--bins", type=int, default=6, help="lowest k bins reported (default 6)"),
+            JSON,
+        ),
+    ),
+    Command(
+        "nonlinear",
+        "non-linear P(k) at a = 1 of paired fixed-amplitude runs against HMcode-2020, with the "
+        "PM's resolution deficit and Eisenstein-Hu's linear error beside it, and the neutrino "
+        "suppression of total matter against HMcode-2020's",
+        benchmarks.nonlinear,
+        (
+            arg("--particles", type=int, default=128, help="particles per side (default 128)"),
+            arg("--box", type=float, default=256.0, help="box size, Mpc/h (default 256)"),
+            *NEUTRINO_RUNS,
+            arg("--k-max", type=float, default=1.0, help="last k reported, h/Mpc (default 1)"),
             JSON,
         ),
     ),

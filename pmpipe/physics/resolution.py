@@ -75,8 +75,10 @@ def power_transfer(k, particles: int, box_size: float, oversample: int):
 
 
 def k_max_valid(particles: int, box_size: float, oversample: int) -> float:
-    """Wavenumber (h/Mpc) up to which the run's matter power is within POWER_TOLERANCE of a
-    converged run's: where :func:`power_transfer` first departs from 1 by more."""
+    """Wavenumber (h/Mpc) up to which the run's matter power is within POWER_TOLERANCE of a run
+    with twice the particles per side: where :func:`power_transfer` first departs from 1 by
+    more. A resolution criterion: that run, too, misses the power of scales it does not
+    resolve (docs/validation.md compares both with HMcode-2020)."""
     x, ratio = np.asarray(TRANSFER_K), _transfer_table(particles, box_size, oversample)
     off = np.flatnonzero(np.abs(ratio - 1.0) > POWER_TOLERANCE)
     if off.size == 0:
