@@ -183,6 +183,25 @@ def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s
     assert run_s < nbody_s + est.runtime_s["ic"] - resources.STARTUP_SECONDS
 
 
+@pytest.mark.parametrize(
+    "particles, oversample, extra_mb", [(96, 1, 45), (128, 1, 88), (96, 2, 158)]
+)
+def test_neutrino_runs_are_estimated_to_need_what_they_were_measured_to(
+    particles, oversample, extra_mb
+):
+    """Peak RSS with Σm_ν = 0.1 eV over the massless run (2 CPU cores, 2LPT + 10 steps):
+    the estimate's difference within 25 % of the measured one."""
+    box = {"oversample": oversample}
+    massless, massive = (
+        resources.estimate(
+            run(particles, box=box, cosmology={"m_nu": m_nu}, power={"kind": "camb"}),
+            resources.Execution(),
+        ).memory_per_device_bytes
+        for m_nu in (0.0, 0.1)
+    )
+    assert massive - massless == pytest.approx(extra_mb * 1e6, rel=0.25)
+
+
 def test_estimates_grow_with_particles_and_shrink_with_devices():
     gpu = resources.Execution(platform="gpu", devices_per_node=4)
     est = lambda r, ex=gpu: resources.estimate(r, ex)
