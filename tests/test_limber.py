@@ -5,15 +5,18 @@ where inverted-phase pairs would repeat three). The spectra are pmpipe's own pro
 (summaries.zarr: cl, cl_healpix and the mean multipole of each bin), compared inside the
 resolved ranges pmpipe stores with them (ell_min_valid, ell_max_valid; pmpipe.physics.resolution):
 every bin whose edges lie inside the range is within 10 % of halofit at the bin's mean ℓ.
+With massive neutrinos, the ratio of paired runs' C_ℓ against pyccl's ratio (HMcode-2020).
 """
 
 import json
+import types
 
 import numpy as np
 import pyccl
 import pytest
 import zarr
 
+from pmpipe.physics import background
 from pmpipe.run import config
 from pmpipe.stages import registry
 
@@ -36,11 +39,9 @@ SEEDS = tuple(range(6))
 TOLERANCE = 0.10
 
 
-def _simulate(root, seed):
-    data = json.loads(json.dumps(RUN))
-    data["ic"]["seed"] = seed
+def _simulate(root, data: dict, name: str):
     run = config.Run.model_validate(data)
-    run_dir = root / f"limber-{seed}"
+    run_dir = root / name
     run_dir.mkdir()
     path = run_dir / "config.json"
     path.write_text(config.RunFile.build("limber", run_dir.name, 0, {}, run).to_json())
@@ -50,7 +51,11 @@ def _simulate(root, seed):
 
 
 def test_convergence_cl_agrees_with_halofit_limber_inside_the_resolved_range(tmp_path):
-    runs = [_simulate(tmp_path, seed) for seed in SEEDS]
+    runs = []
+    for seed in SEEDS:
+        data = json.loads(json.dumps(RUN))
+        data["ic"]["seed"] = seed
+        runs.append(_simulate(tmp_path, data, f"limber-{seed}"))
     c = runs[0][1].cosmology
     ccl = pyccl.Cosmology(
         Omega_c=c.Omega_m - c.Omega_b,
@@ -84,3 +89,58 @@ def test_convergence_cl_agrees_with_halofit_limber_inside_the_resolved_range(tmp
             f"valid range {low:.0f}-{high:.0f}"
         )
         assert np.all(np.abs(ratio - 1) < TOLERANCE), (suffix, ell[inside], ratio)
+
+
+def _ccl_hmcode(cosmo: config.Cosmology) -> pyccl.Cosmology:
+    """pyccl at pmpipe's cosmology with CAMB's transfer functions and HMcode-2020: Ω_c is
+    pmpipe's CDM (Ω_m counts the neutrinos), three equal masses."""
+    omega_cb = float(background.omega_cb(types.SimpleNamespace(**cosmo.model_dump())))
+    return pyccl.Cosmology(
+        Omega_c=omega_cb - cosmo.Omega_b,
+        Omega_b=cosmo.Omega_b,
+        h=cosmo.h,
+        n_s=cosmo.n_s,
+        A_s=cosmo.A_s,
+        T_CMB=cosmo.T_cmb,
+        Neff=cosmo.N_eff,
+        m_nu=cosmo.m_nu,
+        mass_split="equal",
+        transfer_function="boltzmann_camb",
+        matter_power_spectrum="camb",
+        extra_parameters={"camb": {"halofit_version": "mead2020"}},
+    )
+
+
+def test_neutrinos_suppress_the_convergence_cl_as_pyccl_says(tmp_path):
+    """Paired runs (same seed and plane rotations, same A_s) at Σm_ν = 0.15 eV and 0: the
+    ratio of their convergence C_ℓ in the resolved range against pyccl's ratio (CAMB transfer
+    functions, HMcode-2020; source at z = 1). The lightcone planes hold total matter (CDM,
+    baryons and the neutrinos' linear response): measured within 0.33 % on the full sky, 1.7 %
+    on the 6° flat map (fewer, more non-linear modes)."""
+    base = {**RUN, "cosmology": {"A_s": 2.1e-9}, "power": {"kind": "camb"}}
+    base["ic"] = {"fixed_amplitude": True, "seed": 1}
+    runs = {}
+    for m_nu in (0.0, 0.15):
+        data = json.loads(json.dumps(base))
+        data["cosmology"]["m_nu"] = m_nu
+        runs[m_nu] = _simulate(tmp_path, data, f"nu-{m_nu}")
+    z = np.linspace(0.001, 1.5, 3000)
+    for suffix, tolerance in (("_healpix", 0.01), ("", 0.03)):
+        first = runs[0.0][0]
+        ell = first["ell" + suffix + "_mean"][:]
+        lo, hi = first["ell" + suffix + "_lo"][:], first["ell" + suffix + "_hi"][:]
+        low, high = first["ell_min_valid" + suffix][0], first["ell_max_valid" + suffix][0]
+        inside = (lo >= low) & (hi <= high + 1) & np.isfinite(ell)
+        assert inside.sum() >= 2
+        measured = runs[0.15][0]["cl" + suffix][0][inside] / first["cl" + suffix][0][inside]
+        expected = []
+        for m_nu in (0.0, 0.15):
+            ccl = _ccl_hmcode(runs[m_nu][1].cosmology)
+            source = pyccl.WeakLensingTracer(ccl, dndz=(z, np.exp(-0.5 * ((z - 1.0) / 0.002) ** 2)))
+            expected.append(pyccl.angular_cl(ccl, source, source, ell[inside]))
+        ratio = measured / (expected[1] / expected[0])
+        print(
+            f"C_ell{suffix} suppression / pyccl's at {np.round(ell[inside])}: {np.round(ratio, 4)}"
+        )
+        assert np.all(expected[1] / expected[0] < 0.95)  # a suppression worth measuring
+        assert np.all(np.abs(ratio - 1.0) < tolerance), (suffix, ell[inside], ratio)
