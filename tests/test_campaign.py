@@ -102,6 +102,29 @@ def test_a_design_over_A_s_replaces_the_default_sigma8_and_steps_a_given_A_s():
     assert [s.run.cosmology.A_s for s in specs] == [2.10058e-9, 2.00058e-9, 2.20058e-9]
 
 
+def test_a_design_over_omega_b_h2_keeps_it_fixed_while_h_varies():
+    grid = {"kind": "grid", "parameters": {"omega_b": [0.0224], "h": [0.64, 0.72]}}
+    specs = campaign.expand(make(design=grid))
+    for spec in specs:
+        cosmo = spec.run.cosmology
+        assert cosmo.Omega_b * cosmo.h**2 == pytest.approx(0.0224, rel=1e-12)
+        assert spec.parameters == {"omega_b": 0.0224, "h": cosmo.h}
+    steps = {"kind": "derivatives", "parameters": {"omega_b": 0.001}}
+    fid = config.Cosmology()
+    by_point = {s.point: s.run.cosmology for s in campaign.expand(make(design=steps))}
+    assert by_point["fiducial"].Omega_b == pytest.approx(fid.Omega_b, rel=1e-12)
+    assert by_point["omega_b-plus"].Omega_b * fid.h**2 == pytest.approx(
+        fid.Omega_b * fid.h**2 + 0.001, rel=1e-9
+    )
+    both = {"kind": "grid", "parameters": {"omega_b": [0.0224], "Omega_b": [0.05]}}
+    with pytest.raises(ValueError, match=r"omega_b \(Omega_b h\^2\) and Omega_b both given"):
+        make(design=both)
+    listed = {"kind": "list", "points": [{"name": "a", "parameters": both["parameters"]}]}
+    listed["points"][0]["parameters"] = {"omega_b": 0.0224, "Omega_b": 0.05}
+    with pytest.raises(ValueError, match="vary one of them"):
+        make(design=listed)
+
+
 def test_plan_counts_the_camb_tables_and_those_cached(tmp_path):
     camb = {**SMALL, "power": {"kind": "camb"}}
     grid = {"kind": "grid", "parameters": {"A_s": [1.9e-9, 2.2e-9]}}

@@ -187,9 +187,10 @@ class RunSpec:
 
 def _point_cosmology(base: dict, given: set[str], parameters: dict[str, float]) -> dict:
     """The base cosmology (``given``: the fields the campaign file sets) with a design point's
-    parameters. A point that gives one normalisation (sigma8 or A_s) replaces the other when
-    the file does not set it: a design over A_s derives sigma8, not the fiducial default."""
-    cosmology = {**base, **parameters}
+    parameters (a physical density, such as omega_b, sets its field with the point's h). A
+    point that gives one normalisation (sigma8 or A_s) replaces the other when the file does
+    not set it: a design over A_s derives sigma8, not the fiducial default."""
+    cosmology = designs.physical_parameters({**base, **parameters})
     for name, other in (("A_s", "sigma8"), ("sigma8", "A_s")):
         if name in parameters and other not in parameters and other not in given:
             cosmology[other] = None

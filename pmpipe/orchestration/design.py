@@ -16,8 +16,18 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # characters keep it within the 255 bytes a file name may have on every file system
 NAME_MAX_CHARS = 100
 DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "list")
-DESIGN_PARAMETERS = tuple(config.Cosmology.model_fields)  # design parameters are cosmology fields
+# Design parameters are cosmology fields, and physical densities that set one of them with h:
+# omega_b = Omega_b h^2 (fixed while h varies, as emulators such as EuclidEmulator2 sample it)
+PHYSICAL_DENSITIES = {"omega_b": "Omega_b"}
+DESIGN_PARAMETERS = (*config.Cosmology.model_fields, *PHYSICAL_DENSITIES)
 ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
+
+
+def _one_per_density(parameters: dict) -> dict:
+    for physical, field in PHYSICAL_DENSITIES.items():
+        if physical in parameters and field in parameters:
+            raise ValueError(f"{physical} ({field} h^2) and {field} both given: vary one of them")
+    return parameters
 
 
 def _not_empty(parameters: dict) -> dict:
@@ -25,7 +35,24 @@ def _not_empty(parameters: dict) -> dict:
         raise ValueError(
             f"empty design: name at least one cosmology parameter ({', '.join(DESIGN_PARAMETERS)})"
         )
-    return parameters
+    return _one_per_density(parameters)
+
+
+def physical_parameters(cosmology: dict) -> dict:
+    """The cosmology fields of a mapping of design parameters and fields: each physical density
+    (omega_b) turned into its field (Omega_b = omega_b / h^2, with the mapping's h)."""
+    fields = dict(cosmology)
+    for physical, field in PHYSICAL_DENSITIES.items():
+        if physical in fields:
+            fields[field] = fields.pop(physical) / fields["h"] ** 2
+    return fields
+
+
+def _fiducial(base: config.Cosmology, name: str) -> float | None:
+    """The value of the design parameter ``name`` in the cosmology ``base``."""
+    if name in PHYSICAL_DENSITIES:
+        return getattr(base, PHYSICAL_DENSITIES[name]) * base.h**2
+    return getattr(base, name)
 
 
 def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:
@@ -102,7 +129,7 @@ class Point(config.StrictModel):
         max_length=NAME_MAX_CHARS,
         description="point label used in the run id",
     )
-    parameters: dict[ParameterName, float] = Field(
+    parameters: Annotated[dict[ParameterName, float], AfterValidator(_one_per_density)] = Field(
         default_factory=dict,
         description="cosmology parameters of the point (their units); "
         "the others come from base.cosmology",
@@ -141,13 +168,13 @@ def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tup
     if design.kind == "list":
         return [(p.name, dict(p.parameters)) for p in design.points]
     if design.kind == "derivatives":
-        unset = [name for name in design.parameters if getattr(base, name) is None]
+        unset = [name for name in design.parameters if _fiducial(base, name) is None]
         if unset:
             raise ValueError(
                 f"design.parameters {', '.join(unset)}: derivatives step from base.cosmology, "
                 "which does not give it (set it in base.cosmology)"
             )
-        fiducial = {name: getattr(base, name) for name in design.parameters}
+        fiducial = {name: _fiducial(base, name) for name in design.parameters}
         points = [("fiducial", fiducial)]
         for (
             name,
