@@ -9,6 +9,7 @@ import numpy as np
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
+from pmpipe.orchestration import design as designs
 from pmpipe.orchestration import manifest
 from pmpipe.run import config
 from pmpipe.stages import status
@@ -83,7 +84,9 @@ def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
             np.array([s.parameters.get(name, np.nan) for s in specs]),
             ("run",),
             "1",
-            f"cosmology.{name} of the run (design parameter)",
+            f"{name} = {designs.PHYSICAL_DENSITIES[name]} h^2 of the run (design parameter)"
+            if name in designs.PHYSICAL_DENSITIES
+            else f"cosmology.{name} of the run (design parameter)",
         )
     derived = [n for n in manifest.DERIVED if n not in parameters]
     values = [manifest.derived_parameters(spec, campaign_dir / spec.run_id) for spec in specs]
