@@ -27,6 +27,7 @@ from pmpipe.physics.boltzmann_tables import (
     TRANSFER_MARGIN,
     LinearTable,
     NeutrinoTransfer,
+    table_wavenumbers,
 )
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.runtime import versions
@@ -163,7 +164,7 @@ def camb_power(spec: dict) -> LinearTable:
     kmax = max(
         k_max * cosmology["h"] * settings["transfer_margin"], settings["transfer_kmax_floor"]
     )
-    points = round(math.log10(k_max / spec["k_min"]) * spec["points_per_decade"]) + 1
+    points = table_wavenumbers(spec["k_min"], k_max, spec["points_per_decade"]).size
     massive = cosmology.get("m_nu", 0.0) > 0
     params = camb_params(cosmology, A_s, kmax, settings)
     if massive:

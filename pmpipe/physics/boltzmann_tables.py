@@ -5,6 +5,7 @@ response, as host (numpy) arrays."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -43,3 +44,10 @@ class LinearTable:
     p_cb: np.ndarray
     sigma8_cb: float
     neutrinos: NeutrinoTransfer | None = None
+
+
+def table_wavenumbers(k_min: float, k_max: float, points_per_decade: int) -> np.ndarray:
+    """The wavenumbers (h/Mpc) of a table: log-spaced from k_min to k_max, both included,
+    points_per_decade to a decade."""
+    points = round(math.log10(k_max / k_min) * points_per_decade) + 1
+    return np.geomspace(k_min, k_max, points)

@@ -10,7 +10,6 @@ closure, as CAMB's. Units: k in h/Mpc, P in (Mpc/h)^3.
 
 from __future__ import annotations
 
-import math
 import types
 
 import numpy as np
@@ -24,6 +23,7 @@ from pmpipe.physics.boltzmann_tables import (
     TRANSFER_MARGIN,
     LinearTable,
     NeutrinoTransfer,
+    table_wavenumbers,
 )
 from pmpipe.runtime import versions
 
@@ -90,8 +90,7 @@ def class_power(spec: dict) -> LinearTable:
     cosmology, settings = spec["cosmology"], spec["settings"]
     A_s = cosmology.get("A_s", settings["A_s_reference"])
     k_max, h = spec["k_max"], cosmology["h"]
-    points = round(math.log10(k_max / spec["k_min"]) * spec["points_per_decade"]) + 1
-    k = np.geomspace(spec["k_min"], k_max, points)
+    k = table_wavenumbers(spec["k_min"], k_max, spec["points_per_decade"])
     params = class_inputs(cosmology, A_s, k_max, settings)
     massive = cosmology.get("m_nu", 0.0) > 0
     a = None

@@ -24,7 +24,7 @@ from pmpipe.physics import (
     sky,
     timesteps,
 )
-from pmpipe.physics.boltzmann_tables import LinearTable
+from pmpipe.physics.boltzmann_tables import LinearTable, table_wavenumbers
 from pmpipe.physics.cosmology import Cosmology, LinearPower
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config, validation
@@ -180,10 +180,7 @@ def linear_power_table(run_setup: RunSetup) -> tuple[np.ndarray, np.ndarray]:
     if power.k_table is not None:
         return np.asarray(power.k_table, np.float64), np.asarray(power.p_table, np.float64)
     k_max = boltzmann.table_k_max(force_mesh_k_max(run_setup.config))
-    decades = np.log10(k_max / boltzmann.K_MIN)
-    k = np.logspace(
-        np.log10(boltzmann.K_MIN), np.log10(k_max), round(decades * boltzmann.POINTS_PER_DECADE) + 1
-    )
+    k = table_wavenumbers(boltzmann.K_MIN, k_max, boltzmann.POINTS_PER_DECADE)
     return k, np.asarray(power(k), np.float64)
 
 
