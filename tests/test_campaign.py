@@ -590,3 +590,29 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
         "bench nbody --json` on the cpu platform",
     ):
         resources.Execution(calibration=partial)
+
+
+def test_summaries_fill_a_design_parameter_a_point_leaves_to_be_derived(tmp_path, monkeypatch):
+    """A list design normalising one point by sigma8 and another by A_s: each column holds
+    the point's own value, else the one its Boltzmann code derived (here stood in for)."""
+    from pmpipe.orchestration import aggregate
+    from pmpipe.storage import store
+
+    points = [
+        {"name": "by-sigma8", "parameters": {"sigma8": 0.8}},
+        {"name": "by-A_s", "parameters": {"A_s": 2.0e-9}},
+    ]
+    camp = make(
+        base={**SMALL, "power": {"kind": "camb"}}, design={"kind": "list", "points": points}
+    )
+    derived = {"c-by-sigma8-r0": {"A_s": 2.1e-9}, "c-by-A_s-r0": {"sigma8": 0.78}}
+    monkeypatch.setattr(
+        manifest,
+        "derived_parameters",
+        lambda spec, run_dir: {name: derived[spec.run_id].get(name) for name in manifest.DERIVED},
+    )
+    out = store.create(tmp_path / "summaries.zarr", {})
+    aggregate._write_per_run(out, list(camp.runs), tmp_path)
+    assert list(out["sigma8"][:]) == [0.8, 0.78]
+    assert list(out["A_s"][:]) == [2.1e-9, 2.0e-9]
+    assert np.isnan(out["S8"][:]).all()

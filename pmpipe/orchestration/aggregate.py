@@ -77,11 +77,16 @@ def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
     they are not design parameters (manifest.derived_parameters), seed and paired; their
     names."""
     parameters = manifest.parameter_names(specs)
-    for name in parameters:
+    values = [manifest.derived_parameters(spec, campaign_dir / spec.run_id) for spec in specs]
+    for name in parameters:  # a point that leaves out a derived one (σ8 of an A_s point): derived
+        column = [
+            s.parameters.get(name, v.get(name) if v.get(name) is not None else np.nan)
+            for s, v in zip(specs, values)
+        ]
         store.write_array(
             out,
             name,
-            np.array([s.parameters.get(name, np.nan) for s in specs]),
+            np.array(column, np.float64),
             ("run",),
             "1",
             f"{name} = {designs.PHYSICAL_DENSITIES[name]} h^2 of the run (design parameter)"
@@ -89,7 +94,6 @@ def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
             else f"cosmology.{name} of the run (design parameter)",
         )
     derived = [n for n in manifest.DERIVED if n not in parameters]
-    values = [manifest.derived_parameters(spec, campaign_dir / spec.run_id) for spec in specs]
     for name in derived:
         store.write_array(
             out,
