@@ -102,29 +102,6 @@ def test_a_design_over_A_s_replaces_the_default_sigma8_and_steps_a_given_A_s():
     assert [s.run.cosmology.A_s for s in specs] == [2.10058e-9, 2.00058e-9, 2.20058e-9]
 
 
-def test_a_design_over_omega_b_h2_keeps_it_fixed_while_h_varies():
-    grid = {"kind": "grid", "parameters": {"omega_b": [0.0224], "h": [0.64, 0.72]}}
-    specs = campaign.expand(make(design=grid))
-    for spec in specs:
-        cosmo = spec.run.cosmology
-        assert cosmo.Omega_b * cosmo.h**2 == pytest.approx(0.0224, rel=1e-12)
-        assert spec.parameters == {"omega_b": 0.0224, "h": cosmo.h}
-    steps = {"kind": "derivatives", "parameters": {"omega_b": 0.001}}
-    fid = config.Cosmology()
-    by_point = {s.point: s.run.cosmology for s in campaign.expand(make(design=steps))}
-    assert by_point["fiducial"].Omega_b == pytest.approx(fid.Omega_b, rel=1e-12)
-    assert by_point["omega_b-plus"].Omega_b * fid.h**2 == pytest.approx(
-        fid.Omega_b * fid.h**2 + 0.001, rel=1e-9
-    )
-    both = {"kind": "grid", "parameters": {"omega_b": [0.0224], "Omega_b": [0.05]}}
-    with pytest.raises(ValueError, match=r"omega_b \(Omega_b h\^2\) and Omega_b both given"):
-        make(design=both)
-    listed = {"kind": "list", "points": [{"name": "a", "parameters": both["parameters"]}]}
-    listed["points"][0]["parameters"] = {"omega_b": 0.0224, "Omega_b": 0.05}
-    with pytest.raises(ValueError, match="vary one of them"):
-        make(design=listed)
-
-
 def test_plan_counts_the_camb_tables_and_those_cached(tmp_path):
     camb = {**SMALL, "power": {"kind": "camb"}}
     grid = {"kind": "grid", "parameters": {"A_s": [1.9e-9, 2.2e-9]}}
@@ -204,25 +181,6 @@ def test_estimates_bound_the_measured_runs(particles, oversample, peak_gb, run_s
     nbody_s = est.runtime_s["nbody"] - resources.STARTUP_SECONDS
     assert 10 * step_s < nbody_s < 1.5 * 10 * step_s
     assert run_s < nbody_s + est.runtime_s["ic"] - resources.STARTUP_SECONDS
-
-
-@pytest.mark.parametrize(
-    "particles, oversample, extra_mb", [(96, 1, 45), (128, 1, 88), (96, 2, 158)]
-)
-def test_neutrino_runs_are_estimated_to_need_what_they_were_measured_to(
-    particles, oversample, extra_mb
-):
-    """Peak RSS with Σm_ν = 0.1 eV over the massless run (2 CPU cores, 2LPT + 10 steps):
-    the estimate's difference within 25 % of the measured one."""
-    box = {"oversample": oversample}
-    massless, massive = (
-        resources.estimate(
-            run(particles, box=box, cosmology={"m_nu": m_nu}, power={"kind": "camb"}),
-            resources.Execution(),
-        ).memory_per_device_bytes
-        for m_nu in (0.0, 0.1)
-    )
-    assert massive - massless == pytest.approx(extra_mb * 1e6, rel=0.25)
 
 
 def test_estimates_grow_with_particles_and_shrink_with_devices():
@@ -590,29 +548,3 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
         "bench nbody --json` on the cpu platform",
     ):
         resources.Execution(calibration=partial)
-
-
-def test_summaries_fill_a_design_parameter_a_point_leaves_to_be_derived(tmp_path, monkeypatch):
-    """A list design normalising one point by sigma8 and another by A_s: each column holds
-    the point's own value, else the one its Boltzmann code derived (here stood in for)."""
-    from pmpipe.orchestration import aggregate
-    from pmpipe.storage import store
-
-    points = [
-        {"name": "by-sigma8", "parameters": {"sigma8": 0.8}},
-        {"name": "by-A_s", "parameters": {"A_s": 2.0e-9}},
-    ]
-    camp = make(
-        base={**SMALL, "power": {"kind": "camb"}}, design={"kind": "list", "points": points}
-    )
-    derived = {"c-by-sigma8-r0": {"A_s": 2.1e-9}, "c-by-A_s-r0": {"sigma8": 0.78}}
-    monkeypatch.setattr(
-        manifest,
-        "derived_parameters",
-        lambda spec, run_dir: {name: derived[spec.run_id].get(name) for name in manifest.DERIVED},
-    )
-    out = store.create(tmp_path / "summaries.zarr", {})
-    aggregate._write_per_run(out, list(camp.runs), tmp_path)
-    assert list(out["sigma8"][:]) == [0.8, 0.78]
-    assert list(out["A_s"][:]) == [2.1e-9, 2.0e-9]
-    assert np.isnan(out["S8"][:]).all()

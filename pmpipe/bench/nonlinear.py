@@ -26,16 +26,19 @@ import numpy as np
 
 A_S = 2.1e-9  # the amplitude of both runs of a comparison (same A_s: the suppression is physical)
 SNAPSHOT = 0.5  # the earlier scale factor of the growth comparison
+OVERSAMPLE = 2  # force mesh B of every run
 
 
-def _run(particles: int, box: float, oversample: int, steps: int, a_init: float, m_nu: float):
+def _run(particles: int, box: float, steps: int, a_init: float, m_nu: float):
+    """The run of one side of a comparison: ``particles`` per side in ``box`` Mpc/h, Σm_ν =
+    ``m_nu`` eV, A_S, CAMB, ``steps`` PM steps from ``a_init`` with a snapshot at SNAPSHOT."""
     from pmpipe.run import config
 
     return config.Run.model_validate(
         {
             "cosmology": {"m_nu": m_nu, "A_s": A_S},
             "power": {"kind": "camb"},
-            "box": {"particles": particles, "box_size": box, "oversample": oversample},
+            "box": {"particles": particles, "box_size": box, "oversample": OVERSAMPLE},
             "ic": {"a_init": a_init},
             "nbody": {"steps": steps, "snapshots": [SNAPSHOT]},
         }
@@ -88,6 +91,7 @@ def _camb(run, nonlinear: bool, redshifts: list[float]):
 
 
 def _cb_power(results, k, a: float):
+    """CAMB's linear P(k) [(Mpc/h)^3] of CDM + baryons at scale factor a, k (K,) in h/Mpc."""
     interpolator = results.get_matter_power_interpolator(
         nonlinear=False, hubble_units=True, k_hunit=True, var1="delta_nonu", var2="delta_nonu"
     )
@@ -99,7 +103,7 @@ def bench_growth(
 ) -> dict:
     """The growth record of the module docstring, for the lowest ``bins`` k bins."""
     masses = (0.0, m_nu)
-    runs = {m: _run(particles, box, 2, steps, a_init, m) for m in masses}
+    runs = {m: _run(particles, box, steps, a_init, m) for m in masses}
     pairs = {m: _pair(run, seed, fixed_amplitude=False) for m, run in runs.items()}
     refs = {m: _camb(run, False, [1.0 / SNAPSHOT - 1.0, 0.0]) for m, run in runs.items()}
     k = pairs[0.0]["k"][:bins]
@@ -152,9 +156,8 @@ def bench_nonlinear(
     from pmpipe.physics import resolution, simulation
     from pmpipe.run import derive
 
-    oversample = 2
     masses = (0.0, m_nu)
-    runs = {m: _run(particles, box, oversample, steps, a_init, m) for m in masses}
+    runs = {m: _run(particles, box, steps, a_init, m) for m in masses}
     pairs = {m: _pair(run, seed, fixed_amplitude=True) for m, run in runs.items()}
     refs = {m: _camb(run, True, [0.0]) for m, run in runs.items()}
     k_all = pairs[0.0]["k"]
@@ -177,7 +180,7 @@ def bench_nonlinear(
     return {
         "particles": particles,
         "box": box,
-        "oversample": oversample,
+        "oversample": OVERSAMPLE,
         "steps": steps,
         "a_init": a_init,
         "m_nu": m_nu,
@@ -185,7 +188,7 @@ def bench_nonlinear(
         "k": k.tolist(),
         "massless_over_hmcode": (totals[0.0] / halofit[0.0] - 1.0).tolist(),
         "pm_resolution_deficit": (
-            np.asarray(resolution.power_transfer(k, particles, box, oversample)) - 1.0
+            np.asarray(resolution.power_transfer(k, particles, box, OVERSAMPLE)) - 1.0
         ).tolist(),
         "eisenstein_hu_linear_error": (
             np.asarray(eh(k), np.float64) / linear.P(0.0, k) - 1.0

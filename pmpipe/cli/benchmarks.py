@@ -61,12 +61,17 @@ def accuracy(args) -> int:
 
 def _neutrino_runs(args) -> None:
     """Refuse arguments that make no comparison, naming the flag, before any run."""
+    from pmpipe.bench.nonlinear import SNAPSHOT
+    from pmpipe.physics.boltzmann_tables import NU_A_MIN
     from pmpipe.run import config
+    from pmpipe.run.universe import M_NU_MAX
 
-    if not 0.0 < args.m_nu <= 3.0:
-        raise config.ConfigError(f"--m-nu {args.m_nu}: give 0 < Σm_ν <= 3 eV")
-    if not 0.01 <= args.a_init < 0.5:
-        raise config.ConfigError(f"--a-init {args.a_init}: give 0.01 <= a_init < 0.5")
+    if not 0.0 < args.m_nu <= M_NU_MAX:
+        raise config.ConfigError(f"--m-nu {args.m_nu}: give 0 < Σm_ν <= {M_NU_MAX} eV")
+    if not NU_A_MIN <= args.a_init < SNAPSHOT:
+        raise config.ConfigError(
+            f"--a-init {args.a_init}: give {NU_A_MIN} <= a_init < {SNAPSHOT} (the snapshot)"
+        )
     if args.steps < 1 or args.particles < 8:
         raise config.ConfigError("--steps must be >= 1 and --particles >= 8")
 

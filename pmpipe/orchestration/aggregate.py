@@ -78,10 +78,10 @@ def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
     names."""
     parameters = manifest.parameter_names(specs)
     values = [manifest.derived_parameters(spec, campaign_dir / spec.run_id) for spec in specs]
-    for name in parameters:  # a point that leaves out a derived one (σ8 of an A_s point): derived
+    for name in parameters:
         column = [
-            s.parameters.get(name, v.get(name) if v.get(name) is not None else np.nan)
-            for s, v in zip(specs, values)
+            np.nan if found is None else found
+            for found in (manifest.design_values(s, [name], v)[name] for s, v in zip(specs, values))
         ]
         store.write_array(
             out,

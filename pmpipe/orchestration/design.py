@@ -40,19 +40,21 @@ def _not_empty(parameters: dict) -> dict:
 
 def physical_parameters(cosmology: dict) -> dict:
     """The cosmology fields of a mapping of design parameters and fields: each physical density
-    (omega_b) turned into its field (Omega_b = omega_b / h^2, with the mapping's h)."""
+    (omega_b) turned into its field (Omega_b = omega_b / h^2, with the mapping's h; 12
+    significant digits, so that a fiducial omega_b gives back the fiducial Omega_b)."""
     fields = dict(cosmology)
     for physical, field in PHYSICAL_DENSITIES.items():
         if physical in fields:
-            fields[field] = fields.pop(physical) / fields["h"] ** 2
+            fields[field] = float(f"{fields.pop(physical) / fields['h'] ** 2:.12g}")
     return fields
 
 
-def _fiducial(base: config.Cosmology, name: str) -> float | None:
-    """The value of the design parameter ``name`` in the cosmology ``base``."""
+def run_value(cosmology: config.Cosmology, name: str) -> float | None:
+    """The value of the design parameter ``name`` in a run's ``cosmology`` (None where the
+    run leaves it to be derived, as σ8 of a run normalised by A_s)."""
     if name in PHYSICAL_DENSITIES:
-        return getattr(base, PHYSICAL_DENSITIES[name]) * base.h**2
-    return getattr(base, name)
+        return getattr(cosmology, PHYSICAL_DENSITIES[name]) * cosmology.h**2
+    return getattr(cosmology, name)
 
 
 def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:
@@ -168,13 +170,13 @@ def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tup
     if design.kind == "list":
         return [(p.name, dict(p.parameters)) for p in design.points]
     if design.kind == "derivatives":
-        unset = [name for name in design.parameters if _fiducial(base, name) is None]
+        unset = [name for name in design.parameters if run_value(base, name) is None]
         if unset:
             raise ValueError(
                 f"design.parameters {', '.join(unset)}: derivatives step from base.cosmology, "
                 "which does not give it (set it in base.cosmology)"
             )
-        fiducial = {name: _fiducial(base, name) for name in design.parameters}
+        fiducial = {name: run_value(base, name) for name in design.parameters}
         points = [("fiducial", fiducial)]
         for (
             name,

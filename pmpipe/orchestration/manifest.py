@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pmpipe.orchestration import decomposition
+from pmpipe.orchestration import design as designs
 from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits
 from pmpipe.orchestration.resources import calibration_factors, disk_bytes, estimate
 from pmpipe.physics import background
@@ -143,17 +144,29 @@ def derived_parameters(spec: RunSpec, run_dir: Path) -> dict[str, float | None]:
     }
 
 
+def design_values(spec: RunSpec, names: list[str], derived: dict) -> dict[str, float | None]:
+    """Each design parameter of ``names`` for the run: the point's own value, else the run's
+    (:func:`pmpipe.orchestration.design.run_value`), else the ``derived`` one
+    (:func:`derived_parameters`); None where none is known."""
+    values = {}
+    for name in names:
+        value = spec.parameters.get(name, designs.run_value(spec.run.cosmology, name))
+        values[name] = derived.get(name) if value is None else value
+    return values
+
+
 def manifest_rows(
     camp: Campaign, results_dir: str | Path, status: Callable[[Path], str]
 ) -> list[dict]:
     """One row per run: id, index, point, realisation, paired, seed, each design parameter
-    (empty where a point does not set it), the columns of DERIVED (:func:`derived_parameters`,
+    (:func:`design_values`; empty where unknown), the columns of DERIVED (:func:`derived_parameters`,
     empty where unknown), run folder, config hash and status(run folder)."""
     specs = list(camp.runs)
     names = parameter_names(specs)
     rows = []
     for spec in specs:
         run_dir = Path(results_dir) / camp.name / spec.run_id
+        derived = derived_parameters(spec, run_dir)
         rows.append(
             {
                 "run_id": spec.run_id,
@@ -162,8 +175,11 @@ def manifest_rows(
                 "realisation": spec.realisation,
                 "paired": spec.paired,
                 "seed": spec.seed,
-                **{n: spec.parameters.get(n, "") for n in names},
-                **{n: "" if v is None else v for n, v in derived_parameters(spec, run_dir).items()},
+                **{
+                    n: "" if v is None else v
+                    for n, v in design_values(spec, names, derived).items()
+                },
+                **{n: "" if v is None else v for n, v in derived.items()},
                 "run_dir": run_dir,
                 "config_hash": config.config_hash(spec.run),
                 "status": status(run_dir),

@@ -140,7 +140,8 @@ MESH_WORDS = 16
 # Runs with massive neutrinos hold more: the ICs' scale-dependent growth and their 1LPT velocity
 # field per particle, the neutrinos' response factor and its table index per force-mesh cell.
 # Peak RSS with Σm_ν = 0.1 eV over the same massless run (2LPT + 10 steps, CPU): +45 MB (96³,
-# B = 1), +88 MB (128³, B = 1), +158 MB (96³, B = 2), fitted by 5 more words of each kind.
+# B = 1), +88 MB (128³, B = 1), +158 MB (96³, B = 2); 5 more words of each kind give +35, +84
+# and +159 MB.
 NEUTRINO_PARTICLE_WORDS = 5
 NEUTRINO_MESH_WORDS = 5
 # Full-sky shells: each device keeps its share of the shells sampled so far, one word per ray

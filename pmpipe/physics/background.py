@@ -78,11 +78,17 @@ def omega_radiation(cosmo):
     return omega_photons(cosmo) * (1.0 + massless * _NU_PER_PHOTON)
 
 
-def _neutrino_mass_ratio(cosmo, a):
-    """m / (k_B T) of one massive species at scale factor a, T its temperature (the massless
-    neutrinos' times (N_massive / 3)^(1/4))."""
+def neutrino_temperature_ratio(cosmo):
+    """T_ν / T_cmb of the massive species today: the massless neutrinos' (4/11)^(1/3) times
+    (N_massive / 3)^(1/4), which makes the three carry N_massive of N_eff."""
     degeneracy = massive_neutrino_number(cosmo) / NEUTRINO_SPECIES + (1.0 - _massive(cosmo))
-    t_nu = (4.0 / 11.0) ** (1.0 / 3.0) * cosmo.T_cmb * degeneracy**0.25
+    return (4.0 / 11.0) ** (1.0 / 3.0) * degeneracy**0.25
+
+
+def _neutrino_mass_ratio(cosmo, a):
+    """m / (k_B T) of one massive species at scale factor a, T its temperature
+    (:func:`neutrino_temperature_ratio`)."""
+    t_nu = neutrino_temperature_ratio(cosmo) * cosmo.T_cmb
     no_relics = 1.0 * (cosmo.T_cmb == 0)  # then no neutrino density either, and no 0 / 0
     return cosmo.m_nu / NEUTRINO_SPECIES * a / (_K_B_EV * t_nu + no_relics)
 

@@ -22,8 +22,7 @@ from pmpipe.physics import background, class_power
 from pmpipe.physics.boltzmann_tables import (
     A_S_REFERENCE,
     K_PIVOT,
-    NU_A_MIN,
-    NU_A_POINTS,
+    NEUTRINO_SETTINGS,
     TRANSFER_MARGIN,
     LinearTable,
     NeutrinoTransfer,
@@ -45,10 +44,9 @@ SETTINGS = {
     "A_s_reference": A_S_REFERENCE,
     "pivot_per_mpc": K_PIVOT,
     "dark_energy": "ppf",
-    "neutrinos": "massless, or 3 degenerate massive species when m_nu > 0",
     "variable": "delta_tot",
     "cmb": False,
-    "neutrino_tables": {"a_min": NU_A_MIN, "points": NU_A_POINTS},
+    **NEUTRINO_SETTINGS,
 }
 # CAMB keeps its state in Fortran module variables: two calls at once in one process crash it
 # (a segmentation fault, seen with calls on two threads at once), so calls take turns
@@ -69,17 +67,30 @@ def version() -> str:
     return found
 
 
+def _code(code: str) -> dict:
+    """The Boltzmann ``code``'s version function, table function and settings."""
+    codes = {
+        CODE: {"version": version, "table": camb_power, "settings": SETTINGS},
+        class_power.CODE: {
+            "version": class_power.version,
+            "table": class_power.class_power,
+            "settings": class_power.SETTINGS,
+        },
+    }
+    if code not in codes:
+        raise ValueError(f"Boltzmann code {code!r}: pmpipe calls {' or '.join(BOLTZMANN_KINDS)}")
+    return codes[code]
+
+
 def code_version(code: str) -> str:
     """The installed version of the Boltzmann ``code`` ('camb' or 'class'); ModuleNotFoundError
     saying how to install it when it is not."""
-    return version() if code == CODE else class_power.version()
+    return _code(code)["version"]()
 
 
 def linear_table(spec: dict) -> LinearTable:
     """The table of :func:`inputs` ``spec``, from the code it names."""
-    if spec["code"] == CODE:
-        return camb_power(spec)
-    return class_power.class_power(spec)
+    return _code(spec["code"])["table"](spec)
 
 
 def inputs(parameters: dict, k_needed: float, code: str = CODE) -> dict:
@@ -88,8 +99,6 @@ def inputs(parameters: dict, k_needed: float, code: str = CODE) -> dict:
     Cosmology fields: Omega_m, Omega_b, h, n_s, w0, wa, T_cmb, N_eff, m_nu (left out when 0 or
     absent) and exactly one of sigma8, A_s), the code's settings and the k grid for wavenumbers
     up to ``k_needed`` (h/Mpc)."""
-    if code not in BOLTZMANN_KINDS:
-        raise ValueError(f"Boltzmann code {code!r}: pmpipe calls {' or '.join(BOLTZMANN_KINDS)}")
     norm = [name for name in ("sigma8", "A_s") if parameters.get(name) is not None]
     if len(norm) != 1:
         raise ValueError(f"exactly one of sigma8 and A_s must be given, got {norm or 'neither'}")
@@ -113,7 +122,7 @@ def inputs(parameters: dict, k_needed: float, code: str = CODE) -> dict:
         "k_min": K_MIN,
         "k_max": table_k_max(k_needed),
         "points_per_decade": POINTS_PER_DECADE,
-        "settings": dict(SETTINGS if code == CODE else class_power.SETTINGS),
+        "settings": dict(_code(code)["settings"]),
     }
 
 

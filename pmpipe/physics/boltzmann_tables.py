@@ -14,6 +14,11 @@ K_PIVOT = 0.05  # 1/Mpc
 TRANSFER_MARGIN = 1.1  # the code's transfer k_max over the table's last k
 NU_A_MIN = 0.01  # the earliest scale factor of the neutrino tables
 NU_A_POINTS = 24  # log-spaced scale factors from NU_A_MIN to 1
+# the part of each code's settings (a table's inputs) that says what it computes of neutrinos
+NEUTRINO_SETTINGS = {
+    "neutrinos": "massless, or 3 degenerate massive species when m_nu > 0",
+    "neutrino_tables": {"a_min": NU_A_MIN, "points": NU_A_POINTS},
+}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -8,7 +8,7 @@ with R = T_ν / T_cb. In the linear, sub-horizon limit the CDM + baryon contrast
 
 (' = d / d ln a, densities in units of today's critical density, E = H / H0), whose solution
 is the scale-dependent growth D_cb(k, a). ``nu`` is a
-:class:`pmpipe.physics.boltzmann.NeutrinoTransfer` (k in h/Mpc on its own grid of a).
+:class:`pmpipe.physics.boltzmann_tables.NeutrinoTransfer` (k in h/Mpc on its own grid of a).
 
 A run's particles are CDM + baryons. On the host, :func:`run_tables` solves that equation and
 puts what the compiled programs need into the cosmology's tables, on the fixed grid K_GRID (so

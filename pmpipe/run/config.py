@@ -81,7 +81,7 @@ class Power(StrictModel):
     kind: PowerKind = Field(
         "eisenstein_hu",
         description="Eisenstein & Hu (1998) fit with or without BAO, normalised to sigma8; "
-        "CAMB at the run's cosmology, normalised to sigma8 or A_s; or a table",
+        "CAMB or CLASS at the run's cosmology, normalised to sigma8 or A_s; or a table",
     )
     table: Path | None = Field(
         None,
@@ -287,7 +287,7 @@ class Run(StrictModel):
             raise ValueError(
                 f"cosmology.A_s needs power.kind 'camb' or 'class' (power.kind "
                 f"{self.power.kind!r} is normalised by cosmology.sigma8): set power.kind: camb "
-                "or give sigma8"
+                "or class, or give sigma8"
             )
         if self.power.kind != "table" and self.cosmology.T_cmb <= 0:
             raise ValueError(
@@ -393,7 +393,8 @@ class RunFile(StrictModel):
     run_id: str = Field(description="stable id: campaign name + position in the design")
     index: int = Field(ge=0, description="position of the run in the expanded design")
     parameters: dict[str, float] = Field(
-        default_factory=dict, description="design parameters of this run (cosmology field names)"
+        default_factory=dict,
+        description="design parameters of this run (cosmology field names, or omega_b)",
     )
     config: Run = Field(description="the resolved run configuration")
     config_hash: str = Field(description="config_hash(config): 'sha256:<hex>'")

@@ -65,7 +65,7 @@ def check_run(run: config.Run) -> None:
         try:
             boltzmann.code_version(run.power.kind)
         except ModuleNotFoundError as err:
-            raise ValueError(f"power.kind {run.power.kind!r}: {err}") from None
+            raise ValueError(str(err)) from None
     if run.lightcone is not None:
         _check_planes(run)
 
