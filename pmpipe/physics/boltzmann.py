@@ -73,7 +73,7 @@ def _code(code: str) -> dict:
         CODE: {"version": version, "table": camb_power, "settings": SETTINGS},
         class_power.CODE: {
             "version": class_power.version,
-            "table": class_power.class_power,
+            "table": class_power.class_power_apart,
             "settings": class_power.SETTINGS,
         },
     }

@@ -10,6 +10,8 @@ closure, as CAMB's. Units: k in h/Mpc, P in (Mpc/h)^3.
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import types
 
 import numpy as np
@@ -127,6 +129,16 @@ def class_power(spec: dict) -> LinearTable:
         sigma8_cb,
         neutrinos,
     )
+
+
+def class_power_apart(spec: dict) -> LinearTable:
+    """:func:`class_power` in a process of its own (started afresh, not forked from this one,
+    which may run JAX's threads): classy holds Python's global lock while CLASS computes, for
+    seconds with massive neutrinos, which would stall this process's other threads, such as a
+    packed job's running simulation while the next run's table is made ahead."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(class_power, spec).result()
 
 
 def _neutrino_transfer(code, a: np.ndarray, params: dict) -> NeutrinoTransfer:
