@@ -68,10 +68,10 @@ def bench_linear(fields: dict, k_max: float = 1.0) -> dict:
         power = simulation.power_function(cosmo, kind, found)
         ratios[kind] = np.asarray(power(k), np.float64) / p_ref - 1.0
     worst = int(np.argmax(np.abs(ratios["camb"])))
-    seconds = {"camb": seconds, "reference": reference_seconds}
+    timings = {"camb": seconds, "reference": reference_seconds}
     codes = {}
     if "class" in tables:
-        seconds["class"] = class_seconds
+        timings["class"] = class_seconds
         codes = {"class_version": tables["class"].version, "sigma8_class": tables["class"].sigma8}
     return {
         "cosmology": spec["cosmology"],
@@ -81,7 +81,7 @@ def bench_linear(fields: dict, k_max: float = 1.0) -> dict:
         "sigma8_reference": float(results.get_sigma8_0()),
         **codes,
         "k_max": k_max,
-        "seconds": seconds,
+        "seconds": timings,
         "camb_max_abs_error": float(abs(ratios["camb"][worst])),
         "camb_max_error_at_k": float(k[worst]),
         "bands": [_band(k, ratios, lo, hi) for lo, hi in BANDS if hi <= k_max],

@@ -170,13 +170,14 @@ def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tup
     if design.kind == "list":
         return [(p.name, dict(p.parameters)) for p in design.points]
     if design.kind == "derivatives":
-        unset = [name for name in design.parameters if run_value(base, name) is None]
+        given = {name: run_value(base, name) for name in design.parameters}
+        unset = [name for name, value in given.items() if value is None]
         if unset:
             raise ValueError(
                 f"design.parameters {', '.join(unset)}: derivatives step from base.cosmology, "
                 "which does not give it (set it in base.cosmology)"
             )
-        fiducial = {name: run_value(base, name) for name in design.parameters}
+        fiducial = {name: value for name, value in given.items() if value is not None}
         points = [("fiducial", fiducial)]
         for (
             name,

@@ -94,10 +94,9 @@ def class_power(spec: dict) -> LinearTable:
     k = table_wavenumbers(spec["k_min"], k_max, spec["points_per_decade"])
     params = class_inputs(cosmology, A_s, k_max, settings)
     massive = cosmology.get("m_nu", 0.0) > 0
-    a = None
+    grid = settings["neutrino_tables"]
+    a = np.geomspace(grid["a_min"], 1.0, grid["points"])  # the neutrino tables' scale factors
     if massive:
-        grid = settings["neutrino_tables"]
-        a = np.geomspace(grid["a_min"], 1.0, grid["points"])
         z = 1.0 / a - 1.0
         params.update(output="mPk,dTk", z_pk=", ".join(f"{value:.10g}" for value in z))
     code = classy.Class()
