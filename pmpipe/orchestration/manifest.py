@@ -111,7 +111,7 @@ def linear_power_line(camp: Campaign, results_dir: str | Path) -> str | None:
     codes = " and ".join(sorted({s.run.power.kind.upper() for s in specs}))
     return (
         f"linear P(k): {len(keys)} {codes} tables for {len(specs)} runs, {cached} of them cached "
-        f"in {folder}; each of the {len(keys) - cached} others takes 0.3-4 s of CPU, "
+        f"in {folder}; each of the {len(keys) - cached} others takes 0.4-6 s of CPU, "
         "made while the run before it in its job evolves (a job's first run waits for its own)"
     )
 
