@@ -67,7 +67,7 @@ def _neutrino_runs(args) -> None:
     from pmpipe.run.universe import M_NU_MAX
 
     if not 0.0 < args.m_nu <= M_NU_MAX:
-        raise config.ConfigError(f"--m-nu {args.m_nu}: give 0 < Σm_ν <= {M_NU_MAX} eV")
+        raise config.ConfigError(f"--m-nu {args.m_nu}: give 0 < Σm_ν <= {M_NU_MAX:g} eV")
     if not NU_A_MIN <= args.a_init < SNAPSHOT:
         raise config.ConfigError(
             f"--a-init {args.a_init}: give {NU_A_MIN} <= a_init < {SNAPSHOT} (the snapshot)"
