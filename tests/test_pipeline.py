@@ -209,10 +209,14 @@ def test_a_packed_job_makes_the_next_runs_linear_power_while_a_run_evolves(tmp_p
 def test_a_packed_job_of_class_runs_makes_their_tables_in_processes_of_their_own(tmp_path):
     """Two runs with power.kind class and massive neutrinos as a job runs them
     (`python -m pmpipe.stages.pipeline`): their tables come from CLASS in spawned processes
-    (classy holds Python's lock while it computes), are cached, and record CLASS."""
+    (classy holds Python's lock while it computes), are cached, and record CLASS; the job set
+    OMP_NUM_THREADS (pmpipe.runtime.openmp)."""
     import json
+    import os
 
     import zarr
+
+    from pmpipe.runtime import openmp
 
     text = AMPLITUDES.replace("kind: camb", "kind: class").replace(
         "A_s: [1.9e-9, 2.1e-9, 2.3e-9]", "m_nu: [0.06, 0.1]"
@@ -221,9 +225,13 @@ def test_a_packed_job_of_class_runs_makes_their_tables_in_processes_of_their_own
     paths = campaign.write_run_files(campaign.load(tmp_path / "nu.yaml"), tmp_path / "results")
     report = tmp_path / "job.json"
     command = [sys.executable, "-m", "pmpipe.stages.pipeline", "--report", str(report)]
-    subprocess.run([*command, *map(str, paths)], check=True, cwd=tmp_path, timeout=600)
-    ahead = json.loads(report.read_text())["linear_power_ahead"]
+    environ = {k: v for k, v in os.environ.items() if k != openmp.THREADS_VARIABLE}
+    subprocess.run([*command, *map(str, paths)], check=True, cwd=tmp_path, env=environ, timeout=600)
+    record = json.loads(report.read_text())
+    ahead = record["linear_power_ahead"]
     assert [a["run"] for a in ahead] == ["nu-p0000-r0", "nu-p0001-r0"]
+    # the job's OpenMP libraries leave cores to the CLASS process and the store writers
+    assert record["omp_num_threads"] == str(openmp.threads_for(openmp.usable_cores()))
     assert len(list((tmp_path / "results" / ".power_cache").glob("*.npz"))) == 2
     for path in paths:
         source = zarr.open_group(path.parent / "ic.zarr", mode="r").attrs["linear_power"]

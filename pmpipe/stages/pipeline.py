@@ -260,16 +260,17 @@ def peak_memory() -> dict:
 
 
 def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict] = ()) -> dict:
-    """The job as JSON data: wall seconds of the process (start-up of JAX included), its
-    compilations and peak memory, per run the stages computed with their records, and the
+    """The job as JSON data: wall seconds of the process (start-up of JAX included), the
+    OMP_NUM_THREADS it ran with, its compilations and peak memory, per run the stages computed with their records, and the
     Boltzmann tables made ahead of their runs (``made_ahead``, :func:`_await_ahead`)."""
     import jax
 
-    from pmpipe.runtime import compilation
+    from pmpipe.runtime import compilation, openmp
 
     counts = compilation.totals()
     return {
         "wall_s": wall_s,
+        "omp_num_threads": openmp.threads_in_force(),
         "processes": jax.process_count(),
         "devices": jax.device_count(),
         "platform": jax.default_backend(),

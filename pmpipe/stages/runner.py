@@ -39,8 +39,9 @@ def start(config_paths) -> tuple[str, int]:
     """
     import jax
 
-    from pmpipe.runtime import parallel
+    from pmpipe.runtime import openmp, parallel
 
+    openmp.leave_spare_cores()  # before healpy and CAMB load
     pdims = validation.load_run_file(config_paths[0]).config.parallel.pdims
     parallel.use_compilation_cache(
         Path(config_paths[0]).absolute().parent.parent.parent / ".jax_cache"
