@@ -82,7 +82,7 @@ def test_massless_limit_is_radiation():
 @pytest.mark.parametrize("y", (1e-6, 0.3, 3.0, 30.0, 3000.0))
 def test_fermi_dirac_integrals_against_quadrature(y):
     cosmo = C.Cosmology(m_nu=1.0)
-    a = y / background._neutrino_mass_ratio(cosmo, 1.0)
+    a = y / background._neutrino_mass_ratio(cosmo, cosmo.m_nu / background.NEUTRINO_SPECIES, 1.0)
     rho, pressure = background.neutrino_density_pressure(cosmo, a)
     scale = (
         background.omega_photons(cosmo)

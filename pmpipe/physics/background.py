@@ -5,13 +5,15 @@ The densities and H(a) are written with arithmetic only, so the same functions s
 arrays (here: distances on the host, for checks and estimates made before JAX starts) and
 JAX arrays (:mod:`pmpipe.physics.cosmology`, whose growth and distance tables integrate them).
 ``cosmo`` is any object with the fields of :class:`pmpipe.physics.cosmology.Cosmology` (Omega_m, h,
-w0, wa, T_cmb, N_eff, m_nu).
+w0, wa, T_cmb, N_eff, m_nu; neutrino_hierarchy, 'degenerate' when absent).
 
 Neutrinos follow CAMB's convention. With m_nu = 0 all N_eff species are radiation. With
-m_nu > 0 three degenerate species of mass m_nu / 3 carry N_EFF_MASSIVE (or N_eff when it is
-smaller) of the effective number, their excess over 3 expressed as a higher temperature; the
-rest of N_eff is massless. Their density at every a is the Fermi-Dirac integral, and Ω_m counts
-their full density today: Ω_m = Ω_cb + Ω_ν.
+m_nu > 0 three massive species carry N_EFF_MASSIVE (or N_eff when it is smaller) of the
+effective number, their excess over 3 expressed as a higher temperature; the rest of N_eff is
+massless. Their masses sum to m_nu: equal (``neutrino_hierarchy`` 'degenerate'), or split as
+the oscillations' mass-squared differences require for the normal or inverted ordering
+(:func:`neutrino_masses`). Their density at every a is the sum of each species' Fermi-Dirac
+integral, and Ω_m counts their full density today: Ω_m = Ω_cb + Ω_ν.
 
 Units: distances in Mpc/h.
 """
@@ -45,7 +47,13 @@ FIDUCIAL = {
     "m_nu": 0.0,
 }
 
-NEUTRINO_SPECIES = 3  # massive species, of equal mass m_nu / 3
+NEUTRINO_SPECIES = 3  # massive species, their masses summing to m_nu
+HIERARCHIES = ("degenerate", "normal", "inverted")  # how m_nu splits among them
+# The mass-squared differences of the oscillations (eV²), rounded global-fit values (Particle
+# Data Group 2024, "Neutrino masses, mixing and oscillations"): solar m2² - m1², atmospheric
+# m3² - m1² (normal ordering) or m2² - m3² (inverted ordering)
+DM2_SOLAR = 7.5e-5
+DM2_ATMOSPHERIC = 2.5e-3
 N_EFF_MASSIVE = 3.044  # the part of N_eff the massive species carry (CAMB's standard N_eff)
 _NU_PER_PHOTON = 7.0 / 8.0 * (4.0 / 11.0) ** (4.0 / 3.0)  # ρ of one massless species / ρ_γ
 _FD_RELATIVISTIC = 7.0 * math.pi**4 / 120.0  # ∫ x³ / (e^x + 1) dx
@@ -85,25 +93,87 @@ def neutrino_temperature_ratio(cosmo):
     return (4.0 / 11.0) ** (1.0 / 3.0) * degeneracy**0.25
 
 
-def _neutrino_mass_ratio(cosmo, a):
-    """m / (k_B T) of one massive species at scale factor a, T its temperature
-    (:func:`neutrino_temperature_ratio`)."""
+def hierarchy(cosmo) -> str:
+    """How ``cosmo``'s m_nu splits among the species: its neutrino_hierarchy, else 'degenerate'."""
+    return getattr(cosmo, "neutrino_hierarchy", HIERARCHIES[0])
+
+
+def _heavier_offsets(name: str) -> tuple[float, float]:
+    """m² - m_lightest² (eV²) of the two heavier species of hierarchy ``name`` (not degenerate)."""
+    if name == "normal":  # m1 lightest: m2² = m1² + solar, m3² = m1² + atmospheric
+        return DM2_SOLAR, DM2_ATMOSPHERIC
+    if name == "inverted":  # m3 lightest: m2² = m3² + atmospheric, m1² = m2² - solar
+        return DM2_ATMOSPHERIC - DM2_SOLAR, DM2_ATMOSPHERIC
+    raise ValueError(f"neutrino_hierarchy {name!r}: one of {', '.join(HIERARCHIES)}")
+
+
+def minimum_mass_sum(name: str) -> float:
+    """The smallest m_nu (eV) hierarchy ``name`` allows: its lightest species massless (0 for
+    'degenerate')."""
+    if name == HIERARCHIES[0]:
+        return 0.0
+    return sum(math.sqrt(offset) for offset in _heavier_offsets(name))
+
+
+def neutrino_masses(cosmo) -> tuple:
+    """The three species' masses (eV, ascending), summing to m_nu (numpy or JAX): m_nu / 3 each when
+    degenerate; else the lightest m solves m + Σ sqrt(m² + offset) = m_nu over the heavier
+    species' offsets (Newton's method from m_nu / 3, where the convex sum is at or above m_nu,
+    so that it descends to the root; m_nu at least :func:`minimum_mass_sum`)."""
+    name = hierarchy(cosmo)
+    if name == HIERARCHIES[0]:
+        return (cosmo.m_nu / NEUTRINO_SPECIES,) * NEUTRINO_SPECIES
+    offsets = _heavier_offsets(name)
+    light = cosmo.m_nu / NEUTRINO_SPECIES
+    for _ in range(_NEWTON_STEPS):
+        roots = [(light * light + offset) ** 0.5 for offset in offsets]
+        excess = light + sum(roots) - cosmo.m_nu
+        light = light - excess / (1.0 + sum(light / root for root in roots))
+    light = (light * light) ** 0.5  # at the smallest sum, a rounding below 0
+    return (light, *((light * light + offset) ** 0.5 for offset in offsets))
+
+
+_NEWTON_STEPS = 8  # from m_nu / 3 to the lightest mass: at most 7 change it above rounding
+
+
+def _neutrino_mass_ratio(cosmo, mass, a):
+    """m / (k_B T) of a massive species of ``mass`` (eV) at scale factor a, T its
+    temperature (:func:`neutrino_temperature_ratio`)."""
     t_nu = neutrino_temperature_ratio(cosmo) * cosmo.T_cmb
     no_relics = 1.0 * (cosmo.T_cmb == 0)  # then no neutrino density either, and no 0 / 0
-    return cosmo.m_nu / NEUTRINO_SPECIES * a / (_K_B_EV * t_nu + no_relics)
+    return mass * a / (_K_B_EV * t_nu + no_relics)
 
 
-def neutrino_density_pressure(cosmo, a):
-    """(ρ_ν, P_ν)(a) / ρ_crit,0 of the massive species together (both 0 if m_nu = 0): the
-    Fermi-Dirac integrals of a relativistic species' density scaled by N_massive."""
-    y = _neutrino_mass_ratio(cosmo, a)
+def _fermi_dirac(y):
+    """(ρ, P) of one species with m / (k_B T) = y, in units of _FD_RELATIVISTIC times its
+    relativistic density."""
     x = _FD_NODES.reshape(_FD_NODES.shape + (1,) * np.ndim(y))  # nodes on a leading axis
     w = _FD_WEIGHTS.reshape(x.shape)
     energy = (x * x + y * y) ** 0.5
     rho = (w * x * x * energy).sum(axis=0)
     pressure = (w * x**4 / (3.0 * energy)).sum(axis=0)
+    return rho, pressure
+
+
+def neutrino_density_pressure(cosmo, a):
+    """(ρ_ν, P_ν)(a) / ρ_crit,0 of the massive species together (both 0 if m_nu = 0): the
+    mean of the species' Fermi-Dirac integrals, scaled by N_massive relativistic species."""
     scale = omega_photons(cosmo) * _NU_PER_PHOTON * massive_neutrino_number(cosmo) * a**-4.0
+    if hierarchy(cosmo) == HIERARCHIES[0]:  # one integral for the three equal masses
+        y = _neutrino_mass_ratio(cosmo, cosmo.m_nu / NEUTRINO_SPECIES, a)
+        rho, pressure = _fermi_dirac(y)
+    else:
+        each = [_fermi_dirac(_neutrino_mass_ratio(cosmo, m, a)) for m in neutrino_masses(cosmo)]
+        rho = sum(r for r, _ in each) / NEUTRINO_SPECIES
+        pressure = sum(p for _, p in each) / NEUTRINO_SPECIES
     return scale * rho / _FD_RELATIVISTIC, scale * pressure / _FD_RELATIVISTIC
+
+
+def neutrino_density_shares(cosmo, a=1.0) -> tuple:
+    """Each species' part of the massive neutrinos' density at scale factor a (in the order
+    of :func:`neutrino_masses`; summing to 1)."""
+    rho = [_fermi_dirac(_neutrino_mass_ratio(cosmo, m, a))[0] for m in neutrino_masses(cosmo)]
+    return tuple(r / sum(rho) for r in rho)
 
 
 def omega_nu(cosmo):

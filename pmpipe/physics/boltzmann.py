@@ -97,8 +97,9 @@ def inputs(parameters: dict, k_needed: float, code: str = CODE) -> dict:
     """Everything that determines the table (a JSON mapping: the cache key's content): the
     Boltzmann ``code`` (one of BOLTZMANN_KINDS) and its version, the cosmology ``parameters`` (pmpipe's
     Cosmology fields: Omega_m, Omega_b, h, n_s, w0, wa, T_cmb, N_eff, m_nu (left out when 0 or
-    absent) and exactly one of sigma8, A_s), the code's settings and the k grid for wavenumbers
-    up to ``k_needed`` (h/Mpc)."""
+    absent), neutrino_hierarchy (left out when degenerate or absent) and exactly one of sigma8,
+    A_s), the code's settings (with a named hierarchy, also the mass-squared differences it
+    splits m_nu by) and the k grid for wavenumbers up to ``k_needed`` (h/Mpc)."""
     norm = [name for name in ("sigma8", "A_s") if parameters.get(name) is not None]
     if len(norm) != 1:
         raise ValueError(f"exactly one of sigma8 and A_s must be given, got {norm or 'neither'}")
@@ -115,20 +116,30 @@ def inputs(parameters: dict, k_needed: float, code: str = CODE) -> dict:
     )
     if parameters.get("m_nu", 0.0) > 0:
         fields += ("m_nu",)
+    cosmology: dict = {name: float(parameters[name]) for name in fields}
+    settings = dict(_code(code)["settings"])
+    named = background.hierarchy(types.SimpleNamespace(**parameters))
+    if named != background.HIERARCHIES[0] and parameters.get("m_nu", 0.0) > 0:
+        cosmology["neutrino_hierarchy"] = named
+        settings["mass_squared_differences"] = {
+            "solar": background.DM2_SOLAR,
+            "atmospheric": background.DM2_ATMOSPHERIC,
+        }
     return {
         "code": code,
         "version": code_version(code),
-        "cosmology": {name: float(parameters[name]) for name in fields},
+        "cosmology": cosmology,
         "k_min": K_MIN,
         "k_max": table_k_max(k_needed),
         "points_per_decade": POINTS_PER_DECADE,
-        "settings": dict(_code(code)["settings"]),
+        "settings": settings,
     }
 
 
 def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float, settings: dict = SETTINGS):
     """CAMB's parameters for pmpipe's cosmology (a mapping of its fields) at amplitude A_s:
-    N_eff neutrino species, massless or (m_nu > 0) three degenerate massive ones, flat, dark
+    N_eff neutrino species, massless or (m_nu > 0) three massive ones of
+    :func:`pmpipe.physics.background.neutrino_masses`, flat, dark
     energy as CAMB's PPF fluid (w0, wa may cross -1), linear power at z = 0 up to
     ``kmax_per_mpc`` (1/Mpc), with the accuracy of ``settings``."""
     import camb
@@ -158,6 +169,20 @@ def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float, settings: dict
         redshifts=[0.0],
     )
     params.set_accuracy(AccuracyBoost=settings["accuracy_boost"])
+    cosmo = types.SimpleNamespace(**{**cosmology, "m_nu": m_nu})
+    if m_nu > 0 and background.hierarchy(cosmo) != background.HIERARCHIES[0]:
+        # three mass eigenstates (CAMB's own 'normal' and 'inverted' are one- or two-eigenstate
+        # approximations) sharing the massive part of N_eff. CAMB finds each one's mass from
+        # its density today, omnuh2 times its fraction: given the exact density of each, it
+        # finds their masses also when the lightest is not yet non-relativistic
+        species = background.NEUTRINO_SPECIES
+        params.omnuh2 = float(background.omega_nu(cosmo)) * h**2
+        params.nu_mass_eigenstates = species
+        params.nu_mass_degeneracies = [
+            background.massive_neutrino_number(cosmo) / species
+        ] * species
+        params.nu_mass_fractions = [float(f) for f in background.neutrino_density_shares(cosmo)]
+        params.nu_mass_numbers = [1] * species
     return params
 
 

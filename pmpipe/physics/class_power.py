@@ -3,8 +3,9 @@ conventions of :mod:`pmpipe.physics.background` and the same table layout as CAM
 (:func:`pmpipe.physics.boltzmann.camb_power`).
 
 Neutrinos as pmpipe counts them: with m_nu > 0 one CLASS species of degeneracy 3 and mass
-m_nu / 3 at the temperature that makes it carry the massive part of N_eff (so that Ω_ν h² is
-pmpipe's), the rest of N_eff massless ('N_ur'). Dark energy w0, wa is CLASS's fluid with its PPF
+m_nu / 3 (degenerate), or three of the hierarchy's masses, at the temperature that makes them
+carry the massive part of N_eff (so that Ω_ν h² is pmpipe's), the rest of N_eff massless
+('N_ur'). Dark energy w0, wa is CLASS's fluid with its PPF
 closure, as CAMB's. Units: k in h/Mpc, P in (Mpc/h)^3.
 """
 
@@ -69,16 +70,33 @@ def class_inputs(cosmology: dict, A_s: float, k_max_h: float, settings: dict = S
         params.update(Omega_Lambda=0.0, w0_fld=cosmology["w0"], wa_fld=cosmology["wa"])
     params["N_ur"] = cosmology["N_eff"] - float(background.massive_neutrino_number(cosmo))
     if m_nu > 0:
-        species = background.NEUTRINO_SPECIES
         params.update(
-            N_ncdm=1,
-            deg_ncdm=species,
-            m_ncdm=m_nu / species,
-            T_ncdm=float(background.neutrino_temperature_ratio(cosmo)),
             ncdm_fluid_approximation=settings["ncdm_fluid_approximation"],
             l_max_ncdm=settings["l_max_ncdm"],
+            **_species(cosmo),
         )
     return params
+
+
+def _species(cosmo) -> dict:
+    """CLASS's massive species for pmpipe's: one of degeneracy 3 and mass m_nu / 3 when
+    degenerate, else the three of :func:`pmpipe.physics.background.neutrino_masses`; all at the
+    temperature that makes them carry the massive part of N_eff."""
+    species = background.NEUTRINO_SPECIES
+    temperature = float(background.neutrino_temperature_ratio(cosmo))
+    if background.hierarchy(cosmo) == background.HIERARCHIES[0]:
+        return {
+            "N_ncdm": 1,
+            "deg_ncdm": species,
+            "m_ncdm": cosmo.m_nu / species,
+            "T_ncdm": temperature,
+        }
+    return {
+        "N_ncdm": species,
+        "deg_ncdm": ",".join(["1"] * species),
+        "m_ncdm": ",".join(f"{float(m):.17g}" for m in background.neutrino_masses(cosmo)),
+        "T_ncdm": ",".join([f"{temperature:.17g}"] * species),
+    }
 
 
 def class_power(spec: dict) -> LinearTable:
@@ -110,7 +128,7 @@ def class_power(spec: dict) -> LinearTable:
         if massive:
             p_cb = np.asarray(code.get_pk_cb_array(k * h, z0, len(k), 1, 0), np.float64) * h**3
             sigma8_cb = float(code.sigma8_cb())
-            neutrinos = _neutrino_transfer(code, a, params)
+            neutrinos = _neutrino_transfer(code, a, params, types.SimpleNamespace(**cosmology))
     finally:
         code.struct_cleanup()
     if "sigma8" in cosmology:
@@ -140,15 +158,20 @@ def class_power_apart(spec: dict) -> LinearTable:
         return pool.submit(class_power, spec).result()
 
 
-def _neutrino_transfer(code, a: np.ndarray, params: dict) -> NeutrinoTransfer:
+def _neutrino_transfer(code, a: np.ndarray, params: dict, cosmo) -> NeutrinoTransfer:
     """The :class:`NeutrinoTransfer` of a computed CLASS run at the scale factors ``a``
-    (ascending, the last 1): T_cb is the density-weighted mean of CDM's and baryons'."""
+    (ascending, the last 1): T_cb is the density-weighted mean of CDM's and baryons', T_ν that
+    of the massive species (``cosmo``'s, :func:`pmpipe.physics.background.neutrino_density_shares`)."""
     omega_c, omega_b = params["omega_cdm"], params["omega_b"]
     ratio, cb = [], []
     for value in a:
         transfer = code.get_transfer(1.0 / value - 1.0)
         t_cb = (omega_c * transfer["d_cdm"] + omega_b * transfer["d_b"]) / (omega_c + omega_b)
-        ratio.append(transfer["d_ncdm[0]"] / t_cb)
+        shares = (
+            (1.0,) if params["N_ncdm"] == 1 else background.neutrino_density_shares(cosmo, value)
+        )
+        t_nu = sum(share * transfer[f"d_ncdm[{i}]"] for i, share in enumerate(shares))
+        ratio.append(t_nu / t_cb)
         cb.append(t_cb)
     k = np.asarray(transfer["k (h/Mpc)"], np.float64)
     cb_array = np.asarray(cb, np.float64)

@@ -34,8 +34,9 @@ class Cosmology:
     Omega_m: total matter density today (CDM + baryons + massive neutrinos); Omega_b: baryons;
     h: H0 / 100 km/s/Mpc; n_s: primordial tilt; sigma8: rms linear density in 8 Mpc/h spheres at a = 1;
     w0, wa: CPL dark energy equation of state; T_cmb: CMB temperature in K (0 drops radiation);
-    N_eff: effective number of neutrino species; m_nu: their total mass in eV
-    (:mod:`pmpipe.physics.background` gives the convention). Defaults: the fiducial cosmology
+    N_eff: effective number of neutrino species; m_nu: their total mass in eV;
+    neutrino_hierarchy: how it splits (static, not a leaf; :mod:`pmpipe.physics.background`
+    gives the convention). Defaults: the fiducial cosmology
     (background.FIDUCIAL), a run's too. ``tables``: the growth and distance tables of these
     parameters (:func:`growth_table`) when the cosmology carries them (:func:`tabulated`),
     else None and every lookup computes them.
@@ -51,6 +52,9 @@ class Cosmology:
     T_cmb: float = FIDUCIAL["T_cmb"]
     N_eff: float = FIDUCIAL["N_eff"]
     m_nu: float = FIDUCIAL["m_nu"]
+    neutrino_hierarchy: str = dataclasses.field(
+        default=background.HIERARCHIES[0], metadata={"static": True}
+    )
     tables: dict | None = dataclasses.field(default=None, compare=False, repr=False)
 
 

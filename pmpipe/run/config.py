@@ -372,12 +372,15 @@ def _massive_neutrino_problems(run: Run) -> list[str]:
 
 def config_hash(run: Run) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
-    left out, cosmology.A_s when null and cosmology.m_nu when 0: a run normalised by σ8 with
-    massless neutrinos hashes the same with or without those fields), as 'sha256:<hex>'."""
+    left out, cosmology.A_s when null, cosmology.m_nu when 0 and cosmology.neutrino_hierarchy
+    when degenerate: a run normalised by σ8 with massless neutrinos hashes the same with or
+    without those fields), as 'sha256:<hex>'."""
     exclude: dict = {"checkpoints": True}
     cosmology = {"A_s"} if run.cosmology.A_s is None else set()
     if run.cosmology.m_nu == 0:
         cosmology.add("m_nu")
+    if run.cosmology.neutrino_hierarchy == "degenerate":
+        cosmology.add("neutrino_hierarchy")
     if cosmology:
         exclude["cosmology"] = cosmology
     text = json.dumps(

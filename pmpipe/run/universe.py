@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from pmpipe.physics import background
@@ -60,8 +62,14 @@ class Cosmology(StrictModel):
         FIDUCIAL["m_nu"],
         ge=0,
         le=M_NU_MAX,
-        description="sum of the neutrino masses in eV: three degenerate species carrying 3.044 "
-        "of N_eff (0: all massless; power.kind 'camb' or 'class')",
+        description="sum of the neutrino masses in eV: three species carrying 3.044 of N_eff "
+        "(0: all massless; power.kind 'camb' or 'class')",
+    )
+    neutrino_hierarchy: Literal["degenerate", "normal", "inverted"] = Field(
+        "degenerate",
+        description="how m_nu splits among the three species: equal masses, or the normal or "
+        "inverted ordering of the oscillations' mass-squared differences (7.5e-5 and 2.5e-3 "
+        "eV^2), which needs m_nu of at least 0.0587 (normal) or 0.0992 eV (inverted)",
     )
 
     @model_validator(mode="before")
@@ -89,6 +97,13 @@ class Cosmology(StrictModel):
             raise ValueError(
                 f"cosmology.m_nu = {self.m_nu} eV needs relic neutrinos: cosmology.T_cmb "
                 f"(= {self.T_cmb}) and cosmology.N_eff (= {self.N_eff}) must be above 0"
+            )
+        smallest = background.minimum_mass_sum(self.neutrino_hierarchy)
+        if self.m_nu < smallest:
+            raise ValueError(
+                f"cosmology.m_nu = {self.m_nu} eV is below the {self.neutrino_hierarchy} "
+                f"hierarchy's smallest sum, {smallest:.4f} eV (its lightest neutrino massless): "
+                "raise m_nu or choose cosmology.neutrino_hierarchy 'degenerate'"
             )
         omega_cdm = background.omega_cb(self) - self.Omega_b
         if omega_cdm <= 0:
