@@ -135,7 +135,7 @@ def linear(args) -> int:
     """``pmpipe bench linear``: the linear P(k) of CAMB, CLASS and Eisenstein-Hu runs against
     CAMB at high precision."""
     from pmpipe.bench import linear
-    from pmpipe.run import config
+    from pmpipe.run import config, universe
 
     fields = {}
     for item in args.set:
@@ -144,6 +144,9 @@ def linear(args) -> int:
             raise config.ConfigError(
                 f"--set {item}: not a cosmology field ({', '.join(config.Cosmology.model_fields)})"
             )
+        if name not in universe.NUMERIC_FIELDS:  # neutrino_hierarchy: a name
+            fields[name] = value
+            continue
         try:
             fields[name] = float(value)
         except ValueError:

@@ -9,17 +9,17 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
-from pmpipe.run import config
+from pmpipe.run import config, universe
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # A run folder is named <campaign>-<point>-r<i>[-paired]: two names of at most this many (ASCII)
 # characters keep it within the 255 bytes a file name may have on every file system
 NAME_MAX_CHARS = 100
 DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "list")
-# Design parameters are cosmology fields, and physical densities that set one of them with h:
+# Design parameters are the cosmology's numeric fields, and physical densities that set one of them with h:
 # omega_b = Omega_b h^2 (fixed while h varies, as emulators such as EuclidEmulator2 sample it)
 PHYSICAL_DENSITIES = {"omega_b": "Omega_b"}
-DESIGN_PARAMETERS = (*config.Cosmology.model_fields, *PHYSICAL_DENSITIES)
+DESIGN_PARAMETERS = (*universe.NUMERIC_FIELDS, *PHYSICAL_DENSITIES)
 ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
 
 

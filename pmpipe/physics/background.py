@@ -129,7 +129,7 @@ def neutrino_masses(cosmo) -> tuple:
         roots = [(light * light + offset) ** 0.5 for offset in offsets]
         excess = light + sum(roots) - cosmo.m_nu
         light = light - excess / (1.0 + sum(light / root for root in roots))
-    light = (light * light) ** 0.5  # at the smallest sum, a rounding below 0
+    light = 0.5 * (light + abs(light))  # at the smallest sum, 0 for a rounding below it
     return (light, *((light * light + offset) ** 0.5 for offset in offsets))
 
 

@@ -121,6 +121,7 @@ def inputs(parameters: dict, k_needed: float, code: str = CODE) -> dict:
     named = background.hierarchy(types.SimpleNamespace(**parameters))
     if named != background.HIERARCHIES[0] and parameters.get("m_nu", 0.0) > 0:
         cosmology["neutrino_hierarchy"] = named
+        settings["neutrinos"] = f"3 massive species of the {named} ordering's masses"
         settings["mass_squared_differences"] = {
             "solar": background.DM2_SOLAR,
             "atmospheric": background.DM2_ATMOSPHERIC,

@@ -69,7 +69,7 @@ class Cosmology(StrictModel):
         "degenerate",
         description="how m_nu splits among the three species: equal masses, or the normal or "
         "inverted ordering of the oscillations' mass-squared differences (7.5e-5 and 2.5e-3 "
-        "eV^2), which needs m_nu of at least 0.0587 (normal) or 0.0992 eV (inverted)",
+        "eV^2), which needs m_nu of at least 0.0586603 (normal) or 0.0992443 eV (inverted)",
     )
 
     @model_validator(mode="before")
@@ -102,7 +102,7 @@ class Cosmology(StrictModel):
         if self.m_nu < smallest:
             raise ValueError(
                 f"cosmology.m_nu = {self.m_nu} eV is below the {self.neutrino_hierarchy} "
-                f"hierarchy's smallest sum, {smallest:.4f} eV (its lightest neutrino massless): "
+                f"hierarchy's smallest sum, {smallest:.7f} eV (its lightest neutrino massless): "
                 "raise m_nu or choose cosmology.neutrino_hierarchy 'degenerate'"
             )
         omega_cdm = background.omega_cb(self) - self.Omega_b
@@ -113,3 +113,11 @@ class Cosmology(StrictModel):
                 f"{self.Omega_b}: lower m_nu or raise Omega_m"
             )
         return self
+
+
+# The cosmology's numbers (every field but neutrino_hierarchy): what designs may vary
+NUMERIC_FIELDS = tuple(
+    name
+    for name, field in Cosmology.model_fields.items()
+    if field.annotation in (float, float | None)
+)
