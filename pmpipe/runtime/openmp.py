@@ -19,10 +19,16 @@ THREADS_VARIABLE = "OMP_NUM_THREADS"
 SPARE_FRACTION = 4  # one core in this many is left to the job's other work
 
 
+def spare_cores(cpus: int) -> int:
+    """The cores of ``cpus`` an OpenMP team leaves to the job's other work: one in
+    SPARE_FRACTION (none of 1 to 3, 4 of 16)."""
+    return cpus // SPARE_FRACTION
+
+
 def threads_for(cpus: int) -> int:
-    """OpenMP threads for a process with ``cpus`` cores: all but one in SPARE_FRACTION of them
-    (all of 1 to 3 cores, 12 of 16: beside 4 busy cores the 5 shells took 0.69 s)."""
-    return max(1, cpus - cpus // SPARE_FRACTION)
+    """OpenMP threads for a process with ``cpus`` cores: all but its :func:`spare_cores`
+    (12 of 16: beside 4 busy cores the 5 shells took 0.69 s), never fewer than 1."""
+    return max(1, cpus - spare_cores(cpus))
 
 
 def usable_cores() -> int:

@@ -155,29 +155,46 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
         )
 
 
-def linear_power_ahead(config_path: Path) -> float:
-    """Put the Boltzmann table of the run at ``config_path`` (power.kind 'camb' or 'class') into the cache
-    of its results folder, computed on a miss; the seconds taken (0 for any other run). A run
-    file that does not load is left to its own run to report."""
+def _boltzmann_run(config_path: Path):
+    """The run at ``config_path`` when its power.kind takes a Boltzmann table, else None (also
+    when its run file does not load: its own run reports that)."""
     from pmpipe.run import files, validation
-    from pmpipe.storage import power_cache
 
-    start = time.perf_counter()
     try:  # not runner.load: the run in progress keeps its JAX settings
         run = validation.load_run_file(config_path).config
     except (files.ConfigError, OSError):
-        return 0.0
-    if run.power.kind in BOLTZMANN_KINDS:
+        return None
+    return run if run.power.kind in BOLTZMANN_KINDS else None
+
+
+def linear_power_ahead(config_path: Path) -> float:
+    """Put the Boltzmann table of the run at ``config_path`` (power.kind 'camb' or 'class') into the cache
+    of its results folder, computed on a miss; the seconds taken (0 for any other run)."""
+    from pmpipe.storage import power_cache
+
+    start = time.perf_counter()
+    run = _boltzmann_run(config_path)
+    if run is not None:
         power_cache.linear_table(derive.boltzmann_inputs(run), power_cache.folder_of(config_path))
     return time.perf_counter() - start
 
 
-def _await_ahead(ahead, path: Path) -> dict:
-    """The record of the run's table made ahead (seconds to make it, seconds waited for it
-    here); a failure is logged and left to the run's own setup, which makes it again."""
+def table_key(config_path: Path) -> str | None:
+    """The cache key of the Boltzmann table of the run at ``config_path`` (None when it takes
+    none)."""
+    from pmpipe.storage import power_cache
+
+    run = _boltzmann_run(config_path)
+    return None if run is None else power_cache.key(derive.boltzmann_inputs(run))
+
+
+def _await_ahead(ahead, path: Path, shared: bool) -> dict:
+    """The record of the run's table made ahead (seconds to make it, 0 when an earlier run of
+    the job shared it; seconds waited for it here); a failure is logged and left to the run's
+    own setup, which makes it again."""
     start = time.perf_counter()
     try:
-        made = ahead.result()
+        made = 0.0 if shared else ahead.result()
     except Exception as err:  # noqa: BLE001  the run's setup computes the table itself and reports
         LOG.warning("[pmpipe] linear P(k) of %s not made ahead: %s", path.parent.name, err)
         made = None
@@ -187,13 +204,16 @@ def _await_ahead(ahead, path: Path) -> dict:
 def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
     they must share their device mesh); returns one Outcome per run, in order. Process 0
-    makes the first run's Boltzmann table before it starts, and each next run's while a run
-    evolves, on a CPU thread (:func:`linear_power_ahead`); every process starts a run once its
-    table is cached (or making it failed: the run's setup then makes it, or reports why). With
-    ``report``, process 0 writes the job's record there as JSON (:func:`job_record`)."""
+    makes the first run's Boltzmann table before it starts, and the next runs' while a run
+    evolves, on CPU threads (:func:`linear_power_ahead`): as many tables at once as the cores
+    OpenMP leaves spare (:func:`pmpipe.runtime.openmp.spare_cores`, at least 1; CAMB's calls
+    take turns, CLASS's run in processes of their own), each distinct table once. Every process
+    starts a run once its table is cached (or making it failed: the run's setup then makes it,
+    or reports why). With ``report``, process 0 writes the job's record there as JSON
+    (:func:`job_record`)."""
     import jax
 
-    from pmpipe.runtime import compilation, parallel
+    from pmpipe.runtime import compilation, openmp, parallel
     from pmpipe.storage import checkpoint
 
     start = time.perf_counter()
@@ -225,20 +245,28 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
 
     outcomes, made_ahead = [], []
     guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
+    at_once = max(1, openmp.spare_cores(openmp.usable_cores()))
     with (
         guard.listening(raise_after=False),  # once every run is done, a signal changes nothing
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="linear-power") as pool,
+        ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="linear-power") as pool,
     ):
-        ahead = None
+        ahead: dict = {}  # a table's cache key (a run's path when it needs none): its making
+        awaited: set = set()
+
+        def table_of(j: int):
+            key = table_key(paths[j]) or paths[j]
+            if key not in ahead:
+                ahead[key] = pool.submit(linear_power_ahead, paths[j])
+            return ahead[key]
+
         for i, path in enumerate(paths):
-            if ahead is None and jax.process_index() == 0:  # the first run's, alone
-                ahead = pool.submit(linear_power_ahead, path)
-            if ahead is not None:
-                made_ahead.append(_await_ahead(ahead, path))
+            if jax.process_index() == 0:  # this run's table, and those of the next at_once
+                for j in range(i, min(i + 1 + at_once, len(paths))):
+                    table_of(j)
+                making = table_of(i)
+                made_ahead.append(_await_ahead(making, path, making in awaited))
+                awaited.add(making)
             parallel.barrier("run's linear power cached")  # the others wait for process 0's
-            ahead = None
-            if i + 1 < len(paths) and jax.process_index() == 0:
-                ahead = pool.submit(linear_power_ahead, paths[i + 1])
             outcome = run_one(path, mesh_of, guard)
             outcomes.append(outcome)
             LOG.info("%s", summary_line(outcome))
