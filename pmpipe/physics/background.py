@@ -115,6 +115,9 @@ def minimum_mass_sum(name: str) -> float:
     return sum(math.sqrt(offset) for offset in _heavier_offsets(name))
 
 
+_NEWTON_STEPS = 8  # from m_nu / 3 to the lightest mass: at most 7 change it above rounding
+
+
 def neutrino_masses(cosmo) -> tuple:
     """The three species' masses (eV, ascending), summing to m_nu (numpy or JAX): m_nu / 3 each when
     degenerate; else the lightest m solves m + Σ sqrt(m² + offset) = m_nu over the heavier
@@ -131,9 +134,6 @@ def neutrino_masses(cosmo) -> tuple:
         light = light - excess / (1.0 + sum(light / root for root in roots))
     light = 0.5 * (light + abs(light))  # at the smallest sum, 0 for a rounding below it
     return (light, *((light * light + offset) ** 0.5 for offset in offsets))
-
-
-_NEWTON_STEPS = 8  # from m_nu / 3 to the lightest mass: at most 7 change it above rounding
 
 
 def _neutrino_mass_ratio(cosmo, mass, a):
@@ -163,16 +163,21 @@ def neutrino_density_pressure(cosmo, a):
         y = _neutrino_mass_ratio(cosmo, cosmo.m_nu / NEUTRINO_SPECIES, a)
         rho, pressure = _fermi_dirac(y)
     else:
-        each = [_fermi_dirac(_neutrino_mass_ratio(cosmo, m, a)) for m in neutrino_masses(cosmo)]
+        each = _each_species(cosmo, a)
         rho = sum(r for r, _ in each) / NEUTRINO_SPECIES
         pressure = sum(p for _, p in each) / NEUTRINO_SPECIES
     return scale * rho / _FD_RELATIVISTIC, scale * pressure / _FD_RELATIVISTIC
 
 
+def _each_species(cosmo, a) -> list:
+    """:func:`_fermi_dirac` (ρ, P) of each species of :func:`neutrino_masses` at scale factor a."""
+    return [_fermi_dirac(_neutrino_mass_ratio(cosmo, m, a)) for m in neutrino_masses(cosmo)]
+
+
 def neutrino_density_shares(cosmo, a=1.0) -> tuple:
     """Each species' part of the massive neutrinos' density at scale factor a (in the order
     of :func:`neutrino_masses`; summing to 1)."""
-    rho = [_fermi_dirac(_neutrino_mass_ratio(cosmo, m, a))[0] for m in neutrino_masses(cosmo)]
+    rho = [r for r, _ in _each_species(cosmo, a)]
     return tuple(r / sum(rho) for r in rho)
 
 

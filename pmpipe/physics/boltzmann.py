@@ -147,7 +147,8 @@ def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float, settings: dict
 
     h = cosmology["h"]
     m_nu = cosmology.get("m_nu", 0.0)
-    omega_cb = background.omega_cb(types.SimpleNamespace(**{**cosmology, "m_nu": m_nu}))
+    cosmo = types.SimpleNamespace(**{**cosmology, "m_nu": m_nu})
+    omega_cb = background.omega_cb(cosmo)
     params = camb.set_params(
         H0=100.0 * h,
         ombh2=cosmology["Omega_b"] * h**2,
@@ -170,7 +171,6 @@ def camb_params(cosmology: dict, A_s: float, kmax_per_mpc: float, settings: dict
         redshifts=[0.0],
     )
     params.set_accuracy(AccuracyBoost=settings["accuracy_boost"])
-    cosmo = types.SimpleNamespace(**{**cosmology, "m_nu": m_nu})
     if m_nu > 0 and background.hierarchy(cosmo) != background.HIERARCHIES[0]:
         # three mass eigenstates (CAMB's own 'normal' and 'inverted' are one- or two-eigenstate
         # approximations) sharing the massive part of N_eff. CAMB finds each one's mass from

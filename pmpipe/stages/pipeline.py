@@ -250,22 +250,16 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
         guard.listening(raise_after=False),  # once every run is done, a signal changes nothing
         ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="linear-power") as pool,
     ):
-        ahead: dict = {}  # a table's cache key (a run's path when it needs none): its making
-        awaited: set = set()
-
-        def table_of(j: int):
-            key = table_key(paths[j]) or paths[j]
-            if key not in ahead:
-                ahead[key] = pool.submit(linear_power_ahead, paths[j])
-            return ahead[key]
-
+        # each run's table by its cache key (the run's path when it needs none), made once
+        keys = [table_key(p) or p for p in paths] if jax.process_index() == 0 else []
+        ahead: dict = {}
         for i, path in enumerate(paths):
             if jax.process_index() == 0:  # this run's table, and those of the next at_once
                 for j in range(i, min(i + 1 + at_once, len(paths))):
-                    table_of(j)
-                making = table_of(i)
-                made_ahead.append(_await_ahead(making, path, making in awaited))
-                awaited.add(making)
+                    if keys[j] not in ahead:
+                        ahead[keys[j]] = pool.submit(linear_power_ahead, paths[j])
+                shared = keys[i] in keys[:i]  # awaited for an earlier run
+                made_ahead.append(_await_ahead(ahead[keys[i]], path, shared))
             parallel.barrier("run's linear power cached")  # the others wait for process 0's
             outcome = run_one(path, mesh_of, guard)
             outcomes.append(outcome)
@@ -289,8 +283,9 @@ def peak_memory() -> dict:
 
 def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict] = ()) -> dict:
     """The job as JSON data: wall seconds of the process (start-up of JAX included), the
-    OMP_NUM_THREADS it ran with, its compilations and peak memory, per run the stages computed with their records, and the
-    Boltzmann tables made ahead of their runs (``made_ahead``, :func:`_await_ahead`)."""
+    OMP_NUM_THREADS it ran with, its compilations and peak memory, per run the stages computed
+    with their records, and the Boltzmann tables made ahead of their runs (``made_ahead``,
+    :func:`_await_ahead`)."""
     import jax
 
     from pmpipe.runtime import compilation, openmp
