@@ -93,3 +93,15 @@ def test_plan_warns_when_the_maps_ask_for_multipoles_the_mesh_does_not_resolve(c
     err = capsys.readouterr().err
     assert "warning: lensing.flat_sky.pixels = 128 (5 deg) reaches multipole 4608" in err
     assert "lower lensing.flat_sky.pixels to about" in err and "box.oversample" in err
+
+
+def test_plan_warns_when_ray_tracing_planes_are_too_thick(tmp_path, capsys):
+    quickstart = Path(__file__).resolve().parent.parent / "config" / "quickstart.yaml"
+    campaign = yaml.safe_load(quickstart.read_text())
+    campaign["base"]["lensing"] |= {"method": "raytrace", "full_sky": None}
+    path = tmp_path / "raytrace.yaml"
+    path.write_text(yaml.safe_dump(campaign))
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
+    err = capsys.readouterr().err
+    assert "lightcone.plane_thickness = 256 Mpc/h is too thick for ray tracing" in err
+    assert "at most 100 Mpc/h" in err

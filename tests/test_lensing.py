@@ -247,6 +247,8 @@ BASE = {"box": {"box_size": 256.0, "particles": 32}, "lightcone": {"z_max": 1.0}
             "beyond the lightcone",
         ),
         ({"source_redshifts": [], "distributions": []}, "lensing", "no sources"),
+        ({"method": "raytrace", "full_sky": {"nside": 8}}, "lensing", "flat-sky maps only"),
+        ({"method": "curved"}, "method", "'born', 'raytrace' or 'both'"),
     ],
 )
 def test_bad_lensing_input_is_rejected_naming_the_field(tmp_path, lens, field, words):

@@ -77,7 +77,7 @@ def pixel_centres(fov_deg: float, pixels: int) -> np.ndarray:
     return (np.arange(pixels) + 0.5 - 0.5 * pixels) * step
 
 
-def _fourier_matrix(positions, mesh_n: int, box_size: float, dtype):
+def fourier_matrix(positions, mesh_n: int, box_size: float, dtype):
     """exp(i k x) for positions (n,) in Mpc/h and the grid's wavenumbers (M,), numpy of the
     complex dtype that goes with the real ``dtype``."""
     k = fft.angular_frequencies(mesh_n, box_size / mesh_n)
@@ -93,7 +93,7 @@ def _cic_window_2d(mesh_n: int, box_size: float):
 
 def plane_on_pixels(plane, ex, ey, transfer, sharding=None):
     """Values (n, n) of a periodic plane (M, M) at the transverse positions of the Fourier
-    matrices ex, ey (n, M) from :func:`_fourier_matrix`, by band-limited (Fourier)
+    matrices ex, ey (n, M) from :func:`fourier_matrix`, by band-limited (Fourier)
     interpolation, the plane's modes multiplied by ``transfer`` (M, M) first; ``sharding``:
     the plane's layout (see :func:`pmpipe.physics.fft.fft2`)."""
     modes = fft.fft2(plane, sharding) * transfer
@@ -107,6 +107,13 @@ def map_band_limit(mesh_n: int, box_size: float, chi: float, pixel: float):
     k = np.abs(fft.angular_frequencies(mesh_n, box_size / mesh_n))
     keep = k <= np.pi / pixel / chi
     return keep[:, None] & keep[None, :]
+
+
+def plane_transfer(mesh_n: int, box_size: float, chi: float, pixel: float) -> np.ndarray:
+    """(M, M) factor a flat map applies to the modes of a plane at distance chi (Mpc/h) before
+    reading it on pixels of ``pixel`` rad: the plane's CIC window divided out and its modes
+    above the map's Nyquist multipole removed (:func:`map_band_limit`)."""
+    return map_band_limit(mesh_n, box_size, chi, pixel) / _cic_window_2d(mesh_n, box_size)
 
 
 @partial(jax.jit, static_argnames="mesh")
@@ -123,8 +130,7 @@ def flat_sky_convergence(planes, weights, chi, theta, offsets, grid: Grid):
     chi (P,) plane distances, offsets (P, 2), theta (n,) the pixel centres (rad, equally
     spaced). The maps are sharded like a field's first two axes. Every
     plane goes through one compiled program (distances, offsets, weights and the plane's
-    transfer are its arguments): its CIC window divided out and its modes above the map's
-    Nyquist multipole removed (:func:`map_band_limit`)."""
+    transfer are its arguments; :func:`plane_transfer`)."""
     box_size, mesh, dtype = grid.box_size, grid.mesh, np.dtype(grid.dtype)
     theta = np.asarray(theta)
     weights = np.asarray(weights)
@@ -138,12 +144,10 @@ def flat_sky_convergence(planes, weights, chi, theta, offsets, grid: Grid):
         plane = plane()
         mesh_n = plane.shape[0]
         ex, ey = (
-            _fourier_matrix(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
+            fourier_matrix(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
             for j in range(2)
         )
-        transfer = map_band_limit(mesh_n, box_size, float(chi[i]), pixel) / _cic_window_2d(
-            mesh_n, box_size
-        )
+        transfer = plane_transfer(mesh_n, box_size, float(chi[i]), pixel)
         maps = _add_plane(
             maps, plane, weights[:, i].astype(dtype), ex, ey, transfer.astype(dtype), mesh=mesh
         )

@@ -97,7 +97,8 @@ class TableSources(StrictModel):
 
 
 class Lensing(StrictModel):
-    """Born convergence and shear maps from the lightcone planes (pmpipe.physics.lensing)."""
+    """Convergence and shear maps from the lightcone planes: Born (pmpipe.physics.lensing) or
+    ray-traced (pmpipe.physics.raytrace)."""
 
     source_redshifts: list[float] = Field(
         default_factory=lambda: [1.0],
@@ -112,6 +113,16 @@ class Lensing(StrictModel):
         default_factory=FlatSky, description="flat-sky maps (null: none)"
     )
     full_sky: FullSky | None = Field(None, description="HEALPix maps (null: none)")
+    method: Literal["born", "raytrace", "both"] = Field(
+        "born",
+        description="born: κ as the lensing-weighted sum of the planes along straight lines "
+        "of sight (fast); raytrace: rays deflected at every plane (multiple lens planes, "
+        "flat sky), with the rotation ω and lens-lens coupling; both: the ray-traced maps and "
+        "Born's from the same planes (kappa_born, gamma1_born, gamma2_born)",
+    )
+    reduced_shear: bool = Field(
+        False, description="also write the reduced shear g = γ / (1 - κ) of the maps (g1, g2)"
+    )
 
     @model_validator(mode="after")
     def _some_sources_and_maps(self):
@@ -124,6 +135,11 @@ class Lensing(StrictModel):
             raise ValueError(f"lensing.distributions names must be unique, got {names}")
         if self.flat_sky is None and self.full_sky is None:
             raise ValueError("lensing needs flat_sky or full_sky maps (or both)")
+        if self.method != "born" and (self.full_sky is not None or self.flat_sky is None):
+            raise ValueError(
+                f"lensing.method = {self.method} ray-traces flat-sky maps only: give "
+                "lensing.flat_sky and set lensing.full_sky to null, or use method born"
+            )
         return self
 
     def source_labels(self) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe.physics import lensing, lightcone, resolution, sky
+from pmpipe.physics import lensing, lightcone, raytrace, resolution, sky
 from pmpipe.run import config, derive
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
@@ -108,6 +108,19 @@ def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, t
     ranges = valid_ranges(setup, config.section(setup.planes, "lightcone planes").chi_edges)
     k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
     out = {}
+    thickness = cfg.plane_thickness()
+    if cfg.lensing.method != "born" and thickness > raytrace.MAX_PLANE_THICKNESS:
+        field = f"lightcone.plane_thickness = {thickness:g} Mpc/h"
+        out[field] = (
+            0.0,
+            (
+                f"{field} is too thick for ray tracing (lensing.method = "
+                f"{cfg.lensing.method}, {len(config.section(setup.planes, 'planes'))} planes): "
+                "lens-lens coupling needs planes of at most "
+                f"{raytrace.MAX_PLANE_THICKNESS:g} Mpc/h; thinner planes lose power at low "
+                "multipoles (docs/validation.md)"
+            ),
+        )
     for suffix, rows in ranges.items():
         best = max(range(len(rows)), key=lambda i: rows[i].ell_max)
         resolved = rows[best].ell_max
@@ -160,7 +173,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     group = store.create(
         path,
         provenance.provenance(run_file, "lensing", mesh, started, inputs.made_from("lensing"))
-        | {"maps_kept": maps_kept},
+        | {"maps_kept": maps_kept, "method": cfg.lensing.method},
         keepbits=cfg.outputs.keepbits,
     )
     store.write_coordinate(
@@ -201,22 +214,46 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
 
 
 def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
-    """κ, γ1, γ2 of every source on the flat-sky pixels from the nbody store's planes (Born
-    weights (S, P)): written unless outputs.lightcone is off, κ kept for the summaries."""
+    """κ, γ1, γ2 (and ω when ray-traced) of every source on the flat-sky pixels from the nbody
+    store's planes (Born weights (S, P)), by lensing.method: written unless outputs.lightcone is
+    off, κ kept for the summaries."""
     nb, srcs = inputs.store("nbody"), setup.sources
     chi = np.asarray(nb["plane"][:], np.float64)
-    maps_kept = setup.config.outputs.lightcone
-    flat = config.section(
-        config.section(setup.config.lensing, "lensing").flat_sky, "lensing.flat_sky"
-    )
+    lens = config.section(setup.config.lensing, "lensing")
+    flat = config.section(lens.flat_sky, "lensing.flat_sky")
     theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
     offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
     planes = [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)]
+    maps = {}
     with progress.timed("lensing"):
-        kappa = lensing.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
-        gamma1, gamma2 = jax.block_until_ready(lensing.shear_from_convergence(kappa))
+        if lens.method != "raytrace":
+            kappa = lensing.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
+            shear = jax.block_until_ready(lensing.shear_from_convergence(kappa))
+            suffix = "_born" if lens.method == "both" else ""
+            maps |= {
+                f"kappa{suffix}": (kappa, "Born convergence"),
+                f"gamma1{suffix}": (shear[0], "Born shear, first component (Kaiser-Squires)"),
+                f"gamma2{suffix}": (shear[1], "Born shear, second component (Kaiser-Squires)"),
+            }
+        if lens.method != "born":
+            factors = raytrace.deflection_factors(setup.cosmology, chi)
+            traced = raytrace.trace(planes, weights, factors, chi, theta, offsets, setup.grid)
+            maps |= {
+                "kappa": (traced["kappa"], "ray-traced convergence"),
+                "gamma1": (traced["gamma1"], "ray-traced shear, first component"),
+                "gamma2": (traced["gamma2"], "ray-traced shear, second component"),
+                "omega": (traced["omega"], "ray-traced rotation"),
+            }
+        if lens.reduced_shear:
+            for c in ("1", "2"):
+                maps[f"g{c}"] = (
+                    maps[f"gamma{c}"][0] / (1 - maps["kappa"][0]),
+                    f"reduced shear g{c} = gamma{c} / (1 - kappa)",
+                )
+        jax.block_until_ready([m for m, _ in maps.values()])
     progress(
-        f"flat-sky maps: {len(srcs)} sources, {flat.pixels}^2 pixels over {flat.field_of_view} deg"
+        f"flat-sky maps ({lens.method}): {len(srcs)} sources, {flat.pixels}^2 pixels over "
+        f"{flat.field_of_view} deg"
     )
     for axis in ("theta_x", "theta_y"):
         store.write_coordinate(
@@ -226,26 +263,19 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
             "deg",
             f"angle of the pixel centre from the line of sight, {axis[-1]}",
         )
-    dims = ("source", "theta_x", "theta_y")
-    for name, data, long_name in (
-        ("kappa", kappa, "Born convergence"),
-        ("gamma1", gamma1, "shear, first component (Kaiser-Squires)"),
-        ("gamma2", gamma2, "shear, second component (Kaiser-Squires)"),
-    ):
-        if maps_kept:
-            store.write_array(group, name, data, dims, "1", long_name)
+    if setup.config.outputs.lightcone:
+        for name, (data, long_name) in maps.items():
+            store.write_array(group, name, data, ("source", "theta_x", "theta_y"), "1", long_name)
     for i in range(len(srcs)):
-        inputs.keep("lensing", "kappa", kappa[i], (i,))
+        inputs.keep("lensing", "kappa", maps["kappa"][0][i], (i,))
 
 
 def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
     """κ, γ1, γ2 of every source on HEALPix maps from the shells' harmonic coefficients (Born
     weights (S, P)): written unless outputs.lightcone is off, κ kept for the summaries."""
     srcs, maps_kept = setup.sources, setup.config.outputs.lightcone
-    full = config.section(
-        config.section(setup.config.lensing, "lensing").full_sky, "lensing.full_sky"
-    )
-    nside = full.nside
+    lens = config.section(setup.config.lensing, "lensing")
+    nside = config.section(lens.full_sky, "lensing.full_sky").nside
     with progress.timed("lensing"):
         kappa_alm = weights @ np.asarray(
             inputs.array("nbody", "lightcone_healpix_alm"), np.complex128
@@ -260,19 +290,21 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
         "ell_band_limit": sky.healpix_ell_max(nside),
         "pixel_window": "none",
     }
-    for name, data, long_name in (
+    maps = [
         ("kappa_healpix", kappa_hp, "Born convergence"),
-        (
-            "gamma1_healpix",
-            np.stack([g[0] for g in shear]),
-            "shear, first component (healpy Q)",
-        ),
-        (
-            "gamma2_healpix",
-            np.stack([g[1] for g in shear]),
-            "shear, second component (healpy U)",
-        ),
-    ):
+        ("gamma1_healpix", np.stack([g[0] for g in shear]), "shear, first component (healpy Q)"),
+        ("gamma2_healpix", np.stack([g[1] for g in shear]), "shear, second component (healpy U)"),
+    ]
+    if lens.reduced_shear:
+        maps += [
+            (
+                f"g{c}_healpix",
+                maps[c][1] / (1 - kappa_hp),
+                f"reduced shear g{c} = gamma{c} / (1 - kappa)",
+            )
+            for c in (1, 2)
+        ]
+    for name, data, long_name in maps:
         if maps_kept:
             store.write_array(
                 group,
