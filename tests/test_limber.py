@@ -81,7 +81,7 @@ def test_convergence_cl_agrees_with_halofit_limber_inside_the_resolved_range(tmp
             np.testing.assert_array_equal(g["ell" + suffix + "_mean"][:], ell)
         inside = (lo >= low) & (hi <= high + 1) & np.isfinite(ell)
         assert inside.sum() >= 2, (suffix, low, high, lo, hi)
-        cl = np.mean([g["cl" + suffix][0] for g, _ in runs], axis=0)
+        cl = np.mean([g["cl" + suffix][0, 0] for g, _ in runs], axis=0)
         ratio = cl[inside] / pyccl.angular_cl(ccl, sources, sources, ell[inside])
         print(
             f"C_ell{suffix} / halofit Limber at mean ell "
@@ -132,7 +132,7 @@ def test_neutrinos_suppress_the_convergence_cl_as_pyccl_says(tmp_path):
         low, high = first["ell_min_valid" + suffix][0], first["ell_max_valid" + suffix][0]
         inside = (lo >= low) & (hi <= high + 1) & np.isfinite(ell)
         assert inside.sum() >= 2
-        measured = runs[0.15][0]["cl" + suffix][0][inside] / first["cl" + suffix][0][inside]
+        measured = runs[0.15][0]["cl" + suffix][0, 0][inside] / first["cl" + suffix][0, 0][inside]
         expected = []
         for m_nu in (0.0, 0.15):
             ccl = _ccl_hmcode(runs[m_nu][1].cosmology)

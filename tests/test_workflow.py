@@ -61,7 +61,7 @@ def test_first_run_writes_every_store_manifest_and_figures(campaign):
     ds = xr.open_zarr(results / "summaries.zarr")
     assert ds.pk.dims == ("run", "a", "k") and list(ds.run.values) == runs
     assert "seed" in ds.pk.coords
-    assert ds.cl.dims == ("run", "source", "ell") and ds.peaks.dims == (
+    assert ds.cl.dims == ("run", "source", "source2", "ell") and ds.peaks.dims == (
         "run",
         "source",
         "smoothing",

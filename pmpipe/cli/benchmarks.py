@@ -103,6 +103,17 @@ def nonlinear(args) -> int:
     return 0
 
 
+def raytrace(args) -> int:
+    """``pmpipe bench raytrace``: seconds per lens plane, ray tracing and Born."""
+    from pmpipe.bench import raytrace
+
+    record = raytrace.bench_raytrace(
+        args.pixels, args.planes, args.mesh, args.box, args.fov, args.seed
+    )
+    _emit(record, args.json)
+    return 0
+
+
 def campaign(args) -> int:
     """``pmpipe bench campaign``: a campaign end to end through Snakemake."""
     from pmpipe.bench import campaign

@@ -178,6 +178,21 @@ BENCH = (
         ),
     ),
     Command(
+        "raytrace",
+        "seconds per lens plane of flat-sky ray tracing and of Born on the same Gaussian "
+        "planes (fiducial linear power, out to a source at z = 1)",
+        benchmarks.raytrace,
+        (
+            arg("--pixels", type=int, default=2048, help="map pixels per side (default 2048)"),
+            arg("--planes", type=int, default=20, help="lens planes (default 20)"),
+            arg("--mesh", type=int, default=512, help="plane grid cells per side (default 512)"),
+            arg("--box", type=float, default=1000.0, help="box size, Mpc/h (default 1000)"),
+            arg("--fov", type=float, default=5.0, help="map side, degrees (default 5)"),
+            arg("--seed", type=int, default=1, help="seed of the planes (default 1)"),
+            JSON,
+        ),
+    ),
+    Command(
         "store",
         "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
         "files and bytes on disk",

@@ -211,7 +211,9 @@ def plot_cl(summaries_path, out_path) -> None:
     """C_ell of κ per source against the Limber prediction with linear P(k); ratio below."""
     g = _open_checked(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
-    ell, cl, lin = g["ell" + suffix + "_mean"][:], g["cl" + suffix][:], g["cl_linear" + suffix][:]
+    ell = g["ell" + suffix + "_mean"][:]
+    cl = np.diagonal(g["cl" + suffix][:], axis1=0, axis2=1).T  # auto-spectra (source, ell)
+    lin = np.diagonal(g["cl_linear" + suffix][:], axis1=0, axis2=1).T
     low, high = g["ell_min_valid" + suffix][:], g["ell_max_valid" + suffix][:]
     fig, top, bottom = _ratio_panels()
     for i, source in enumerate(g["source"][:]):

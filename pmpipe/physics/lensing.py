@@ -180,13 +180,21 @@ def _shear(kappa, sharding):
 
 def convergence_from_shear(gamma1, gamma2):
     """Inverse Kaiser-Squires: the E-mode κ (..., n1, n2) of a flat-sky shear field (zero mean)."""
-    return _convergence(gamma1, gamma2, sharding=fft.map_sharding(gamma1))
+    return shear_modes(gamma1, gamma2)[0]
+
+
+def shear_modes(gamma1, gamma2):
+    """E and B modes (..., n1, n2) of a flat-sky shear field as convergences, E + iB the inverse
+    Kaiser-Squires transform of γ1 + iγ2 (zero mean; the map taken as periodic, so a field that
+    is not leaks E into B near the edges), laid out like γ1."""
+    return _modes(gamma1, gamma2, sharding=fft.map_sharding(gamma1))
 
 
 @partial(jax.jit, static_argnames="sharding")
-def _convergence(gamma1, gamma2, sharding):
+def _modes(gamma1, gamma2, sharding):
     kernel = jnp.conj(_kaiser_squires_kernel(gamma1.shape[-2:]))
-    return fft.laid_out(fft.filter_2d(gamma1 + 1j * gamma2, kernel, sharding).real, sharding)
+    modes = fft.filter_2d(gamma1 + 1j * gamma2, kernel, sharding)
+    return fft.laid_out(modes.real, sharding), fft.laid_out(modes.imag, sharding)
 
 
 def _spin2_factor(lmax: int) -> np.ndarray:
@@ -198,16 +206,24 @@ def _spin2_factor(lmax: int) -> np.ndarray:
     return f
 
 
-def healpix_shear(kappa_alm, nside: int):
-    """(γ1, γ2) HEALPix maps (RING) of ``nside`` from κ's harmonic coefficients (healpy's
-    ordering, ℓ ≤ lmax): E-mode alm = f_ℓ κ_ℓm, B = 0, through healpy's spin-2 synthesis
-    (γ1, γ2 as healpy's Q, U)."""
+def born_shear_alm(kappa_alm) -> tuple[np.ndarray, np.ndarray]:
+    """E and B harmonic coefficients (healpy's ordering) of the shear of a convergence with
+    coefficients ``kappa_alm``: E = f_ℓ κ_ℓm, B = 0 (f_ℓ = sqrt((ℓ+2)(ℓ-1) / (ℓ(ℓ+1))))."""
     import healpy
 
     kappa_alm = np.asarray(kappa_alm, np.complex128)
-    lmax = healpy.Alm.getlmax(kappa_alm.size)
-    e_alm = healpy.almxfl(kappa_alm, _spin2_factor(lmax))
-    return healpy.alm2map_spin([e_alm, np.zeros_like(e_alm)], nside, 2, lmax)
+    e_alm = healpy.almxfl(kappa_alm, _spin2_factor(healpy.Alm.getlmax(kappa_alm.size)))
+    return e_alm, np.zeros_like(e_alm)
+
+
+def healpix_shear(kappa_alm, nside: int):
+    """(γ1, γ2) HEALPix maps (RING) of ``nside`` from κ's harmonic coefficients (healpy's
+    ordering, ℓ ≤ lmax): the modes of :func:`born_shear_alm` through healpy's spin-2 synthesis
+    (γ1, γ2 as healpy's Q, U)."""
+    import healpy
+
+    e_alm, b_alm = born_shear_alm(kappa_alm)
+    return healpy.alm2map_spin([e_alm, b_alm], nside, 2, healpy.Alm.getlmax(e_alm.size))
 
 
 def healpix_convergence_from_shear(gamma1, gamma2, lmax: int):
@@ -230,19 +246,25 @@ def limber_integrand(
     source_weights,
     power,
     samples: int = 256,
+    other: tuple | None = None,
 ):
     """The Limber integrand of κ's C_ℓ with the linear power D1(a)² P_lin(k) (power: callable
     of k [h/Mpc] giving (Mpc/h)³), q(χ)² / χ² P((ℓ + 1/2)/χ, a(χ)) at ``samples`` distances
-    up to the farthest source. Returns (χ (S,) Mpc/h, integrand (L, S) sr h/Mpc, dχ Mpc/h)."""
+    up to the farthest source; with ``other`` (χ, weights of a second source), the cross
+    spectrum's q(χ) q_other(χ) / χ² P, up to the nearer of the two farthest sources. Returns
+    (χ (X,) Mpc/h, integrand (L, X) sr h/Mpc, dχ Mpc/h)."""
     chi_max = float(np.max(source_chi))
+    if other is not None:
+        chi_max = min(chi_max, float(np.max(other[0])))
     chi = (np.arange(samples) + 0.5) * chi_max / samples
     cosmo = cosmology.tabulated(cosmo)
     q = lensing_efficiency(cosmo, chi, source_chi, source_weights)
+    q_other = q if other is None else lensing_efficiency(cosmo, chi, *other)
     a = cosmology.scale_factor_at_distance(cosmo, chi)
     growth = np.asarray(cosmology.growth_factor(cosmo, a), np.float64)
     k = (np.asarray(ell, np.float64)[:, None] + 0.5) / chi[None, :]
     pk = np.asarray(power(k), np.float64) * growth[None, :] ** 2
-    return chi, q**2 / chi**2 * pk, chi_max / samples
+    return chi, q * q_other / chi**2 * pk, chi_max / samples
 
 
 def limber_convergence_cl(
@@ -252,7 +274,11 @@ def limber_convergence_cl(
     source_weights,
     power,
     samples: int = 256,
+    other: tuple | None = None,
 ):
-    """Limber C_ℓ (L,) of κ with the linear power: the sum of :func:`limber_integrand`."""
-    _, integrand, dchi = limber_integrand(cosmo, ell, source_chi, source_weights, power, samples)
+    """Limber C_ℓ (L,) of κ with the linear power (with ``other``, the cross spectrum with a
+    second source): the sum of :func:`limber_integrand`."""
+    _, integrand, dchi = limber_integrand(
+        cosmo, ell, source_chi, source_weights, power, samples, other
+    )
     return np.sum(integrand, axis=1) * dchi

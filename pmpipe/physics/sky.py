@@ -75,3 +75,8 @@ def healpix_ell_max(nside: int) -> int:
     """Band limit of pmpipe's full-sky maps of ``nside``: the highest multipole of their
     harmonic coefficients, 3 nside - 1."""
     return 3 * nside - 1
+
+
+def pixel_arcmin(nside: int) -> float:
+    """Side of a HEALPix pixel of ``nside`` in arcmin: the square root of its area."""
+    return math.degrees(math.sqrt(4 * math.pi / healpix_pixels(nside))) * 60

@@ -353,6 +353,8 @@ class Run(StrictModel):
                     f"lensing.distributions '{d.name}' has sources beyond the lightcone "
                     f"(n > 0 at z > lightcone.z_max = {z_max})"
                 )
+        if self.summaries.shape_noise is not None:
+            self.summaries.shape_noise.per_source(lens.source_labels())
 
 
 def _massive_neutrino_problems(run: Run) -> list[str]:

@@ -148,10 +148,40 @@ class Lensing(StrictModel):
 
 
 class ShapeNoise(StrictModel):
-    """Gaussian shape noise added to κ before smoothing."""
+    """Gaussian shape noise added to κ: one value for every source, or a list with one per
+    source in store order (lensing.source_redshifts, then lensing.distributions)."""
 
-    sigma_e: float = Field(0.26, gt=0, description="ellipticity dispersion per component")
-    n_gal: float = Field(30.0, gt=0, description="galaxies per square arcminute")
+    sigma_e: float | list[float] = Field(
+        0.26, description="ellipticity dispersion per component (per source: a list)"
+    )
+    n_gal: float | list[float] = Field(
+        30.0, description="galaxies per square arcminute (per source: a list)"
+    )
+
+    @model_validator(mode="after")
+    def _positive(self):
+        for name in ("sigma_e", "n_gal"):
+            values = getattr(self, name)
+            if min(values if isinstance(values, list) else [values], default=0) <= 0:
+                raise ValueError(f"summaries.shape_noise.{name} must be > 0, got {values}")
+        return self
+
+    def per_source(self, labels: list[str]) -> list[tuple[float, float]]:
+        """(σ_e, n_gal) of each source named in ``labels``; ValueError naming the field when a
+        list does not give one value per source."""
+        out = []
+        for name in ("sigma_e", "n_gal"):
+            values = getattr(self, name)
+            if not isinstance(values, list):
+                values = [values] * len(labels)
+            elif len(values) != len(labels):
+                raise ValueError(
+                    f"summaries.shape_noise.{name} lists {len(values)} values, but the run has "
+                    f"{len(labels)} sources ({', '.join(labels)}): give one per source or one "
+                    "for all"
+                )
+            out.append(values)
+        return list(zip(*out))
 
 
 class Summaries(StrictModel):
@@ -182,6 +212,14 @@ class Summaries(StrictModel):
     shape_noise: ShapeNoise | None = Field(
         None, description="shape noise added before smoothing (null: none)"
     )
+    xi_bins: int = Field(
+        15, ge=1, description="angles (log-spaced) of the full-sky shear correlations xi+/-"
+    )
+    xi_theta_arcmin: tuple[float, float] | None = Field(
+        None,
+        description="[smallest, largest] angle of xi+/- in arcmin (default: 3 pixel sides of "
+        "the full-sky map to 300)",
+    )
 
     @model_validator(mode="after")
     def _valid(self):
@@ -191,4 +229,12 @@ class Summaries(StrictModel):
             )
         if min(self.smoothing_arcmin) < 0:
             raise ValueError("summaries.smoothing_arcmin values must be >= 0")
+        if (
+            self.xi_theta_arcmin is not None
+            and not 0 < self.xi_theta_arcmin[0] < self.xi_theta_arcmin[1] <= 10800
+        ):
+            raise ValueError(
+                "summaries.xi_theta_arcmin must be [smallest, largest] with 0 < smallest < "
+                f"largest <= 10800 (180 deg), got {list(self.xi_theta_arcmin)}"
+            )
         return self

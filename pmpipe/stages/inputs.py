@@ -22,7 +22,11 @@ STORED_BY = {
     "lightcone_healpix": "outputs.lightcone",
     "lightcone_healpix_alm": "outputs.lightcone",
     "kappa": "outputs.lightcone",
+    "gamma1": "outputs.lightcone",
+    "gamma2": "outputs.lightcone",
     "kappa_healpix": "outputs.lightcone",
+    "gamma_e_healpix_alm": "outputs.lightcone",
+    "gamma_b_healpix_alm": "outputs.lightcone",
     "kappa_healpix_alm": "outputs.lightcone",
 }
 

@@ -267,7 +267,8 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
         for name, (data, long_name) in maps.items():
             store.write_array(group, name, data, ("source", "theta_x", "theta_y"), "1", long_name)
     for i in range(len(srcs)):
-        inputs.keep("lensing", "kappa", maps["kappa"][0][i], (i,))
+        for name in ("kappa", "gamma1", "gamma2"):
+            inputs.keep("lensing", name, maps[name][0][i], (i,))
 
 
 def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
@@ -282,6 +283,7 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
         )
         kappa_hp = np.stack([lightcone.healpix_map(a, nside) for a in kappa_alm])
         shear = [lensing.healpix_shear(a, nside) for a in kappa_alm]
+        shear_alm = [lensing.born_shear_alm(a) for a in kappa_alm]
     progress(f"full-sky maps: {len(srcs)} sources, nside {nside}")
     attrs = {
         "grid_name": "HEALPix",
@@ -315,7 +317,17 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
                 long_name,
                 **attrs,
             )
+    modes = {
+        f"gamma_{m}_healpix_alm": np.stack([alm[i] for alm in shear_alm])
+        for i, m in enumerate("eb")
+    }
     if maps_kept:
+        for name, data in modes.items():
+            store.write_array(
+                group, name, data.astype(np.complex64), ("source", "alm"), "1",
+                f"harmonic coefficients of the shear's {name[6].upper()} modes (healpy's "
+                "ordering, spin 2)", ell_max=sky.healpix_ell_max(nside), ordering="healpy",
+            )  # fmt: skip
         store.write_array(
             group,
             "kappa_healpix_alm",
@@ -327,6 +339,8 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
             ordering="healpy",
         )
     inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
+    for name, data in modes.items():
+        inputs.keep("lensing", name, data)
     inputs.keep("lensing", "kappa_healpix_alm", kappa_alm)
 
 

@@ -4,8 +4,8 @@ Reads ``ic.zarr``, ``nbody.zarr`` and (with lensing) ``lensing.zarr``; writes
 ``summaries.zarr`` (docs/outputs.md): the matter power spectrum ``pk`` (a, k) of ρ/ρ̄ with the
 CIC window divided out (shot noise L³/N³ recorded, not subtracted), the mean wavenumber and
 mode count per bin, linear theory D1(a)² P_lin(k); at a_final the cross spectrum with the
-initial (linear) field, the propagator and r(k); with lensing, C_ell, peak counts and PDF of κ
-per source and smoothing scale.
+initial (linear) field, the propagator and r(k); with lensing, the C_ell of every pair of sources
+and per source and smoothing scale the peak counts and PDF of κ (pmpipe.stages.map_statistics).
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from jax.sharding import NamedSharding
 
-from pmpipe.physics import cosmology, lensing, neutrinos, painting, resolution, sky, stats
+from pmpipe.physics import cosmology, neutrinos, painting, resolution, stats
 from pmpipe.physics.domain import Grid
 from pmpipe.run import config, derive
-from pmpipe.runtime.parallel import FIELD_SPEC
-from pmpipe.stages import store_path
+from pmpipe.stages import map_statistics, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
 from pmpipe.storage import provenance, store
@@ -52,7 +50,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     progress("cross-correlation with the initial field")
     if cfg.lensing is not None:
         with progress.timed("statistics"):
-            write_lensing_statistics(group, setup, inputs)
+            map_statistics.write_lensing_statistics(group, setup, inputs)
         progress("lensing statistics")
     store.mark_complete(group)
     return path
@@ -210,244 +208,6 @@ def write_initial_correlation(
         dims,
         "1",
         "correlation coefficient r(k) of the final and initial density",
-    )
-
-
-def ell_edges_flat(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole."""
-    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
-    fov = np.radians(flat.field_of_view)
-    return stats.log_bin_edges(2 * np.pi / fov, np.pi * flat.pixels / fov, cfg.summaries.ell_bins)
-
-
-def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive)."""
-    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
-    ell_max = sky.healpix_ell_max(full.nside)
-    return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
-
-
-def kappa_edges(cfg: config.Run) -> np.ndarray:
-    return np.linspace(*cfg.summaries.kappa_range, cfg.summaries.kappa_bins + 1)
-
-
-RANGE_NAMES = ("ell_min_valid", "ell_max_valid", "ell_min_valid_healpix", "ell_max_valid_healpix")
-
-
-def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> None:
-    """C_ell (with its Limber prediction for the linear P(k)), peak counts and PDF of κ per
-    source and smoothing scale, for the flat-sky and the HEALPix maps."""
-    section = config.section(setup.config.lensing, "lensing")
-    count = _write_lensing_axes(group, setup, inputs)
-    if section.flat_sky is not None:
-        _write_map_statistics(group, setup, _flat_sky_maps(setup, inputs, count))
-    if section.full_sky is not None:
-        _write_map_statistics(group, setup, _full_sky_maps(setup, inputs, count))
-
-
-def _write_lensing_axes(group, setup: derive.RunSetup, inputs: Inputs) -> int:
-    """The sources with their resolved multipoles, the smoothing scales and the κ bins;
-    returns the number of sources."""
-    cfg = setup.config
-    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
-    sources = [str(s) for s in inputs.store("lensing")["source"][:]]
-    store.write_coordinate(group, "source", np.array(sources), "1", "lensing source")
-    lens = inputs.store("lensing")
-    for name in (n for n in RANGE_NAMES if n in lens):
-        store.write_array(
-            group,
-            name,
-            lens[name][:],
-            ("source",),
-            "1",
-            lens[name].attrs["long_name"],
-            reasons=lens[name].attrs["reasons"],
-        )
-    store.write_coordinate(
-        group,
-        "smoothing",
-        np.array(scales, np.float64),
-        "arcmin",
-        "Gaussian smoothing sigma of kappa",
-    )
-    store.write_coordinate(
-        group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin"
-    )
-    store.write_array(group, "kappa_lo", edges[:-1], ("kappa",), "1", "lower edge of the kappa bin")
-    store.write_array(group, "kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
-    return len(sources)
-
-
-def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> tuple:
-    """The flat-sky κ maps of the ``count`` sources with what their statistics need:
-    (suffix, ℓ bin edges, maps, shape noise or None, C_ℓ, smoothing, peak counting)."""
-    cfg, summ = setup.config, setup.config.summaries
-    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
-    sharding = NamedSharding(setup.grid.mesh, FIELD_SPEC)
-    kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(count)]
-    noise = None
-    if summ.shape_noise is not None:
-        noise = [
-            stats.shape_noise_flat(
-                cfg.ic.seed,
-                i,
-                flat.pixels,
-                flat.field_of_view,
-                summ.shape_noise.sigma_e,
-                summ.shape_noise.n_gal,
-                sharding,
-            )
-            for i in range(count)
-        ]
-    spectra = [stats.flat_sky_cl(k, flat.field_of_view, ell_edges_flat(cfg)) for k in kappa]
-    return (
-        "",
-        ell_edges_flat(cfg),
-        kappa,
-        noise,
-        spectra,
-        lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
-        stats.peak_counts_flat,
-    )
-
-
-def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> tuple:
-    """The HEALPix κ maps of the ``count`` sources with what their statistics need, as
-    :func:`_flat_sky_maps`."""
-    cfg, summ = setup.config, setup.config.summaries
-    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
-    nside = full.nside
-    kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
-    spectra = [
-        stats.full_sky_cl(a, ell_edges_healpix(cfg))
-        for a in np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128)
-    ]
-    noise = None
-    if summ.shape_noise is not None:
-        noise = [
-            stats.shape_noise_healpix(
-                [cfg.ic.seed, i], nside, summ.shape_noise.sigma_e, summ.shape_noise.n_gal
-            )
-            for i in range(count)
-        ]
-    return (
-        "_healpix",
-        ell_edges_healpix(cfg),
-        kappa,
-        noise,
-        spectra,
-        stats.smooth_healpix,
-        stats.peak_counts_healpix,
-    )
-
-
-def _write_map_statistics(group, setup: derive.RunSetup, maps: tuple) -> None:
-    """C_ℓ with its Limber prediction, peak counts and PDF of one kind of map
-    (:func:`_flat_sky_maps`, :func:`_full_sky_maps`) of every source."""
-    cosmo, srcs, power = setup.cosmology, setup.sources, setup.power
-    suffix, ell_edges, kappa, noise, spectra, smooth, peaks_of = maps
-    _write_peaks(
-        group,
-        setup,
-        suffix,
-        [k if noise is None else k + noise[i] for i, k in enumerate(kappa)],
-        smooth,
-        peaks_of,
-    )
-    ell_dim = "ell" + suffix
-    store.write_coordinate(
-        group,
-        ell_dim,
-        np.sqrt(ell_edges[1:] * ell_edges[:-1]),
-        "1",
-        "geometric centre of the multipole bin",
-    )
-    store.write_array(
-        group,
-        ell_dim + "_lo",
-        ell_edges[:-1],
-        (ell_dim,),
-        "1",
-        "lower edge of the multipole bin",
-    )
-    store.write_array(
-        group,
-        ell_dim + "_hi",
-        ell_edges[1:],
-        (ell_dim,),
-        "1",
-        "upper edge of the multipole bin",
-    )
-    ell_mean = np.stack([s[0] for s in spectra])
-    store.write_array(
-        group,
-        ell_dim + "_mean",
-        ell_mean[0],
-        (ell_dim,),
-        "1",
-        "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
-        "full sky); the ell at which to compare C_ell with theory",
-    )
-    store.write_array(
-        group,
-        "cl" + suffix,
-        np.stack([s[1] for s in spectra]),
-        ("source", ell_dim),
-        "sr",
-        "angular power spectrum of kappa (no noise)",
-    )
-    store.write_array(
-        group,
-        "cl_modes" + suffix,
-        spectra[0][2],
-        (ell_dim,),
-        "1",
-        "number of multipole modes in the bin",
-    )
-    theory = [
-        lensing.limber_convergence_cl(cosmo, np.where(np.isfinite(lm), lm, c), chi, w, power)
-        for lm, (_, _, chi, w), c in zip(
-            ell_mean, srcs, [np.sqrt(ell_edges[1:] * ell_edges[:-1])] * len(srcs)
-        )
-    ]
-    store.write_array(
-        group,
-        "cl_linear" + suffix,
-        np.stack(theory),
-        ("source", ell_dim),
-        "sr",
-        "Limber C_ell of kappa with the linear P(k), at the bins' mean multipoles",
-    )
-
-
-def _write_peaks(
-    group, setup: derive.RunSetup, suffix: str, observed: list, smooth, peaks_of
-) -> None:
-    """Peak counts and PDF of every source's map as observed (with shape noise when the run
-    has it), per smoothing scale."""
-    cfg = setup.config
-    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
-    peaks, pdfs = [], []
-    for noisy in observed:
-        smoothed = [smooth(noisy, s) for s in scales]
-        peaks.append([peaks_of(m, edges) for m in smoothed])
-        pdfs.append([stats.pdf(m, edges) for m in smoothed])
-    label = "" if cfg.summaries.shape_noise is None else " with shape noise"
-    store.write_array(
-        group,
-        "peaks" + suffix,
-        np.asarray(peaks),
-        ("source", "smoothing", "kappa"),
-        "1",
-        f"number of peaks of smoothed kappa{label} per kappa bin",
-    )
-    store.write_array(
-        group,
-        "pdf" + suffix,
-        np.asarray(pdfs),
-        ("source", "smoothing", "kappa"),
-        "1",
-        f"probability density of smoothed kappa{label}",
     )
 
 

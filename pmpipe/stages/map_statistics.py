@@ -1,0 +1,320 @@
+"""The lensing maps' part of the summaries: the C_ℓ of every pair of sources (κ, and the shear's
+E and B modes), with the Limber prediction of every pair, and per source the peak counts and
+PDF of κ, on the flat-sky and HEALPix maps (docs/outputs.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+from jax.sharding import NamedSharding
+
+from pmpipe.physics import lensing, shear_correlation, sky, stats
+from pmpipe.run import config, derive
+from pmpipe.runtime.parallel import FIELD_SPEC
+from pmpipe.stages.inputs import Inputs
+from pmpipe.storage import store
+
+RANGE_NAMES = ("ell_min_valid", "ell_max_valid", "ell_min_valid_healpix", "ell_max_valid_healpix")
+PAIR_DIMS = ("source", "source2")
+
+
+def ell_edges_flat(cfg: config.Run) -> np.ndarray:
+    """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole."""
+    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
+    fov = np.radians(flat.field_of_view)
+    return stats.log_bin_edges(2 * np.pi / fov, np.pi * flat.pixels / fov, cfg.summaries.ell_bins)
+
+
+def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
+    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive)."""
+    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
+    ell_max = sky.healpix_ell_max(full.nside)
+    return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
+
+
+def kappa_edges(cfg: config.Run) -> np.ndarray:
+    return np.linspace(*cfg.summaries.kappa_range, cfg.summaries.kappa_bins + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkyMaps:
+    """One kind of map (flat sky or HEALPix) of every source, with what its statistics need:
+    ``suffix`` of the names it is written under, the C_ℓ bin ``edges``, the κ maps and shape
+    noise maps (or None), per source the κ, E and B modes and noisy κ (None without noise) as
+    ``spectrum`` takes them (maps or harmonic coefficients), ``spectrum`` (a, b) -> (ℓ mean,
+    C_ℓ, modes) per bin, ``smooth`` (map, σ arcmin) and ``peaks_of`` (map, κ edges)."""
+
+    suffix: str
+    edges: np.ndarray
+    kappa: list
+    noise: list | None
+    modes: dict[str, list]
+    noisy: list | None
+    spectrum: Callable
+    smooth: Callable
+    peaks_of: Callable
+
+
+def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> None:
+    """C_ell of every pair of sources (with its Limber prediction for the linear P(k)), peak
+    counts and PDF of κ per source and smoothing scale, for the flat-sky and the HEALPix maps."""
+    section = config.section(setup.config.lensing, "lensing")
+    count = _write_lensing_axes(group, setup, inputs)
+    if section.flat_sky is not None:
+        _write_map_statistics(group, setup, _flat_sky_maps(setup, inputs, count))
+    if section.full_sky is not None:
+        full = _full_sky_maps(setup, inputs, count)
+        _write_map_statistics(group, setup, full)
+        _write_shear_correlations(group, setup, full)
+
+
+def _write_lensing_axes(group, setup: derive.RunSetup, inputs: Inputs) -> int:
+    """The sources (twice: ``source`` and ``source2``, the axes of the pairs) with their
+    resolved multipoles, the smoothing scales and the κ bins; returns the number of sources."""
+    cfg = setup.config
+    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
+    sources = np.array([str(s) for s in inputs.store("lensing")["source"][:]])
+    store.write_coordinate(group, "source", sources, "1", "lensing source")
+    store.write_coordinate(group, "source2", sources, "1", "second lensing source of a pair")
+    lens = inputs.store("lensing")
+    for name in (n for n in RANGE_NAMES if n in lens):
+        store.write_array(
+            group,
+            name,
+            lens[name][:],
+            ("source",),
+            "1",
+            lens[name].attrs["long_name"],
+            reasons=lens[name].attrs["reasons"],
+        )
+    store.write_coordinate(
+        group,
+        "smoothing",
+        np.array(scales, np.float64),
+        "arcmin",
+        "Gaussian smoothing sigma of kappa",
+    )
+    store.write_coordinate(
+        group, "kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin"
+    )
+    store.write_array(group, "kappa_lo", edges[:-1], ("kappa",), "1", "lower edge of the kappa bin")
+    store.write_array(group, "kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
+    return len(sources)
+
+
+def _noise_levels(setup: derive.RunSetup) -> list[tuple[float, float]] | None:
+    """(σ_e, n_gal) of every source, None without shape noise."""
+    noise = setup.config.summaries.shape_noise
+    labels = config.section(setup.config.lensing, "lensing").source_labels()
+    return None if noise is None else noise.per_source(labels)
+
+
+def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> SkyMaps:
+    """The flat-sky maps of the ``count`` sources (:class:`SkyMaps`)."""
+    cfg = setup.config
+    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
+    sharding = NamedSharding(setup.grid.mesh, FIELD_SPEC)
+    kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(count)]
+    shear = [
+        lensing.shear_modes(
+            inputs.field("lensing", "gamma1", (i,)), inputs.field("lensing", "gamma2", (i,))
+        )
+        for i in range(count)
+    ]
+    levels = _noise_levels(setup)
+    noise = None
+    if levels is not None:
+        noise = [
+            stats.shape_noise_flat(
+                cfg.ic.seed, i, flat.pixels, flat.field_of_view, sigma_e, n_gal, sharding
+            )
+            for i, (sigma_e, n_gal) in enumerate(levels)
+        ]
+    edges = ell_edges_flat(cfg)
+    return SkyMaps(
+        "",
+        edges,
+        kappa,
+        noise,
+        {"": kappa, "_ee": [e for e, _ in shear], "_bb": [b for _, b in shear]},
+        None if noise is None else [k + n for k, n in zip(kappa, noise)],
+        lambda a, b: stats.flat_sky_cl(a, flat.field_of_view, edges, b),
+        lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
+        stats.peak_counts_flat,
+    )
+
+
+def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> SkyMaps:
+    """The HEALPix maps of the ``count`` sources (:class:`SkyMaps`)."""
+    import healpy
+
+    cfg = setup.config
+    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
+    nside, ell_max = full.nside, sky.healpix_ell_max(full.nside)
+    kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
+    alm = list(np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128))
+    shear = {
+        m: list(np.asarray(inputs.array("lensing", f"gamma_{m}_healpix_alm"), np.complex128))
+        for m in "eb"
+    }
+    levels = _noise_levels(setup)
+    noise = None
+    if levels is not None:
+        noise = [
+            stats.shape_noise_healpix([cfg.ic.seed, i], nside, sigma_e, n_gal)
+            for i, (sigma_e, n_gal) in enumerate(levels)
+        ]
+    edges = ell_edges_healpix(cfg)
+    return SkyMaps(
+        "_healpix",
+        edges,
+        kappa,
+        noise,
+        {"": alm, "_ee": shear["e"], "_bb": shear["b"]},
+        None
+        if noise is None
+        else [a + healpy.map2alm(n, lmax=ell_max, iter=3) for a, n in zip(alm, noise)],
+        lambda a, b: stats.full_sky_cl(a, edges, b),
+        stats.smooth_healpix,
+        stats.peak_counts_healpix,
+    )
+
+
+def pair_spectra(fields: list, spectrum: Callable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """C_ℓ (S, S, L) of every pair of ``fields`` (i ≤ j measured, C_ji = C_ij), with the bins'
+    mean multipoles and modes (L,) of the first."""
+    count = len(fields)
+    out: np.ndarray | None = None
+    first = None
+    for i in range(count):
+        for j in range(i, count):
+            measured = spectrum(fields[i], fields[j])
+            if out is None:
+                first = measured
+                out = np.zeros((count, count, measured[1].size))
+            out[i, j] = out[j, i] = measured[1]
+    assert out is not None and first is not None
+    return first[0], out, first[2]
+
+
+def _write_map_statistics(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
+    """C_ℓ of every pair with their Limber prediction, peak counts and PDF of one kind of
+    map of every source."""
+    suffix, ell_edges = maps.suffix, maps.edges
+    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
+    _write_peaks(group, setup, suffix, observed, maps.smooth, maps.peaks_of)
+    ell_dim = "ell" + suffix
+    centres = np.sqrt(ell_edges[1:] * ell_edges[:-1])
+    store.write_coordinate(group, ell_dim, centres, "1", "geometric centre of the multipole bin")
+    for end, values in (("lo", ell_edges[:-1]), ("hi", ell_edges[1:])):
+        store.write_array(
+            group, f"{ell_dim}_{end}", values, (ell_dim,), "1",
+            f"{'lower' if end == 'lo' else 'upper'} edge of the multipole bin",
+        )  # fmt: skip
+    dims = (*PAIR_DIMS, ell_dim)
+    spectra = {kind: pair_spectra(maps.modes[kind], maps.spectrum) for kind in maps.modes}
+    ell_mean, _, modes = spectra[""]
+    for kind, long_name in (
+        ("", "angular power spectrum of kappa (no noise), every pair of sources"),
+        ("_ee", "angular power spectrum of the shear's E modes (no noise), every pair"),
+        ("_bb", "angular power spectrum of the shear's B modes (no noise), every pair"),
+    ):
+        store.write_array(group, f"cl{kind}{suffix}", spectra[kind][1], dims, "sr", long_name)
+    if maps.noisy is not None:
+        cl = spectra[""][1].copy()
+        for i, noisy in enumerate(maps.noisy):
+            cl[i, i] = maps.spectrum(noisy, noisy)[1]
+        store.write_array(
+            group, f"cl_noisy{suffix}", cl, dims, "sr",
+            "angular power spectrum of kappa with shape noise, which enters the auto-spectra "
+            "only (the sources' galaxies are independent)",
+        )  # fmt: skip
+    store.write_array(
+        group, f"{ell_dim}_mean", ell_mean, (ell_dim,), "1",
+        "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
+        "full sky); the ell at which to compare C_ell with theory",
+    )  # fmt: skip
+    store.write_array(
+        group, f"cl_modes{suffix}", modes, (ell_dim,), "1", "number of multipole modes in the bin"
+    )
+    at = np.where(np.isfinite(ell_mean), ell_mean, centres)
+    srcs = [(chi, w) for _, _, chi, w in setup.sources]
+    theory = np.zeros((len(srcs), len(srcs), at.size))
+    for i, (chi, w) in enumerate(srcs):
+        for j in range(i, len(srcs)):
+            theory[i, j] = theory[j, i] = lensing.limber_convergence_cl(
+                setup.cosmology, at, chi, w, setup.power, other=srcs[j]
+            )
+    store.write_array(
+        group, f"cl_linear{suffix}", theory, dims, "sr",
+        "Limber C_ell of kappa with the linear P(k) at the bins' mean multipoles, every pair",
+    )  # fmt: skip
+
+
+def _write_peaks(
+    group, setup: derive.RunSetup, suffix: str, observed: list, smooth, peaks_of
+) -> None:
+    """Peak counts and PDF of every source's map as observed (with shape noise when the run
+    has it), per smoothing scale."""
+    cfg = setup.config
+    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
+    peaks, pdfs = [], []
+    for noisy in observed:
+        smoothed = [smooth(noisy, s) for s in scales]
+        peaks.append([peaks_of(m, edges) for m in smoothed])
+        pdfs.append([stats.pdf(m, edges) for m in smoothed])
+    label = "" if cfg.summaries.shape_noise is None else " with shape noise"
+    store.write_array(
+        group,
+        "peaks" + suffix,
+        np.asarray(peaks),
+        ("source", "smoothing", "kappa"),
+        "1",
+        f"number of peaks of smoothed kappa{label} per kappa bin",
+    )
+    store.write_array(
+        group,
+        "pdf" + suffix,
+        np.asarray(pdfs),
+        ("source", "smoothing", "kappa"),
+        "1",
+        f"probability density of smoothed kappa{label}",
+    )
+
+
+XI_PIXELS = 3  # pixel sides: the smallest default angle of ξ±
+
+
+def xi_angles(cfg: config.Run) -> np.ndarray:
+    """Angles (arcmin) of the full-sky ξ±, log-spaced: summaries.xi_theta_arcmin, or from 3
+    pixel sides to 300 arcmin (at least 10 times further, at most 180 degrees)."""
+    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
+    low = XI_PIXELS * sky.pixel_arcmin(full.nside)
+    low, high = cfg.summaries.xi_theta_arcmin or (low, min(max(300.0, 10 * low), 10800.0))
+    return np.geomspace(low, high, cfg.summaries.xi_bins)
+
+
+def _write_shear_correlations(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
+    """ξ+ and ξ- (source, source2, theta) of every pair of sources from the E and B modes of
+    the full-sky shear (:mod:`pmpipe.physics.shear_correlation`; no pixel window: the maps
+    are point samples)."""
+    import healpy
+
+    theta = xi_angles(setup.config)
+    e, b = maps.modes["_ee"], maps.modes["_bb"]
+    count = len(e)
+    xi = np.zeros((2, count, count, theta.size))
+    for i in range(count):
+        for j in range(i, count):
+            cl_ee, cl_bb = healpy.alm2cl(e[i], e[j]), healpy.alm2cl(b[i], b[j])
+            pair = shear_correlation.shear_correlations(cl_ee, cl_bb, np.radians(theta / 60))
+            xi[:, i, j] = xi[:, j, i] = pair
+    store.write_coordinate(group, "theta", theta, "arcmin", "angle of the shear correlations")
+    for sign, name in ((0, "plus"), (1, "minus")):
+        store.write_array(
+            group, f"xi_{name}_healpix", xi[sign], (*PAIR_DIMS, "theta"), "1",
+            f"shear correlation xi_{'+' if sign == 0 else '-'} of every pair of sources, from "
+            "the E and B spectra to the band limit",
+        )  # fmt: skip
