@@ -281,3 +281,29 @@ def test_bench_growth_refuses_a_massless_comparison(capfd):
 
     assert main(["bench", "growth", "--m-nu", "0"]) == 2
     assert "--m-nu 0.0: give 0 < Σm_ν <= 3 eV" in capfd.readouterr().err
+
+
+def test_bench_raytrace_times_both_methods_on_the_same_planes(tmp_path):
+    """`pmpipe bench raytrace` at a small size through the command line: both methods timed,
+    their κ maps of similar rms (the planes' lensing is weak)."""
+    from pmpipe.cli import main
+
+    out = tmp_path / "raytrace.json"
+    argv = ["bench", "raytrace", "--pixels", "64", "--planes", "3", "--mesh", "32"]
+    assert main([*argv, "--box", "400", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["planes"] == 3 and record["ray_oversampling"] >= 1
+    assert all(record["seconds_per_plane"][m] > 0 for m in ("born", "raytrace"))
+    rms = record["kappa_rms"]
+    assert rms["born"] > 0 and abs(rms["raytrace"] / rms["born"] - 1) < 0.05
+
+
+@pytest.mark.slow
+def test_bench_postborn_compares_the_methods_in_the_resolved_range():
+    from pmpipe.bench import postborn
+
+    record = postborn.bench_postborn(32, 64, 1)
+    assert len(record["runs"]) == 2 and record["largest_cl_difference"] < 0.02
+    for row in record["runs"]:
+        assert 0 < max(row["cl_omega_over_cl_kappa"]) < 1e-3
+        assert row["rms_difference_over_rms"] > 0.01

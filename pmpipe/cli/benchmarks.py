@@ -114,6 +114,14 @@ def raytrace(args) -> int:
     return 0
 
 
+def postborn(args) -> int:
+    """``pmpipe bench postborn``: ray-traced against Born maps of the same planes."""
+    from pmpipe.bench import postborn
+
+    _emit(postborn.bench_postborn(args.particles, args.pixels, args.seeds), args.json)
+    return 0
+
+
 def campaign(args) -> int:
     """``pmpipe bench campaign``: a campaign end to end through Snakemake."""
     from pmpipe.bench import campaign

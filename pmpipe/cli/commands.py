@@ -193,6 +193,18 @@ BENCH = (
         ),
     ),
     Command(
+        "postborn",
+        "ray-traced against Born lensing of the same N-body planes: C_ell ratio in the "
+        "resolved range, rotation power, skewness, per seed and source",
+        benchmarks.postborn,
+        (
+            arg("--particles", type=int, default=32, help="particles per side (default 32)"),
+            arg("--pixels", type=int, default=64, help="map pixels per side (default 64)"),
+            arg("--seeds", type=int, default=4, help="realisations (default 4)"),
+            JSON,
+        ),
+    ),
+    Command(
         "store",
         "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
         "files and bytes on disk",

@@ -111,9 +111,14 @@ def map_band_limit(mesh_n: int, box_size: float, chi: float, pixel: float):
 
 def plane_transfer(mesh_n: int, box_size: float, chi: float, pixel: float) -> np.ndarray:
     """(M, M) factor a flat map applies to the modes of a plane at distance chi (Mpc/h) before
-    reading it on pixels of ``pixel`` rad: the plane's CIC window divided out and its modes
-    above the map's Nyquist multipole removed (:func:`map_band_limit`)."""
-    return map_band_limit(mesh_n, box_size, chi, pixel) / _cic_window_2d(mesh_n, box_size)
+    reading it on pixels of ``pixel`` rad: the plane's CIC window divided out, its modes above
+    the map's Nyquist multipole removed (:func:`map_band_limit`), and those at the grid's own
+    Nyquist frequency (whose phase between grid points a periodic grid does not fix), so that
+    the plane's modes come in conjugate pairs."""
+    transfer = map_band_limit(mesh_n, box_size, chi, pixel) / _cic_window_2d(mesh_n, box_size)
+    if mesh_n % 2 == 0:
+        transfer[mesh_n // 2, :] = transfer[:, mesh_n // 2] = 0.0
+    return transfer
 
 
 @partial(jax.jit, static_argnames="mesh")

@@ -79,12 +79,17 @@ def ray_grid(theta) -> RayGrid:
 
 
 def lens_kernels(mesh_n: int, box_size: float) -> np.ndarray:
-    """(5, M, M) factors that turn a plane's modes Σ_k into those of α_x, α_y, T_xx, T_xy,
-    T_yy (∇²ψ = 2Σ; 0 at k = 0, where the mean is lensed as a sheet)."""
+    """(5, M, M // 2 + 1) factors that turn a plane's modes Σ_k with k_y ≥ 0 into those of
+    α_x, α_y, T_xx, T_xy, T_yy (∇²ψ = 2Σ; 0 at k = 0, where the mean is lensed as a sheet),
+    doubled for 0 < k_y < k_Nyquist: the real part of a sum over these modes is the sum over
+    all of them, whose k_y < 0 half is the conjugate of this one (the Nyquist modes are removed:
+    :func:`pmpipe.physics.lensing.plane_transfer`)."""
     k = fft.angular_frequencies(mesh_n, box_size / mesh_n)
-    kx, ky = k[:, None], k[None, :]
+    half = mesh_n // 2 + 1
+    kx, ky = k[:, None], np.abs(k[None, :half])
     k2 = kx**2 + ky**2
     inv = np.divide(2.0, k2, out=np.zeros_like(k2), where=k2 > 0)
+    inv[:, 1 : (mesh_n + 1) // 2] *= 2.0  # the k_y > 0 columns stand for their conjugates too
     return np.stack(
         [-1j * kx * inv, -1j * ky * inv, kx * kx * inv + 0j, kx * ky * inv + 0j, ky * ky * inv + 0j]
     )
@@ -165,9 +170,9 @@ def _start(sources: int, n: int, dtype, mesh: Mesh) -> Rays:
 @dataclasses.dataclass(frozen=True)
 class LensPlane:
     """What a compiled step needs of plane i: its projected overdensity (M, M), the Fourier
-    matrices ex, ey (nodes, M) of the node grid at the plane, kernels (5, M, M) the plane's
-    :func:`lens_kernels` times its transfer, its distance chi (Mpc/h), its deflection factor c_i
-    and Born's weights (S,) w_i^s of every source."""
+    matrices ex (nodes, M) and ey (nodes, M // 2 + 1: k_y ≥ 0) of the node grid at the plane,
+    kernels (5, M, M // 2 + 1) the plane's :func:`lens_kernels` times its transfer, its distance
+    chi (Mpc/h), its deflection factor c_i and Born's weights (S,) w_i^s of every source."""
 
     density: jax.Array
     ex: jax.Array
@@ -193,7 +198,11 @@ def _through_plane(rays: Rays, lens: LensPlane, theta, grid: RayGrid, mesh: Mesh
     d, D = rays.d + step * rays.v, rays.D + step * rays.V
     sharded = NamedSharding(mesh, FIELD_SPEC)
     modes = fft.fft2(plane, sharded)
-    fields = jnp.einsum("am,cmn,bn->cab", ex, modes[None] * kernels, ey).real / plane.shape[0] ** 2
+    half = kernels.shape[-1]
+    rows = jnp.einsum("am,cmn->can", ex, modes[None, :, :half] * kernels)
+    # the real part of rows @ ey.T as two real products: half the work of the complex one
+    fields = jnp.einsum("can,bn->cab", rows.real, ey.real)
+    fields = (fields - jnp.einsum("can,bn->cab", rows.imag, ey.imag)) / plane.shape[0] ** 2
     sheet = modes[0, 0].real / plane.shape[0] ** 2
     pixel_nodes = grid.first_pixel + RAY_OVERSAMPLING * jnp.arange(n, dtype=dtype)
     node = chi * grid.step
@@ -250,13 +259,13 @@ def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
             )
             for j in range(2)
         )
-        kernels = lens_kernels(mesh_n, box_size) * lensing.plane_transfer(
-            mesh_n, box_size, float(chi[i]), pixel
-        )
+        transfer = lensing.plane_transfer(mesh_n, box_size, float(chi[i]), pixel)
+        half = mesh_n // 2 + 1
+        kernels = lens_kernels(mesh_n, box_size) * transfer[:, :half]
         step = LensPlane(
             plane,
             ex,
-            ey,
+            ey[:, :half],
             kernels.astype(ex.dtype),
             dtype.type(chi[i]),
             dtype.type(factors[i]),
