@@ -63,21 +63,31 @@ def test_a_gaussian_mass_and_its_periodic_images_deflect_and_shear_as_analytic()
         )
         x, y = np.meshgrid(chi * theta, chi * theta, indexing="ij")
         sig, alpha, tidal = _gaussian_lens(x, y, mass, sigma)
+        alone = w / chi * alpha  # the mass without its images
         for i in range(-30, 31):  # images in a square: their sum converges to the periodic
             for j in range(-30, 31):  # field plus a sheet of the plane's mean about the axis
                 if i or j:
                     _, a, t = _gaussian_lens(x - i * box, y - j * box, mass, sigma)
                     alpha, tidal = alpha + a, tidal + t
-        np.testing.assert_allclose(maps["kappa"][0], w * sig, atol=1e-3 * w * sig.max())
+        kappa_error = np.abs(maps["kappa"][0] - w * sig).max() / (w * sig.max())
         far = np.hypot(x, y) > 5 * sigma
-        deflection = np.hypot(*maps["deflection"][0])[far]
-        expected = np.hypot(*(w / chi * alpha))[far]
-        assert np.max(np.abs(deflection / expected - 1)) < 0.01
+        expected = w / chi * alpha  # θ - β points away from the mass
+        size = np.hypot(*expected)[far]
+        deflection_error = np.max(np.hypot(*(maps["deflection"][0] - expected))[far] / size)
+        without_images = np.max(np.hypot(*(maps["deflection"][0] - alone))[far] / size)
         shear = (w * 0.5 * (tidal[0, 0] - tidal[1, 1]), w * tidal[0, 1])
         size = np.hypot(*shear)[far]
-        for got, want in zip((maps["gamma1"][0], maps["gamma2"][0]), shear):
-            assert np.max(np.abs(got[far] - want[far]) / size) < 0.01
-        assert np.abs(maps["omega"]).max() < 1e-12
+        shear_error = max(
+            np.max(np.abs(got[far] - want[far]) / size)
+            for got, want in zip((maps["gamma1"][0], maps["gamma2"][0]), shear)
+        )
+        print(
+            f"Gaussian lens: kappa {kappa_error:.1e} of its peak; beyond 5 sigma deflection "
+            f"{deflection_error:.1e}, shear {shear_error:.1e}; without the images the "
+            f"deflection is off by {without_images:.2f}"
+        )
+        assert kappa_error < 1e-3 and deflection_error < 0.01 and shear_error < 0.01
+        assert without_images > 0.05  # the images matter at this size: the test sees them
     finally:
         jax.config.update("jax_enable_x64", False)
 
@@ -94,7 +104,6 @@ def test_one_plane_is_born_exactly():
     )
     maps = _trace([plane.astype(np.float32)], weights, [2e-5], [900.0], theta, [(3.0, 50.0)], grid)
     np.testing.assert_allclose(maps["kappa"], np.asarray(born), atol=2e-6 * np.abs(born).max())
-    assert np.abs(maps["omega"]).max() < 1e-6 * np.abs(born).max()
 
 
 def test_a_sheet_focuses_the_rays_that_read_a_wave_behind_it():
@@ -117,9 +126,15 @@ def test_a_sheet_focuses_the_rays_that_read_a_wave_behind_it():
         _grid(mesh_n, box, dtype="float32"),
     )
     s = 1 - lens1 * mean * chi1 * (chi2 - chi1) / chi2
-    at = s * chi2 * theta
-    expected = w1 * mean + w2 * s * np.cos(k * at)[:, None] * np.cos(2 * k * at)[None, :]
-    np.testing.assert_allclose(maps["kappa"][0], expected, atol=2e-3 * w2)
+
+    def wave_read_at(scale):
+        at = scale * chi2 * theta
+        return w1 * mean + w2 * scale * np.cos(k * at)[:, None] * np.cos(2 * k * at)[None, :]
+
+    error = np.abs(maps["kappa"][0] - wave_read_at(s)).max() / w2
+    unfocused = np.abs(maps["kappa"][0] - wave_read_at(1.0)).max() / w2
+    print(f"focusing sheet: kappa within {error:.1e} of w2; read unfocused, off by {unfocused:.2f}")
+    assert error < 2e-3 and unfocused > 0.05
     # the rays' deflection: the sheet's w1 Σ̄ θ plus the wave's, which is small
     assert np.allclose(
         maps["deflection"][0][0], w1 * mean * theta[:, None], atol=0.1 * w1 * mean * theta.max()
@@ -196,3 +211,18 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
             np.testing.assert_allclose(
                 lens[f"g{c}"][s], np.asarray(lens[f"gamma{c}"][s]) / (1 - kappa), rtol=1e-5
             )
+
+
+def test_rays_deflected_beyond_the_fields_grid_stop_the_tracing():
+    """An underdense sheet that spreads the rays to s = 1.4 times their angles at the second
+    plane (up to 1° from their lines of sight, beyond the 4-pixel margin of 0.62°): they leave
+    the grid that plane's fields are read on, and the tracing says so instead of reading
+    clipped values."""
+    mesh_n, box = 32, 400.0
+    plane = np.full((mesh_n, mesh_n), -160.0)
+    theta = lensing.pixel_centres(5.0, 32)
+    with pytest.raises(ValueError, match="beyond the margin"):
+        _trace(
+            [plane, plane], [[1e-4, 1e-4]], [1e-5, 1e-5], [500.0, 1000.0], theta,
+            [(0.0, 0.0), (0.0, 0.0)], _grid(mesh_n, box, dtype="float32"),
+        )  # fmt: skip

@@ -194,8 +194,8 @@ def _through_plane(rays: Rays, lens: LensPlane, theta, grid: RayGrid, mesh: Mesh
     plane, ex, ey, kernels, chi = lens.density, lens.ex, lens.ey, lens.kernels, lens.chi
     n = theta.shape[0]
     dtype = rays.d.dtype
-    step = chi - rays.chi
-    d, D = rays.d + step * rays.v, rays.D + step * rays.V
+    advance = chi - rays.chi
+    d, D = rays.d + advance * rays.v, rays.D + advance * rays.V
     sharded = NamedSharding(mesh, FIELD_SPEC)
     modes = fft.fft2(plane, sharded)
     half = kernels.shape[-1]
@@ -262,7 +262,7 @@ def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
         transfer = lensing.plane_transfer(mesh_n, box_size, float(chi[i]), pixel)
         half = mesh_n // 2 + 1
         kernels = lens_kernels(mesh_n, box_size) * transfer[:, :half]
-        step = LensPlane(
+        lens_plane = LensPlane(
             plane,
             ex,
             ey[:, :half],
@@ -271,13 +271,14 @@ def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
             dtype.type(factors[i]),
             weights[:, i].astype(dtype),
         )
-        rays = _through_plane(rays, step, theta.astype(dtype), grid=nodes, mesh=mesh)
+        rays = _through_plane(rays, lens_plane, theta.astype(dtype), grid=nodes, mesh=mesh)
     escaped = int(rays.escaped)
     if escaped:
         raise ValueError(
-            f"ray tracing: {escaped} ray crossings moved more than {MAX_DEFLECTION_DEG} deg from "
-            "their line of sight (pmpipe.physics.raytrace.MAX_DEFLECTION_DEG); the planes' "
-            "fields were not read there"
+            f"ray tracing: at {escaped} plane crossings a ray had moved from its line of sight "
+            "beyond the margin of the grid the planes' fields are read on (at least "
+            f"{MAX_DEFLECTION_DEG} deg, pmpipe.physics.raytrace.MAX_DEFLECTION_DEG): such "
+            "deflections come from more mass than simulated planes hold"
         )
     M = rays.M
     return {

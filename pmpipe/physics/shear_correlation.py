@@ -1,9 +1,9 @@
 """Real-space shear two-point functions of full-sky maps from their E and B spectra:
 
-    ξ±(θ) = Σ_ℓ (2ℓ + 1) / 4π  w_ℓ² (C_ℓ^EE ± C_ℓ^BB)  d^ℓ_{2,±2}(θ),
+    ξ±(θ) = Σ_ℓ (2ℓ + 1) / 4π  (C_ℓ^EE ± C_ℓ^BB)  d^ℓ_{2,±2}(θ),
 
-the sum running to the maps' band limit, with w_ℓ the pixel window of the maps (1 for pmpipe's,
-which are point samples of band-limited fields). The Wigner functions come from the three-term
+the sum running to the maps' band limit; pmpipe's maps are point samples of band-limited
+fields, so no pixel window enters. The Wigner functions come from the three-term
 recursion in ℓ (numpy, float64; stable upwards).
 """
 
@@ -32,14 +32,12 @@ def wigner_d2(ell_max: int, theta) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def shear_correlations(cl_ee, cl_bb, theta, window=None) -> tuple[np.ndarray, np.ndarray]:
+def shear_correlations(cl_ee, cl_bb, theta) -> tuple[np.ndarray, np.ndarray]:
     """(ξ+, ξ-) (..., T) at angles theta (T,) rad from the E and B spectra (..., ℓ_max + 1) per
-    multipole ℓ = 0 .. ℓ_max (sr), times the pixel window ``window`` (ℓ_max + 1,) squared when
-    given."""
+    multipole ℓ = 0 .. ℓ_max (sr); a pixel window, where maps have one, is for the caller to
+    multiply the spectra by (squared)."""
     cl_ee, cl_bb = np.asarray(cl_ee, np.float64), np.asarray(cl_bb, np.float64)
     ell = np.arange(cl_ee.shape[-1])
     weight = (2 * ell + 1) / (4 * np.pi)
-    if window is not None:
-        weight = weight * np.asarray(window, np.float64) ** 2
     d_plus, d_minus = wigner_d2(ell.size - 1, theta)
     return ((cl_ee + cl_bb) * weight) @ d_plus, ((cl_ee - cl_bb) * weight) @ d_minus

@@ -218,7 +218,7 @@ class Summaries(StrictModel):
     xi_theta_arcmin: tuple[float, float] | None = Field(
         None,
         description="[smallest, largest] angle of xi+/- in arcmin (default: 3 pixel sides of "
-        "the full-sky map to 300)",
+        "the full-sky map to 300, or to 10 times the smallest if that is more)",
     )
 
     @model_validator(mode="after")

@@ -1,9 +1,12 @@
-"""Stage ``lensing``: Born convergence and shear maps from the lightcone planes.
+"""Stage ``lensing``: convergence and shear maps from the lightcone planes, Born or ray-traced
+(lensing.method).
 
 Reads ``nbody.zarr``; writes ``lensing.zarr`` (docs/outputs.md): per source (single redshifts,
-then distributions) flat-sky ``kappa``, ``gamma1``, ``gamma2`` (source, theta_x, theta_y) and
-full-sky ``kappa_healpix``, ``gamma1_healpix``, ``gamma2_healpix`` (source, pixel) and κ's
-harmonic coefficients ``kappa_healpix_alm`` (source, alm), with the Born weight of every plane.
+then distributions) flat-sky ``kappa``, ``gamma1``, ``gamma2`` (source, theta_x, theta_y), with
+``omega`` when ray-traced, Born's ``kappa_born``, ``gamma1_born``, ``gamma2_born`` beside them
+for method both, the reduced shear ``g1``, ``g2`` when asked; full-sky (Born) ``kappa_healpix``,
+``gamma1_healpix``, ``gamma2_healpix`` (source, pixel), the harmonic coefficients of κ and of
+the shear's E and B modes (source, alm); and the Born weight of every plane.
 """
 
 from __future__ import annotations
@@ -117,8 +120,8 @@ def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, t
                 f"{field} is too thick for ray tracing (lensing.method = "
                 f"{cfg.lensing.method}, {len(config.section(setup.planes, 'planes'))} planes): "
                 "lens-lens coupling needs planes of at most "
-                f"{raytrace.MAX_PLANE_THICKNESS:g} Mpc/h; thinner planes lose power at low "
-                "multipoles (docs/validation.md)"
+                f"{raytrace.MAX_PLANE_THICKNESS:g} Mpc/h: set it to at most that (the maps "
+                "then lose some power at low multipoles, docs/validation.md)"
             ),
         )
     for suffix, rows in ranges.items():

@@ -215,7 +215,7 @@ def _write_map_statistics(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
         )  # fmt: skip
     dims = (*PAIR_DIMS, ell_dim)
     spectra = {kind: pair_spectra(maps.modes[kind], maps.spectrum) for kind in maps.modes}
-    ell_mean, _, modes = spectra[""]
+    ell_mean, _, mode_counts = spectra[""]
     for kind, long_name in (
         ("", "angular power spectrum of kappa (no noise), every pair of sources"),
         ("_ee", "angular power spectrum of the shear's E modes (no noise), every pair"),
@@ -237,7 +237,12 @@ def _write_map_statistics(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
         "full sky); the ell at which to compare C_ell with theory",
     )  # fmt: skip
     store.write_array(
-        group, f"cl_modes{suffix}", modes, (ell_dim,), "1", "number of multipole modes in the bin"
+        group,
+        f"cl_modes{suffix}",
+        mode_counts,
+        (ell_dim,),
+        "1",
+        "number of multipole modes in the bin",
     )
     at = np.where(np.isfinite(ell_mean), ell_mean, centres)
     srcs = [(chi, w) for _, _, chi, w in setup.sources]
@@ -261,8 +266,8 @@ def _write_peaks(
     cfg = setup.config
     scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
     peaks, pdfs = [], []
-    for noisy in observed:
-        smoothed = [smooth(noisy, s) for s in scales]
+    for observed_map in observed:
+        smoothed = [smooth(observed_map, s) for s in scales]
         peaks.append([peaks_of(m, edges) for m in smoothed])
         pdfs.append([stats.pdf(m, edges) for m in smoothed])
     label = "" if cfg.summaries.shape_noise is None else " with shape noise"
