@@ -176,7 +176,8 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
     """A 32³ run (256 Mpc/h, force mesh 64³, planes 64 Mpc/h thick to z = 1), lensing.method
     both: the ray-traced κ differs from Born's but its C_ℓ agrees within 2 % over the multipoles
     the run resolves (from ell_min_valid to where the source's mid-way plane reaches
-    k_max_valid); ω is written, and the reduced shear is γ / (1 - κ)."""
+    k_max_valid); ω is written, the reduced shear is γ / (1 - κ), and the summaries hold the
+    statistics of both maps."""
     run = config.Run.model_validate(
         {
             "box": {"particles": 32, "box_size": 256.0, "oversample": 2},
@@ -193,10 +194,17 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
     )
     path = tmp_path / "config.json"
     path.write_text(config.RunFile.build("test", "r0", 0, {}, run).to_json())
-    for stage in stages.run_stages(run)[:3]:
+    for stage in stages.run_stages(run):
         registry.run_stage(stage, path)
     lens = zarr.open_group(tmp_path / "lensing.zarr", mode="r")
     assert lens.attrs["method"] == "both"
+    summ = zarr.open_group(tmp_path / "summaries.zarr", mode="r")  # Born's too, same bins
+    edges = np.append(summ["ell_lo"][:], summ["ell_hi"][-1])
+    for name, suffix in (("kappa", ""), ("kappa_born", "_born")):
+        np.testing.assert_allclose(
+            summ["cl" + suffix][1, 1], stats.flat_sky_cl(lens[name][1], 6.0, edges)[1], rtol=1e-5
+        )
+    assert summ["peaks_born"].shape == summ["peaks"].shape
     chi_s = lensing.source_distribution(derive.cosmology_params(run), [0.7, 1.0], [1.0, 1.0])[0]
     for s in range(2):
         kappa, born = np.asarray(lens["kappa"][s]), np.asarray(lens["kappa_born"][s])

@@ -372,19 +372,27 @@ def _massive_neutrino_problems(run: Run) -> list[str]:
     return problems
 
 
+# Fields a run's hash leaves out while they hold these values, by section: added after results
+# existed, so that a run that does not use them hashes as it did without them.
+HASHED_UNLESS = {
+    "cosmology": {"A_s": None, "m_nu": 0.0, "neutrino_hierarchy": "degenerate"},
+    "lensing": {"method": "born", "reduced_shear": False},
+    "summaries": {"xi_bins": 15, "xi_theta_arcmin": None},
+}
+
+
 def config_hash(run: Run) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
-    left out, cosmology.A_s when null, cosmology.m_nu when 0 and cosmology.neutrino_hierarchy
-    when degenerate: a run normalised by σ8 with massless neutrinos hashes the same with or
-    without those fields), as 'sha256:<hex>'."""
+    left out, and each field of HASHED_UNLESS while it holds the value given there: a run
+    normalised by σ8 with massless neutrinos and Born lensing hashes the same with or without
+    those fields), as 'sha256:<hex>'."""
     exclude: dict = {"checkpoints": True}
-    cosmology = {"A_s"} if run.cosmology.A_s is None else set()
-    if run.cosmology.m_nu == 0:
-        cosmology.add("m_nu")
-    if run.cosmology.neutrino_hierarchy == "degenerate":
-        cosmology.add("neutrino_hierarchy")
-    if cosmology:
-        exclude["cosmology"] = cosmology
+    for name, fields in HASHED_UNLESS.items():
+        section = getattr(run, name)
+        if section is not None:
+            left_out = {f for f, value in fields.items() if getattr(section, f) == value}
+            if left_out:
+                exclude[name] = left_out
     text = json.dumps(
         run.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":")
     )

@@ -270,8 +270,9 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
         for name, (data, long_name) in maps.items():
             store.write_array(group, name, data, ("source", "theta_x", "theta_y"), "1", long_name)
     for i in range(len(srcs)):
-        for name in ("kappa", "gamma1", "gamma2"):
-            inputs.keep("lensing", name, maps[name][0][i], (i,))
+        for name in ("kappa", "gamma1", "gamma2", "kappa_born", "gamma1_born", "gamma2_born"):
+            if name in maps:
+                inputs.keep("lensing", name, maps[name][0][i], (i,))
 
 
 def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):

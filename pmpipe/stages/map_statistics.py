@@ -41,12 +41,14 @@ def kappa_edges(cfg: config.Run) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class SkyMaps:
     """One kind of map (flat sky or HEALPix) of every source, with what its statistics need:
-    ``suffix`` of the names it is written under, the C_ℓ bin ``edges``, the κ maps and shape
+    ``suffix`` of the names it is written under, ``ell_dim`` its multipole axis, the C_ℓ bin
+    ``edges``, the κ maps and shape
     noise maps (or None), per source the κ, E and B modes and noisy κ (None without noise) as
     ``spectrum`` takes them (maps or harmonic coefficients), ``spectrum`` (a, b) -> (ℓ mean,
     C_ℓ, modes) per bin, ``smooth`` (map, σ arcmin) and ``peaks_of`` (map, κ edges)."""
 
     suffix: str
+    ell_dim: str
     edges: np.ndarray
     kappa: list
     noise: list | None
@@ -59,11 +61,14 @@ class SkyMaps:
 
 def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> None:
     """C_ell of every pair of sources (with its Limber prediction for the linear P(k)), peak
-    counts and PDF of κ per source and smoothing scale, for the flat-sky and the HEALPix maps."""
+    counts and PDF of κ per source and smoothing scale, for the flat-sky and the HEALPix maps
+    (and for lensing.method both, of Born's flat-sky maps too, names ending in '_born')."""
     section = config.section(setup.config.lensing, "lensing")
     count = _write_lensing_axes(group, setup, inputs)
     if section.flat_sky is not None:
         _write_map_statistics(group, setup, _flat_sky_maps(setup, inputs, count))
+        if section.method == "both":  # Born's maps of the same planes, on the same bins
+            _write_spectra_and_peaks(group, setup, _flat_sky_maps(setup, inputs, count, "_born"))
     if section.full_sky is not None:
         full = _full_sky_maps(setup, inputs, count)
         _write_map_statistics(group, setup, full)
@@ -111,15 +116,17 @@ def _noise_levels(setup: derive.RunSetup) -> list[tuple[float, float]] | None:
     return None if noise is None else noise.per_source(labels)
 
 
-def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> SkyMaps:
-    """The flat-sky maps of the ``count`` sources (:class:`SkyMaps`)."""
+def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix="") -> SkyMaps:
+    """The flat-sky maps of the ``count`` sources (:class:`SkyMaps`): the run's, or with
+    ``suffix`` '_born' Born's of lensing.method both."""
     cfg = setup.config
     flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
     sharding = NamedSharding(setup.grid.mesh, FIELD_SPEC)
-    kappa = [inputs.field("lensing", "kappa", (i,)) for i in range(count)]
+    kappa = [inputs.field("lensing", f"kappa{suffix}", (i,)) for i in range(count)]
     shear = [
         lensing.shear_modes(
-            inputs.field("lensing", "gamma1", (i,)), inputs.field("lensing", "gamma2", (i,))
+            inputs.field("lensing", f"gamma1{suffix}", (i,)),
+            inputs.field("lensing", f"gamma2{suffix}", (i,)),
         )
         for i in range(count)
     ]
@@ -134,7 +141,8 @@ def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> SkyMap
         ]
     edges = ell_edges_flat(cfg)
     return SkyMaps(
-        "",
+        suffix,
+        "ell",
         edges,
         kappa,
         noise,
@@ -169,6 +177,7 @@ def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> SkyMap
     edges = ell_edges_healpix(cfg)
     return SkyMaps(
         "_healpix",
+        "ell_healpix",
         edges,
         kappa,
         noise,
@@ -200,12 +209,9 @@ def pair_spectra(fields: list, spectrum: Callable) -> tuple[np.ndarray, np.ndarr
 
 
 def _write_map_statistics(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
-    """C_ℓ of every pair with their Limber prediction, peak counts and PDF of one kind of
-    map of every source."""
-    suffix, ell_edges = maps.suffix, maps.edges
-    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
-    _write_peaks(group, setup, suffix, observed, maps.smooth, maps.peaks_of)
-    ell_dim = "ell" + suffix
+    """The multipole bins, the C_ℓ of every pair with their Limber prediction, peak counts and
+    PDF of one kind of map of every source."""
+    ell_dim, ell_edges = maps.ell_dim, maps.edges
     centres = np.sqrt(ell_edges[1:] * ell_edges[:-1])
     store.write_coordinate(group, ell_dim, centres, "1", "geometric centre of the multipole bin")
     for end, values in (("lo", ell_edges[:-1]), ("hi", ell_edges[1:])):
@@ -213,9 +219,37 @@ def _write_map_statistics(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
             group, f"{ell_dim}_{end}", values, (ell_dim,), "1",
             f"{'lower' if end == 'lo' else 'upper'} edge of the multipole bin",
         )  # fmt: skip
-    dims = (*PAIR_DIMS, ell_dim)
+    ell_mean, mode_counts = _write_spectra_and_peaks(group, setup, maps)
+    store.write_array(
+        group, f"{ell_dim}_mean", ell_mean, (ell_dim,), "1",
+        "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
+        "full sky); the ell at which to compare C_ell with theory",
+    )  # fmt: skip
+    store.write_array(
+        group, f"cl_modes{maps.suffix}", mode_counts, (ell_dim,), "1",
+        "number of multipole modes in the bin",
+    )  # fmt: skip
+    at = np.where(np.isfinite(ell_mean), ell_mean, centres)
+    srcs = [(chi, w) for _, _, chi, w in setup.sources]
+    theory = np.zeros((len(srcs), len(srcs), at.size))
+    for i, (chi, w) in enumerate(srcs):
+        for j in range(i, len(srcs)):
+            theory[i, j] = theory[j, i] = lensing.limber_convergence_cl(
+                setup.cosmology, at, chi, w, setup.power, other=srcs[j]
+            )
+    store.write_array(
+        group, f"cl_linear{maps.suffix}", theory, (*PAIR_DIMS, ell_dim), "sr",
+        "Limber C_ell of kappa with the linear P(k) at the bins' mean multipoles, every pair",
+    )  # fmt: skip
+
+
+def _write_spectra_and_peaks(group, setup: derive.RunSetup, maps: SkyMaps) -> tuple:
+    """The C_ℓ of every pair (κ, E and B modes, with noise), peak counts and PDF of the maps,
+    under their names with maps.suffix; returns the bins' mean multipoles and mode counts."""
+    suffix, dims = maps.suffix, (*PAIR_DIMS, maps.ell_dim)
+    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
+    _write_peaks(group, setup, suffix, observed, maps.smooth, maps.peaks_of)
     spectra = {kind: pair_spectra(maps.modes[kind], maps.spectrum) for kind in maps.modes}
-    ell_mean, _, mode_counts = spectra[""]
     for kind, long_name in (
         ("", "angular power spectrum of kappa (no noise), every pair of sources"),
         ("_ee", "angular power spectrum of the shear's E modes (no noise), every pair"),
@@ -231,31 +265,7 @@ def _write_map_statistics(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
             "angular power spectrum of kappa with shape noise, which enters the auto-spectra "
             "only (the sources' galaxies are independent)",
         )  # fmt: skip
-    store.write_array(
-        group, f"{ell_dim}_mean", ell_mean, (ell_dim,), "1",
-        "mean multipole of the modes in the bin (weights 2 ell + 1 on the "
-        "full sky); the ell at which to compare C_ell with theory",
-    )  # fmt: skip
-    store.write_array(
-        group,
-        f"cl_modes{suffix}",
-        mode_counts,
-        (ell_dim,),
-        "1",
-        "number of multipole modes in the bin",
-    )
-    at = np.where(np.isfinite(ell_mean), ell_mean, centres)
-    srcs = [(chi, w) for _, _, chi, w in setup.sources]
-    theory = np.zeros((len(srcs), len(srcs), at.size))
-    for i, (chi, w) in enumerate(srcs):
-        for j in range(i, len(srcs)):
-            theory[i, j] = theory[j, i] = lensing.limber_convergence_cl(
-                setup.cosmology, at, chi, w, setup.power, other=srcs[j]
-            )
-    store.write_array(
-        group, f"cl_linear{suffix}", theory, dims, "sr",
-        "Limber C_ell of kappa with the linear P(k) at the bins' mean multipoles, every pair",
-    )  # fmt: skip
+    return spectra[""][0], spectra[""][2]
 
 
 def _write_peaks(
