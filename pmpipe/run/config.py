@@ -374,7 +374,7 @@ def _massive_neutrino_problems(run: Run) -> list[str]:
 
 # Fields a run's hash leaves out while they hold these values, by section: added after results
 # existed, so that a run that does not use them hashes as it did without them.
-HASHED_UNLESS = {
+HASHED_UNLESS: dict[str, dict[str, object]] = {
     "cosmology": {"A_s": None, "m_nu": 0.0, "neutrino_hierarchy": "degenerate"},
     "lensing": {"method": "born", "reduced_shear": False},
     "summaries": {"xi_bins": 15, "xi_theta_arcmin": None},

@@ -227,7 +227,7 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
     theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
     offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
     planes = [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)]
-    maps = {}
+    maps: dict[str, tuple] = {}
     with progress.timed("lensing"):
         if lens.method != "raytrace":
             kappa = lensing.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
