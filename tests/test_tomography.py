@@ -168,3 +168,23 @@ def test_a_shape_noise_list_needs_one_value_per_source(tmp_path):
         validation.load_run(path)
     message = str(err.value)
     assert "summaries.shape_noise.sigma_e lists 2 values" in message and "3 sources" in message
+
+
+def test_a_store_of_an_older_layout_is_stale(stores, tmp_path):
+    """A summaries store written before its layout held every pair (root attribute 'layout'
+    absent, read as 1) is stale for this pmpipe, and made again by its stage."""
+    import json
+    import shutil
+
+    from pmpipe.storage import store
+
+    _, summ = stores
+    assert summ.attrs["layout"] == 2
+    old = tmp_path / "summaries.zarr"
+    shutil.copytree(str(summ.store_path).removeprefix("file://"), old)
+    meta_path = old / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["attributes"]["layout"]
+    meta_path.write_text(json.dumps(meta))
+    found = store.problems(old, config_hash=summ.attrs["config_hash"])
+    assert "is stale: a summaries store of layout 1, this pmpipe writes 2" in found, found

@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from jax.sharding import Mesh
 
 FORMAT = "pmpipe-store-1"  # root attribute 'format': layout version of docs/outputs.md
+# The layout of each stage's store (root attribute 'layout', 1 where absent), raised when a
+# stage's store gains arrays that later stages or readers need: a store of an older layout is
+# stale, and only its stage and those after it are made again.
+LAYOUTS = {"lensing": 2, "summaries": 2}  # lensing: shear E/B coefficients; summaries: pairs
+
+
+def layout(stage: str) -> int:
+    """The layout version this pmpipe writes for ``stage``'s store."""
+    return LAYOUTS.get(stage, 1)
 
 
 def _git_commit() -> str | None:
@@ -64,6 +73,7 @@ def provenance(
     return {
         "format": FORMAT,
         "stage": stage,
+        "layout": layout(stage),
         "campaign": run_file.campaign,
         "run_id": run_file.run_id,
         "config": run_file.config.model_dump(mode="json"),

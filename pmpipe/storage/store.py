@@ -297,8 +297,19 @@ def problems(
             f"is stale: made from config {attrs.get('config_hash')}, the run's is {config_hash}"
         )
     elif config_hash is not None:
-        found += _stale_upstream(path, attrs.get("upstream", {}))
+        found += _stale_layout(attrs) + _stale_upstream(path, attrs.get("upstream", {}))
     return found
+
+
+def _stale_layout(attrs: dict) -> list[str]:
+    """The store's layout, when older than the one this pmpipe writes for its stage."""
+    from pmpipe.storage import provenance
+
+    stage = attrs.get("stage")
+    if stage is None or attrs.get("layout", 1) == provenance.layout(stage):
+        return []
+    written, current = attrs.get("layout", 1), provenance.layout(stage)
+    return [f"is stale: a {stage} store of layout {written}, this pmpipe writes {current}"]
 
 
 def manifest_checksum(path: str | Path) -> int | None:
