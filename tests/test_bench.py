@@ -298,6 +298,21 @@ def test_bench_raytrace_times_both_methods_on_the_same_planes(tmp_path):
     assert rms["born"] > 0 and abs(rms["raytrace"] / rms["born"] - 1) < 0.05
 
 
+def test_bench_raytrace_on_the_full_sky_times_tracing_and_analysis(tmp_path):
+    """`pmpipe bench raytrace --nside`: the shells traced on a grid of 2 nside, the tracing,
+    the rays' analysis and Born timed, both κ maps of similar rms."""
+    from pmpipe.cli import main
+
+    out = tmp_path / "raytrace.json"
+    assert main(["bench", "raytrace", "--nside", "16", "--planes", "3", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["nside"] == 16 and record["rays_nside"] == 32 and record["ell_max"] == 47
+    assert all(record["seconds"][m] > 0 for m in ("born", "raytrace", "raytrace_analysis"))
+    assert record["peak_rss_gb"] > 0
+    rms = record["kappa_rms"]
+    assert rms["born"] > 0 and abs(rms["raytrace"] / rms["born"] - 1) < 0.05
+
+
 @pytest.mark.slow
 def test_bench_postborn_compares_the_methods_in_the_resolved_range():
     from pmpipe.bench import postborn

@@ -247,7 +247,6 @@ BASE = {"box": {"box_size": 256.0, "particles": 32}, "lightcone": {"z_max": 1.0}
             "beyond the lightcone",
         ),
         ({"source_redshifts": [], "distributions": []}, "lensing", "no sources"),
-        ({"method": "raytrace", "full_sky": {"nside": 8}}, "lensing", "flat-sky maps only"),
         ({"method": "curved"}, "method", "'born', 'raytrace' or 'both'"),
     ],
 )

@@ -177,7 +177,8 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
     both: the ray-traced κ differs from Born's but its C_ℓ agrees within 2 % over the multipoles
     the run resolves (from ell_min_valid to where the source's mid-way plane reaches
     k_max_valid); ω is written, the reduced shear is γ / (1 - κ), and the summaries hold the
-    statistics of both maps."""
+    statistics of both maps. Likewise on the full sky (nside 16, every multipole to the band
+    limit)."""
     run = config.Run.model_validate(
         {
             "box": {"particles": 32, "box_size": 256.0, "oversample": 2},
@@ -186,6 +187,7 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
             "lensing": {
                 "source_redshifts": [0.7, 1.0],
                 "flat_sky": {"field_of_view": 6.0, "pixels": 64},
+                "full_sky": {"nside": 16},
                 "method": "both",
                 "reduced_shear": True,
             },
@@ -219,6 +221,23 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
             np.testing.assert_allclose(
                 lens[f"g{c}"][s], np.asarray(lens[f"gamma{c}"][s]) / (1 - kappa), rtol=1e-5
             )
+        kappa, born = (
+            np.asarray(lens["kappa_healpix"][s]),
+            np.asarray(lens["kappa_born_healpix"][s]),
+        )
+        assert np.std(kappa - born) > 1e-3 * np.std(born)
+        ratio = summ["cl_healpix"][s, s] / summ["cl_born_healpix"][s, s]
+        assert np.all(np.abs(ratio - 1) < 0.02), (s, ratio)
+        assert np.abs(np.asarray(lens["omega_healpix"][s])).max() > 0
+        assert (
+            np.abs(summ["cl_bb_healpix"][s, s]).max()
+            > 0
+            == np.abs(summ["cl_bb_born_healpix"][s, s]).max()
+        )
+        np.testing.assert_allclose(
+            lens["g1_healpix"][s], np.asarray(lens["gamma1_healpix"][s]) / (1 - kappa), rtol=1e-5
+        )
+    assert summ["peaks_born_healpix"].shape == summ["peaks_healpix"].shape
 
 
 def test_rays_deflected_beyond_the_fields_grid_stop_the_tracing():

@@ -107,9 +107,12 @@ def raytrace(args) -> int:
     """``pmpipe bench raytrace``: seconds per lens plane, ray tracing and Born."""
     from pmpipe.bench import raytrace
 
-    record = raytrace.bench_raytrace(
-        args.pixels, args.planes, args.mesh, args.box, args.fov, args.seed
-    )
+    if args.nside:
+        record = raytrace.bench_raytrace_healpix(args.nside, args.planes, args.box, args.seed)
+    else:
+        record = raytrace.bench_raytrace(
+            args.pixels, args.planes, args.mesh, args.box, args.fov, args.seed
+        )
     _emit(record, args.json)
     return 0
 

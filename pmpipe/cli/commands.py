@@ -180,7 +180,8 @@ BENCH = (
     Command(
         "raytrace",
         "seconds per lens plane of flat-sky ray tracing and of Born on the same Gaussian "
-        "planes (fiducial linear power, out to a source at z = 1)",
+        "planes (fiducial linear power, out to a source at z = 1); with --nside, of full-sky "
+        "ray tracing through Gaussian shells",
         benchmarks.raytrace,
         (
             arg("--pixels", type=int, default=2048, help="map pixels per side (default 2048)"),
@@ -189,6 +190,12 @@ BENCH = (
             arg("--box", type=float, default=1000.0, help="box size, Mpc/h (default 1000)"),
             arg("--fov", type=float, default=5.0, help="map side, degrees (default 5)"),
             arg("--seed", type=int, default=1, help="seed of the planes (default 1)"),
+            arg(
+                "--nside",
+                type=int,
+                default=0,
+                help="full-sky maps of this nside instead of the flat map (default: flat)",
+            ),
             JSON,
         ),
     ),

@@ -202,7 +202,7 @@ def _modes(gamma1, gamma2, sharding):
     return fft.laid_out(modes.real, sharding), fft.laid_out(modes.imag, sharding)
 
 
-def _spin2_factor(lmax: int) -> np.ndarray:
+def spin2_factor(lmax: int) -> np.ndarray:
     """sqrt((ℓ+2)(ℓ-1) / (ℓ(ℓ+1))) for ℓ = 0 .. lmax (0 for ℓ < 2)."""
     ell = np.arange(lmax + 1, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -217,7 +217,7 @@ def born_shear_alm(kappa_alm) -> tuple[np.ndarray, np.ndarray]:
     import healpy
 
     kappa_alm = np.asarray(kappa_alm, np.complex128)
-    e_alm = healpy.almxfl(kappa_alm, _spin2_factor(healpy.Alm.getlmax(kappa_alm.size)))
+    e_alm = healpy.almxfl(kappa_alm, spin2_factor(healpy.Alm.getlmax(kappa_alm.size)))
     return e_alm, np.zeros_like(e_alm)
 
 
@@ -225,9 +225,14 @@ def healpix_shear(kappa_alm, nside: int):
     """(γ1, γ2) HEALPix maps (RING) of ``nside`` from κ's harmonic coefficients (healpy's
     ordering, ℓ ≤ lmax): the modes of :func:`born_shear_alm` through healpy's spin-2 synthesis
     (γ1, γ2 as healpy's Q, U)."""
+    return healpix_spin2_maps(*born_shear_alm(kappa_alm), nside)
+
+
+def healpix_spin2_maps(e_alm, b_alm, nside: int):
+    """(Q, U) HEALPix maps (RING) of ``nside`` of the spin-2 field with E and B coefficients
+    e_alm, b_alm (healpy's ordering)."""
     import healpy
 
-    e_alm, b_alm = born_shear_alm(kappa_alm)
     return healpy.alm2map_spin([e_alm, b_alm], nside, 2, healpy.Alm.getlmax(e_alm.size))
 
 
@@ -240,7 +245,7 @@ def healpix_convergence_from_shear(gamma1, gamma2, lmax: int):
         [np.asarray(gamma1, np.float64), np.asarray(gamma2, np.float64)], 2, lmax=lmax
     )
     with np.errstate(invalid="ignore", divide="ignore"):
-        inverse = np.where(_spin2_factor(lmax) > 0, 1.0 / _spin2_factor(lmax), 0.0)
+        inverse = np.where(spin2_factor(lmax) > 0, 1.0 / spin2_factor(lmax), 0.0)
     return healpy.almxfl(e_alm, inverse)
 
 

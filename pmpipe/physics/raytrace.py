@@ -188,14 +188,38 @@ jax.tree_util.register_dataclass(
 )
 
 
+def advance(rays: Rays, chi) -> Rays:
+    """The rays run straight from rays.chi to the distance chi (Mpc/h)."""
+    step = chi - rays.chi
+    return dataclasses.replace(rays, d=rays.d + step * rays.v, D=rays.D + step * rays.V, chi=chi)
+
+
+def deflect(rays: Rays, alpha, T, factor, weights) -> Rays:
+    """Rays at a plane (rays.chi) deflected by it: alpha (2, ...) the field α_i and T (2, 2, ...)
+    the tidal matrix ∂α_i/∂x at the rays, in their own basis; factor the plane's c_i, weights
+    (S,) Born's w_i^s. The direction changes by -c_i α, its Jacobian by -c_i T X, and every
+    source adds w T X / χ and w α / χ to its sums."""
+    chi, dtype = rays.chi, rays.D.dtype
+    eye = jnp.eye(2, dtype=dtype).reshape(2, 2, *([1] * (rays.D.ndim - 2)))
+    TX = jnp.einsum("ab...,bc...->ac...", T, rays.D + chi * eye)
+    w = (weights / chi).reshape(-1, *([1] * alpha.ndim))
+    return dataclasses.replace(
+        rays,
+        v=rays.v - factor * alpha,
+        V=rays.V - factor * TX,
+        M=rays.M + w[..., None] * TX[None],
+        B=rays.B + w * alpha[None],
+    )
+
+
 @partial(jax.jit, static_argnames=("grid", "mesh"))
 def _through_plane(rays: Rays, lens: LensPlane, theta, grid: RayGrid, mesh: Mesh) -> Rays:
     """Rays moved to the plane and deflected by it; theta (n,) the pixel centres (rad)."""
     plane, ex, ey, kernels, chi = lens.density, lens.ex, lens.ey, lens.kernels, lens.chi
     n = theta.shape[0]
     dtype = rays.d.dtype
-    advance = chi - rays.chi
-    d, D = rays.d + advance * rays.v, rays.D + advance * rays.V
+    rays = advance(rays, chi)
+    d = rays.d
     sharded = NamedSharding(mesh, FIELD_SPEC)
     modes = fft.fft2(plane, sharded)
     half = kernels.shape[-1]
@@ -213,25 +237,31 @@ def _through_plane(rays: Rays, lens: LensPlane, theta, grid: RayGrid, mesh: Mesh
     position = (chi * theta[:, None] + d[0], chi * theta[None, :] + d[1])
     alpha = jnp.stack([ax + sheet * position[0], ay + sheet * position[1]])
     T = jnp.stack([jnp.stack([txx + sheet, txy]), jnp.stack([txy, tyy + sheet])])
-    X = D + chi * jnp.eye(2, dtype=dtype)[:, :, None, None]
-    TX = jnp.einsum("ab...,bc...->ac...", T, X)
-    w = (lens.weights / chi)[:, None, None, None]
-    M = rays.M + w[..., None] * TX[None]
-    B = rays.B + w * alpha[None]
+    rays = deflect(rays, alpha, T, lens.factor, lens.weights)
 
     def laid(x):
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, _spec(x.ndim - 2)))
 
-    return Rays(
-        laid(d),
-        laid(rays.v - lens.factor * alpha),
-        laid(D),
-        laid(rays.V - lens.factor * TX),
-        laid(M),
-        laid(B),
-        chi,
-        rays.escaped + jnp.sum(outside, dtype=jnp.int32),
+    fields_of_rays = ("d", "v", "D", "V", "M", "B")
+    return dataclasses.replace(
+        rays,
+        **{name: laid(getattr(rays, name)) for name in fields_of_rays},
+        escaped=rays.escaped + jnp.sum(outside, dtype=jnp.int32),
     )
+
+
+def distortion(rays: Rays) -> dict:
+    """κ, γ1, γ2, ω (S, ...) of every source from the rays' sums M = I - A (the distortion
+    matrix A = [[1 - κ - γ1, -γ2 - ω], [-γ2 + ω, 1 - κ + γ1]]) and the deflection θ - β
+    (S, 2, ...) in rad."""
+    M = rays.M
+    return {
+        "kappa": 0.5 * (M[:, 0, 0] + M[:, 1, 1]),
+        "gamma1": 0.5 * (M[:, 0, 0] - M[:, 1, 1]),
+        "gamma2": 0.5 * (M[:, 0, 1] + M[:, 1, 0]),
+        "omega": 0.5 * (M[:, 0, 1] - M[:, 1, 0]),
+        "deflection": rays.B,
+    }
 
 
 def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
@@ -239,9 +269,8 @@ def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
     overdensity (M, M) on the force mesh of ``grid`` (box, device mesh, dtype), weights (S, P)
     Born's, factors (P,) the planes' c_i = 3/2 Ω_m (H0/c)² / a_i (h²/Mpc²), chi (P,) plane
     distances (Mpc/h, increasing), theta (n,) the pixel centres (rad, equally spaced), offsets
-    (P, 2) where the line of sight crosses each plane (Mpc/h). Returns κ, γ1, γ2, ω (the
-    distortion matrix A = [[1 - κ - γ1, -γ2 - ω], [-γ2 + ω, 1 - κ + γ1]]) and the deflection
-    θ - β (S, 2, n, n) in rad, laid out like the maps of
+    (P, 2) where the line of sight crosses each plane (Mpc/h). Returns :func:`distortion`'s
+    maps (S, n, n) and deflection (S, 2, n, n), laid out like the maps of
     :func:`pmpipe.physics.lensing.flat_sky_convergence`."""
     box_size, mesh, dtype = grid.box_size, grid.mesh, np.dtype(grid.dtype)
     theta = np.asarray(theta, np.float64)
@@ -280,11 +309,4 @@ def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
             f"{MAX_DEFLECTION_DEG} deg, pmpipe.physics.raytrace.MAX_DEFLECTION_DEG): such "
             "deflections come from more mass than simulated planes hold"
         )
-    M = rays.M
-    return {
-        "kappa": 0.5 * (M[:, 0, 0] + M[:, 1, 1]),
-        "gamma1": 0.5 * (M[:, 0, 0] - M[:, 1, 1]),
-        "gamma2": 0.5 * (M[:, 0, 1] + M[:, 1, 0]),
-        "omega": 0.5 * (M[:, 0, 1] - M[:, 1, 0]),
-        "deflection": rays.B,
-    }
+    return distortion(rays)

@@ -117,8 +117,9 @@ class Lensing(StrictModel):
         "born",
         description="born: κ as the lensing-weighted sum of the planes along straight lines "
         "of sight (fast); raytrace: rays deflected at every plane (multiple lens planes, "
-        "flat sky), with the rotation ω and lens-lens coupling; both: the ray-traced maps and "
-        "Born's from the same planes (kappa_born, gamma1_born, gamma2_born)",
+        "flat and full sky), with the rotation ω and lens-lens coupling; both: the ray-traced "
+        "maps and Born's from the same planes (kappa_born, gamma1_born, gamma2_born, "
+        "kappa_born_healpix, ...)",
     )
     reduced_shear: bool = Field(
         False, description="also write the reduced shear g = γ / (1 - κ) of the maps (g1, g2)"
@@ -135,11 +136,6 @@ class Lensing(StrictModel):
             raise ValueError(f"lensing.distributions names must be unique, got {names}")
         if self.flat_sky is None and self.full_sky is None:
             raise ValueError("lensing needs flat_sky or full_sky maps (or both)")
-        if self.method != "born" and (self.full_sky is not None or self.flat_sky is None):
-            raise ValueError(
-                f"lensing.method = {self.method} ray-traces flat-sky maps only: give "
-                "lensing.flat_sky and set lensing.full_sky to null, or use method born"
-            )
         return self
 
     def source_labels(self) -> list[str]:

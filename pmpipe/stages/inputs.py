@@ -31,6 +31,10 @@ STORED_BY = {
     "gamma_e_healpix_alm": "outputs.lightcone",
     "gamma_b_healpix_alm": "outputs.lightcone",
     "kappa_healpix_alm": "outputs.lightcone",
+    "kappa_born_healpix": "outputs.lightcone",
+    "gamma_e_born_healpix_alm": "outputs.lightcone",
+    "gamma_b_born_healpix_alm": "outputs.lightcone",
+    "kappa_born_healpix_alm": "outputs.lightcone",
 }
 
 

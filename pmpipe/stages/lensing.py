@@ -18,7 +18,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe.physics import lensing, lightcone, raytrace, resolution, sky
+from pmpipe.physics import lensing, lightcone, raytrace, raytrace_healpix, resolution, sky
 from pmpipe.run import config, derive
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
@@ -276,76 +276,91 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
 
 
 def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
-    """κ, γ1, γ2 of every source on HEALPix maps from the shells' harmonic coefficients (Born
-    weights (S, P)): written unless outputs.lightcone is off, κ kept for the summaries."""
-    srcs, maps_kept = setup.sources, setup.config.outputs.lightcone
+    """κ, γ1, γ2 (and ω when ray-traced) of every source on HEALPix maps from the shells'
+    harmonic coefficients (Born weights (S, P)), by lensing.method, with the coefficients of κ
+    and of the shear's E and B modes: written unless outputs.lightcone is off, kept for the
+    summaries."""
     lens = config.section(setup.config.lensing, "lensing")
     nside = config.section(lens.full_sky, "lensing.full_sky").nside
+    shells = np.asarray(inputs.array("nbody", "lightcone_healpix_alm"), np.complex128)
+    coefficients: dict[str, list[dict]] = {}
     with progress.timed("lensing"):
-        kappa_alm = weights @ np.asarray(
-            inputs.array("nbody", "lightcone_healpix_alm"), np.complex128
-        )
-        kappa_hp = np.stack([lightcone.healpix_map(a, nside) for a in kappa_alm])
-        shear = [lensing.healpix_shear(a, nside) for a in kappa_alm]
-        shear_alm = [lensing.born_shear_alm(a) for a in kappa_alm]
-    progress(f"full-sky maps: {len(srcs)} sources, nside {nside}")
-    attrs = {
-        "grid_name": "HEALPix",
-        "nside": nside,
-        "nest": False,
-        "ell_band_limit": sky.healpix_ell_max(nside),
-        "pixel_window": "none",
-    }
-    maps = [
-        ("kappa_healpix", kappa_hp, "Born convergence"),
-        ("gamma1_healpix", np.stack([g[0] for g in shear]), "shear, first component (healpy Q)"),
-        ("gamma2_healpix", np.stack([g[1] for g in shear]), "shear, second component (healpy U)"),
+        if lens.method != "raytrace":
+            born = []
+            for kappa_alm in weights @ shells:
+                e_alm, b_alm = lensing.born_shear_alm(kappa_alm)
+                born.append({"kappa": kappa_alm, "e": e_alm, "b": b_alm})
+            coefficients["_born" if lens.method == "both" else ""] = born
+        if lens.method != "born":
+            chi = np.asarray(inputs.store("nbody")["plane"][:], np.float64)
+            traced = raytrace_healpix.trace(
+                [lambda i=i: shells[i] for i in range(chi.size)],
+                weights,
+                raytrace.deflection_factors(setup.cosmology, chi),
+                chi,
+                raytrace_healpix.RAYS_PER_PIXEL_SIDE * nside,
+            )
+            coefficients[""] = [
+                raytrace_healpix.analyse(
+                    traced["kappa"][i],
+                    traced["gamma1"][i],
+                    traced["gamma2"][i],
+                    traced["omega"][i],
+                    sky.healpix_ell_max(nside),
+                )
+                for i in range(len(setup.sources))
+            ]
+    progress(f"full-sky maps ({lens.method}): {len(setup.sources)} sources, nside {nside}")
+    for suffix, alms in coefficients.items():
+        _write_healpix_maps(group, setup, inputs, alms, f"{suffix}_healpix")
+
+
+def _write_healpix_maps(group, setup: derive.RunSetup, inputs: Inputs, alms, suffix: str):
+    """The HEALPix maps of one method (``suffix`` '_healpix' the run's, '_born_healpix'
+    Born's of method both) from every source's coefficients (dicts of kappa, e, b and, when
+    ray-traced, omega): κ, γ1, γ2 (ω) and with the run's maps the reduced shear, written
+    unless outputs.lightcone is off; the coefficients written and kept for the summaries."""
+    lens = config.section(setup.config.lensing, "lensing")
+    nside = config.section(lens.full_sky, "lensing.full_sky").nside
+    ell_max = sky.healpix_ell_max(nside)
+    kind = "Born" if lens.method == "born" or "born" in suffix else "ray-traced"
+    kappa = np.stack([lightcone.healpix_map(a["kappa"], nside) for a in alms])
+    shear = [lensing.healpix_spin2_maps(a["e"], a["b"], nside) for a in alms]
+    maps = [(f"kappa{suffix}", kappa, f"{kind} convergence")] + [
+        (f"gamma{c + 1}{suffix}", np.stack([g[c] for g in shear]), f"{kind} shear, {part}")
+        for c, part in enumerate(("first component (healpy Q)", "second component (healpy U)"))
     ]
-    if lens.reduced_shear:
+    if "omega" in alms[0]:
+        omega = np.stack([lightcone.healpix_map(a["omega"], nside) for a in alms])
+        maps.append((f"omega{suffix}", omega, "ray-traced rotation"))
+    if lens.reduced_shear and suffix == "_healpix":
         maps += [
-            (
-                f"g{c}_healpix",
-                maps[c][1] / (1 - kappa_hp),
-                f"reduced shear g{c} = gamma{c} / (1 - kappa)",
-            )
+            (f"g{c}_healpix", maps[c][1] / (1 - kappa), f"reduced shear g{c} = gamma{c} / (1 - kappa)")
             for c in (1, 2)
-        ]
-    for name, data, long_name in maps:
-        if maps_kept:
-            store.write_array(
-                group,
-                name,
-                data.astype(np.float32),
-                ("source", "pixel"),
-                "1",
-                long_name,
-                **attrs,
-            )
-    modes = {
-        f"gamma_{m}_healpix_alm": np.stack([alm[i] for alm in shear_alm])
-        for i, m in enumerate("eb")
-    }
-    if maps_kept:
-        for name, data in modes.items():
-            store.write_array(
-                group, name, data.astype(np.complex64), ("source", "alm"), "1",
-                f"harmonic coefficients of the shear's {name[6].upper()} modes (healpy's "
-                "ordering, spin 2)", ell_max=sky.healpix_ell_max(nside), ordering="healpy",
-            )  # fmt: skip
+        ]  # fmt: skip
+    kept = setup.config.outputs.lightcone
+    attrs = {
+        "grid_name": "HEALPix", "nside": nside, "nest": False, "ell_band_limit": ell_max,
+        "pixel_window": "none",
+    }  # fmt: skip
+    for name, data, long_name in maps if kept else []:
         store.write_array(
-            group,
-            "kappa_healpix_alm",
-            kappa_alm.astype(np.complex64),
-            ("source", "alm"),
-            "1",
-            "harmonic coefficients of the Born convergence (healpy's ordering)",
-            ell_max=sky.healpix_ell_max(nside),
-            ordering="healpy",
+            group, name, data.astype(np.float32), ("source", "pixel"), "1", long_name, **attrs
         )
-    inputs.keep("lensing", "kappa_healpix", kappa_hp.astype(np.float32))
-    for name, data in modes.items():
+    modes = {
+        f"kappa{suffix}_alm": (np.stack([a["kappa"] for a in alms]), f"the {kind} convergence"),
+        f"gamma_e{suffix}_alm": (np.stack([a["e"] for a in alms]), "the shear's E modes (spin 2)"),
+        f"gamma_b{suffix}_alm": (np.stack([a["b"] for a in alms]), "the shear's B modes (spin 2)"),
+    }
+    for name, (data, what) in modes.items() if kept else []:
+        store.write_array(
+            group, name, data.astype(np.complex64), ("source", "alm"), "1",
+            f"harmonic coefficients of {what} (healpy's ordering)", ell_max=ell_max,
+            ordering="healpy",
+        )  # fmt: skip
+    inputs.keep("lensing", f"kappa{suffix}", kappa.astype(np.float32))
+    for name, (data, _) in modes.items():
         inputs.keep("lensing", name, data)
-    inputs.keep("lensing", "kappa_healpix_alm", kappa_alm)
 
 
 if __name__ == "__main__":

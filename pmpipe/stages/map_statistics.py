@@ -62,7 +62,7 @@ class SkyMaps:
 def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> None:
     """C_ell of every pair of sources (with its Limber prediction for the linear P(k)), peak
     counts and PDF of κ per source and smoothing scale, for the flat-sky and the HEALPix maps
-    (and for lensing.method both, of Born's flat-sky maps too, names ending in '_born')."""
+    (and for lensing.method both, of Born's maps too, names with '_born')."""
     section = config.section(setup.config.lensing, "lensing")
     count = _write_lensing_axes(group, setup, inputs)
     if section.flat_sky is not None:
@@ -73,6 +73,8 @@ def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> N
         full = _full_sky_maps(setup, inputs, count)
         _write_map_statistics(group, setup, full)
         _write_shear_correlations(group, setup, full)
+        if section.method == "both":
+            _write_spectra_and_peaks(group, setup, _full_sky_maps(setup, inputs, count, "_born"))
 
 
 def _write_lensing_axes(group, setup: derive.RunSetup, inputs: Inputs) -> int:
@@ -154,17 +156,19 @@ def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix=""
     )
 
 
-def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> SkyMaps:
-    """The HEALPix maps of the ``count`` sources (:class:`SkyMaps`)."""
+def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix="") -> SkyMaps:
+    """The HEALPix maps of the ``count`` sources (:class:`SkyMaps`): the run's, or with
+    ``suffix`` '_born' Born's of lensing.method both."""
     import healpy
 
     cfg = setup.config
     full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
     nside, ell_max = full.nside, sky.healpix_ell_max(full.nside)
-    kappa = list(np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64))
-    alm = list(np.asarray(inputs.array("lensing", "kappa_healpix_alm"), np.complex128))
+    name = f"{suffix}_healpix"
+    kappa = list(np.asarray(inputs.array("lensing", f"kappa{name}"), np.float64))
+    alm = list(np.asarray(inputs.array("lensing", f"kappa{name}_alm"), np.complex128))
     shear = {
-        m: list(np.asarray(inputs.array("lensing", f"gamma_{m}_healpix_alm"), np.complex128))
+        m: list(np.asarray(inputs.array("lensing", f"gamma_{m}{name}_alm"), np.complex128))
         for m in "eb"
     }
     levels = _noise_levels(setup)
@@ -176,7 +180,7 @@ def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int) -> SkyMap
         ]
     edges = ell_edges_healpix(cfg)
     return SkyMaps(
-        "_healpix",
+        name,
         "ell_healpix",
         edges,
         kappa,
