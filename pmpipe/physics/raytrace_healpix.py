@@ -5,7 +5,7 @@ coefficients up to ℓ_max. Its angular potential φ_i solves ∇²φ_i = 2 Σ_i
 that at the transverse comoving position x = χ_i β the flat sky's fields of
 :mod:`pmpipe.physics.raytrace` are α_i = χ_i ∇φ_i and T_i = ∂α_i/∂x = ∇∇φ_i. They are evaluated
 at the rays' positions by ducc0's synthesis at arbitrary points (a non-uniform transform, exact
-to SYNTHESIS_EPSILON within the band limit): ∇φ as spin 1, Σ (half the trace of T) as spin 0,
+to SYNTHESIS_EPSILON within the band limit; single precision for a float32 state): ∇φ as spin 1, Σ (half the trace of T) as spin 0,
 T's trace-free part as spin 2 (E = sqrt((ℓ+2)(ℓ-1) / (ℓ(ℓ+1))) Σ_ℓm, healpy's Q and U).
 
 Each ray starts at a pixel centre n of a HEALPix grid RAYS_PER_PIXEL_SIDE times finer than the
@@ -27,6 +27,8 @@ the maps are synthesised from them, as Born's are.
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,8 +38,8 @@ from pmpipe.runtime import openmp
 
 RAYS_PER_PIXEL_SIDE = 2  # rays on a HEALPix grid of 2 nside: its analysis reaches 3 nside - 1
 ANALYSIS_ITERATIONS = 3  # Jacobi iterations of the rays' analysis (about 1e-6 at 3 nside - 1)
-SYNTHESIS_EPSILON = 1e-7  # relative accuracy of ducc0's synthesis at the rays
-_CHUNK = 1 << 20  # rays per block of the float64 geometry
+SYNTHESIS_EPSILON = {True: 2e-6, False: 1e-10}  # ducc0's accuracy at the rays, single or not
+_CHUNK = 1 << 18  # rays per block of the float64 geometry
 
 
 def lens_alm(sigma_alm) -> tuple[np.ndarray, np.ndarray]:
@@ -57,73 +59,78 @@ def lens_alm(sigma_alm) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def plane_fields(sigma_alm, loc) -> tuple[np.ndarray, np.ndarray]:
-    """∇φ (2, N) and ∇∇φ (2, 2, N) of a shell with coefficients sigma_alm (Σ, ℓ ≤ ℓ_max) at the
-    points loc (N, 2: colatitude, longitude in rad), in the local basis (e_θ, e_φ)."""
+def plane_fields(sigma_alm, loc, dtype=np.float32):
+    """∇φ (2, N), Σ = half the trace of ∇∇φ (N,) and ∇∇φ's trace-free part (2, N: its
+    (θθ - φφ)/2 and θφ components) of a shell with coefficients sigma_alm (Σ, ℓ ≤ ℓ_max) at
+    the points loc (N, 2: colatitude, longitude in rad), in the local basis (e_θ, e_φ), in
+    ``dtype`` (float32: single-precision transforms)."""
     import ducc0
     import healpy
 
+    single = np.dtype(dtype) == np.float32
     potential, tidal = lens_alm(sigma_alm)
+    complex_type = np.complex64 if single else np.complex128
     common = {
         "lmax": healpy.Alm.getlmax(potential.size),
         "loc": loc,
-        "epsilon": SYNTHESIS_EPSILON,
+        "epsilon": SYNTHESIS_EPSILON[single],
         "nthreads": openmp.threads_for(openmp.usable_cores()),
     }
     synthesis = ducc0.sht.synthesis_general
-    grad = synthesis(alm=potential[None], spin=1, mode="DERIV1", **common)
-    trace = synthesis(alm=np.asarray(sigma_alm, np.complex128)[None], spin=0, **common)[0]
-    shear = synthesis(alm=tidal[None], spin=2, mode="GRAD_ONLY", **common)
-    T = np.stack([np.stack([trace + shear[0], shear[1]]), np.stack([shear[1], trace - shear[0]])])
-    return grad, T
-
-
-def _frames(theta, phi):
-    """The position n and the basis vectors e_θ, e_φ (3, N) at colatitudes theta, longitudes phi."""
-    st, ct, sp, cp = np.sin(theta), np.cos(theta), np.sin(phi), np.cos(phi)
-    return (
-        np.stack([st * cp, st * sp, ct]),
-        np.stack([ct * cp, ct * sp, -st]),
-        np.stack([-sp, cp, np.zeros_like(phi)]),
-    )
+    grad = synthesis(alm=potential[None].astype(complex_type), spin=1, mode="DERIV1", **common)
+    sigma = synthesis(alm=np.asarray(sigma_alm)[None].astype(complex_type), spin=0, **common)
+    shear = synthesis(alm=tidal[None].astype(complex_type), spin=2, mode="GRAD_ONLY", **common)
+    return grad, sigma[0], shear
 
 
 def along_great_circles(theta, phi, delta):
     """The ends β of the great circles from (theta, phi) (N,) rad along the tangent vectors
-    delta (2, N) (components on e_θ, e_φ; length the arc in rad): their (colatitude,
-    longitude) (N, 2) and cos ρ, sin ρ (N,) of the angle ρ with e_θ carried along the circle
-    = cos ρ e_θ(β) + sin ρ e_φ(β)."""
-    n, e_theta, e_phi = _frames(theta, phi)
-    arc = np.hypot(delta[0], delta[1])
-    small = arc < 1e-4
-    arc2 = arc * arc  # series below 1e-4 rad: exact to float64
-    along = np.where(small, 1 - arc2 / 6, np.sin(arc) / np.where(small, 1.0, arc))
-    bend = np.where(small, -0.5 + arc2 / 24, (np.cos(arc) - 1) / np.where(small, 1.0, arc2))
-    tangent = delta[0] * e_theta + delta[1] * e_phi
-    end = n * (1 + bend * arc2) + along * tangent
-    end /= np.linalg.norm(end, axis=0)
-    carried = e_theta + delta[0] * (bend * tangent - along * n)
-    colatitude = np.arctan2(np.hypot(end[0], end[1]), end[2])
-    longitude = np.mod(np.arctan2(end[1], end[0]), 2 * np.pi)
-    _, e_theta_end, e_phi_end = _frames(colatitude, longitude)
-    return (
-        np.stack([colatitude, longitude], axis=-1),
-        np.sum(carried * e_theta_end, axis=0),
-        np.sum(carried * e_phi_end, axis=0),
+    delta (2, N) (components on e_θ, e_φ; length the arc a in rad): their (colatitude,
+    longitude) (N, 2), and cos ρ, sin ρ (N,) of the angle ρ by which e_θ carried along the
+    circle is turned from β's: carried e_θ = cos ρ e_θ(β) + sin ρ e_φ(β). With s = sin a / a
+    and b = (cos a - 1) / a², β's height is cos θ (1 + b a²) - s δ_θ sin θ and its horizontal
+    components along and across the start's meridian sin θ (1 + b a²) + s δ_θ cos θ and s δ_φ;
+    the circle's heading, turned by ρ, keeps sin θ sin ψ (Clairaut), which gives
+    sin θ_β (cos ρ, sin ρ) = (s δ_θ cos θ + sin θ (1 + b δ_θ²), -δ_φ (s cos θ + b δ_θ sin θ))."""
+    arc2 = delta[0] ** 2 + delta[1] ** 2
+    arc = np.sqrt(arc2)
+    small = arc < 1e-4  # series below 1e-4 rad: exact to float64
+    s = np.where(small, 1 - arc2 / 6, np.sin(arc) / np.where(small, 1.0, arc))
+    b = np.where(small, -0.5 + arc2 / 24, (np.cos(arc) - 1) / np.where(small, 1.0, arc2))
+    sin, cos = np.sin(theta), np.cos(theta)
+    shrink = 1 + b * arc2
+    height = cos * shrink - s * delta[0] * sin
+    along, across = sin * shrink + s * delta[0] * cos, s * delta[1]
+    turn_cos = s * delta[0] * cos + sin * (1 + b * delta[0] ** 2)
+    turn_sin = -delta[1] * (s * cos + b * delta[0] * sin)
+    norm = np.hypot(turn_cos, turn_sin)
+    loc = np.stack(
+        [
+            np.arctan2(np.hypot(along, across), height),
+            np.mod(phi + np.arctan2(across, along), 2 * np.pi),
+        ],
+        axis=-1,
     )
+    return loc, turn_cos / norm, turn_sin / norm
 
 
 def _positions(rays: raytrace.Rays, theta, phi):
-    """The rays' positions at their shell (N, 2) and the cosine and sine (N,) of the turn from
-    their local basis there to the basis carried from their pixel centre (theta, phi)."""
-    delta = np.asarray(rays.d, np.float64) / float(rays.chi)
+    """The rays' positions at their shell (N, 2) and the cosine and sine (N, the rays' dtype) of
+    the turn from their local basis there to the basis carried from their pixel centre (theta, phi), in
+    blocks on the host's threads (numpy releases the interpreter in its loops)."""
+    d = np.asarray(rays.d)
+    chi = float(rays.chi)
     loc = np.empty((theta.size, 2))
-    cos, sin = np.empty(theta.size), np.empty(theta.size)
-    for start in range(0, theta.size, _CHUNK):
+    cos, sin = np.empty(theta.size, d.dtype), np.empty(theta.size, d.dtype)
+
+    def block(start):
         part = slice(start, start + _CHUNK)
-        loc[part], cos[part], sin[part] = along_great_circles(
-            theta[part], phi[part], delta[:, part]
-        )
+        delta = d[:, part].astype(np.float64) / chi
+        loc[part], cos[part], sin[part] = along_great_circles(theta[part], phi[part], delta)
+
+    threads = openmp.threads_for(openmp.usable_cores())
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(block, range(0, theta.size, _CHUNK)))
     return loc, cos, sin
 
 
@@ -132,15 +139,19 @@ def _advance(rays: raytrace.Rays, chi) -> raytrace.Rays:
     return raytrace.advance(rays, chi)
 
 
+def _turned(x, y, cos, sin):
+    """Components (x, y) on a basis turned by -ρ: (x cos ρ + y sin ρ, -x sin ρ + y cos ρ)."""
+    return x * cos + y * sin, y * cos - x * sin
+
+
 @jax.jit
-def _deflect(rays: raytrace.Rays, grad, tidal, cos, sin, factor, weights) -> raytrace.Rays:
-    """Rays at a shell deflected by χ ∇φ and ∇∇φ read in their local basis, turned by the angle
-    ρ (cos, sin) into the carried basis: a vector's components (a1, a2) become
-    (a1 cos ρ + a2 sin ρ, -a1 sin ρ + a2 cos ρ), the tidal matrix R T Rᵀ."""
-    chi = rays.chi
-    R = jnp.stack([jnp.stack([cos, sin]), jnp.stack([-sin, cos])])
-    alpha = chi * jnp.einsum("ab...,b...->a...", R, grad)
-    T = jnp.einsum("ab...,bc...,dc...->ad...", R, tidal, R)
+def _deflect(rays: raytrace.Rays, grad, sigma, shear, cos, sin, factor, weights):
+    """Rays at a shell deflected by χ ∇φ and ∇∇φ = Σ I + trace-free part read in their local
+    basis (:func:`plane_fields`), turned by the angle ρ (cos, sin) into the carried basis:
+    a vector by ρ, the trace-free part (spin 2) by 2ρ."""
+    alpha = jnp.stack(_turned(grad[0], grad[1], cos, sin)) * rays.chi
+    t1, t2 = _turned(shear[0], shear[1], cos * cos - sin * sin, 2 * sin * cos)
+    T = jnp.stack([jnp.stack([sigma + t1, t2]), jnp.stack([t2, sigma - t1])])
     return raytrace.deflect(rays, alpha, T, factor, weights)
 
 
@@ -169,13 +180,11 @@ def trace(shells, weights, factors, chi, nside: int, dtype=np.float32) -> dict:
     for i in range(last + 1):
         rays = _advance(rays, dt.type(chi[i]))
         loc, cos, sin = _positions(rays, theta, phi)
-        grad, tidal = plane_fields(shells[i](), loc)
         rays = _deflect(
             rays,
-            grad.astype(dt),
-            tidal.astype(dt),
-            cos.astype(dt),
-            sin.astype(dt),
+            *plane_fields(shells[i](), loc, dt),
+            cos,
+            sin,
             dt.type(factors[i]),
             weights[:, i].astype(dt),
         )
