@@ -116,8 +116,9 @@ def along_great_circles(theta, phi, delta):
 
 def _positions(rays: raytrace.Rays, theta, phi):
     """The rays' positions at their shell (N, 2) and the cosine and sine (N, the rays' dtype) of
-    the turn from their local basis there to the basis carried from their pixel centre (theta, phi), in
-    blocks on the host's threads (numpy releases the interpreter in its loops)."""
+    the turn from their local basis there to the basis carried from their pixel centre
+    (theta, phi), in blocks on the host's threads (numpy releases the interpreter in its
+    loops)."""
     d = np.asarray(rays.d)
     chi = float(rays.chi)
     loc = np.empty((theta.size, 2))
