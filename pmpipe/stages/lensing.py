@@ -2,11 +2,11 @@
 (lensing.method).
 
 Reads ``nbody.zarr``; writes ``lensing.zarr`` (docs/outputs.md): per source (single redshifts,
-then distributions) flat-sky ``kappa``, ``gamma1``, ``gamma2`` (source, theta_x, theta_y), with
-``omega`` when ray-traced, Born's ``kappa_born``, ``gamma1_born``, ``gamma2_born`` beside them
-for method both, the reduced shear ``g1``, ``g2`` when asked; full-sky (Born) ``kappa_healpix``,
-``gamma1_healpix``, ``gamma2_healpix`` (source, pixel), the harmonic coefficients of κ and of
-the shear's E and B modes (source, alm); and the Born weight of every plane.
+then distributions) flat-sky ``kappa``, ``gamma1``, ``gamma2`` (source, theta_x, theta_y) and
+full-sky ``kappa_healpix``, ``gamma1_healpix``, ``gamma2_healpix`` (source, pixel) with the
+harmonic coefficients of κ and of the shear's E and B modes (source, alm); ``omega`` and
+``omega_healpix`` when ray-traced, Born's maps beside them for method both (names with
+``_born``), the reduced shear ``g1``, ``g2`` when asked; and the Born weight of every plane.
 """
 
 from __future__ import annotations
