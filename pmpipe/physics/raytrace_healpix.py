@@ -146,10 +146,11 @@ def _turned(x, y, cos, sin):
 
 
 @jax.jit
-def _deflect(rays: raytrace.Rays, grad, sigma, shear, cos, sin, factor, weights):
+def _deflect(rays: raytrace.Rays, fields, turn, factor, weights):
     """Rays at a shell deflected by χ ∇φ and ∇∇φ = Σ I + trace-free part read in their local
-    basis (:func:`plane_fields`), turned by the angle ρ (cos, sin) into the carried basis:
-    a vector by ρ, the trace-free part (spin 2) by 2ρ."""
+    basis (fields: :func:`plane_fields`), turned by the angle ρ (turn: cos ρ, sin ρ) into the
+    carried basis: a vector by ρ, the trace-free part (spin 2) by 2ρ."""
+    (grad, sigma, shear), (cos, sin) = fields, turn
     alpha = jnp.stack(_turned(grad[0], grad[1], cos, sin)) * rays.chi
     t1, t2 = _turned(shear[0], shear[1], cos * cos - sin * sin, 2 * sin * cos)
     T = jnp.stack([jnp.stack([sigma + t1, t2]), jnp.stack([t2, sigma - t1])])
@@ -183,9 +184,8 @@ def trace(shells, weights, factors, chi, nside: int, dtype=np.float32) -> dict:
         loc, cos, sin = _positions(rays, theta, phi)
         rays = _deflect(
             rays,
-            *plane_fields(shells[i](), loc, dt),
-            cos,
-            sin,
+            plane_fields(shells[i](), loc, dt),
+            (cos, sin),
             dt.type(factors[i]),
             weights[:, i].astype(dt),
         )
