@@ -223,6 +223,33 @@ def test_estimates_count_the_full_sky_shells_split_over_the_devices():
     assert extra_cpu == pytest.approx(4 * (padded * rays + 4 * resources.SHELL_RAY_WORDS * rays))
 
 
+def test_estimates_count_full_sky_ray_tracing_in_the_lensing_stage():
+    """Ray tracing at nside 1024 needs the host memory and time of its rays (measured per ray by
+    `pmpipe bench raytrace --nside`): more than the N-body of a 64³ run, and only with method
+    raytrace or both; the lensing stage's runtime grows by the tracing, divided over the
+    cores."""
+    cone = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0}}
+    lens = {"source_redshifts": [0.5, 1.0], "flat_sky": None, "full_sky": {"nside": 1024}}
+    born = run(64, (1, 1), **cone, lensing=lens)
+    traced = run(64, (1, 1), **cone, lensing=lens | {"method": "raytrace"})
+    cpu, wide = resources.Execution(), resources.Execution(cpus_per_task=8)
+    planes = len(validation.planes(traced))
+    rays = 12 * 2048**2
+    memory, seconds = resources.full_sky_raytrace(traced, planes, 2)
+    assert memory > rays * (resources.RAYTRACE_RAY_BYTES + resources.RAYTRACE_SOURCE_RAY_BYTES)
+    assert resources.full_sky_raytrace(born, planes, 2) == (0.0, 0.0)
+    assert resources.full_sky_raytrace(traced, planes, 8)[1] == pytest.approx(seconds / 4)
+    est = resources.estimate
+    assert est(born, cpu).memory_per_device_bytes < memory
+    assert est(traced, cpu).memory_per_device_bytes == pytest.approx(
+        memory + resources.PROCESS_OVERHEAD_BYTES["cpu"]
+    )
+    extra = est(traced, cpu).runtime_s["lensing"] - est(born, cpu).runtime_s["lensing"]
+    assert extra == pytest.approx(seconds)
+    assert est(traced, cpu).runtime_s["nbody"] == est(born, cpu).runtime_s["nbody"]
+    assert est(traced, wide).runtime_s["lensing"] < est(traced, cpu).runtime_s["lensing"]
+
+
 def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
     """SHELL_RAY_WORDS against XLA's memory analysis of the shell program (one device)."""
     import jax.numpy as jnp

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.special import eval_legendre
 
-from pmpipe.physics import lensing, raytrace_healpix
+from pmpipe.physics import lensing, raytrace_healpix, sky
 
 
 def _mass_alm(mass, colatitude, longitude, lmax: int, sigma_deg=1.0) -> np.ndarray:
@@ -183,7 +183,7 @@ def test_one_shell_is_born_exactly():
     sigma = healpy.synalm(cl, lmax=lmax, new=True) * 30.0
     sigma[0] = 0.0
     weight = 2e-3
-    rays = raytrace_healpix.RAYS_PER_PIXEL_SIDE * nside
+    rays = sky.traced_rays_nside(nside)
     maps = raytrace_healpix.trace([lambda: sigma], [[weight]], [1e-6], [800.0], rays)
     alm = raytrace_healpix.analyse(
         *(np.asarray(maps[k][0]) for k in ("kappa", "gamma1", "gamma2", "omega")), lmax=lmax

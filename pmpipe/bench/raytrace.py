@@ -126,7 +126,7 @@ def _shells(setup, count: int, nside: int, seed: int):
 def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> dict:
     """Full-sky ray tracing against Born on the same Gaussian shells out to a source at z = 1,
     maps of ``nside``: seconds per shell of the tracing (rays on a grid of
-    RAYS_PER_PIXEL_SIDE nside), seconds of the rays' analysis and of Born's coefficients and
+    pmpipe.physics.sky.traced_rays_nside), seconds of the rays' analysis and of Born's coefficients and
     maps, the process's peak memory and the κ rms of both maps."""
     import resource
 
@@ -140,7 +140,7 @@ def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> di
     edges, chi, shells, chi_s = _shells(setup, planes, nside, seed)
     weights = lensing.plane_weights(setup.cosmology, edges, [chi_s], [1.0])[None, :]
     factors = raytrace.deflection_factors(setup.cosmology, chi)
-    rays = raytrace_healpix.RAYS_PER_PIXEL_SIDE * nside
+    rays = sky.traced_rays_nside(nside)
     record: dict = {
         "nside": nside,
         "planes": planes,

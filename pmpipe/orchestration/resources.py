@@ -150,6 +150,18 @@ NEUTRINO_MESH_WORDS = 5
 # (directions, cell coordinates, interpolation weights: the memory analysis of the compiled
 # shell program, `lightcone._shell`, at ray grids of 64 to 256 nside on CPU).
 SHELL_RAY_WORDS = 9
+# Full-sky ray tracing (lensing.method raytrace or both) runs in the lensing stage's process, on
+# the host: per ray of its grid (sky.traced_rays_nside) 290 and 250 bytes for one source (the
+# rays' float32 state, their float64 positions, the fields at the rays, the analysis: peak RSS
+# of `pmpipe bench raytrace --nside 512` and `--nside 1024`, 20 shells, less the shells'
+# complex128 coefficients and the process; 2 cores), 24 more per further source (the sums of
+# A and of the deflection); 4.2e-7 and 5.7e-7 s per ray and shell, 2.0e-6 and 3.2e-6 s per ray
+# and source for the analysis, on 2 cores (ducc0's syntheses and the geometry are threaded).
+RAYTRACE_RAY_BYTES = 300
+RAYTRACE_SOURCE_RAY_BYTES = 24
+RAYTRACE_SECONDS_PER_RAY_SHELL = 6e-7
+RAYTRACE_SECONDS_PER_RAY_SOURCE = 3.2e-6
+RAYTRACE_MEASURED_CORES = 2
 PROCESS_OVERHEAD_BYTES = {"cpu": 0.6e9, "gpu": 0.5e9}
 # Time: step_s 0.034 (64³, B = 1) and 0.103 (64³, B = 2) give 9.2e-8 s per particle and 3.8e-8 s
 # per force-mesh cell; 128³ (0.321 s) runs 18 % slower than that fit, hence 1.2e-7 and 4e-8.
@@ -189,6 +201,24 @@ def _shell_words(run: config.Run, planes: int, devices: int) -> float:
     padded = sky.PLANE_BUCKET * math.ceil(planes / sky.PLANE_BUCKET)
     share = devices if rays % devices == 0 else 1  # lightcone.ray_spec
     return padded * rays / share + SHELL_RAY_WORDS * rays
+
+
+def full_sky_raytrace(run: config.Run, planes: int, cores: int) -> tuple[float, float]:
+    """Host bytes and seconds of a run's full-sky ray tracing on ``cores`` cores (0, 0 without
+    it): the rays' and the shells' memory, the tracing through ``planes`` shells and the
+    analysis of every source."""
+    lens = run.lensing
+    if lens is None or lens.full_sky is None or lens.method == "born" or planes == 0:
+        return 0.0, 0.0
+    rays = sky.healpix_pixels(sky.traced_rays_nside(lens.full_sky.nside))
+    sources = len(lens.source_labels())
+    ell_max = sky.healpix_ell_max(lens.full_sky.nside)
+    shells = planes * np.dtype(np.complex128).itemsize * (ell_max + 1) * (ell_max + 2) / 2
+    memory = rays * (RAYTRACE_RAY_BYTES + (sources - 1) * RAYTRACE_SOURCE_RAY_BYTES) + shells
+    seconds = rays * (
+        planes * RAYTRACE_SECONDS_PER_RAY_SHELL + sources * RAYTRACE_SECONDS_PER_RAY_SOURCE
+    )
+    return memory, seconds * RAYTRACE_MEASURED_CORES / cores
 
 
 def _halo_padding(run: config.Run) -> float:
@@ -256,6 +286,8 @@ def _model(
         memory_factor * (field_bytes / (devices if gpu else 1) + shells)
         + PROCESS_OVERHEAD_BYTES[execution.platform]
     )
+    traced_bytes, traced_seconds = full_sky_raytrace(run, planes, execution.cpus_per_task)
+    memory = max(memory, traced_bytes + PROCESS_OVERHEAD_BYTES[execution.platform])
     steps = validation.step_count(run)
     speed = (devices * GPU_SPEEDUP if gpu else 1.0) / time_factor
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
@@ -264,7 +296,9 @@ def _model(
     runtime = {
         "ic": STARTUP_SECONDS + ic,
         "nbody": STARTUP_SECONDS + (steps + 1) * step + planes * paint,  # + forces at a_init
-        "lensing": STARTUP_SECONDS + planes * SECONDS_PER_CELL_STEP * cells / speed,
+        "lensing": STARTUP_SECONDS
+        + planes * SECONDS_PER_CELL_STEP * cells / speed
+        + traced_seconds,
         "summaries": STARTUP_SECONDS + (snapshots + 1) * SECONDS_PER_CELL_STEP * cells / speed,
     }
     return Estimate(devices, nodes, memory, runtime, step)
@@ -313,8 +347,9 @@ def resources(run: config.Run, stage: str, execution: Execution) -> dict:
     ``runtime`` in minutes with the safety factor (at least MIN_RUNTIME_MINUTES), and
     ``devices`` (px py). pmpipe.orchestration.launch turns them into the SLURM plugin's.
 
-    Every stage asks for the run's peak memory (that of the nbody stage; the ICs' peak is part
-    of the calibration); runtimes differ per stage.
+    Every stage asks for the run's peak memory (that of the nbody stage, or of full-sky ray
+    tracing in the lensing stage where that is larger; the ICs' peak is part of the
+    calibration); runtimes differ per stage.
     """
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")

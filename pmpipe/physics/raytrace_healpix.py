@@ -5,19 +5,21 @@ coefficients up to ℓ_max. Its angular potential φ_i solves ∇²φ_i = 2 Σ_i
 that at the transverse comoving position x = χ_i β the flat sky's fields of
 :mod:`pmpipe.physics.raytrace` are α_i = χ_i ∇φ_i and T_i = ∂α_i/∂x = ∇∇φ_i. They are evaluated
 at the rays' positions by ducc0's synthesis at arbitrary points (a non-uniform transform, exact
-to SYNTHESIS_EPSILON within the band limit; single precision for a float32 state): ∇φ as spin 1, Σ (half the trace of T) as spin 0,
-T's trace-free part as spin 2 (E = sqrt((ℓ+2)(ℓ-1) / (ℓ(ℓ+1))) Σ_ℓm, healpy's Q and U).
+to SYNTHESIS_EPSILON within the band limit; single precision for a float32 state): ∇φ as
+spin 1, Σ (half the trace of T) as spin 0, T's trace-free part as spin 2
+(E = sqrt((ℓ+2)(ℓ-1) / (ℓ(ℓ+1))) Σ_ℓm, healpy's Q and U).
 
-Each ray starts at a pixel centre n of a HEALPix grid RAYS_PER_PIXEL_SIDE times finer than the
-map's and keeps the state of the flat sky (the deviation d of its transverse position, the
-Jacobian, the sources' sums) in the tangent plane at n, basis (e_θ, e_φ). At shell i it sits at
-β = exp_n(d / χ_i), the end of the great circle from n of length |d| / χ_i along d; the fields
-read at β in β's basis are turned into the basis carried from n along that circle (parallel
-transport), so that the recursion and A = I - Σ_i w_i T_i X_i / χ_i are the flat sky's
-(:func:`pmpipe.physics.raytrace.advance`, :func:`pmpipe.physics.raytrace.deflect`). Treating
-the tangent plane as flat over a ray's excursion errs by the square of its deflection angle
-(10⁻⁶ for arcminutes); near the poles the carried basis differs from the local one by the
-turn of e_θ along the circle, which the rotation takes exactly.
+Each ray starts at a pixel centre n of a HEALPix grid twice as fine as the map's
+(:func:`pmpipe.physics.sky.traced_rays_nside`) and keeps the state of the flat sky (the
+deviation d of its transverse position, the Jacobian, the sources' sums) in the tangent plane
+at n, basis (e_θ, e_φ). At shell i it sits at β = exp_n(d / χ_i), the end of the great circle
+from n of length |d| / χ_i along d; the fields read at β in β's basis are turned into the basis
+carried from n along that circle (parallel transport), so that the recursion and
+A = I - Σ_i w_i T_i X_i / χ_i are the flat sky's (:func:`pmpipe.physics.raytrace.advance`,
+:func:`pmpipe.physics.raytrace.deflect`). Treating the tangent plane as flat over a ray's
+excursion errs by the square of its deflection angle (10⁻⁶ for arcminutes); near the poles the
+carried basis differs from the local one by the turn of e_θ along the circle, which the
+rotation takes exactly.
 
 One shell leaves the rays at the pixel centres: κ = w Σ at every ray, Born's. The rays' κ, γ,
 ω are analysed into harmonic coefficients up to the map's band limit 3 nside - 1 (healpy's
@@ -36,7 +38,6 @@ import numpy as np
 from pmpipe.physics import raytrace, sky
 from pmpipe.runtime import openmp
 
-RAYS_PER_PIXEL_SIDE = 2  # rays on a HEALPix grid of 2 nside: its analysis reaches 3 nside - 1
 ANALYSIS_ITERATIONS = 3  # Jacobi iterations of the rays' analysis (about 1e-6 at 3 nside - 1)
 SYNTHESIS_EPSILON = {True: 2e-6, False: 1e-10}  # ducc0's accuracy at the rays, single or not
 _CHUNK = 1 << 18  # rays per block of the float64 geometry

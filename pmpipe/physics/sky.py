@@ -53,6 +53,15 @@ def rays_nside(nside: int) -> int:
     return nside * RAYS_PER_PIXEL_SIDE
 
 
+TRACED_RAYS_PER_PIXEL_SIDE = 2  # full-sky ray tracing follows rays on a HEALPix grid of 2 nside
+# (4 rays a pixel): the analysis of their maps is accurate to the band limit 3 nside - 1 there
+
+
+def traced_rays_nside(nside: int) -> int:
+    """The HEALPix grid of the rays that full-sky ray tracing follows for maps of ``nside``."""
+    return nside * TRACED_RAYS_PER_PIXEL_SIDE
+
+
 def healpix_pixels(nside: int) -> int:
     """Pixels of a HEALPix map of ``nside``: 12 nside²."""
     return 12 * nside * nside

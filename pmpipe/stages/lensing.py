@@ -298,7 +298,7 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
                 weights,
                 raytrace.deflection_factors(setup.cosmology, chi),
                 chi,
-                raytrace_healpix.RAYS_PER_PIXEL_SIDE * nside,
+                sky.traced_rays_nside(nside),
             )
             coefficients[""] = [
                 raytrace_healpix.analyse(
