@@ -239,6 +239,21 @@ def test_estimates_count_full_sky_ray_tracing_in_the_lensing_stage():
     assert memory > rays * (resources.RAYTRACE_RAY_BYTES + resources.RAYTRACE_SOURCE_RAY_BYTES)
     assert resources.full_sky_raytrace(born, planes, 2) == (0.0, 0.0)
     assert resources.full_sky_raytrace(traced, planes, 8)[1] == pytest.approx(seconds / 4)
+    per_ray = [
+        c[0]
+        for c in (
+            resources.RAYTRACE_SECONDS_PER_RAY_SHELL,
+            resources.RAYTRACE_SECONDS_PER_RAY_SOURCE,
+        )
+    ]
+    assert seconds == pytest.approx(
+        rays * (planes * per_ray[0] + 2 * per_ray[1])
+    )  # measured at 1024
+    finer = run(
+        64, (1, 1), **cone, lensing=lens | {"method": "raytrace", "full_sky": {"nside": 2048}}
+    )
+    per_shell = resources.full_sky_raytrace(finer, planes, 2)[1] / seconds
+    assert per_shell > 4 * 1.3  # 4 times the rays, each dearer at the higher band limit
     est = resources.estimate
     assert est(born, cpu).memory_per_device_bytes < memory
     assert est(traced, cpu).memory_per_device_bytes == pytest.approx(

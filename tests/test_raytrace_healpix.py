@@ -80,16 +80,17 @@ def _log(n, e_theta, e_phi, beta):
 
 
 def test_two_masses_near_the_pole_lens_as_rays_traced_exactly_through_them():
-    """Two masses on either side of the pole, on shells at 1000 and 2000 Mpc/h, a source at 3000
-    Mpc/h: at the rays within 6 deg of the pole (at least 9 deg from either mass, where a
-    Gaussian mass lenses as a point mass), the deflection, κ, γ and ω match rays shot through
-    point masses in three dimensions, their distortion matrix by finite differences. The
-    exact rays are not the tangent-plane recursion: they differ by the square of the
-    deflection (4 arcmin: 1e-6)."""
+    """Two masses 15 deg from the pole, 90 deg apart in longitude, on shells at 1000 and 2000
+    Mpc/h, a source at 3000 Mpc/h: at the rays within 6 deg of the pole (at least 9 deg from
+    either mass, where a Gaussian mass lenses as a point mass), the deflection, κ, γ and ω
+    match rays shot through point masses in three dimensions, their distortion matrix by
+    finite differences. The rays nearest the pole are deflected across meridians, so their
+    carried bases turn by tens of degrees from the local ones. The exact rays are not the
+    tangent-plane recursion: they differ by the square of the deflection (14 arcmin: 2e-5)."""
     nside, lmax = 128, 3 * 128 - 1
     chi, chi_source = np.array([1000.0, 2000.0]), 3000.0
     factors, masses = np.array([1e-7, 1e-7]), np.array([30.0, 30.0])
-    places = [(np.radians(15.0), 0.0), (np.radians(15.0), np.pi)]
+    places = [(np.radians(15.0), 0.0), (np.radians(15.0), np.pi / 2)]
     shells = [_mass_alm(m, *p, lmax) for m, p in zip(masses, places)]
     weights = (factors * chi * (chi_source - chi) / chi_source)[None]
     maps = raytrace_healpix.trace([lambda s=s: s for s in shells], weights, factors, chi, nside)
@@ -110,6 +111,10 @@ def test_two_masses_near_the_pole_lens_as_rays_traced_exactly_through_them():
 
     offsets, nearest = source_offsets(0.0, 0.0)
     assert np.degrees(nearest.min()) > 9.0
+    _, cos, sin = raytrace_healpix.along_great_circles(colatitude[near], longitude[near], -offsets)
+    turn = np.degrees(np.abs(np.arctan2(sin, cos))).max()
+    print(f"bases turned by up to {turn:.0f} deg")
+    assert turn > 20.0  # rays a few arcminutes from the pole: their bases turn
     step = 1e-5
     jacobian = np.stack(
         [
@@ -150,8 +155,8 @@ def test_two_masses_near_the_pole_lens_as_rays_traced_exactly_through_them():
 
 def test_a_gaussian_shell_has_the_convergence_of_its_legendre_series():
     """One shell holding a Gaussian mass: κ = w Σ at every ray, Σ the mass's Legendre series
-    (2ℓ+1)/4π M e^(-ℓ(ℓ+1)σ²/2) P_ℓ(cos ϑ) less its mean, within 1 % of the peak, and far
-    from the mass the uniform sheet's -w M / 4π."""
+    (2ℓ+1)/4π M e^(-ℓ(ℓ+1)σ²/2) P_ℓ(cos ϑ) less its mean, within 1e-5 of the peak (the
+    single-precision synthesis), and far from the mass the uniform sheet's -w M / 4π."""
     nside, lmax, mass, weight, sigma = 64, 3 * 64 - 1, 2.0, 1e-3, np.radians(3.0)
     place = (np.radians(60.0), 1.0)
     shell = _mass_alm(mass, *place, lmax, np.degrees(sigma))
@@ -166,7 +171,7 @@ def test_a_gaussian_shell_has_the_convergence_of_its_legendre_series():
     )  # fmt: skip
     kappa = weight * series
     print("kappa off by", np.abs(maps["kappa"][0] - kappa).max() / kappa.max(), "of its peak")
-    np.testing.assert_allclose(maps["kappa"][0], kappa, atol=1e-2 * kappa.max())
+    np.testing.assert_allclose(maps["kappa"][0], kappa, atol=1e-5 * kappa.max())
     far = cos < np.cos(10 * sigma)
     np.testing.assert_allclose(
         np.asarray(maps["kappa"][0])[far], -weight * mass / (4 * np.pi), rtol=1e-3
@@ -175,12 +180,15 @@ def test_a_gaussian_shell_has_the_convergence_of_its_legendre_series():
 
 def test_one_shell_is_born_exactly():
     """A single shell of a Gaussian random field: the coefficients analysed from the rays (a grid
-    of 2 nside) are Born's — κ = w Σ, the shear's E modes those of κ, no B modes and no
-    rotation — within 1e-5 of their amplitude."""
+    of 2 nside) are Born's — κ = w Σ, the shear's E modes those of κ, no B modes — within 1e-5
+    of their amplitude (the rotation of one shell is zero by construction: T is symmetric and
+    the rays undeflected)."""
     nside = 16
     lmax = 3 * nside - 1
-    cl = 1.0 / (np.arange(lmax + 1) + 5.0) ** 2
-    sigma = healpy.synalm(cl, lmax=lmax, new=True) * 30.0
+    rng = np.random.default_rng(5)
+    ell, _ = healpy.Alm.getlm(lmax)
+    sigma = 30.0 / (ell + 5.0) * (rng.normal(size=ell.size) + 1j * rng.normal(size=ell.size))
+    sigma[: lmax + 1] = sigma[: lmax + 1].real  # m = 0: real
     sigma[0] = 0.0
     weight = 2e-3
     rays = sky.traced_rays_nside(nside)
@@ -191,12 +199,11 @@ def test_one_shell_is_born_exactly():
     born = weight * sigma
     e_born, _ = lensing.born_shear_alm(born)
     scale = np.abs(born).max()
-    for name, expected in (("kappa", born), ("e", e_born), ("b", 0.0), ("omega", 0.0)):
+    for name, expected in (("kappa", born), ("e", e_born), ("b", 0.0)):
         print(name, "off by", np.abs(alm[name] - expected).max() / scale)
     np.testing.assert_allclose(alm["kappa"], born, atol=1e-5 * scale)
     np.testing.assert_allclose(alm["e"], e_born, atol=1e-5 * scale)
     np.testing.assert_allclose(alm["b"], 0.0, atol=1e-5 * scale)
-    np.testing.assert_allclose(alm["omega"], 0.0, atol=1e-5 * scale)
 
 
 @pytest.mark.parametrize("colatitude", [1e-3, 0.7, np.pi - 0.2])

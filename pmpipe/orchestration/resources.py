@@ -155,12 +155,14 @@ SHELL_RAY_WORDS = 9
 # rays' float32 state, their float64 positions, the fields at the rays, the analysis: peak RSS
 # of `pmpipe bench raytrace --nside 512` and `--nside 1024`, 20 shells, less the shells'
 # complex128 coefficients and the process; 2 cores), 24 more per further source (the sums of
-# A and of the deflection); 4.2e-7 and 5.7e-7 s per ray and shell, 2.0e-6 and 3.2e-6 s per ray
-# and source for the analysis, on 2 cores (ducc0's syntheses and the geometry are threaded).
+# A and of the deflection). Time per ray and shell 4.2e-7 and 5.7e-7 s, per ray and source for
+# the analysis 2.0e-6 and 3.2e-6 s, on 2 cores (ducc0's syntheses and the geometry are
+# threaded): growing with the band limit as nside^0.44 and nside^0.68, which the model
+# extrapolates from nside 1024.
 RAYTRACE_RAY_BYTES = 300
 RAYTRACE_SOURCE_RAY_BYTES = 24
-RAYTRACE_SECONDS_PER_RAY_SHELL = 6e-7
-RAYTRACE_SECONDS_PER_RAY_SOURCE = 3.2e-6
+RAYTRACE_SECONDS_PER_RAY_SHELL = (5.7e-7, 0.44)  # at nside 1024, and the power of nside
+RAYTRACE_SECONDS_PER_RAY_SOURCE = (3.2e-6, 0.68)
 RAYTRACE_MEASURED_CORES = 2
 PROCESS_OVERHEAD_BYTES = {"cpu": 0.6e9, "gpu": 0.5e9}
 # Time: step_s 0.034 (64³, B = 1) and 0.103 (64³, B = 2) give 9.2e-8 s per particle and 3.8e-8 s
@@ -215,8 +217,14 @@ def full_sky_raytrace(run: config.Run, planes: int, cores: int) -> tuple[float, 
     ell_max = sky.healpix_ell_max(lens.full_sky.nside)
     shells = planes * np.dtype(np.complex128).itemsize * (ell_max + 1) * (ell_max + 2) / 2
     memory = rays * (RAYTRACE_RAY_BYTES + (sources - 1) * RAYTRACE_SOURCE_RAY_BYTES) + shells
+
+    def per_ray(constant):
+        at_1024, power = constant
+        return at_1024 * (lens.full_sky.nside / 1024) ** power
+
     seconds = rays * (
-        planes * RAYTRACE_SECONDS_PER_RAY_SHELL + sources * RAYTRACE_SECONDS_PER_RAY_SOURCE
+        planes * per_ray(RAYTRACE_SECONDS_PER_RAY_SHELL)
+        + sources * per_ray(RAYTRACE_SECONDS_PER_RAY_SOURCE)
     )
     return memory, seconds * RAYTRACE_MEASURED_CORES / cores
 

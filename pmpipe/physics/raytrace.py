@@ -126,7 +126,8 @@ def interpolate(fields, fx, fy):
 
 @dataclasses.dataclass(frozen=True)
 class Rays:
-    """The state of the rays (n, n) between planes: deflection d = x - χθ of their transverse
+    """The state of the rays (... : (n, n) on the flat sky, (N,) on the full sky) between planes:
+    deflection d = x - χθ of their transverse
     position (2, ...) Mpc/h and of their direction v = u - θ (2, ...), the Jacobian's deviations
     D = X - χI and V = U - I (2, 2, ...), and per source the sums M (S, 2, 2, ...) of
     w T X / χ and B (S, 2, ...) of w α / χ; ``chi`` the distance reached (Mpc/h) and

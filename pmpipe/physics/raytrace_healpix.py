@@ -64,11 +64,14 @@ def plane_fields(sigma_alm, loc, dtype=np.float32):
     """∇φ (2, N), Σ = half the trace of ∇∇φ (N,) and ∇∇φ's trace-free part (2, N: its
     (θθ - φφ)/2 and θφ components) of a shell with coefficients sigma_alm (Σ, ℓ ≤ ℓ_max) at
     the points loc (N, 2: colatitude, longitude in rad), in the local basis (e_θ, e_φ), in
-    ``dtype`` (float32: single-precision transforms)."""
+    ``dtype`` (float32: single-precision transforms). The monopole is left out: on the closed
+    sphere a uniform Σ has no potential (the shells have none)."""
     import ducc0
     import healpy
 
     single = np.dtype(dtype) == np.float32
+    sigma_alm = np.array(sigma_alm, np.complex128)
+    sigma_alm[0] = 0.0
     potential, tidal = lens_alm(sigma_alm)
     complex_type = np.complex64 if single else np.complex128
     common = {
@@ -79,7 +82,7 @@ def plane_fields(sigma_alm, loc, dtype=np.float32):
     }
     synthesis = ducc0.sht.synthesis_general
     grad = synthesis(alm=potential[None].astype(complex_type), spin=1, mode="DERIV1", **common)
-    sigma = synthesis(alm=np.asarray(sigma_alm)[None].astype(complex_type), spin=0, **common)
+    sigma = synthesis(alm=sigma_alm[None].astype(complex_type), spin=0, **common)
     shear = synthesis(alm=tidal[None].astype(complex_type), spin=2, mode="GRAD_ONLY", **common)
     return grad, sigma[0], shear
 
@@ -92,7 +95,8 @@ def along_great_circles(theta, phi, delta):
     and b = (cos a - 1) / a², β's height is cos θ (1 + b a²) - s δ_θ sin θ and its horizontal
     components along and across the start's meridian sin θ (1 + b a²) + s δ_θ cos θ and s δ_φ;
     the circle's heading, turned by ρ, keeps sin θ sin ψ (Clairaut), which gives
-    sin θ_β (cos ρ, sin ρ) = (s δ_θ cos θ + sin θ (1 + b δ_θ²), -δ_φ (s cos θ + b δ_θ sin θ))."""
+    sin θ_β (cos ρ, sin ρ) = (s δ_θ cos θ + sin θ (1 + b δ_θ²), -δ_φ (s cos θ + b δ_θ sin θ)).
+    At a pole, where e_θ is not defined, ρ = 0."""
     arc2 = delta[0] ** 2 + delta[1] ** 2
     arc = np.sqrt(arc2)
     small = arc < 1e-4  # series below 1e-4 rad: exact to float64
@@ -105,6 +109,8 @@ def along_great_circles(theta, phi, delta):
     turn_cos = s * delta[0] * cos + sin * (1 + b * delta[0] ** 2)
     turn_sin = -delta[1] * (s * cos + b * delta[0] * sin)
     norm = np.hypot(turn_cos, turn_sin)
+    pole = norm == 0
+    norm = np.where(pole, 1.0, norm)
     loc = np.stack(
         [
             np.arctan2(np.hypot(along, across), height),
@@ -112,7 +118,7 @@ def along_great_circles(theta, phi, delta):
         ],
         axis=-1,
     )
-    return loc, turn_cos / norm, turn_sin / norm
+    return loc, np.where(pole, 1.0, turn_cos / norm), turn_sin / norm
 
 
 def _positions(rays: raytrace.Rays, theta, phi):
@@ -142,7 +148,8 @@ def _advance(rays: raytrace.Rays, chi) -> raytrace.Rays:
 
 
 def _turned(x, y, cos, sin):
-    """Components (x, y) on a basis turned by -ρ: (x cos ρ + y sin ρ, -x sin ρ + y cos ρ)."""
+    """Components (x cos ρ + y sin ρ, -x sin ρ + y cos ρ) on the basis turned by +ρ of the
+    vector with components (x, y)."""
     return x * cos + y * sin, y * cos - x * sin
 
 

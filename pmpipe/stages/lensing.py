@@ -349,13 +349,14 @@ def _write_healpix_maps(group, setup: derive.RunSetup, inputs: Inputs, alms, suf
         )
     modes = {
         f"kappa{suffix}_alm": (np.stack([a["kappa"] for a in alms]), f"the {kind} convergence"),
-        f"gamma_e{suffix}_alm": (np.stack([a["e"] for a in alms]), "the shear's E modes (spin 2)"),
-        f"gamma_b{suffix}_alm": (np.stack([a["b"] for a in alms]), "the shear's B modes (spin 2)"),
+        f"gamma_e{suffix}_alm": (np.stack([a["e"] for a in alms]), f"the {kind} shear's E modes"),
+        f"gamma_b{suffix}_alm": (np.stack([a["b"] for a in alms]), f"the {kind} shear's B modes"),
     }
     for name, (data, what) in modes.items() if kept else []:
         store.write_array(
             group, name, data.astype(np.complex64), ("source", "alm"), "1",
-            f"harmonic coefficients of {what} (healpy's ordering)", ell_max=ell_max,
+            f"harmonic coefficients of {what} (healpy's ordering, spin 2 for the shear)",
+            ell_max=ell_max,
             ordering="healpy",
         )  # fmt: skip
     inputs.keep("lensing", f"kappa{suffix}", kappa.astype(np.float32))
