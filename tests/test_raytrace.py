@@ -207,6 +207,11 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
             summ["cl" + suffix][1, 1], stats.flat_sky_cl(lens[name][1], 6.0, edges)[1], rtol=1e-5
         )
     assert summ["peaks_born"].shape == summ["peaks"].shape
+    # flat sky: the shear's E and B spectra are those of κ and ω (Born's B = 0)
+    np.testing.assert_array_equal(summ["cl_ee"][:], summ["cl"][:])
+    omega_cl = stats.flat_sky_cl(lens["omega"][1], 6.0, edges)[1]
+    np.testing.assert_allclose(summ["cl_bb"][1, 1], omega_cl, rtol=1e-5)
+    assert np.all(summ["cl_bb"][1, 1] > 0) and not np.any(summ["cl_bb_born"][:])
     chi_s = lensing.source_distribution(derive.cosmology_params(run), [0.7, 1.0], [1.0, 1.0])[0]
     for s in range(2):
         kappa, born = np.asarray(lens["kappa"][s]), np.asarray(lens["kappa_born"][s])

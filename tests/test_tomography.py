@@ -179,7 +179,7 @@ def test_a_store_of_an_older_layout_is_stale(stores, tmp_path):
     from pmpipe.storage import store
 
     _, summ = stores
-    assert summ.attrs["layout"] == 2
+    assert summ.attrs["layout"] == 3
     old = tmp_path / "summaries.zarr"
     shutil.copytree(str(summ.store_path).removeprefix("file://"), old)
     meta_path = old / "zarr.json"
@@ -187,4 +187,4 @@ def test_a_store_of_an_older_layout_is_stale(stores, tmp_path):
     del meta["attributes"]["layout"]
     meta_path.write_text(json.dumps(meta))
     found = store.problems(old, config_hash=summ.attrs["config_hash"])
-    assert "is stale: a summaries store of layout 1, this pmpipe writes 2" in found, found
+    assert "is stale: a summaries store of layout 1, this pmpipe writes 3" in found, found

@@ -24,6 +24,7 @@ STORED_BY = {
     "kappa": "outputs.lightcone",
     "gamma1": "outputs.lightcone",
     "gamma2": "outputs.lightcone",
+    "omega": "outputs.lightcone",
     "kappa_born": "outputs.lightcone",
     "gamma1_born": "outputs.lightcone",
     "gamma2_born": "outputs.lightcone",

@@ -219,7 +219,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
 def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
     """κ, γ1, γ2 (and ω when ray-traced) of every source on the flat-sky pixels from the nbody
     store's planes (Born weights (S, P)), by lensing.method: written unless outputs.lightcone is
-    off, κ kept for the summaries."""
+    off, κ and ω kept for the summaries."""
     nb, srcs = inputs.store("nbody"), setup.sources
     chi = np.asarray(nb["plane"][:], np.float64)
     lens = config.section(setup.config.lensing, "lensing")
@@ -270,7 +270,7 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
         for name, (data, long_name) in maps.items():
             store.write_array(group, name, data, ("source", "theta_x", "theta_y"), "1", long_name)
     for i in range(len(srcs)):
-        for name in ("kappa", "gamma1", "gamma2", "kappa_born", "gamma1_born", "gamma2_born"):
+        for name in ("kappa", "omega", "kappa_born"):
             if name in maps:
                 inputs.keep("lensing", name, maps[name][0][i], (i,))
 

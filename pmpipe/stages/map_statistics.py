@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
@@ -120,17 +121,21 @@ def _noise_levels(setup: derive.RunSetup) -> list[tuple[float, float]] | None:
 
 def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix="") -> SkyMaps:
     """The flat-sky maps of the ``count`` sources (:class:`SkyMaps`): the run's, or with
-    ``suffix`` '_born' Born's of lensing.method both."""
+    ``suffix`` '_born' Born's of lensing.method both. The shear's E and B modes are those of κ
+    and of the rotation ω (0 for Born): the distortion matrix is the Jacobian of the
+    deflection, whose gradient part makes κ and the E modes and whose curl part ω and the B
+    modes, with equal Fourier amplitudes. κ and ω are local, so their spectra are those of the
+    E and B modes without the leakage between them that the shear maps' inverse
+    Kaiser-Squires would add by taking a non-periodic ray-traced map as periodic."""
     cfg = setup.config
-    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
+    lens = config.section(cfg.lensing, "lensing")
+    flat = config.section(lens.flat_sky, "lensing.flat_sky")
     sharding = NamedSharding(setup.grid.mesh, FIELD_SPEC)
     kappa = [inputs.field("lensing", f"kappa{suffix}", (i,)) for i in range(count)]
-    shear = [
-        lensing.shear_modes(
-            inputs.field("lensing", f"gamma1{suffix}", (i,)),
-            inputs.field("lensing", f"gamma2{suffix}", (i,)),
-        )
-        for i in range(count)
+    traced = lens.method != "born" and suffix == ""
+    rotation = [
+        inputs.field("lensing", "omega", (i,)) if traced else jnp.zeros_like(k)
+        for i, k in enumerate(kappa)
     ]
     levels = _noise_levels(setup)
     noise = None
@@ -148,7 +153,7 @@ def _flat_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix=""
         edges,
         kappa,
         noise,
-        {"": kappa, "_ee": [e for e, _ in shear], "_bb": [b for _, b in shear]},
+        {"": kappa, "_ee": kappa, "_bb": rotation},
         None if noise is None else [k + n for k, n in zip(kappa, noise)],
         lambda a, b: stats.flat_sky_cl(a, flat.field_of_view, edges, b),
         lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
@@ -253,7 +258,10 @@ def _write_spectra_and_peaks(group, setup: derive.RunSetup, maps: SkyMaps) -> tu
     suffix, dims = maps.suffix, (*PAIR_DIMS, maps.ell_dim)
     observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
     _write_peaks(group, setup, suffix, observed, maps.smooth, maps.peaks_of)
-    spectra = {kind: pair_spectra(maps.modes[kind], maps.spectrum) for kind in maps.modes}
+    spectra: dict[str, tuple] = {}
+    for kind, fields in maps.modes.items():  # the flat sky's E modes are κ: measured once
+        same = [k for k in spectra if maps.modes[k] is fields]
+        spectra[kind] = spectra[same[0]] if same else pair_spectra(fields, maps.spectrum)
     for kind, long_name in (
         ("", "angular power spectrum of kappa (no noise), every pair of sources"),
         ("_ee", "angular power spectrum of the shear's E modes (no noise), every pair"),

@@ -19,7 +19,8 @@ FORMAT = "pmpipe-store-1"  # root attribute 'format': layout version of docs/out
 # The layout of each stage's store (root attribute 'layout', 1 where absent), raised when a
 # stage's store gains arrays that later stages or readers need: a store of an older layout is
 # stale, and only its stage and those after it are made again.
-LAYOUTS = {"lensing": 2, "summaries": 2}  # lensing: shear E/B coefficients; summaries: pairs
+LAYOUTS = {"lensing": 2, "summaries": 3}  # lensing: shear E/B coefficients; summaries: pairs,
+# then the flat sky's E and B spectra as those of κ and ω
 
 
 def layout(stage: str) -> int:
