@@ -162,7 +162,11 @@ def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> di
     record["seconds_per_plane"] = {"raytrace": record["seconds"]["raytrace"] / planes}
     start = time.perf_counter()
     alm = raytrace_healpix.analyse(
-        *(traced[k][0] for k in ("kappa", "gamma1", "gamma2", "omega")), sky.healpix_ell_max(nside)
+        traced["kappa"][0],
+        traced["gamma1"][0],
+        traced["gamma2"][0],
+        traced["omega"][0],
+        sky.healpix_ell_max(nside),
     )
     kappa = lightcone.healpix_map(alm["kappa"], nside)
     lensing.healpix_spin2_maps(alm["e"], alm["b"], nside)

@@ -212,15 +212,16 @@ def full_sky_raytrace(run: config.Run, planes: int, cores: int) -> tuple[float, 
     lens = run.lensing
     if lens is None or lens.full_sky is None or lens.method == "born" or planes == 0:
         return 0.0, 0.0
-    rays = sky.healpix_pixels(sky.traced_rays_nside(lens.full_sky.nside))
+    nside = lens.full_sky.nside
+    rays = sky.healpix_pixels(sky.traced_rays_nside(nside))
     sources = len(lens.source_labels())
-    ell_max = sky.healpix_ell_max(lens.full_sky.nside)
+    ell_max = sky.healpix_ell_max(nside)
     shells = planes * np.dtype(np.complex128).itemsize * (ell_max + 1) * (ell_max + 2) / 2
     memory = rays * (RAYTRACE_RAY_BYTES + (sources - 1) * RAYTRACE_SOURCE_RAY_BYTES) + shells
 
     def per_ray(constant):
         at_1024, power = constant
-        return at_1024 * (lens.full_sky.nside / 1024) ** power
+        return at_1024 * (nside / 1024) ** power
 
     seconds = rays * (
         planes * per_ray(RAYTRACE_SECONDS_PER_RAY_SHELL)
