@@ -338,6 +338,21 @@ def test_check_fits_and_plan():
     )
     with pytest.raises(config.ConfigError, match=r"use more devices \(base.parallel.pdims\)"):
         campaign.check_fits(on_gpu)
+    sky = campaign.Campaign.model_validate(
+        {
+            "name": "sky",
+            "base": {
+                "lightcone": {"z_max": 1.0, "plane_thickness": 64.0},
+                "lensing": {"full_sky": {"nside": 1024}, "method": "raytrace"},
+            },
+            "execution": {"device_memory_gb": 4},
+        }
+    )
+    with pytest.raises(
+        config.ConfigError,
+        match=r"the full-sky maps take .* GB of it \(lower base\.lensing\.full_sky\.nside\)",
+    ):
+        campaign.check_fits(sky)
     table = manifest.plan_table(
         make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}})
     )

@@ -276,10 +276,27 @@ def check_fits(camp: Campaign) -> None:
     for spec in camp.runs:
         need = resources.estimate(spec.run, camp.execution).memory_per_device_bytes
         if need > camp.execution.device_memory_gb * 1e9:
+            full_sky = need - _without_full_sky(spec.run, camp.execution)
+            sky = (
+                f"the full-sky maps take {full_sky / 1e9:.2f} GB of it (lower "
+                "base.lensing.full_sky.nside); "
+                if full_sky > 0.5 * need
+                else ""
+            )
             raise config.ConfigError(
                 f"run {spec.run_id} needs about {need / 1e9:.2f} GB per device but "
-                f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {hint}"
+                f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {sky}{hint}"
             )
+
+
+def _without_full_sky(run: config.Run, execution: resources.Execution) -> float:
+    """The memory estimate of ``run`` without its full-sky maps (bytes per device)."""
+    if run.lensing is None or run.lensing.full_sky is None:
+        return resources.estimate(run, execution).memory_per_device_bytes
+    lensing = run.lensing.model_copy(update={"full_sky": None})
+    return resources.estimate(
+        run.model_copy(update={"lensing": lensing}), execution
+    ).memory_per_device_bytes
 
 
 def job_groups(specs: Sequence[RunSpec], size: int) -> dict[str, list[RunSpec]]:
