@@ -17,22 +17,31 @@ import numpy as np
 Z_SOURCE = 1.0
 
 
-def _planes(setup, count: int, mesh_n: int, box: float, seed: int):
-    """(edges (P + 1,), centres (P,) Mpc/h, planes (P, M, M)) out to the source."""
-    from pmpipe.physics import cosmology, fft
+def _slabs(setup, count: int):
+    """(edges (P + 1,), centres (P,) Mpc/h, growth factors (P,) at the centres, source distance)
+    of ``count`` equally thick slabs out to the source at Z_SOURCE."""
+    from pmpipe.physics import cosmology
 
     cosmo = setup.cosmology
     chi_s = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + Z_SOURCE)))
     edges = np.linspace(0.0, chi_s, count + 1)
     centres = 0.5 * (edges[1:] + edges[:-1])
-    k = fft.angular_frequencies(mesh_n, box / mesh_n)
-    k = np.hypot(k[:, None], k[None, :])
     growth = np.asarray(
         cosmology.growth_factor(
             cosmology.tabulated(cosmo),
             cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, centres),
         )
     )
+    return edges, centres, growth, chi_s
+
+
+def _planes(setup, count: int, mesh_n: int, box: float, seed: int):
+    """(edges (P + 1,), centres (P,) Mpc/h, planes (P, M, M)) out to the source."""
+    from pmpipe.physics import fft
+
+    edges, centres, growth, chi_s = _slabs(setup, count)
+    k = fft.angular_frequencies(mesh_n, box / mesh_n)
+    k = np.hypot(k[:, None], k[None, :])
     spectrum = np.where(k > 0, np.asarray(setup.power(np.maximum(k, 1e-6))), 0.0)
     rng = np.random.default_rng(seed)
     planes = []
@@ -99,18 +108,9 @@ def _shells(setup, count: int, nside: int, seed: int):
     D(a)² / χ², up to ℓ = 3 nside - 1."""
     import healpy
 
-    from pmpipe.physics import cosmology, sky
+    from pmpipe.physics import sky
 
-    cosmo = setup.cosmology
-    chi_s = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + Z_SOURCE)))
-    edges = np.linspace(0.0, chi_s, count + 1)
-    centres = 0.5 * (edges[1:] + edges[:-1])
-    growth = np.asarray(
-        cosmology.growth_factor(
-            cosmology.tabulated(cosmo),
-            cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, centres),
-        )
-    )
+    edges, centres, growth, chi_s = _slabs(setup, count)
     ell = np.arange(sky.healpix_ell_max(nside) + 1, dtype=np.float64)
     np.random.seed(seed)  # healpy.synalm draws from numpy's global generator
     shells = []
@@ -125,9 +125,9 @@ def _shells(setup, count: int, nside: int, seed: int):
 
 def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> dict:
     """Full-sky ray tracing against Born on the same Gaussian shells out to a source at z = 1,
-    maps of ``nside``: seconds per shell of the tracing (rays on a grid of
-    pmpipe.physics.sky.traced_rays_nside), seconds of the rays' analysis and of Born's coefficients and
-    maps, the process's peak memory and the κ rms of both maps."""
+    maps of ``nside``: seconds per shell of the tracing (rays on the grid of
+    pmpipe.physics.sky.traced_rays_nside), seconds of the rays' analysis and of Born's
+    coefficients and maps, the process's peak memory and the κ rms of both maps."""
     import resource
 
     import jax
