@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import pytest
 import yaml
 from conftest import TINY, finished, same_store
@@ -13,7 +14,8 @@ from conftest import snakemake_tiny as snakemake
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign
-from pmpipe.stages import registry
+from pmpipe.runtime import log
+from pmpipe.stages import pipeline, registry
 from pmpipe.storage import store
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
@@ -57,6 +59,22 @@ def packed(tmp_path_factory):
     corrupt(results / RUNS[2] / "ic.zarr" / "displacement")
     out = snakemake(workdir, check=False)
     return workdir, out
+
+
+def test_a_run_failing_on_another_process_than_0_says_why_there(tmp_path, monkeypatch, capfd):
+    """Process 0 writes the traceback; any other process writes its reason in one line, the
+    only record of a failure that process met alone."""
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{")
+    log.configure(process=1)
+    try:
+        outcome = pipeline.run_one(tmp_path / "run" / "config.json", mesh_of=None)
+    finally:
+        log.configure()
+    err = capfd.readouterr().err
+    assert outcome.error is not None and "traceback" not in err
+    assert f"[pmpipe run run] process 1: {outcome.error}" in err
 
 
 @pytest.mark.slow

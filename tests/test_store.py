@@ -1,11 +1,13 @@
 """Store writes: shards that tile the device blocks, codecs per array, lossy bit rounding,
 background writes (bounded, waited for by mark_complete, failures reported, done at exit)."""
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import jax
@@ -382,6 +384,51 @@ def test_a_failed_completion_leaves_no_marker(tmp_path, monkeypatch):
     with pytest.raises(writes.StoreWriteError, match="2 of its 4 shards were written"):
         store.mark_complete(group)
     assert not store.has_marker(path) and not (path / "pmpipe_manifest.json").exists()
+
+
+def test_the_marker_arrives_in_one_write_with_the_manifest_checksum(tmp_path, monkeypatch):
+    """A reader at any moment (another job, `pmpipe verify`, a resuming run) finds either no
+    marker or the marker with the checksum of the manifest on disk: every version of the
+    root zarr.json written (zarr writes a temporary file and renames it) is recorded."""
+    path = tmp_path / "s.zarr"
+    versions = []
+    rename = Path.replace
+
+    def recording(self, target):
+        moved = rename(self, target)
+        if Path(target) == path / "zarr.json":
+            versions.append(json.loads(Path(target).read_text())["attributes"])
+        return moved
+
+    monkeypatch.setattr(Path, "replace", recording)
+    group = store.create(path, {"stage": "test", "a": 1, "b": 2})
+    array = store.create_array(group, "x", (4, 10), np.float32, ("a", "b"), "1", "x", (1, 10))
+    store.write_blocks(array, np.ones((4, 10), np.float32))
+    store.mark_complete(group)
+    marked = [v for v in versions if store.COMPLETE in v]
+    manifest_crc = zlib.crc32((path / "pmpipe_manifest.json").read_bytes())
+    assert len(marked) == 1 and marked[0]["manifest_crc32"] == manifest_crc, versions
+    assert versions[-1] == marked[0] and store.is_complete(path)
+    assert all(v.get("a") == 1 and v.get("b") == 2 for v in versions)  # one write at creation
+
+
+def test_remove_takes_a_store_out_of_sight_at_once(tmp_path, monkeypatch):
+    """While its files are deleted, a removed store is no longer at its path (nor found by
+    stores_under); removing a missing one does nothing."""
+    path = tmp_path / "s.zarr"
+    store.create(path, {"stage": "test"})
+    seen = []
+    monkeypatch.setattr(
+        store.shutil, "rmtree", lambda p, **kw: seen.append((Path(p), path.exists()))
+    )
+    store.remove(path)
+    ((hidden, still_there),) = seen
+    assert not still_there and hidden.parent == tmp_path and hidden.name.startswith(".s.zarr")
+    assert store.stores_under(tmp_path) == [] and (hidden / "zarr.json").is_file()
+    monkeypatch.undo()
+    store.remove(path)  # gone already
+    store.remove(hidden)
+    assert list(tmp_path.iterdir()) == []
 
 
 def _mount_tmpfs(folder: Path, size: str) -> None:

@@ -138,7 +138,7 @@ class LightconeCapture:
                 "band limit of the density sampled for the plane's full-sky shell",
             )
         observer = cone.observer
-        group.attrs.update(
+        group.update_attributes(
             {
                 "plane_thickness": self.cfg.plane_thickness(),
                 "plane_cells": self.cfg.plane_cells(),

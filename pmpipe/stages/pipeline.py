@@ -141,9 +141,11 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
     except checkpoint.Preempted:  # the job is about to end: so does this process
         raise
     except Exception as err:  # noqa: BLE001  one run's failure must not stop the other runs of the job
+        line = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
         if jax.process_index() == 0:
             LOG.error("[pmpipe run %s] traceback:\n%s", run_id, traceback.format_exc())
-        line = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
+        else:  # the reason, should this process be the only one that failed
+            LOG.error("[pmpipe run %s] process %d: %s", run_id, jax.process_index(), line)
         return Outcome(
             config_path,
             run_id,

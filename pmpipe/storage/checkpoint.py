@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -179,7 +178,7 @@ def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a:
             if len(kept) < KEEP and other < path and store.is_complete(other):
                 kept.append(other)
             else:
-                shutil.rmtree(other, ignore_errors=True)
+                store.remove(other)
     parallel.barrier(f"checkpoint {step} written")
     return path
 
@@ -204,7 +203,7 @@ def newest(run_dir: str | Path, config_hash: str) -> Path | None:
                 LOG.warning("%s %s: not resumed from", path, problems[-1])
                 continue
             LOG.warning("%s is damaged (%s): removed, not resumed from", path, "; ".join(problems))
-            shutil.rmtree(path, ignore_errors=True)
+            store.remove(path)
     found = parallel.largest(found)
     return path_for(run_dir, found - 1) if found else None
 
@@ -250,4 +249,4 @@ def read(path: str | Path, mesh: Mesh, like: State) -> tuple[State, int]:
 def remove(run_dir: str | Path) -> None:
     """Remove every checkpoint of the run (process 0)."""
     if jax.process_index() == 0:
-        shutil.rmtree(Path(run_dir) / FOLDER, ignore_errors=True)
+        store.remove(Path(run_dir) / FOLDER)

@@ -28,6 +28,7 @@ import datetime
 import math
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,10 +86,8 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     state = writes.store_state(writes.key_of_path(path))
     state.keepbits, state.ledger = keepbits, integrity.ChunkLedger(path.resolve())
     if _writer():
-        if path.exists():
-            shutil.rmtree(path)
-        group = zarr.open_group(path, mode="w", zarr_format=3)
-        group.attrs.update(attrs)
+        remove(path)
+        group = zarr.open_group(path, mode="w", zarr_format=3, attributes=attrs)
     parallel.barrier(f"create {path}")
     return group if _writer() else zarr.open_group(path, mode="r+")
 
@@ -255,13 +254,27 @@ def mark_complete(group: zarr.Group) -> None:
                 records,
                 marker,
             )
-        zarr.open_group(group.store, mode="r+").attrs.update(marker)
+        # one write of zarr.json: attrs.update would write it once per key, and a reader
+        # between those writes would find a marker without the manifest's checksum
+        zarr.open_group(group.store, mode="r+").update_attributes(marker)
     except (OSError, RuntimeError) as err:
         raise writes.StoreWriteError(
             f"completing {key} failed: {type(err).__name__}: {err}"
         ) from err
     finally:
         parallel.barrier("marker written")
+
+
+def remove(path: str | Path) -> None:
+    """Remove the folder at path (a store, or a folder of them), if there is one, so that no
+    reader finds part of it: it is renamed to a hidden sibling in one step, then deleted."""
+    path = Path(path)
+    hidden = path.with_name(f".{path.name}.removed-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        path.rename(hidden)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def is_complete(path: str | Path) -> bool:
