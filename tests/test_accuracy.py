@@ -77,7 +77,7 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
             edges,
             box,
             transfer,
-            (np.array([chi_s]), np.ones(1)),
+            lensing.single_plane(chi_s),
             resolution.MultipoleRange(10, 3000, "lo", "hi"),
         )
 
@@ -87,7 +87,9 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
     coarse, fine = ranges(0.2, 1e5), ranges(0.4, 1e5)
     assert coarse.ell_max < fine.ell_max < 3000 and coarse.max_reason.startswith("resolution:")
     # at ell_max the modes above k_high carry at most LIMBER_TOLERANCE of the integral
-    chi, integrand, _ = lensing.limber_integrand(cosmo, [fine.ell_max], [chi_s], [1.0], power)
+    chi, integrand, _ = lensing.limber_integrand(
+        cosmo, [fine.ell_max], lensing.single_plane(chi_s), power
+    )
     above = (fine.ell_max + 0.5) / chi > 0.4
     assert integrand[0, above].sum() / integrand.sum() <= resolution.LIMBER_TOLERANCE
     small_box = ranges(1e3, 256.0)

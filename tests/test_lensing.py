@@ -41,7 +41,9 @@ def test_thin_plane_matches_the_born_formula():
     z_s, chi_p, box, m = 1.0, 1000.0, 400.0, 64
     chi_s = float(cosmology.comoving_distance(cosmo, 1 / (1 + z_s)))
     assert abs(chi_s / (pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h) - 1) < 1e-4
-    weights = lensing.plane_weights(cosmo, [chi_p - 0.5, chi_p + 0.5], [chi_s], [1.0])[None, :]
+    weights = lensing.plane_weights(cosmo, [chi_p - 0.5, chi_p + 0.5], lensing.single_plane(chi_s))[
+        None, :
+    ]
     x = np.arange(m) * box / m
     sigma = (
         3.0 * np.cos(2 * np.pi * 2 * x[:, None] / box) * np.sin(2 * np.pi * x[None, :] / box) + 1.5
@@ -79,9 +81,9 @@ def test_source_distributions_weight_planes_by_lensing_efficiency():
     z = np.linspace(0, 1.2, 400)
     chi, w = lensing.source_distribution(cosmo, z, lensing.smail(z, 0.5, 2.0, 1.5))
     assert abs(w.sum() - 1) < 1e-12 and np.all(w >= 0)
-    nz = lensing.plane_weights(cosmo, edges, chi, w)
+    nz = lensing.plane_weights(cosmo, edges, lensing.Source(chi, w))
     chi_1 = float(cosmology.comoving_distance(cosmo, 0.7))
-    single = lensing.plane_weights(cosmo, edges, [chi_1], [1.0])
+    single = lensing.plane_weights(cosmo, edges, lensing.single_plane(chi_1))
     assert single[edges[1:] > chi_1 + 200].max() == 0  # no lensing by matter behind the source
     assert np.all(nz > 0) and np.argmax(nz) < np.argmax(single) + 2
 

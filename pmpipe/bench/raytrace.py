@@ -64,7 +64,7 @@ def bench_raytrace(pixels: int, planes: int, mesh_n: int, box: float, fov: float
     run = config.Run.model_validate({"box": {"box_size": box}})
     setup = derive.setup(config.RunFile.build("bench", "raytrace", 0, {}, run), None)
     edges, chi, fields, chi_s = _planes(setup, planes, mesh_n, box, seed)
-    weights = lensing.plane_weights(setup.cosmology, edges, [chi_s], [1.0])[None, :]
+    weights = lensing.plane_weights(setup.cosmology, edges, lensing.single_plane(chi_s))[None, :]
     factors = raytrace.deflection_factors(setup.cosmology, chi)
     theta = lensing.pixel_centres(fov, pixels)
     offsets = np.zeros((planes, 2))
@@ -138,7 +138,7 @@ def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> di
     run = config.Run.model_validate({"box": {"box_size": box}})
     setup = derive.setup(config.RunFile.build("bench", "raytrace", 0, {}, run), None)
     edges, chi, shells, chi_s = _shells(setup, planes, nside, seed)
-    weights = lensing.plane_weights(setup.cosmology, edges, [chi_s], [1.0])[None, :]
+    weights = lensing.plane_weights(setup.cosmology, edges, lensing.single_plane(chi_s))[None, :]
     factors = raytrace.deflection_factors(setup.cosmology, chi)
     rays = sky.traced_rays_nside(nside)
     record: dict = {

@@ -6,13 +6,17 @@
     q(χ) = 3/2 Ω_m (H0/c)² χ / a(χ) ∫_χ dχ_s n(χ_s) (χ_s - χ) / χ_s     [h/Mpc],
 
 for a source distribution n(χ_s) normalised to 1 (a single source redshift: a delta function).
-Flat sky: pixel centres θ on a square field of view around the line of sight (the observer's z
-axis), planes read by exact Fourier interpolation of their periodic grids. Full sky: HEALPix
-shells, κ as the same weighted sum; shear from κ through spin-2 harmonic transforms (healpy).
+A source's nuisances enter through its kernel, which takes q's place: (1 + m)(q + n F), with the
+intrinsic alignment's n F (pmpipe.physics.intrinsic_alignment) and the multiplicative shear
+bias m (:func:`kernel`). Flat sky: pixel centres θ on a square field of view around the line
+of sight (the observer's z axis), planes read by exact Fourier interpolation of their periodic
+grids. Full sky: HEALPix shells, κ as the same weighted sum; shear from κ through spin-2
+harmonic transforms (healpy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import partial
 
@@ -21,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe.physics import cosmology, fft, painting
+from pmpipe.physics import cosmology, fft, intrinsic_alignment, painting
 from pmpipe.physics.domain import Grid
 from pmpipe.runtime.parallel import FIELD_SPEC
 
@@ -59,16 +63,41 @@ def lensing_efficiency(cosmo: cosmology.Cosmology, chi, source_chi, source_weigh
     return LENSING_PREFACTOR * cosmo.Omega_m * chi / a * (ratio @ np.asarray(source_weights))
 
 
-def plane_weights(
-    cosmo: cosmology.Cosmology, chi_edges, source_chi, source_weights, samples: int = 64
-):
-    """Born weight w_i of each plane [χ_i, χ_i+1): q averaged over the plane (h/Mpc), so that
-    κ = Σ_i w_i Σ_i with Σ_i the plane's projected overdensity in Mpc/h."""
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A population of sources: comoving distances ``chi`` (Mpc/h) with ``weights`` summing to 1
+    (one distance: a single source plane), its intrinsic alignment (None: none;
+    pmpipe.physics.intrinsic_alignment) and its multiplicative shear bias m (the shear
+    measured is (1 + m) times the true one)."""
+
+    chi: np.ndarray
+    weights: np.ndarray
+    alignment: intrinsic_alignment.NLA | None = None
+    shear_bias: float = 0.0
+
+
+def single_plane(chi_s: float) -> Source:
+    """Sources at one comoving distance chi_s (Mpc/h)."""
+    return Source(np.atleast_1d(np.asarray(chi_s, np.float64)), np.ones(1))
+
+
+def kernel(cosmo: cosmology.Cosmology, chi, source: Source) -> np.ndarray:
+    """The kernel (h/Mpc) of the source's maps at comoving distances chi (Mpc/h), κ = ∫ kernel
+    δ dχ: (1 + m) times the lensing efficiency plus the intrinsic alignment's kernel."""
+    q = lensing_efficiency(cosmo, chi, source.chi, source.weights)
+    if source.alignment is not None:
+        q = q + intrinsic_alignment.kernel(cosmo, chi, source.chi, source.weights, source.alignment)
+    return q if source.shear_bias == 0 else (1.0 + source.shear_bias) * q
+
+
+def plane_weights(cosmo: cosmology.Cosmology, chi_edges, source: Source, samples: int = 64):
+    """Weight w_i of each plane [χ_i, χ_i+1) in the source's maps: its :func:`kernel` averaged
+    over the plane (h/Mpc), so that κ = Σ_i w_i Σ_i with Σ_i the plane's projected overdensity
+    in Mpc/h (Born's weight, the lensing efficiency's mean, without nuisances)."""
     edges = np.asarray(chi_edges, np.float64)
     frac = (np.arange(samples) + 0.5) / samples  # midpoints
     chi = edges[:-1, None] + frac[None, :] * np.diff(edges)[:, None]
-    q = lensing_efficiency(cosmo, chi.reshape(-1), source_chi, source_weights)
-    return q.reshape(chi.shape).mean(axis=1)
+    return kernel(cosmo, chi.reshape(-1), source).reshape(chi.shape).mean(axis=1)
 
 
 def pixel_centres(fov_deg: float, pixels: int) -> np.ndarray:
@@ -252,24 +281,23 @@ def healpix_convergence_from_shear(gamma1, gamma2, lmax: int):
 def limber_integrand(
     cosmo: cosmology.Cosmology,
     ell,
-    source_chi,
-    source_weights,
+    source: Source,
     power,
     samples: int = 256,
-    other: tuple | None = None,
+    other: Source | None = None,
 ):
     """The Limber integrand of κ's C_ℓ with the linear power D1(a)² P_lin(k) (power: callable
-    of k [h/Mpc] giving (Mpc/h)³), q(χ)² / χ² P((ℓ + 1/2)/χ, a(χ)) at ``samples`` distances
-    up to the farthest source; with ``other`` (χ, weights of a second source), the cross
-    spectrum's q(χ) q_other(χ) / χ² P, up to the nearer of the two farthest sources. Returns
+    of k [h/Mpc] giving (Mpc/h)³), K(χ)² / χ² P((ℓ + 1/2)/χ, a(χ)) with K the source's
+    :func:`kernel`, at ``samples`` distances up to the farthest source; with ``other``, the
+    cross spectrum's K K_other / χ² P, up to the nearer of the two farthest sources. Returns
     (χ (X,) Mpc/h, integrand (L, X) sr h/Mpc, dχ Mpc/h)."""
-    chi_max = float(np.max(source_chi))
+    chi_max = float(np.max(source.chi))
     if other is not None:
-        chi_max = min(chi_max, float(np.max(other[0])))
+        chi_max = min(chi_max, float(np.max(other.chi)))
     chi = (np.arange(samples) + 0.5) * chi_max / samples
     cosmo = cosmology.tabulated(cosmo)
-    q = lensing_efficiency(cosmo, chi, source_chi, source_weights)
-    q_other = q if other is None else lensing_efficiency(cosmo, chi, *other)
+    q = kernel(cosmo, chi, source)
+    q_other = q if other is None else kernel(cosmo, chi, other)
     a = cosmology.scale_factor_at_distance(cosmo, chi)
     growth = np.asarray(cosmology.growth_factor(cosmo, a), np.float64)
     k = (np.asarray(ell, np.float64)[:, None] + 0.5) / chi[None, :]
@@ -280,15 +308,12 @@ def limber_integrand(
 def limber_convergence_cl(
     cosmo: cosmology.Cosmology,
     ell,
-    source_chi,
-    source_weights,
+    source: Source,
     power,
     samples: int = 256,
-    other: tuple | None = None,
+    other: Source | None = None,
 ):
     """Limber C_ℓ (L,) of κ with the linear power (with ``other``, the cross spectrum with a
     second source): the sum of :func:`limber_integrand`."""
-    _, integrand, dchi = limber_integrand(
-        cosmo, ell, source_chi, source_weights, power, samples, other
-    )
+    _, integrand, dchi = limber_integrand(cosmo, ell, source, power, samples, other)
     return np.sum(integrand, axis=1) * dchi

@@ -129,18 +129,17 @@ def resolved_multipoles(
     chi_edges,
     box_size: float,
     transfer,
-    source: tuple,
+    source: lensing.Source,
     held: MultipoleRange,
 ) -> MultipoleRange:
     """The widest run of multipoles within ``held`` (what the map holds, with its reasons)
-    whose Limber C_ℓ of the source (comoving distances (Mpc/h), weights) the planes of edges
+    whose Limber C_ℓ of the source the planes of edges
     chi_edges get wrong by at most LIMBER_TOLERANCE: the share of the Limber integral (linear
     ``power``) at k < 2π / box_size plus its share weighted by |1 - transfer(k, plane)|, with
     transfer (callable of k (L, S) h/Mpc and plane index (S,)) a plane's power at k relative to
     Limber's from a converged run."""
     ell = np.geomspace(held.ell_min, held.ell_max, ELL_SAMPLES)
-    source_chi, source_weights = source
-    chi, integrand, _ = lensing.limber_integrand(cosmo, ell, source_chi, source_weights, power)
+    chi, integrand, _ = lensing.limber_integrand(cosmo, ell, source, power)
     edges = np.asarray(chi_edges, np.float64)
     plane = np.clip(np.searchsorted(edges, chi, side="right") - 1, 0, edges.size - 2)
     k = (ell[:, None] + 0.5) / chi[None, :]

@@ -162,6 +162,7 @@ class IC(StrictModel):
 # More PM steps than any run needs (a 64^3 run of this many steps takes hours on a GPU): the
 # bound refuses a mistyped count before its time grid is allocated.
 MAX_STEPS = 100_000
+MAX_ALIGNMENT_THICKNESS = 100.0  # Mpc/h: thickest planes that resolve a source n(z)
 
 
 class NBody(StrictModel):
@@ -341,18 +342,27 @@ class Run(StrictModel):
         if self.lensing is None:
             return
         lens, z_max = self.lensing, section(self.lightcone, "lightcone").z_max
-        for z in lens.source_redshifts:
-            if z > z_max:
+        shifts = lens.per_source("photo_z_shift")
+        for z, dz in zip(lens.source_redshifts, shifts):
+            if z + dz > z_max:
                 raise ValueError(
-                    f"lensing.source_redshifts value {z} lies beyond the lightcone "
-                    f"(lightcone.z_max = {z_max})"
+                    f"lensing.source_redshifts value {z} (shifted by lensing.photo_z_shift "
+                    f"{dz}) lies beyond the lightcone (lightcone.z_max = {z_max})"
                 )
-        for d in lens.distributions:
-            if isinstance(d, TableSources) and any(n > 0 and z > z_max for z, n in zip(d.z, d.n)):
+        for d, dz in zip(lens.distributions, shifts[len(lens.source_redshifts) :]):
+            if isinstance(d, TableSources) and any(
+                n > 0 and z + dz > z_max for z, n in zip(d.z, d.n)
+            ):
                 raise ValueError(
                     f"lensing.distributions '{d.name}' has sources beyond the lightcone "
-                    f"(n > 0 at z > lightcone.z_max = {z_max})"
+                    f"(n > 0 at z + photo_z_shift > lightcone.z_max = {z_max})"
                 )
+        if lens.intrinsic_alignment is not None and thickness > MAX_ALIGNMENT_THICKNESS:
+            raise ValueError(
+                f"lensing.intrinsic_alignment needs lightcone.plane_thickness of at most "
+                f"{MAX_ALIGNMENT_THICKNESS:g} Mpc/h (the planes must resolve each "
+                f"distribution's n(z)), got {thickness:g}"
+            )
         if self.summaries.shape_noise is not None:
             self.summaries.shape_noise.per_source(lens.source_labels())
 
@@ -376,7 +386,13 @@ def _massive_neutrino_problems(run: Run) -> list[str]:
 # existed, so that a run that does not use them hashes as it did without them.
 HASHED_UNLESS: dict[str, dict[str, object]] = {
     "cosmology": {"A_s": None, "m_nu": 0.0, "neutrino_hierarchy": "degenerate"},
-    "lensing": {"method": "born", "reduced_shear": False},
+    "lensing": {
+        "method": "born",
+        "reduced_shear": False,
+        "intrinsic_alignment": None,
+        "photo_z_shift": 0.0,
+        "shear_bias": 0.0,
+    },
     "summaries": {"xi_bins": 15, "xi_theta_arcmin": None},
 }
 

@@ -17,6 +17,7 @@ from pmpipe.physics import (
     cosmology,
     domain,
     ics,
+    intrinsic_alignment,
     lensing,
     lightcone,
     neutrinos,
@@ -40,8 +41,8 @@ class RunSetup:
     carrying its growth and distance tables (a pytree whose parameters and tables are traced
     leaves: runs of one size share their compiled programs); the linear P(k) at a = 1; the
     N-body's steps and snapshots; with a lightcone its planes, and with full-sky lensing each
-    plane's band limit (h/Mpc); with lensing the sources, (label, mean redshift, comoving
-    distances (Mpc/h), weights) in store order; with power.kind 'camb' or 'class' the Boltzmann code's
+    plane's band limit (h/Mpc); with lensing the sources, (label, mean redshift,
+    pmpipe.physics.lensing.Source) in store order; with power.kind 'camb' or 'class' the Boltzmann code's
     table (its σ8 and A_s, code and version)."""
 
     run_file: config.RunFile
@@ -219,24 +220,35 @@ def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
 
 
 def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
-    """(label, mean redshift, comoving distances (Mpc/h), weights) of every source of the run's
-    lensing section, in store order."""
+    """(label, mean redshift, :class:`pmpipe.physics.lensing.Source`) of every source of the
+    run's lensing section, in store order, with its nuisances: n(z) shifted by its
+    photo_z_shift Δz (n(z - Δz); a parametric n(z) still cut at lightcone.z_max, a table's
+    points moved below z = 0 dropped), its shear bias and, for a distribution, the intrinsic
+    alignment."""
     lens, z_max = (
         config.section(run.lensing, "lensing"),
         config.section(run.lightcone, "lightcone").z_max,
     )
+    shifts, biases = lens.per_source("photo_z_shift"), lens.per_source("shear_bias")
+    ia = lens.intrinsic_alignment
+    alignment = None if ia is None else intrinsic_alignment.NLA(ia.A_IA, ia.eta_IA, ia.z_pivot)
     out = []
-    for z_s in lens.source_redshifts:
-        chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_s)), np.float64)
-        out.append((f"z={z_s:g}", z_s, np.atleast_1d(chi), np.ones(1)))
-    for dist in lens.distributions:
+    for z_s, dz, m in zip(lens.source_redshifts, shifts, biases):
+        chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_s + dz)), np.float64)
+        source = lensing.Source(np.atleast_1d(chi), np.ones(1), shear_bias=m)
+        out.append((f"z={z_s:g}", z_s + dz, source))
+    first = len(lens.source_redshifts)
+    for dist, dz, m in zip(lens.distributions, shifts[first:], biases[first:]):
         if isinstance(dist, config.SmailSources):
             z = np.linspace(0.0, z_max, REDSHIFT_SAMPLES)
-            n = lensing.smail(z, dist.z0, dist.alpha, dist.beta)
+            n = lensing.smail(np.maximum(z - dz, 0.0), dist.z0, dist.alpha, dist.beta)
+            n = np.where(z - dz >= 0.0, n, 0.0)
         else:
-            z, n = np.asarray(dist.z), np.asarray(dist.n)
+            z, n = np.asarray(dist.z) + dz, np.asarray(dist.n)
+            n, z = n[z >= 0.0], z[z >= 0.0]
         chi, weights = lensing.source_distribution(cosmo, z, n)
-        out.append((dist.name, float(np.sum(weights * z)), chi, weights))
+        source = lensing.Source(chi, weights, alignment, m)
+        out.append((dist.name, float(np.sum(weights * z)), source))
     return tuple(out)
 
 

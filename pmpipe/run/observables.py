@@ -96,6 +96,40 @@ class TableSources(StrictModel):
         return self
 
 
+def values_per_source(values: float | list[float], labels: list[str], field: str) -> list[float]:
+    """One value per source named in ``labels`` from one value for all or a list of one per
+    source; ValueError naming ``field`` when the list's length is another."""
+    if not isinstance(values, list):
+        return [values] * len(labels)
+    if len(values) != len(labels):
+        raise ValueError(
+            f"{field} lists {len(values)} values, but the run has {len(labels)} sources "
+            f"({', '.join(labels)}): give one per source or one for all"
+        )
+    return list(values)
+
+
+class IntrinsicAlignment(StrictModel):
+    """Intrinsic alignments of the source distributions' galaxies in the non-linear alignment
+    model (pmpipe.physics.intrinsic_alignment); single source planes have none."""
+
+    A_IA: float = Field(
+        ge=-10,
+        le=10,
+        description="amplitude A_IA, from -10 to 10 (positive: the GI term is negative)",
+    )
+    eta_IA: float = Field(
+        0.0,
+        ge=-10,
+        le=10,
+        description="index of the redshift dependence ((1+z)/(1+z_pivot))^eta_IA",
+    )
+    z_pivot: float = Field(0.62, ge=0, le=3, description="pivot redshift of that power law")
+
+
+NUISANCE_LIMIT = 0.5  # largest |Δz| and |m| accepted
+
+
 class Lensing(StrictModel):
     """Convergence and shear maps from the lightcone planes: Born (pmpipe.physics.lensing) or
     ray-traced (pmpipe.physics.raytrace)."""
@@ -124,6 +158,22 @@ class Lensing(StrictModel):
     reduced_shear: bool = Field(
         False, description="also write the reduced shear g = γ / (1 - κ) of the maps (g1, g2)"
     )
+    intrinsic_alignment: IntrinsicAlignment | None = Field(
+        None,
+        description="intrinsic alignments (NLA) added to the distributions' maps (null: none); "
+        "needs lightcone.plane_thickness of at most 100 Mpc/h",
+    )
+    photo_z_shift: float | list[float] = Field(
+        0.0,
+        description="photometric-redshift shift Δz of each source, in store order "
+        "(source_redshifts, then distributions): n(z) becomes n(z - Δz); one value for all "
+        "or a list, each from -0.5 to 0.5",
+    )
+    shear_bias: float | list[float] = Field(
+        0.0,
+        description="multiplicative shear bias m of each source, in store order: its maps are "
+        "(1 + m) times the true ones; one value for all or a list, each from -0.5 to 0.5",
+    )
 
     @model_validator(mode="after")
     def _some_sources_and_maps(self):
@@ -136,7 +186,29 @@ class Lensing(StrictModel):
             raise ValueError(f"lensing.distributions names must be unique, got {names}")
         if self.flat_sky is None and self.full_sky is None:
             raise ValueError("lensing needs flat_sky or full_sky maps (or both)")
+        for field in ("photo_z_shift", "shear_bias"):
+            values = self.per_source(field)
+            if any(abs(v) > NUISANCE_LIMIT for v in values):
+                raise ValueError(
+                    f"lensing.{field} values must lie from -{NUISANCE_LIMIT} to "
+                    f"{NUISANCE_LIMIT}, got {getattr(self, field)}"
+                )
+        shifts = self.per_source("photo_z_shift")
+        for z, dz in zip(self.source_redshifts, shifts):
+            if z + dz <= 0:
+                raise ValueError(
+                    f"lensing.photo_z_shift {dz} moves source_redshifts value {z} to z <= 0"
+                )
+        for d, dz in zip(self.distributions, shifts[len(self.source_redshifts) :]):
+            if isinstance(d, TableSources) and not any(
+                n > 0 and z + dz > 0 for z, n in zip(d.z, d.n)
+            ):
+                raise ValueError(f"lensing.photo_z_shift {dz} moves all of '{d.name}' to z <= 0")
         return self
+
+    def per_source(self, field: str) -> list[float]:
+        """The value of a per-source field (photo_z_shift, shear_bias) for each source."""
+        return values_per_source(getattr(self, field), self.source_labels(), f"lensing.{field}")
 
     def source_labels(self) -> list[str]:
         """Names of the sources in store order: 'z=<z>' for single redshifts, then the n(z)s."""
@@ -165,19 +237,14 @@ class ShapeNoise(StrictModel):
     def per_source(self, labels: list[str]) -> list[tuple[float, float]]:
         """(σ_e, n_gal) of each source named in ``labels``; ValueError naming the field when a
         list does not give one value per source."""
-        out = []
-        for name in ("sigma_e", "n_gal"):
-            values = getattr(self, name)
-            if not isinstance(values, list):
-                values = [values] * len(labels)
-            elif len(values) != len(labels):
-                raise ValueError(
-                    f"summaries.shape_noise.{name} lists {len(values)} values, but the run has "
-                    f"{len(labels)} sources ({', '.join(labels)}): give one per source or one "
-                    "for all"
+        return list(
+            zip(
+                *(
+                    values_per_source(getattr(self, n), labels, f"summaries.shape_noise.{n}")
+                    for n in ("sigma_e", "n_gal")
                 )
-            out.append(values)
-        return list(zip(*out))
+            )
+        )
 
 
 class Summaries(StrictModel):

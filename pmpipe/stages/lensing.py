@@ -76,9 +76,9 @@ def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
     return {
         suffix: [
             resolution.resolved_multipoles(
-                cosmo, power, chi_edges, box.box_size, transfer, (c, w), held
+                cosmo, power, chi_edges, box.box_size, transfer, source, held
             )
-            for _, _, c, w in srcs
+            for _, _, source in srcs
         ]
         for suffix, (transfer, held) in maps.items()
     }
@@ -170,7 +170,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     cosmo, srcs = setup.cosmology, setup.sources
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
-    weights = np.stack([lensing.plane_weights(cosmo, edges, c, w) for _, _, c, w in srcs])
+    weights = np.stack([lensing.plane_weights(cosmo, edges, source) for _, _, source in srcs])
     path = store_path(inputs.run_dir, "lensing")
     maps_kept = cfg.outputs.lightcone
     group = store.create(
@@ -201,7 +201,8 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
         weights,
         ("source", "plane"),
         "h/Mpc",
-        "Born weight of the plane: lensing efficiency averaged over its thickness",
+        "weight of the plane in the source's maps: its kernel (lensing efficiency, plus the "
+        "intrinsic alignment's, times 1 + shear bias) averaged over the plane's thickness",
     )
     shell_k_max = nb["plane_k_max_healpix"][:] if "plane_k_max_healpix" in nb else None
     write_valid_ranges(group, valid_ranges(setup, edges, shell_k_max))

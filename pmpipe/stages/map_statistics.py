@@ -239,16 +239,17 @@ def _write_map_statistics(group, setup: derive.RunSetup, maps: SkyMaps) -> None:
         "number of multipole modes in the bin",
     )  # fmt: skip
     at = np.where(np.isfinite(ell_mean), ell_mean, centres)
-    srcs = [(chi, w) for _, _, chi, w in setup.sources]
+    srcs = [source for _, _, source in setup.sources]
     theory = np.zeros((len(srcs), len(srcs), at.size))
-    for i, (chi, w) in enumerate(srcs):
+    for i, source in enumerate(srcs):
         for j in range(i, len(srcs)):
             theory[i, j] = theory[j, i] = lensing.limber_convergence_cl(
-                setup.cosmology, at, chi, w, setup.power, other=srcs[j]
+                setup.cosmology, at, source, setup.power, other=srcs[j]
             )
     store.write_array(
         group, f"cl_linear{maps.suffix}", theory, (*PAIR_DIMS, ell_dim), "sr",
-        "Limber C_ell of kappa with the linear P(k) at the bins' mean multipoles, every pair",
+        "Limber C_ell of kappa with the linear P(k) at the bins' mean multipoles, every pair "
+        "(the sources' kernels with their nuisances)",
     )  # fmt: skip
 
 
