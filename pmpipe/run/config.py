@@ -38,6 +38,7 @@ from pmpipe.run.files import (
     validate,
 )
 from pmpipe.run.observables import (
+    Baryons,
     Lensing,
     Lightcone,
     SmailSources,
@@ -50,6 +51,7 @@ from pmpipe.run.universe import Cosmology
 __all__ = [
     "IC",
     "PDIMS_SCHEMA",
+    "Baryons",
     "Box",
     "Checkpoints",
     "ConfigError",
@@ -264,6 +266,11 @@ class Run(StrictModel):
     lensing: Lensing | None = Field(
         None, description="convergence and shear maps from the planes (null: none); needs lightcone"
     )
+    baryons: Baryons | None = Field(
+        None,
+        description="baryonic feedback applied to the lightcone planes and beside the "
+        "snapshots' P(k) (null: none)",
+    )
     outputs: Outputs = Field(default_factory=Outputs, description="what the stores keep")
     checkpoints: Checkpoints | None = Field(
         None,
@@ -302,6 +309,11 @@ class Run(StrictModel):
                 f"outputs.density = {factor} must divide the force mesh's block on "
                 f"every device: {n * self.box.oversample} cells per side over "
                 f"parallel.pdims = {tuple(pdims)}"
+            )
+        if self.baryons is not None and self.power.kind == "table":
+            raise ValueError(
+                "baryons need a cosmology CAMB computes: power.kind eisenstein_hu, camb or "
+                "class, not table"
             )
         if self.lightcone is not None:
             self._check_lightcone()
@@ -399,10 +411,12 @@ HASHED_UNLESS: dict[str, dict[str, object]] = {
 
 def config_hash(run: Run) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
-    left out, and each field of HASHED_UNLESS while it holds the value given there: a run
+    left out, so is the baryons section while it is null, and each field of HASHED_UNLESS while it holds the value given there: a run
     normalised by σ8 with massless neutrinos and Born lensing hashes the same with or without
     those fields), as 'sha256:<hex>'."""
     exclude: dict = {"checkpoints": True}
+    if run.baryons is None:
+        exclude["baryons"] = True
     for name, fields in HASHED_UNLESS.items():
         section = getattr(run, name)
         if section is not None:

@@ -13,6 +13,7 @@ from functools import partial
 import numpy as np
 
 from pmpipe.physics import (
+    baryons,
     boltzmann,
     cosmology,
     domain,
@@ -250,6 +251,25 @@ def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
         source = lensing.Source(chi, weights, alignment, m)
         out.append((dist.name, float(np.sum(weights * z)), source))
     return tuple(out)
+
+
+def baryon_suppression(run_setup: RunSetup) -> baryons.Suppression | None:
+    """S(k, z) of the run's baryons section (None without one), from z = 0 to the farther of
+    the lightcone's z_max and the earliest snapshot, at the run's A_s (its Boltzmann table's
+    when it has one). CAMB's HMcode-2020, about 2 s: the stages that need it make it."""
+    run = run_setup.config
+    if run.baryons is None:
+        return None
+    table = run_setup.linear_table
+    z_top = max([1.0 / a - 1.0 for a in run.nbody.snapshots] + [0.0])
+    if run.lightcone is not None:
+        z_top = max(z_top, run.lightcone.z_max)
+    return baryons.suppression(
+        run.cosmology.model_dump(),
+        table.A_s if table is not None else run.cosmology.A_s,
+        run.baryons.log_T_AGN,
+        z_top,
+    )
 
 
 def initial_conditions(run_setup: RunSetup, timed=None) -> simulation.Initial:

@@ -127,6 +127,24 @@ class IntrinsicAlignment(StrictModel):
     z_pivot: float = Field(0.62, ge=0, le=3, description="pivot redshift of that power law")
 
 
+class Baryons(StrictModel):
+    """Baryonic feedback: a suppression of the matter power after the N-body
+    (pmpipe.physics.baryons), applied to the lightcone planes and beside the snapshots' P(k)."""
+
+    model: Literal["hmcode2020"] = Field(
+        "hmcode2020",
+        description="hmcode2020: HMcode-2020's single-parameter feedback through CAMB "
+        "(Mead et al. 2021)",
+    )
+    log_T_AGN: float = Field(
+        7.8,
+        ge=7.6,
+        le=8.0,
+        description="log10 of the AGN heating temperature in K, from 7.6 to 8.0 (the "
+        "BAHAMAS runs the model was fitted to)",
+    )
+
+
 NUISANCE_LIMIT = 0.5  # largest |Δz| and |m| accepted
 
 
@@ -201,9 +219,9 @@ class Lensing(StrictModel):
                 )
         for d, dz in zip(self.distributions, shifts[len(self.source_redshifts) :]):
             if isinstance(d, TableSources) and not any(
-                n > 0 and z + dz > 0 for z, n in zip(d.z, d.n)
+                n > 0 and z + dz >= 0 for z, n in zip(d.z, d.n)
             ):
-                raise ValueError(f"lensing.photo_z_shift {dz} moves all of '{d.name}' to z <= 0")
+                raise ValueError(f"lensing.photo_z_shift {dz} moves all of '{d.name}' below z = 0")
         return self
 
     def per_source(self, field: str) -> list[float]:

@@ -18,7 +18,15 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe.physics import lensing, lightcone, raytrace, raytrace_healpix, resolution, sky
+from pmpipe.physics import (
+    baryons,
+    lensing,
+    lightcone,
+    raytrace,
+    raytrace_healpix,
+    resolution,
+    sky,
+)
 from pmpipe.run import config, derive
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
@@ -209,25 +217,65 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     group.attrs["k_max_valid"] = resolution.k_max_valid(
         cfg.box.particles, cfg.box.box_size, cfg.box.oversample
     )
+    suppression = derive.baryon_suppression(setup)
+    if suppression is not None:
+        _write_suppression(group, suppression, cfg)
     if cfg.lensing.flat_sky is not None:
-        _flat_sky_maps(group, setup, inputs, progress, weights)
+        _flat_sky_maps(group, setup, inputs, progress, (weights, suppression))
     if cfg.lensing.full_sky is not None:
-        _full_sky_maps(group, setup, inputs, progress, weights)
+        _full_sky_maps(group, setup, inputs, progress, (weights, suppression))
     store.mark_complete(group)
     return path
 
 
-def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
+def _write_suppression(group, suppression: baryons.Suppression, cfg: config.Run) -> None:
+    """The baryons' S(k, z) table and their parameters (root attribute ``baryons``)."""
+    store.write_coordinate(group, "k_baryons", suppression.k, "h/Mpc", "wavenumber of S(k, z)")
+    store.write_coordinate(group, "z_baryons", suppression.z, "1", "redshift of S(k, z)")
+    store.write_array(
+        group,
+        "baryon_suppression",
+        suppression.ratio,
+        ("z_baryons", "k_baryons"),
+        "1",
+        "S(k, z): the matter power with baryonic feedback over the gravity-only power "
+        "(the planes are filtered by its square root)",
+    )
+    group.attrs["baryons"] = config.section(cfg.baryons, "baryons").model_dump(mode="json")
+
+
+def _with_baryons(planes: list, suppression, z, box_size: float) -> list:
+    """The planes (callables returning each one's projected overdensity) filtered by
+    sqrt(S(k⊥, z_i)) at their redshifts z (without baryons, ``suppression`` None: as they
+    are)."""
+    if suppression is None:
+        return planes
+
+    def filtered(plane, z_i):
+        values = plane()
+        kernel = baryons.plane_kernel(suppression, values.shape[0], box_size, z_i)
+        return baryons.filter_plane(values, kernel)
+
+    return [lambda p=p, z_i=z_i: filtered(p, z_i) for p, z_i in zip(planes, z)]
+
+
+def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by):
     """κ, γ1, γ2 (and ω when ray-traced) of every source on the flat-sky pixels from the nbody
-    store's planes (Born weights (S, P)), by lensing.method: written unless outputs.lightcone is
-    off, κ and ω kept for the summaries."""
+    store's planes (``by``: the plane weights (S, P) and the baryons' suppression or None), by
+    lensing.method: written unless outputs.lightcone is off, κ and ω kept for the summaries."""
     nb, srcs = inputs.store("nbody"), setup.sources
+    weights, suppression = by
     chi = np.asarray(nb["plane"][:], np.float64)
     lens = config.section(setup.config.lensing, "lensing")
     flat = config.section(lens.flat_sky, "lensing.flat_sky")
     theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
     offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
-    planes = [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)]
+    planes = _with_baryons(
+        [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)],
+        suppression,
+        1.0 / np.asarray(nb["plane_a"][:], np.float64) - 1.0,
+        setup.grid.box_size,
+    )
     maps: dict[str, tuple] = {}
     with progress.timed("lensing"):
         if lens.method != "raytrace":
@@ -276,14 +324,17 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
                 inputs.keep("lensing", name, maps[name][0][i], (i,))
 
 
-def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, weights):
+def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by):
     """κ, γ1, γ2 (and ω when ray-traced) of every source on HEALPix maps from the shells'
-    harmonic coefficients (Born weights (S, P)), by lensing.method, with the coefficients of κ
-    and of the shear's E and B modes: written unless outputs.lightcone is off, kept for the
-    summaries."""
+    harmonic coefficients (``by``: the plane weights (S, P) and the baryons' suppression or
+    None), by lensing.method, with the coefficients of κ and of the shear's E and B modes:
+    written unless outputs.lightcone is off, kept for the summaries."""
     lens = config.section(setup.config.lensing, "lensing")
     nside = config.section(lens.full_sky, "lensing.full_sky").nside
+    weights, suppression = by
     shells = np.asarray(inputs.array("nbody", "lightcone_healpix_alm"), np.complex128)
+    if suppression is not None:
+        shells = _shells_with_baryons(shells, suppression, inputs.store("nbody"))
     coefficients: dict[str, list[dict]] = {}
     with progress.timed("lensing"):
         if lens.method != "raytrace":
@@ -314,6 +365,21 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
     progress(f"full-sky maps ({lens.method}): {len(setup.sources)} sources, nside {nside}")
     for suffix, alms in coefficients.items():
         _write_healpix_maps(group, setup, inputs, alms, f"{suffix}_healpix")
+
+
+def _shells_with_baryons(shells, suppression: baryons.Suppression, nb) -> np.ndarray:
+    """The shells' coefficients (P, alm) filtered by sqrt(S((ℓ + 1/2)/χ_i, z_i))."""
+    import healpy
+
+    chi = np.asarray(nb["plane"][:], np.float64)
+    z = 1.0 / np.asarray(nb["plane_a"][:], np.float64) - 1.0
+    ell_max = healpy.Alm.getlmax(shells.shape[1])
+    return np.stack(
+        [
+            healpy.almxfl(shell, baryons.shell_kernel(suppression, ell_max, c, z_i))
+            for shell, c, z_i in zip(shells, chi, z)
+        ]
+    )
 
 
 def _write_healpix_maps(group, setup: derive.RunSetup, inputs: Inputs, alms, suffix: str):

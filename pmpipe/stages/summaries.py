@@ -3,7 +3,8 @@
 Reads ``ic.zarr``, ``nbody.zarr`` and (with lensing) ``lensing.zarr``; writes
 ``summaries.zarr`` (docs/outputs.md): the matter power spectrum ``pk`` (a, k) of ρ/ρ̄ with the
 CIC window divided out (shot noise L³/N³ recorded, not subtracted), the mean wavenumber and
-mode count per bin, linear theory D1(a)² P_lin(k); at a_final the cross spectrum with the
+mode count per bin, linear theory D1(a)² P_lin(k), with baryons ``pk_baryons``, P(k) times
+their suppression; at a_final the cross spectrum with the
 initial (linear) field, the propagator and r(k); with lensing, the C_ell of every pair of sources
 and per source and smoothing scale the peak counts and PDF of κ (pmpipe.stages.map_statistics).
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe.physics import cosmology, neutrinos, painting, resolution, stats
+from pmpipe.physics import baryons, cosmology, neutrinos, painting, resolution, stats
 from pmpipe.physics.domain import Grid
 from pmpipe.run import config, derive
 from pmpipe.stages import map_statistics, store_path
@@ -39,6 +40,8 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
         ),
     )
     growth = _write_spectra(group, setup, a, n_bins, measured)
+    if cfg.baryons is not None:
+        _write_baryon_spectra(group, setup, a, measured)
     with progress.timed("statistics"):
         write_initial_correlation(
             group,
@@ -85,6 +88,24 @@ def _linear_theory(setup: derive.RunSetup, a, growth, k) -> np.ndarray:
     scale_dependent = neutrinos.cb_growth(setup.cosmology, nu, setup.config.ic.a_init, a)
     on_k = np.stack([np.interp(np.log(k), np.log(nu.k), row) for row in scale_dependent])
     return on_k**2 * power
+
+
+def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> None:
+    """P(k) of every snapshot times the baryons' S(k, z) at the bins' mean |k|."""
+    k_mean, spectra, _ = measured
+    k = np.where(np.isfinite(k_mean), k_mean, 0.0)
+    table = derive.baryon_suppression(setup)
+    assert table is not None  # the run has baryons
+    factors = np.stack([baryons.factor(table, k, 1.0 / a_i - 1.0) for a_i in a])
+    store.write_array(
+        group,
+        "pk_baryons",
+        np.asarray(spectra) * factors,
+        ("a", "k"),
+        "(Mpc/h)^3",
+        "pk times the baryonic feedback's S(k, z) at k_mean (pmpipe.physics.baryons)",
+        baryons=config.section(setup.config.baryons, "baryons").model_dump(mode="json"),
+    )
 
 
 def _write_spectra(group, setup: derive.RunSetup, a, n_bins: int, measured: tuple) -> np.ndarray:
