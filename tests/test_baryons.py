@@ -117,11 +117,11 @@ def _limber_suppression(run: config.Run, table, ell) -> np.ndarray:
 def test_paired_runs_follow_the_model(paired):
     """P(k) with feedback is the N-body's times S exactly. The flat maps' C_ℓ over those
     without feedback (one N-body: cosmic variance cancels) against Limber's projection of S
-    with the linear power, in the four lowest bins (ℓ < 1200): within 0.025 of the ratio, and
+    with the linear power, in the four lowest bins (ℓ < 1200): within 0.03 of the ratio, and
     where it predicts more than 2 %, between half and 1.25 times the predicted suppression. A plane's modes are filtered
     exactly, but 32^3 particles in 128 Mpc/h lack the power at k > 0.13 h/Mpc where S is
     smallest, so the maps are suppressed less than the projection of the model's power.
-    Full sky at nside 32 (ℓ < 96) the suppression is below 0.5 %, as predicted."""
+    Full sky at nside 32 (ℓ < 96) the suppression is below 0.5 %, within 0.2 % as predicted."""
     (path, without), (_, with_feedback) = paired["without"], paired["with"]
     np.testing.assert_array_equal(without["pk"][:], with_feedback["pk"][:])
     lens = zarr.open_group(str(path.parent).replace("without", "with") + "/lensing.zarr", mode="r")
@@ -142,9 +142,9 @@ def test_paired_runs_follow_the_model(paired):
         print(f"maps{suffix}: C_ell ratio {measured}, Limber {results[suffix][1]}")
     measured, predicted = (r[:4] for r in results[""])
     assert np.all(np.diff(measured) < 0)  # more suppression at higher multipoles
-    assert np.all(np.abs(measured - predicted) <= 0.025)
+    assert np.all(np.abs(measured - predicted) <= 0.03)
     strong = predicted < 0.98
     ratio = (1 - measured[strong]) / (1 - predicted[strong])
     assert strong.sum() >= 2 and np.all((ratio > 0.5) & (ratio < 1.25))
     measured, predicted = results["_healpix"]
-    assert np.all(np.abs(measured - 1) < 0.005) and np.all(np.abs(predicted - 1) < 0.005)
+    assert np.all(np.abs(measured - predicted) < 0.002) and measured[-1] < 0.998  # filtered

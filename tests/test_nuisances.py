@@ -146,6 +146,25 @@ def test_alignments_need_planes_that_resolve_the_distributions():
         config.Run.model_validate(data)
 
 
+def test_shifts_that_leave_no_sources_and_alignments_without_distributions_are_refused():
+    data = _run().model_dump()
+    data["lensing"]["distributions"] = [
+        {"kind": "smail", "name": "smail", "z0": 0.5},
+        {"kind": "table", "name": "two", "z": [0.1, 0.2], "n": [1.0, 1.0]},
+    ]
+    data["lensing"]["photo_z_shift"] = [0.0, -0.15]
+    with pytest.raises(ValueError, match="leaves 'two' without sources at z >= 0"):
+        config.Run.model_validate(data)
+    data["lightcone"]["z_max"] = 0.4
+    data["lensing"]["photo_z_shift"] = [0.45, 0.0]
+    with pytest.raises(ValueError, match="moves all of 'smail' beyond the lightcone"):
+        config.Run.model_validate(data)
+    data["lensing"] |= {"distributions": [], "source_redshifts": [0.3], "photo_z_shift": 0.0}
+    data["lensing"]["intrinsic_alignment"] = {"A_IA": 1.0}
+    with pytest.raises(ValueError, match="acts on lensing.distributions, and there are none"):
+        config.Run.model_validate(data)
+
+
 def test_a_shift_may_not_carry_sources_beyond_the_lightcone():
     data = _run().model_dump()
     data["lightcone"]["z_max"] = 1.95
@@ -243,8 +262,8 @@ def test_each_nuisance_moves_the_maps_spectra_as_limber_predicts(paired_summarie
     against the ratios of the Limber spectra of the same kernels (cl_linear, whose nuisances
     pyccl confirms above). m scales a map exactly. Δz and the alignments change which planes
     a map weights; at 32^3 particles in 128 Mpc/h the planes resolve k ≲ 0.13 h/Mpc only, so
-    the two lowest multipole bins are compared, Δz's change within 25 % and the alignments'
-    within 50 % (their II part is not paired: it carries its own realisation's variance)."""
+    the two lowest multipole bins are compared, Δz's change within 30 % and the alignments'
+    within 60 % (their II part is not paired: it carries its own realisation's variance)."""
     without, with_ia = paired_summaries["without"], paired_summaries["with"]
     cl, theory = without["cl"][:], without["cl_linear"][:]
     keep = slice(0, 2)  # the two lowest multipole bins, ℓ < 230
@@ -257,4 +276,4 @@ def test_each_nuisance_moves_the_maps_spectra_as_limber_predicts(paired_summarie
         change, expected = measured[keep] - 1, predicted[keep] - 1
         print(f"source {i}: C_ell ratio - 1 measured {change}, Limber {expected}")
         assert np.all(np.abs(expected) > 0.05)
-        np.testing.assert_allclose(change, expected, rtol=0.25 if i else 0.5)
+        np.testing.assert_allclose(change, expected, rtol=0.3 if i else 0.6)

@@ -125,6 +125,19 @@ def postborn(args) -> int:
     return 0
 
 
+def pseudo_cl(args) -> int:
+    """``pmpipe bench pseudo-cl``: the masked-sky estimator on Gaussian realisations."""
+    from pmpipe.bench import pseudo_cl
+
+    try:
+        mask = None if args.mask is None else pseudo_cl.read_mask(args.mask, args.nside)
+    except ValueError as err:
+        LOG.error("error: --mask %s", err)
+        return 2
+    _emit(pseudo_cl.bench_pseudo_cl(args.nside, args.realisations, mask, args.seed), args.json)
+    return 0
+
+
 def campaign(args) -> int:
     """``pmpipe bench campaign``: a campaign end to end through Snakemake."""
     from pmpipe.bench import campaign

@@ -212,6 +212,24 @@ BENCH = (
         ),
     ),
     Command(
+        "pseudo-cl",
+        "the masked-sky pseudo-C_ell estimator on Gaussian realisations of a known spectrum, "
+        "scalar and spin 2: bias per bin against the bandpower windows, E to B leakage",
+        benchmarks.pseudo_cl,
+        (
+            arg("--nside", type=int, default=64, help="HEALPix nside (default 64)"),
+            arg("--realisations", type=int, default=100, help="realisations (default 100)"),
+            arg(
+                "--mask",
+                default=None,
+                help="a HEALPix mask (.npy or FITS) of that nside "
+                "(default: a 20 deg band and ten 6 deg holes)",
+            ),
+            arg("--seed", type=int, default=1, help="seed of the realisations (default 1)"),
+            JSON,
+        ),
+    ),
+    Command(
         "store",
         "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
         "files and bytes on disk",

@@ -5,7 +5,8 @@ Galaxies are sheared by the tidal field where they sit. Projected like the lensi
 source population of density n(χ) (per comoving distance, normalised to 1) adds to its
 convergence and shear the intrinsic part
 
-    κ_I(θ) = ∫ dχ n(χ) F(χ) δ(χθ, χ),   F(χ) = -A_IA C1ρ_crit Ω_m / D(z) ((1 + z)/(1 + z_pivot))^η_IA,
+    κ_I(θ) = ∫ dχ n(χ) F(χ) δ(χθ, χ),
+    F(χ) = -A_IA C1ρ_crit Ω_m / D(z) ((1 + z)/(1 + z_pivot))^η_IA,
 
 with D the linear growth (D(0) = 1) and C1ρ_crit = 0.0134 (C1 = 5e-14 h⁻² M_sun Mpc³ of Brown et
 al. 2002; the value CosmoGridV1 and GLASS use. pyccl's use_A_ia takes 5e-14 ρ_crit = 0.01388,

@@ -13,7 +13,10 @@ the distortion matrix and the deflection are
 w_i^s being Born's weight of plane i (pmpipe.physics.lensing.plane_weights): for thin planes
 and a single source this is the thin-lens recursion exactly, and since the first plane's rays
 are undeflected (X_1 = χ_1 I), one plane gives Born's κ = w Σ. A source distribution weights
-the planes as Born does, which averages A over the source planes.
+the planes as Born does, which averages A over the source planes. A source's nuisances enter
+its weights only (its shear bias scales them, its intrinsic alignment adds to them), never
+the rays' paths; the deflection θ - β then carries them too, and is a lensing deflection only
+for weights without nuisances.
 
 The plane's mean (a uniform sheet) lenses about the line of sight: α += Σ̄ x, T += Σ̄ I.
 Fields are read as in Born (exact Fourier sums, the plane's CIC window divided out and its

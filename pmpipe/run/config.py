@@ -362,6 +362,11 @@ class Run(StrictModel):
                     f"{dz}) lies beyond the lightcone (lightcone.z_max = {z_max})"
                 )
         for d, dz in zip(lens.distributions, shifts[len(lens.source_redshifts) :]):
+            if isinstance(d, SmailSources) and dz >= z_max:
+                raise ValueError(
+                    f"lensing.photo_z_shift {dz} moves all of '{d.name}' beyond the lightcone "
+                    f"(lightcone.z_max = {z_max})"
+                )
             if isinstance(d, TableSources) and any(
                 n > 0 and z + dz > z_max for z, n in zip(d.z, d.n)
             ):

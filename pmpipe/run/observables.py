@@ -218,10 +218,19 @@ class Lensing(StrictModel):
                     f"lensing.photo_z_shift {dz} moves source_redshifts value {z} to z <= 0"
                 )
         for d, dz in zip(self.distributions, shifts[len(self.source_redshifts) :]):
-            if isinstance(d, TableSources) and not any(
-                n > 0 and z + dz >= 0 for z, n in zip(d.z, d.n)
-            ):
-                raise ValueError(f"lensing.photo_z_shift {dz} moves all of '{d.name}' below z = 0")
+            kept = (
+                [n for z, n in zip(d.z, d.n) if z + dz >= 0] if isinstance(d, TableSources) else [1]
+            )
+            if len(kept) < (2 if isinstance(d, TableSources) else 1) or max(kept) <= 0:
+                raise ValueError(
+                    f"lensing.photo_z_shift {dz} leaves '{d.name}' without sources at z >= 0 "
+                    "(a table needs two points there, one with n > 0)"
+                )
+        if self.intrinsic_alignment is not None and not self.distributions:
+            raise ValueError(
+                "lensing.intrinsic_alignment acts on lensing.distributions, and there are none "
+                "(single source planes have no intrinsic alignment)"
+            )
         return self
 
     def per_source(self, field: str) -> list[float]:

@@ -6,7 +6,8 @@ then distributions) flat-sky ``kappa``, ``gamma1``, ``gamma2`` (source, theta_x,
 full-sky ``kappa_healpix``, ``gamma1_healpix``, ``gamma2_healpix`` (source, pixel) with the
 harmonic coefficients of κ and of the shear's E and B modes (source, alm); ``omega`` and
 ``omega_healpix`` when ray-traced, Born's maps beside them for method both (names with
-``_born``), the reduced shear ``g1``, ``g2`` when asked; and the Born weight of every plane.
+``_born``), the reduced shear ``g1``, ``g2`` when asked; and every plane's weight in each
+source's maps (its kernel with the nuisances, docs/lensing.md).
 """
 
 from __future__ import annotations

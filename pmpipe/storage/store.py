@@ -275,6 +275,10 @@ def remove(path: str | Path) -> None:
     except FileNotFoundError:
         return
     shutil.rmtree(hidden, ignore_errors=True)
+    if hidden.exists():
+        LOG.warning(
+            "%s (what was %s) could not be deleted entirely: remove it by hand", hidden, path
+        )
 
 
 def is_complete(path: str | Path) -> bool:
