@@ -35,23 +35,6 @@ def default_mask(nside: int, seed: int = 3) -> np.ndarray:
     return mask
 
 
-def read_mask(path, nside: int) -> np.ndarray:
-    """The HEALPix map (RING) of a .npy or FITS file; ValueError naming the file when it is
-    unreadable, not a HEALPix map, or of another nside than ``nside``."""
-    import healpy
-
-    try:
-        values = np.load(path) if str(path).endswith(".npy") else healpy.read_map(path)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable .npy or FITS HEALPix map ({err})") from None
-    values = np.asarray(values, np.float64)
-    if values.ndim != 1 or not healpy.isnpixok(values.size):
-        raise ValueError(f"{path}: values of shape {values.shape} are not a HEALPix map")
-    if healpy.npix2nside(values.size) != nside:
-        raise ValueError(f"{path} has nside {healpy.npix2nside(values.size)}, not --nside {nside}")
-    return values
-
-
 def input_spectrum(ell_max: int) -> np.ndarray:
     """C_ℓ = (ℓ + 10)^-1.5 exp(-(ℓ/80)²) (0 below ℓ = 2): steep at low ℓ, small near 3 nside
     for nside ≥ 32."""

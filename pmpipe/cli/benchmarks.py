@@ -128,10 +128,11 @@ def postborn(args) -> int:
 def pseudo_cl(args) -> int:
     """``pmpipe bench pseudo-cl``: the masked-sky estimator on Gaussian realisations."""
     from pmpipe.bench import pseudo_cl
+    from pmpipe.run import files
 
     try:
-        mask = None if args.mask is None else pseudo_cl.read_mask(args.mask, args.nside)
-    except ValueError as err:
+        mask = None if args.mask is None else files.read_healpix_map(args.mask, args.nside)
+    except files.ConfigError as err:
         LOG.error("error: --mask %s", err)
         return 2
     _emit(pseudo_cl.bench_pseudo_cl(args.nside, args.realisations, mask, args.seed), args.json)

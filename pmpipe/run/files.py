@@ -119,6 +119,23 @@ def read_columns(path: str | Path, what: str, max_bytes: int = MAX_TABLE_BYTES) 
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(rows[0]) if rows else 0)
 
 
+def read_healpix_map(path: str | Path, nside: int) -> np.ndarray:
+    """The HEALPix map (RING, float64) of a .npy or FITS file; ConfigError naming the file
+    when it is unreadable, not one map, or of another nside."""
+    import healpy
+
+    try:
+        values = np.load(path) if str(path).endswith(".npy") else healpy.read_map(path)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: not a readable .npy or FITS HEALPix map ({err})") from None
+    values = np.asarray(values, np.float64)
+    if values.ndim != 1 or not healpy.isnpixok(values.size):
+        raise ConfigError(f"{path}: values of shape {values.shape} are not one HEALPix map")
+    if healpy.npix2nside(values.size) != nside:
+        raise ConfigError(f"{path} has nside {healpy.npix2nside(values.size)}, not {nside}")
+    return values
+
+
 def read_mapping(path: str | Path) -> dict:
     """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file.
     YAML is read with the safe loader (no Python tags); a file over MAX_FILE_BYTES (or not a

@@ -3,6 +3,7 @@ sources, and the summary statistics (sections of :class:`pmpipe.run.config.Run`)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -57,6 +58,12 @@ class FullSky(StrictModel):
         le=2048,
         description="HEALPix resolution parameter, a power of two (the shells' "
         "rays are traced on a finer grid, whose pixel indices are int32)",
+    )
+    mask: Path | None = Field(
+        None,
+        description="a HEALPix mask of this nside (.npy or FITS, RING, values from 0 to 1): "
+        "the summaries add the spectra of the maps times the mask, decoupled (pseudo-C_ell) "
+        "up to 2 nside (null: none)",
     )
 
 

@@ -8,6 +8,8 @@ import math
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+
 from pmpipe.physics import background, boltzmann, domain, power_table, sky, timesteps
 from pmpipe.run import config, files
 
@@ -68,6 +70,24 @@ def check_run(run: config.Run) -> None:
             raise ValueError(str(err)) from None
     if run.lightcone is not None:
         _check_planes(run)
+    full = run.lensing.full_sky if run.lensing is not None else None
+    if full is not None and full.mask is not None:
+        load_mask(full.mask, full.nside)
+
+
+def load_mask(path, nside: int) -> np.ndarray:
+    """The HEALPix mask at path (:func:`pmpipe.run.files.read_healpix_map`) of ``nside``,
+    checked to hold values from 0 to 1, not all 0; ValueError naming lensing.full_sky.mask."""
+    try:
+        mask = files.read_healpix_map(path, nside)
+    except files.ConfigError as err:
+        raise ValueError(f"lensing.full_sky.mask: {err}") from None
+    if not np.all((mask >= 0) & (mask <= 1)) or mask.max() <= 0:
+        raise ValueError(
+            f"lensing.full_sky.mask: {path} must hold values from 0 to 1, not all 0 "
+            f"(found {mask.min():g} to {mask.max():g})"
+        )
+    return mask
 
 
 def _check_planes(run: config.Run) -> None:

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from pmpipe.physics import lensing, shear_correlation, sky, stats
-from pmpipe.run import config, derive
+from pmpipe.physics import lensing, pseudo_cl, shear_correlation, sky, stats
+from pmpipe.run import config, derive, validation
 from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.stages.inputs import Inputs
 from pmpipe.storage import store
@@ -74,6 +74,8 @@ def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> N
         full = _full_sky_maps(setup, inputs, count)
         _write_map_statistics(group, setup, full)
         _write_shear_correlations(group, setup, full)
+        if section.full_sky.mask is not None:
+            _write_masked_spectra(group, setup, inputs, count)
         if section.method == "both":
             _write_spectra_and_peaks(group, setup, _full_sky_maps(setup, inputs, count, "_born"))
 
@@ -198,6 +200,78 @@ def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix=""
         stats.smooth_healpix,
         stats.peak_counts_healpix,
     )
+
+
+def _write_masked_spectra(group, setup: derive.RunSetup, inputs: Inputs, count: int) -> None:
+    """The spectra of every pair of the run's HEALPix maps times the mask
+    (lensing.full_sky.mask), κ and the shear's E and B, decoupled (pmpipe.physics.pseudo_cl)
+    in the HEALPix bins up to 2 nside, with their bandpower windows."""
+    import healpy
+
+    full = config.section(
+        config.section(setup.config.lensing, "lensing").full_sky, "lensing.full_sky"
+    )
+    nside, mask_path = full.nside, config.section(full.mask, "lensing.full_sky.mask")
+    mask, ell_max = validation.load_mask(mask_path, nside), 2 * nside
+    edges = ell_edges_healpix(setup.config)
+    edges = edges[edges <= ell_max + 1]
+    mask_cl = pseudo_cl.mask_power(healpy.ud_grade(mask, 2 * nside), 2 * ell_max)
+    spin0, spin2 = (
+        pseudo_cl.coupling_spin0(mask_cl, ell_max),
+        pseudo_cl.coupling_spin2(mask_cl, ell_max),
+    )
+    kappa = np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64)
+    e_alm, b_alm = (inputs.array("lensing", f"gamma_{m}_healpix_alm") for m in "eb")
+    scalar, shear = [], []
+    for i in range(count):
+        scalar.append(healpy.map2alm(kappa[i] * mask, lmax=ell_max, iter=3))
+        q, u = lensing.healpix_spin2_maps(
+            np.asarray(e_alm[i], np.complex128), np.asarray(b_alm[i], np.complex128), nside
+        )
+        shear.append(healpy.map2alm_spin([q * mask, u * mask], 2, lmax=ell_max))
+    bins = edges.size - 1
+    found = {n: np.zeros((count, count, bins)) for n in ("", "_ee", "_bb")}
+    for i in range(count):
+        for j in range(i, count):
+            cl = pseudo_cl.decoupled_spin0(healpy.alm2cl(scalar[i], scalar[j]), spin0, edges)
+            ee, bb = pseudo_cl.decoupled_spin2(
+                healpy.alm2cl(shear[i][0], shear[j][0]),
+                healpy.alm2cl(shear[i][1], shear[j][1]),
+                spin2,
+                edges,
+            )
+            for name, values in (("", cl), ("_ee", ee), ("_bb", bb)):
+                found[name][i, j] = found[name][j, i] = values
+    _write_masked_arrays(group, edges, found, (spin0, spin2), float(mask.mean()))
+
+
+def _write_masked_arrays(group, edges, found: dict, couplings, sky_fraction: float) -> None:
+    """The masked spectra's bins, spectra and windows (:func:`_write_masked_spectra`)."""
+    dim, bins = "ell_masked_healpix", edges.size - 1
+    store.write_coordinate(
+        group, dim, 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the masked spectra's bin"
+    )
+    for end, values in (("lo", edges[:-1]), ("hi", edges[1:])):
+        store.write_array(group, f"{dim}_{end}", values, (dim,), "1", f"{end} edge of the bin")
+    what = {"": "kappa", "_ee": "the shear's E modes", "_bb": "the shear's B modes"}
+    for name, values in found.items():
+        store.write_array(
+            group, f"cl{name}_masked_healpix", values, (*PAIR_DIMS, dim), "sr",
+            f"C_ell of {what[name]} under lensing.full_sky.mask, decoupled (pseudo-C_ell)",
+            sky_fraction=sky_fraction,
+        )  # fmt: skip
+    spin2 = pseudo_cl.windows_spin2(couplings[1], edges)
+    ell = couplings[0].shape[0]
+    windows = {
+        "": (pseudo_cl.windows_spin0(couplings[0], edges), "kappa's C_ell"),
+        "_ee": (spin2[:bins, :ell], "C^EE from C^EE"),
+        "_bb": (spin2[bins:, :ell], "C^BB from C^EE (the mask's E to B leakage)"),
+    }
+    for name, (values, long_name) in windows.items():
+        store.write_array(
+            group, f"windows{name}_masked_healpix", values, (dim, "multipole"), "1",
+            f"bandpower windows of the masked spectra, {long_name}: their mean is windows @ C_ell",
+        )  # fmt: skip
 
 
 def pair_spectra(fields: list, spectrum: Callable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
