@@ -11,7 +11,7 @@ from sympy.physics.wigner import wigner_3j
 from pmpipe import stages
 from pmpipe.bench import pseudo_cl as bench
 from pmpipe.orchestration import campaign
-from pmpipe.physics import pseudo_cl
+from pmpipe.physics import pseudo_cl, stats
 from pmpipe.run import config, files
 from pmpipe.stages import registry
 
@@ -131,6 +131,8 @@ def test_the_summaries_decouple_the_spectra_of_masked_maps(tmp_path):
     assert (
         np.abs(summ["cl_bb_masked_healpix"][:]).max() < 1e-3 * summ["cl_ee_masked_healpix"][:].max()
     )
+    for name in ("peaks", "pdf"):  # nothing cut: the full sky's
+        np.testing.assert_array_equal(summ[f"{name}_masked_healpix"][:], summ[f"{name}_healpix"][:])
     theta, _ = healpy.pix2ang(16, np.arange(npix))
     band = (np.abs(np.pi / 2 - theta) > np.radians(20)).astype(np.float64)
     _, masked = _masked_run(tmp_path, "band", band)
@@ -138,6 +140,21 @@ def test_the_summaries_decouple_the_spectra_of_masked_maps(tmp_path):
     print("masked over full-sky kappa spectra:", ratio)
     np.testing.assert_allclose(ratio[-4:], 1.0, atol=0.35)  # one sky, 64 % of it: ℓ ≈ 15-33
     assert masked["cl_masked_healpix"].attrs["sky_fraction"] == pytest.approx(band.mean())
+    counted = masked["peaks_masked_healpix"].attrs["counted_sky_fraction"]
+    assert 0.3 < counted[0] < band.mean()
+    assert 0 < masked["peaks_masked_healpix"][:].sum() < summ["peaks_masked_healpix"][:].sum()
+
+
+def test_interior_pixels_keep_their_distance_from_the_cut():
+    nside, radius = 64, np.radians(5.0)
+    theta, _ = healpy.pix2ang(nside, np.arange(healpy.nside2npix(nside)))
+    latitude = np.abs(np.pi / 2 - theta)
+    band = (latitude > np.radians(20)).astype(np.float64)
+    inside = stats.interior_healpix(band, radius)
+    side = healpy.nside2resol(nside)
+    assert np.all(latitude[inside] > np.radians(20) + radius - side)
+    assert np.all(inside[latitude > np.radians(20) + radius + 2 * side])
+    assert stats.interior_healpix(np.ones(band.size), radius).all()
 
 
 @pytest.mark.parametrize(

@@ -248,16 +248,33 @@ def peak_counts_flat(kappa, edges) -> np.ndarray:
     return _histogram(to_host(kappa)[peaks], edges)
 
 
-def peak_counts_healpix(kappa_map, edges) -> np.ndarray:
+def peak_counts_healpix(kappa_map, edges, where=None) -> np.ndarray:
     """Histogram of the heights of the local maxima of a HEALPix map (RING), higher than all
-    their neighbours."""
+    their neighbours; with ``where`` (npix,) bool, of those at the pixels it marks only."""
     import healpy
 
     values = np.asarray(kappa_map, np.float64)
     nside = healpy.npix2nside(values.size)
     neighbours = healpy.get_all_neighbours(nside, np.arange(values.size))  # (8, npix), -1: none
-    higher = np.where(neighbours >= 0, values[None, :] > values[neighbours], True)
-    return _histogram(values[np.all(higher, axis=0)], edges)
+    higher = np.all(np.where(neighbours >= 0, values[None, :] > values[neighbours], True), axis=0)
+    return _histogram(values[higher if where is None else higher & where], edges)
+
+
+def interior_healpix(mask, radius: float) -> np.ndarray:
+    """The pixels (npix,) bool of a HEALPix mask (RING) that are whole (value 1) and do not
+    overlap the disc of ``radius`` (rad) around any pixel that is not (the nearest such pixel
+    borders a whole one: only those are searched)."""
+    import healpy
+
+    mask = np.asarray(mask, np.float64)
+    nside = healpy.npix2nside(mask.size)
+    whole = mask >= 1.0
+    neighbours = healpy.get_all_neighbours(nside, np.arange(mask.size))
+    touching = np.where(neighbours >= 0, whole[neighbours], False).any(axis=0)
+    near = np.zeros(mask.size, bool)
+    for pixel in np.flatnonzero(~whole & touching):  # the edge: cut pixels beside whole ones
+        near[healpy.query_disc(nside, healpy.pix2vec(nside, pixel), radius, inclusive=True)] = True
+    return whole & ~near
 
 
 def pdf(values, edges) -> np.ndarray:

@@ -75,7 +75,9 @@ def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> N
         _write_map_statistics(group, setup, full)
         _write_shear_correlations(group, setup, full)
         if section.full_sky.mask is not None:
-            _write_masked_spectra(group, setup, inputs, count)
+            mask = validation.load_mask(section.full_sky.mask, section.full_sky.nside)
+            _write_masked_spectra(group, setup, inputs, mask)
+            _write_masked_peaks(group, setup, full, mask)
         if section.method == "both":
             _write_spectra_and_peaks(group, setup, _full_sky_maps(setup, inputs, count, "_born"))
 
@@ -202,17 +204,14 @@ def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix=""
     )
 
 
-def _write_masked_spectra(group, setup: derive.RunSetup, inputs: Inputs, count: int) -> None:
-    """The spectra of every pair of the run's HEALPix maps times the mask
+def _write_masked_spectra(group, setup: derive.RunSetup, inputs: Inputs, mask) -> None:
+    """The spectra of every pair of the run's HEALPix maps times the ``mask``
     (lensing.full_sky.mask), κ and the shear's E and B, decoupled (pmpipe.physics.pseudo_cl)
     in the HEALPix bins up to 2 nside, with their bandpower windows."""
     import healpy
 
-    full = config.section(
-        config.section(setup.config.lensing, "lensing").full_sky, "lensing.full_sky"
-    )
-    nside, mask_path = full.nside, config.section(full.mask, "lensing.full_sky.mask")
-    mask, ell_max = validation.load_mask(mask_path, nside), 2 * nside
+    nside = healpy.npix2nside(mask.size)
+    ell_max = 2 * nside
     edges = ell_edges_healpix(setup.config)
     edges = edges[edges <= ell_max + 1]
     mask_cl = pseudo_cl.mask_power(healpy.ud_grade(mask, 2 * nside), 2 * ell_max)
@@ -222,6 +221,7 @@ def _write_masked_spectra(group, setup: derive.RunSetup, inputs: Inputs, count: 
     )
     kappa = np.asarray(inputs.array("lensing", "kappa_healpix"), np.float64)
     e_alm, b_alm = (inputs.array("lensing", f"gamma_{m}_healpix_alm") for m in "eb")
+    count = kappa.shape[0]
     scalar, shear = [], []
     for i in range(count):
         scalar.append(healpy.map2alm(kappa[i] * mask, lmax=ell_max, iter=3))
@@ -271,6 +271,39 @@ def _write_masked_arrays(group, edges, found: dict, couplings, sky_fraction: flo
         store.write_array(
             group, f"windows{name}_masked_healpix", values, (dim, "multipole"), "1",
             f"bandpower windows of the masked spectra, {long_name}: their mean is windows @ C_ell",
+        )  # fmt: skip
+
+
+MASK_MARGIN_SIGMAS = 3  # peaks and PDF keep this many smoothing σ (and a pixel) from the cut
+
+
+def _write_masked_peaks(group, setup: derive.RunSetup, maps: SkyMaps, mask) -> None:
+    """Peak counts and PDF of every source's HEALPix κ as observed (with its noise), times
+    the mask and smoothed, counted on the pixels MASK_MARGIN_SIGMAS σ and one pixel side
+    inside the mask's whole pixels (:func:`pmpipe.physics.stats.interior_healpix`)."""
+    import healpy
+
+    scales, edges = setup.config.summaries.smoothing_arcmin, kappa_edges(setup.config)
+    side = healpy.nside2resol(healpy.npix2nside(mask.size))
+    inside = [
+        stats.interior_healpix(mask, MASK_MARGIN_SIGMAS * np.radians(s / 60) + side) for s in scales
+    ]
+    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
+    peaks, pdfs = [], []
+    for values in observed:
+        smoothed = [maps.smooth(np.asarray(values) * mask, s) for s in scales]
+        peaks.append([maps.peaks_of(m, edges, w) for m, w in zip(smoothed, inside)])
+        pdfs.append([stats.pdf(np.asarray(m)[w], edges) for m, w in zip(smoothed, inside)])
+    fraction = [float(w.mean()) for w in inside]
+    for name, values, what in (
+        ("peaks", peaks, "number of peaks"),
+        ("pdf", pdfs, "probability density"),
+    ):
+        store.write_array(
+            group, f"{name}_masked_healpix", np.asarray(values), ("source", "smoothing", "kappa"),
+            "1", f"{what} of smoothed kappa times lensing.full_sky.mask, on the pixels "
+            f"{MASK_MARGIN_SIGMAS} smoothing sigma and a pixel inside it",
+            counted_sky_fraction=fraction,
         )  # fmt: skip
 
 
