@@ -94,6 +94,25 @@ def test_missing_and_malformed_files(tmp_path):
         validation.load_run(bad)
 
 
+def test_a_lensing_run_hashes_as_before_the_fields_it_leaves_unset():
+    """A full-sky, ray-traced run with shape noise: its hash from before the nuisances,
+    baryons, masks and depth maps existed (fields left at their defaults are not hashed),
+    and a field set changes it."""
+    data = {
+        "box": {"particles": 16, "box_size": 64.0},
+        "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
+        "lensing": {"source_redshifts": [0.03], "full_sky": {"nside": 16}, "method": "raytrace"},
+        "summaries": {"shape_noise": {"sigma_e": 0.3, "n_gal": 1.0}, "xi_bins": 10},
+    }
+    assert config.config_hash(config.Run.model_validate(data)) == (
+        "sha256:5eceaef5eaadd476849a2529779b4a34070bf3800fe8582c810b2d7087924599"
+    )
+    data["lensing"]["full_sky"]["mask"] = "mask.npy"
+    assert config.config_hash(config.Run.model_validate(data)) != (
+        "sha256:5eceaef5eaadd476849a2529779b4a34070bf3800fe8582c810b2d7087924599"
+    )
+
+
 def test_config_hash_is_stable_and_ignores_a_null_A_s():
     """Existing results stay valid: the default run's hash is the one its stores record, and a
     run normalised by σ8 hashes as if A_s did not exist; a given A_s changes the hash."""

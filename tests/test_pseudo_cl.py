@@ -145,6 +145,19 @@ def test_the_summaries_decouple_the_spectra_of_masked_maps(tmp_path):
     assert 0 < masked["peaks_masked_healpix"][:].sum() < summ["peaks_masked_healpix"][:].sum()
 
 
+def test_a_depth_map_scales_the_noise_by_the_local_galaxy_density():
+    """Four times the galaxies on half the sky halve the noise there; none, no noise."""
+    npix = healpy.nside2npix(32)
+    depth = np.ones(npix)
+    depth[: npix // 2] = 4.0
+    depth[:100] = 0.0
+    plain = stats.shape_noise_healpix(3, 32, 0.3, 10.0)
+    deep = stats.shape_noise_healpix(3, 32, 0.3, 10.0, depth)
+    np.testing.assert_allclose(deep[100 : npix // 2], plain[100 : npix // 2] / 2, rtol=1e-12)
+    np.testing.assert_array_equal(deep[npix // 2 :], plain[npix // 2 :])
+    assert not deep[:100].any()
+
+
 def test_interior_pixels_keep_their_distance_from_the_cut():
     nside, radius = 64, np.radians(5.0)
     theta, _ = healpy.pix2ang(nside, np.arange(healpy.nside2npix(nside)))
@@ -179,3 +192,27 @@ def test_a_mask_that_does_not_fit_is_refused_before_any_job(tmp_path, values, me
         campaign.load(path)
     assert str(path) in str(err.value) and "lensing.full_sky.mask" in str(err.value)
     assert str(mask) in str(err.value) and message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (np.ones(healpy.nside2npix(8)), "has nside 8, not 16"),
+        (np.full(healpy.nside2npix(16), -1.0), "must hold finite values >= 0"),
+    ],
+)
+def test_a_depth_map_that_does_not_fit_is_refused_before_any_job(tmp_path, values, message):
+    depth = tmp_path / "depth.npy"
+    np.save(depth, values)
+    path = tmp_path / "deep.yaml"
+    base = {
+        "box": {"particles": 16, "box_size": 64.0},
+        "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
+        "lensing": {"source_redshifts": [0.03], "full_sky": {"nside": 16}},
+        "summaries": {"shape_noise": {"depth_map": str(depth)}},
+    }
+    path.write_text(yaml.safe_dump({"name": "deep", "base": base, "realisations": 1}))
+    with pytest.raises(config.ConfigError) as err:
+        campaign.load(path)
+    assert "summaries.shape_noise.depth_map" in str(err.value) and str(depth) in str(err.value)
+    assert message in str(err.value)

@@ -213,13 +213,19 @@ def _normal_map(key, index, sigma, n: int, sharding):
     return fft.laid_out(sigma * jax.random.normal(key, (n, n), jnp.float32), sharding)
 
 
-def shape_noise_healpix(seed, nside: int, sigma_e: float, n_gal: float) -> np.ndarray:
-    """Gaussian shape-noise HEALPix map (numpy generator seeded by seed)."""
+def shape_noise_healpix(seed, nside: int, sigma_e: float, n_gal: float, depth=None) -> np.ndarray:
+    """Gaussian shape-noise HEALPix map (numpy generator seeded by seed); with ``depth``
+    (npix,) ≥ 0, n_gal times depth galaxies per arcmin² at each pixel (none, no noise, where
+    it is 0)."""
     import healpy
 
     area = healpy.nside2pixarea(nside, degrees=True) * 3600
     sigma = shape_noise_sigma(area, sigma_e, n_gal)
-    return sigma * np.random.default_rng(seed).standard_normal(healpy.nside2npix(nside))
+    noise = sigma * np.random.default_rng(seed).standard_normal(healpy.nside2npix(nside))
+    if depth is None:
+        return noise
+    depth = np.asarray(depth, np.float64)
+    return noise * np.divide(1.0, np.sqrt(depth), out=np.zeros_like(depth), where=depth > 0)
 
 
 def _histogram(values, edges) -> np.ndarray:

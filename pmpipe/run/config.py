@@ -409,25 +409,32 @@ HASHED_UNLESS: dict[str, dict[str, object]] = {
         "intrinsic_alignment": None,
         "photo_z_shift": 0.0,
         "shear_bias": 0.0,
+        "full_sky.mask": None,
     },
-    "summaries": {"xi_bins": 15, "xi_theta_arcmin": None},
+    "summaries": {"xi_bins": 15, "xi_theta_arcmin": None, "shape_noise.depth_map": None},
 }
 
 
 def config_hash(run: Run) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
-    left out, so is the baryons section while it is null, and each field of HASHED_UNLESS while it holds the value given there: a run
+    left out, so is the baryons section while it is null, and each field of HASHED_UNLESS
+    while it holds the value given there, a dotted name reaching into a subsection: a run
     normalised by σ8 with massless neutrinos and Born lensing hashes the same with or without
     those fields), as 'sha256:<hex>'."""
     exclude: dict = {"checkpoints": True}
     if run.baryons is None:
         exclude["baryons"] = True
     for name, fields in HASHED_UNLESS.items():
-        section = getattr(run, name)
-        if section is not None:
-            left_out = {f for f, value in fields.items() if getattr(section, f) == value}
-            if left_out:
-                exclude[name] = left_out
+        for dotted, value in fields.items():
+            *parents, field = [name, *dotted.split(".")]
+            owner, where = run, exclude
+            for part in parents:
+                owner = getattr(owner, part)
+                if owner is None:
+                    break
+                where = where.setdefault(part, {})
+            if owner is not None and getattr(owner, field) == value:
+                where[field] = True
     text = json.dumps(
         run.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":")
     )

@@ -251,13 +251,20 @@ class Lensing(StrictModel):
 
 class ShapeNoise(StrictModel):
     """Gaussian shape noise added to κ: one value for every source, or a list with one per
-    source in store order (lensing.source_redshifts, then lensing.distributions)."""
+    source in store order (lensing.source_redshifts, then lensing.distributions); on the full
+    sky, n_gal may vary over the sky by a depth map."""
 
     sigma_e: float | list[float] = Field(
         0.26, description="ellipticity dispersion per component (per source: a list)"
     )
     n_gal: float | list[float] = Field(
         30.0, description="galaxies per square arcminute (per source: a list)"
+    )
+    depth_map: Path | None = Field(
+        None,
+        description="a HEALPix map of lensing.full_sky.nside (.npy or FITS, RING, values >= 0): "
+        "the full-sky maps' n_gal at a pixel is n_gal times its value (0: no galaxies and no "
+        "noise there, a pixel to mask); null: n_gal everywhere",
     )
 
     @model_validator(mode="after")

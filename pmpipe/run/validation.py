@@ -73,6 +73,29 @@ def check_run(run: config.Run) -> None:
     full = run.lensing.full_sky if run.lensing is not None else None
     if full is not None and full.mask is not None:
         load_mask(full.mask, full.nside)
+    noise = run.summaries.shape_noise
+    if noise is not None and noise.depth_map is not None:
+        load_depth(noise.depth_map, run)
+
+
+def load_depth(path, run: config.Run) -> np.ndarray:
+    """The depth map at path for the run's full-sky maps, checked (values >= 0, finite, not
+    all 0); ValueError naming summaries.shape_noise.depth_map."""
+    full = run.lensing.full_sky if run.lensing is not None else None
+    if full is None:
+        raise ValueError(
+            "summaries.shape_noise.depth_map needs full-sky maps (lensing.full_sky): it is a "
+            "HEALPix map"
+        )
+    try:
+        depth = files.read_healpix_map(path, full.nside)
+    except files.ConfigError as err:
+        raise ValueError(f"summaries.shape_noise.depth_map: {err}") from None
+    if not np.all(np.isfinite(depth) & (depth >= 0)) or depth.max() <= 0:
+        raise ValueError(
+            f"summaries.shape_noise.depth_map: {path} must hold finite values >= 0, not all 0"
+        )
+    return depth
 
 
 def load_mask(path, nside: int) -> np.ndarray:

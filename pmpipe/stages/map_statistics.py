@@ -183,8 +183,10 @@ def _full_sky_maps(setup: derive.RunSetup, inputs: Inputs, count: int, suffix=""
     levels = _noise_levels(setup)
     noise = None
     if levels is not None:
+        depth_map = config.section(cfg.summaries.shape_noise, "summaries.shape_noise").depth_map
+        depth = None if depth_map is None else validation.load_depth(depth_map, cfg)
         noise = [
-            stats.shape_noise_healpix([cfg.ic.seed, i], nside, sigma_e, n_gal)
+            stats.shape_noise_healpix([cfg.ic.seed, i], nside, sigma_e, n_gal, depth)
             for i, (sigma_e, n_gal) in enumerate(levels)
         ]
     edges = ell_edges_healpix(cfg)
