@@ -128,6 +128,21 @@ def golden(path: Path, text: str) -> None:
     assert text == path.read_text(), f"{path} differs; PMPIPE_UPDATE_GOLDEN=1 rewrites it"
 
 
+def run_every_stage(run_dir: Path, run) -> Path:
+    """Write ``run`` (a pmpipe.run.config.Run) as run_dir/config.json of a one-run campaign
+    and run each of its stages in this process; returns run_dir."""
+    from pmpipe import stages
+    from pmpipe.run import config
+    from pmpipe.stages import registry
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.json"
+    path.write_text(config.RunFile.build("test", run_dir.name, 0, {}, run).to_json())
+    for stage in stages.run_stages(run):
+        registry.run_stage(stage, path)
+    return run_dir
+
+
 def finished(path):
     """Completion time of a store (its 'finished' root attribute)."""
     import zarr

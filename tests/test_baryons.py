@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 import yaml
 import zarr
+from conftest import run_every_stage
 from jax.sharding import NamedSharding
 
-from pmpipe import stages
 from pmpipe.orchestration import campaign
 from pmpipe.physics import baryons, cosmology, lensing
 from pmpipe.run import config, derive
 from pmpipe.runtime import parallel
 from pmpipe.runtime.parallel import FIELD_SPEC
-from pmpipe.stages import registry
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +93,8 @@ def paired(tmp_path_factory):
     out = {}
     for name, feedback in (("without", None), ("with", {"log_T_AGN": 8.0})):
         run = config.Run.model_validate({**RUN, "baryons": feedback})
-        path = tmp_path_factory.mktemp(name) / "config.json"
-        path.write_text(config.RunFile.build("test", name, 0, {}, run).to_json())
-        for stage in stages.run_stages(run):
-            registry.run_stage(stage, path)
-        out[name] = (path, zarr.open_group(path.parent / "summaries.zarr", mode="r"))
+        run_dir = run_every_stage(tmp_path_factory.mktemp(name), run)
+        out[name] = (run_dir, zarr.open_group(run_dir / "summaries.zarr", mode="r"))
     return out
 
 
@@ -122,9 +118,9 @@ def test_paired_runs_follow_the_model(paired):
     exactly, but 32^3 particles in 128 Mpc/h lack the power at k > 0.13 h/Mpc where S is
     smallest, so the maps are suppressed less than the projection of the model's power.
     Full sky at nside 32 (ℓ < 96) the suppression is below 0.5 %, within 0.2 % as predicted."""
-    (path, without), (_, with_feedback) = paired["without"], paired["with"]
+    (_, without), (run_dir, with_feedback) = paired["without"], paired["with"]
     np.testing.assert_array_equal(without["pk"][:], with_feedback["pk"][:])
-    lens = zarr.open_group(str(path.parent).replace("without", "with") + "/lensing.zarr", mode="r")
+    lens = zarr.open_group(run_dir / "lensing.zarr", mode="r")
     table = baryons.Suppression(
         lens["k_baryons"][:], lens["z_baryons"][:], lens["baryon_suppression"][:]
     )

@@ -6,11 +6,10 @@ import numpy as np
 import pyccl
 import pytest
 import zarr
+from conftest import run_every_stage
 
-from pmpipe import stages
 from pmpipe.physics import intrinsic_alignment, lensing
 from pmpipe.run import config, derive
-from pmpipe.stages import registry
 
 Z = np.linspace(0.0, 1.9, 400)
 CENTRES = (0.5, 1.0)
@@ -190,12 +189,8 @@ def _lensing_maps(tmp_path, name: str, **lensing_fields) -> dict:
             },
         }
     )
-    path = tmp_path / name / "config.json"
-    path.parent.mkdir()
-    path.write_text(config.RunFile.build("test", name, 0, {}, run).to_json())
-    for stage in stages.run_stages(run):
-        registry.run_stage(stage, path)
-    group = zarr.open_group(path.parent / "lensing.zarr", mode="r")
+    run_dir = run_every_stage(tmp_path / name, run)
+    group = zarr.open_group(run_dir / "lensing.zarr", mode="r")
     return {name: np.asarray(group[name][:]) for name, _ in group.arrays()}
 
 
@@ -247,12 +242,8 @@ def paired_summaries(tmp_path_factory):
     out = {}
     for name, ia in (("without", None), ("with", {"A_IA": 0.5})):
         data = {**MAPS_RUN, "lensing": {**MAPS_RUN["lensing"], "intrinsic_alignment": ia}}
-        run = config.Run.model_validate(data)
-        path = tmp_path_factory.mktemp(name) / "config.json"
-        path.write_text(config.RunFile.build("test", name, 0, {}, run).to_json())
-        for stage in stages.run_stages(run):
-            registry.run_stage(stage, path)
-        out[name] = zarr.open_group(path.parent / "summaries.zarr", mode="r")
+        run_dir = run_every_stage(tmp_path_factory.mktemp(name), config.Run.model_validate(data))
+        out[name] = zarr.open_group(run_dir / "summaries.zarr", mode="r")
     return out
 
 

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 import yaml
 import zarr
+from conftest import run_every_stage
 from sympy.physics.wigner import wigner_3j
 
-from pmpipe import stages
 from pmpipe.bench import pseudo_cl as bench
 from pmpipe.orchestration import campaign
 from pmpipe.physics import pseudo_cl, stats
 from pmpipe.run import config, files
-from pmpipe.stages import registry
 
 
 def _by_3j(mask_cl, ell, other, spin):
@@ -102,14 +101,10 @@ def _masked_run(tmp_path, name: str, mask: np.ndarray):
             "summaries": {"smoothing_arcmin": [0], "kappa_range": [-0.01, 0.01]},
         }
     )
-    path = tmp_path / name / "config.json"
-    path.parent.mkdir()
-    path.write_text(config.RunFile.build("test", name, 0, {}, run).to_json())
-    for stage in stages.run_stages(run):
-        registry.run_stage(stage, path)
+    run_dir = run_every_stage(tmp_path / name, run)
     return (
-        zarr.open_group(path.parent / "lensing.zarr", mode="r"),
-        zarr.open_group(path.parent / "summaries.zarr", mode="r"),
+        zarr.open_group(run_dir / "lensing.zarr", mode="r"),
+        zarr.open_group(run_dir / "summaries.zarr", mode="r"),
     )
 
 
@@ -171,48 +166,32 @@ def test_interior_pixels_keep_their_distance_from_the_cut():
 
 
 @pytest.mark.parametrize(
-    "values, message",
+    "field, values, message",
     [
-        (np.ones(healpy.nside2npix(8)), "has nside 8, not 16"),
-        (np.full(healpy.nside2npix(16), 2.0), "must hold values from 0 to 1"),
-        (np.zeros(healpy.nside2npix(16)), "not all 0"),
+        ("lensing.full_sky.mask", np.ones(healpy.nside2npix(8)), "has nside 8, not 16"),
+        ("lensing.full_sky.mask", np.full(healpy.nside2npix(16), 2.0), "values from 0 to 1"),
+        ("lensing.full_sky.mask", np.zeros(healpy.nside2npix(16)), "not all 0"),
+        ("summaries.shape_noise.depth_map", np.ones(healpy.nside2npix(8)), "has nside 8"),
+        ("summaries.shape_noise.depth_map", np.full(healpy.nside2npix(16), -1.0), "values >= 0"),
     ],
 )
-def test_a_mask_that_does_not_fit_is_refused_before_any_job(tmp_path, values, message):
-    mask = tmp_path / "mask.npy"
-    np.save(mask, values)
+def test_a_map_file_that_does_not_fit_is_refused_before_any_job(tmp_path, field, values, message):
+    """A mask or depth map of another nside or with values outside its range: the campaign
+    does not load, and the error names the campaign file, the field and the map's file."""
+    map_file = tmp_path / "map.npy"
+    np.save(map_file, values)
     path = tmp_path / "masked.yaml"
     base = {
         "box": {"particles": 16, "box_size": 64.0},
         "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
-        "lensing": {"source_redshifts": [0.03], "full_sky": {"nside": 16, "mask": str(mask)}},
+        "lensing": {"source_redshifts": [0.03], "full_sky": {"nside": 16}},
     }
+    if field == "lensing.full_sky.mask":
+        base["lensing"]["full_sky"]["mask"] = str(map_file)
+    else:
+        base["summaries"] = {"shape_noise": {"depth_map": str(map_file)}}
     path.write_text(yaml.safe_dump({"name": "masked", "base": base, "realisations": 1}))
     with pytest.raises(config.ConfigError) as err:
         campaign.load(path)
-    assert str(path) in str(err.value) and "lensing.full_sky.mask" in str(err.value)
-    assert str(mask) in str(err.value) and message in str(err.value)
-
-
-@pytest.mark.parametrize(
-    "values, message",
-    [
-        (np.ones(healpy.nside2npix(8)), "has nside 8, not 16"),
-        (np.full(healpy.nside2npix(16), -1.0), "must hold finite values >= 0"),
-    ],
-)
-def test_a_depth_map_that_does_not_fit_is_refused_before_any_job(tmp_path, values, message):
-    depth = tmp_path / "depth.npy"
-    np.save(depth, values)
-    path = tmp_path / "deep.yaml"
-    base = {
-        "box": {"particles": 16, "box_size": 64.0},
-        "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
-        "lensing": {"source_redshifts": [0.03], "full_sky": {"nside": 16}},
-        "summaries": {"shape_noise": {"depth_map": str(depth)}},
-    }
-    path.write_text(yaml.safe_dump({"name": "deep", "base": base, "realisations": 1}))
-    with pytest.raises(config.ConfigError) as err:
-        campaign.load(path)
-    assert "summaries.shape_noise.depth_map" in str(err.value) and str(depth) in str(err.value)
-    assert message in str(err.value)
+    for expected in (str(path), field, str(map_file), message):
+        assert expected in str(err.value), (expected, str(err.value))

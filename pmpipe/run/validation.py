@@ -87,30 +87,32 @@ def load_depth(path, run: config.Run) -> np.ndarray:
             "summaries.shape_noise.depth_map needs full-sky maps (lensing.full_sky): it is a "
             "HEALPix map"
         )
-    try:
-        depth = files.read_healpix_map(path, full.nside)
-    except files.ConfigError as err:
-        raise ValueError(f"summaries.shape_noise.depth_map: {err}") from None
-    if not np.all(np.isfinite(depth) & (depth >= 0)) or depth.max() <= 0:
-        raise ValueError(
-            f"summaries.shape_noise.depth_map: {path} must hold finite values >= 0, not all 0"
-        )
-    return depth
+    return _healpix_file(
+        path, full.nside, "summaries.shape_noise.depth_map", (0.0, math.inf), "finite values >= 0"
+    )
 
 
 def load_mask(path, nside: int) -> np.ndarray:
-    """The HEALPix mask at path (:func:`pmpipe.run.files.read_healpix_map`) of ``nside``,
-    checked to hold values from 0 to 1, not all 0; ValueError naming lensing.full_sky.mask."""
+    """The HEALPix mask at path of ``nside``, checked to hold values from 0 to 1, not all 0;
+    ValueError naming lensing.full_sky.mask."""
+    return _healpix_file(path, nside, "lensing.full_sky.mask", (0.0, 1.0), "values from 0 to 1")
+
+
+def _healpix_file(path, nside: int, field: str, bounds: tuple, allowed: str) -> np.ndarray:
+    """The HEALPix map at path (:func:`pmpipe.run.files.read_healpix_map`) of ``nside``, its
+    values within ``bounds`` and not all 0; ValueError naming ``field`` (``allowed`` says what
+    the values may be)."""
     try:
-        mask = files.read_healpix_map(path, nside)
+        values = files.read_healpix_map(path, nside)
     except files.ConfigError as err:
-        raise ValueError(f"lensing.full_sky.mask: {err}") from None
-    if not np.all((mask >= 0) & (mask <= 1)) or mask.max() <= 0:
+        raise ValueError(f"{field}: {err}") from None
+    inside = np.isfinite(values) & (values >= bounds[0]) & (values <= bounds[1])
+    if not np.all(inside) or values.max() <= 0:
         raise ValueError(
-            f"lensing.full_sky.mask: {path} must hold values from 0 to 1, not all 0 "
-            f"(found {mask.min():g} to {mask.max():g})"
+            f"{field}: {path} must hold {allowed}, not all 0 "
+            f"(found {values.min():g} to {values.max():g})"
         )
-    return mask
+    return values
 
 
 def _check_planes(run: config.Run) -> None:
