@@ -135,7 +135,7 @@ def test_full_sky_cl_of_gaussian_coefficients_is_recovered_in_bins():
 
 def test_shape_noise_has_the_requested_pixel_sigma():
     n, fov, sigma_e, n_gal = 128, 2.0, 0.3, 20.0
-    noise = np.asarray(stats.shape_noise_flat(0, 0, n, fov, sigma_e, n_gal))
+    noise = np.asarray(stats.shape_noise_flat((0, 0), n, fov, sigma_e, n_gal))
     expected = sigma_e / np.sqrt(n_gal * (fov * 60 / n) ** 2)
     assert abs(noise.std() / expected - 1) < 0.03
     hp = stats.shape_noise_healpix(1, 16, sigma_e, n_gal)

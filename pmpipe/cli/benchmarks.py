@@ -139,6 +139,19 @@ def pseudo_cl(args) -> int:
     return 0
 
 
+def draws(args) -> int:
+    """``pmpipe bench draws``: what an extra draw of the nuisances costs."""
+    from pmpipe.bench import draws
+
+    try:
+        record = draws.bench_draws(args.particles, args.pixels, args.nside, args.draws)
+    except ValueError as err:
+        LOG.error("error: %s", err)
+        return 2
+    _emit(record, args.json)
+    return 0
+
+
 def campaign(args) -> int:
     """``pmpipe bench campaign``: a campaign end to end through Snakemake."""
     from pmpipe.bench import campaign

@@ -230,6 +230,19 @@ BENCH = (
         ),
     ),
     Command(
+        "draws",
+        "the seconds an extra draw of the lensing nuisances (lensing.draws) adds to the "
+        "lensing and summaries stages, over those of the run without draws",
+        benchmarks.draws,
+        (
+            arg("--particles", type=int, default=32, help="particles per side (default 32)"),
+            arg("--pixels", type=int, default=128, help="flat-sky pixels per side (default 128)"),
+            arg("--nside", type=int, default=32, help="HEALPix nside (default 32)"),
+            arg("--draws", type=int, default=8, help="draws of the second run (default 8)"),
+            JSON,
+        ),
+    ),
+    Command(
         "store",
         "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
         "files and bytes on disk",

@@ -1,5 +1,6 @@
 """Tables of a campaign's runs: ``pmpipe plan``'s table of sizes and how its decomposition
-was chosen, and manifest.csv, one row per run with its status."""
+was chosen, and manifest.csv, one row per run (per run and draw with lensing.draws) with its
+status."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pmpipe.orchestration.resources import calibration_factors, disk_bytes, esti
 from pmpipe.physics import background
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config
+from pmpipe.run import draws as nuisance_draws
 from pmpipe.storage import integrity, store
 
 DERIVED = ("sigma8", "A_s", "S8", "sigma8_cb", "Omega_cb")  # columns of every run, given or derived
@@ -155,36 +157,50 @@ def design_values(spec: RunSpec, names: list[str], derived: dict) -> dict[str, f
     return values
 
 
+def draw_columns(spec: RunSpec) -> list[dict]:
+    """The columns of each draw of the run's lensing.draws (pmpipe.run.draws.points): its index
+    ``draw`` and the drawn values; [{}] for a run without draws."""
+    lens = spec.run.lensing
+    if lens is None or lens.draws is None:
+        return [{}]
+    return [
+        {"draw": d, **values}
+        for d, values in enumerate(nuisance_draws.points(lens.draws, spec.run.ic.seed))
+    ]
+
+
 def manifest_rows(
     camp: Campaign, results_dir: str | Path, status: Callable[[Path], str]
 ) -> list[dict]:
-    """One row per run: id, index, point, realisation, paired, seed, each design parameter
-    (:func:`design_values`; empty where unknown), the columns of DERIVED (:func:`derived_parameters`,
-    empty where unknown), run folder, config hash and status(run folder)."""
+    """One row per run (with lensing.draws, per run and draw): id, the draw's index and drawn
+    values (:func:`draw_columns`; empty where a draw leaves one out), index, point,
+    realisation, paired, seed, each design parameter (:func:`design_values`; empty where
+    unknown), the columns of DERIVED (:func:`derived_parameters`, empty where unknown), run
+    folder, config hash and status(run folder)."""
     specs = list(camp.runs)
     names = parameter_names(specs)
+    draws = {spec.run_id: draw_columns(spec) for spec in specs}
+    drawn = list(dict.fromkeys(name for rows in draws.values() for row in rows for name in row))
     rows = []
     for spec in specs:
         run_dir = Path(results_dir) / camp.name / spec.run_id
         derived = derived_parameters(spec, run_dir)
-        rows.append(
-            {
-                "run_id": spec.run_id,
-                "index": spec.index,
-                "point": spec.point,
-                "realisation": spec.realisation,
-                "paired": spec.paired,
-                "seed": spec.seed,
-                **{
-                    n: "" if v is None else v
-                    for n, v in design_values(spec, names, derived).items()
-                },
-                **{n: "" if v is None else v for n, v in derived.items()},
-                "run_dir": run_dir,
-                "config_hash": config.config_hash(spec.run),
-                "status": status(run_dir),
-            }
-        )
+        run_columns = {
+            "index": spec.index,
+            "point": spec.point,
+            "realisation": spec.realisation,
+            "paired": spec.paired,
+            "seed": spec.seed,
+            **{n: "" if v is None else v for n, v in design_values(spec, names, derived).items()},
+            **{n: "" if v is None else v for n, v in derived.items()},
+            "run_dir": run_dir,
+            "config_hash": config.config_hash(spec.run),
+            "status": status(run_dir),
+        }
+        for draw in draws[spec.run_id]:
+            rows.append(
+                {"run_id": spec.run_id, **{n: draw.get(n, "") for n in drawn}, **run_columns}
+            )
     return rows
 
 

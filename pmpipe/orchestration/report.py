@@ -176,14 +176,21 @@ def plot_campaign(summaries_path, out_path) -> None:
     save_figure(fig, out_path)
 
 
+def first_draw(array) -> np.ndarray:
+    """A stored array's values, at the first draw when it has a ``draw`` dimension
+    (lensing.draws)."""
+    dims = tuple(array.metadata.dimension_names)
+    return np.asarray(array[:] if "draw" not in dims else np.take(array[:], 0, dims.index("draw")))
+
+
 def plot_kappa(lensing_path, out_path) -> None:
     """The flat-sky κ map of the last source (the HEALPix map in Mollweide when there is no
-    flat-sky map)."""
+    flat-sky map), of the first draw with lensing.draws."""
     plt = pyplot()
     g = _open_checked(lensing_path)
     sources = g["source"][:]
     if "kappa" in g:
-        kappa, theta = np.asarray(g["kappa"][-1], np.float64), g["theta_x"][:]
+        kappa, theta = np.asarray(first_draw(g["kappa"])[-1], np.float64), g["theta_x"][:]
         half = (theta[1] - theta[0]) / 2
         extent = (theta[0] - half, theta[-1] + half) * 2
         fig, ax = plt.subplots(figsize=(5.5, 5))
@@ -199,7 +206,7 @@ def plot_kappa(lensing_path, out_path) -> None:
     import healpy
 
     healpy.mollview(
-        np.asarray(g["kappa_healpix"][-1]),
+        first_draw(g["kappa_healpix"])[-1],
         title=f"{g.attrs['run_id']}: κ, source {sources[-1]}",
         cmap="inferno",
     )
@@ -208,12 +215,13 @@ def plot_kappa(lensing_path, out_path) -> None:
 
 
 def plot_cl(summaries_path, out_path) -> None:
-    """C_ell of κ per source against the Limber prediction with linear P(k); ratio below."""
+    """C_ell of κ per source against the Limber prediction with linear P(k); ratio below (the
+    first draw's with lensing.draws)."""
     g = _open_checked(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
     ell = g["ell" + suffix + "_mean"][:]
-    cl = np.diagonal(g["cl" + suffix][:], axis1=0, axis2=1).T  # auto-spectra (source, ell)
-    lin = np.diagonal(g["cl_linear" + suffix][:], axis1=0, axis2=1).T
+    cl = np.diagonal(first_draw(g["cl" + suffix]), axis1=0, axis2=1).T  # auto-spectra (source, ell)
+    lin = np.diagonal(first_draw(g["cl_linear" + suffix]), axis1=0, axis2=1).T
     low, high = g["ell_min_valid" + suffix][:], g["ell_max_valid" + suffix][:]
     fig, top, bottom = _ratio_panels()
     for i, source in enumerate(g["source"][:]):
@@ -245,7 +253,8 @@ def plot_cl(summaries_path, out_path) -> None:
 
 def plot_peaks(summaries_path, out_path) -> None:
     """Peak counts and κ PDF of the last source at the first smoothing scale, averaged over
-    the runs of each cosmology (runs with the same design parameters)."""
+    the runs of each cosmology (runs with the same design parameters), each run's first draw
+    with lensing.draws."""
     plt = pyplot()
     g = _open_checked(summaries_path)
     suffix = "" if "peaks" in g else "_healpix"
@@ -256,7 +265,7 @@ def plot_peaks(summaries_path, out_path) -> None:
     labels = [
         ", ".join(f"{p} = {g[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs.size)
     ]
-    peaks, pdf = g["peaks" + suffix][:, -1, 0, :], g["pdf" + suffix][:, -1, 0, :]
+    peaks, pdf = (first_draw(g[name + suffix])[:, -1, 0, :] for name in ("peaks", "pdf"))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for label in dict.fromkeys(labels):
         rows = [i for i, lab in enumerate(labels) if lab == label]

@@ -196,14 +196,16 @@ def shape_noise_sigma(pixel_arcmin2: float, sigma_e: float, n_gal: float) -> flo
 
 
 def shape_noise_flat(
-    seed: int, index: int, n: int, fov_deg: float, sigma_e: float, n_gal: float, sharding=None
+    stream: tuple[int, ...], n: int, fov_deg: float, sigma_e: float, n_gal: float, sharding=None
 ):
     """Gaussian shape-noise map (n, n) for a flat-sky map of side fov_deg degrees, drawn with
-    the key fold_in(key(seed), index) (seed and index are arguments of the compiled program)."""
+    the key of ``stream`` = (seed, index, ...): fold_in(key(seed), index), folded in turn with
+    each further index (the seed and last index are arguments of the compiled program)."""
     sigma = shape_noise_sigma((fov_deg * 60 / n) ** 2, sigma_e, n_gal)
-    return _normal_map(
-        ics.key_data(seed), np.uint32(index), np.float32(sigma), n=n, sharding=sharding
-    )
+    key = ics.key_data(stream[0])
+    for index in stream[1:-1]:
+        key = jax.random.key_data(jax.random.fold_in(ics.as_key(jnp.asarray(key)), index))
+    return _normal_map(key, np.uint32(stream[-1]), np.float32(sigma), n=n, sharding=sharding)
 
 
 @partial(jax.jit, static_argnames=("n", "sharding"))

@@ -30,6 +30,7 @@ from pmpipe.physics.boltzmann_tables import LinearTable, table_wavenumbers
 from pmpipe.physics.cosmology import Cosmology, LinearPower
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config, validation
+from pmpipe.run import draws as nuisance_draws
 from pmpipe.run.validation import k_range
 
 REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
@@ -251,6 +252,20 @@ def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
         source = lensing.Source(chi, weights, alignment, m)
         out.append((dist.name, float(np.sum(weights * z)), source))
     return tuple(out)
+
+
+def draw_sources(run_setup: RunSetup) -> list[tuple[dict, tuple]] | None:
+    """Per draw of lensing.draws (None without draws): its values
+    (:func:`pmpipe.run.draws.points`) and the sources as :func:`sources` makes them for the
+    run as the draw sees it."""
+    run = run_setup.config
+    found = run.lensing.draws if run.lensing is not None else None
+    if found is None:
+        return None
+    return [
+        (values, sources(nuisance_draws.draw_run(run, values), run_setup.cosmology))
+        for values in nuisance_draws.points(found, run.ic.seed)
+    ]
 
 
 def baryon_suppression(run_setup: RunSetup) -> baryons.Suppression | None:

@@ -152,6 +152,90 @@ class Baryons(StrictModel):
     )
 
 
+MAX_DRAWS = 1000
+# Drawn parameters: the lensing field each sets, and (for the per-source fields) a source's
+# label after a dot sets that source's value only
+ALIGNMENT_PARAMETERS = ("A_IA", "eta_IA")
+PER_SOURCE_PARAMETERS = ("photo_z_shift", "shear_bias")
+
+
+def _increasing_range(bounds: tuple[float, float]) -> tuple[float, float]:
+    if not bounds[0] < bounds[1]:
+        raise ValueError("range inverted or empty: give [low, high] with low < high")
+    return bounds
+
+
+def _some_drawn(parameters: dict) -> dict:
+    if not parameters:
+        raise ValueError(
+            "no parameters to draw: name at least one of "
+            + ", ".join((*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS))
+        )
+    return parameters
+
+
+DrawRange = Annotated[tuple[float, float], AfterValidator(_increasing_range)]
+
+
+class SampledDraws(StrictModel):
+    """Draws on a Latin hypercube (scipy.stats.qmc, scrambled) in a box of parameter ranges,
+    seeded by the run's ic.seed: every N-body run gets its own draws."""
+
+    kind: Literal["latin_hypercube"]
+    count: int = Field(ge=1, le=MAX_DRAWS, description=f"number of draws, 1 to {MAX_DRAWS}")
+    parameters: Annotated[dict[str, DrawRange], AfterValidator(_some_drawn)] = Field(
+        description="[low, high] of each drawn parameter: A_IA, eta_IA (need "
+        "lensing.intrinsic_alignment), photo_z_shift, shear_bias (every source), "
+        "photo_z_shift.<source>, shear_bias.<source> (one source, named as in the store)"
+    )
+
+
+class ListedDraws(StrictModel):
+    """Draws given one by one."""
+
+    kind: Literal["list"]
+    points: list[Annotated[dict[str, float], AfterValidator(_some_drawn)]] = Field(
+        min_length=1,
+        max_length=MAX_DRAWS,
+        description="the values of each draw (parameters named as in latin_hypercube); the "
+        "fields a draw leaves out keep the lensing section's values",
+    )
+
+
+Draws = Annotated[SampledDraws | ListedDraws, Field(discriminator="kind")]
+
+
+def draw_parameter_names(draws: SampledDraws | ListedDraws) -> list[str]:
+    """The drawn parameters in order of first appearance."""
+    if isinstance(draws, SampledDraws):
+        return list(draws.parameters)
+    return list(dict.fromkeys(name for point in draws.points for name in point))
+
+
+def check_draw_names(names: list[str], labels: list[str], alignment: bool) -> None:
+    """ValueError naming lensing.draws and the parameter that the run cannot draw (sources
+    named by their ``labels``; A_IA and eta_IA need an intrinsic alignment section)."""
+    allowed = [*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS] + [
+        f"{field}.{label}" for field in PER_SOURCE_PARAMETERS for label in labels
+    ]
+    for name in names:
+        if name not in allowed:
+            raise ValueError(
+                f"lensing.draws parameter {name!r} is not one the run can draw: use "
+                f"{', '.join(allowed)}"
+            )
+        if name in ALIGNMENT_PARAMETERS and not alignment:
+            raise ValueError(
+                f"lensing.draws parameter {name} needs lensing.intrinsic_alignment (its other "
+                "fields are the draws' fixed values)"
+            )
+        field = name.split(".", 1)[0]
+        if field in PER_SOURCE_PARAMETERS and "." in name and field in names:
+            raise ValueError(
+                f"lensing.draws draws {field} for every source and {name} for one: draw one of them"
+            )
+
+
 NUISANCE_LIMIT = 0.5  # largest |Δz| and |m| accepted
 
 
@@ -199,6 +283,13 @@ class Lensing(StrictModel):
         description="multiplicative shear bias m of each source, in store order: its maps are "
         "(1 + m) times the true ones; one value for all or a list, each from -0.5 to 0.5",
     )
+    draws: Draws | None = Field(
+        None,
+        description="several sets of nuisances (A_IA, eta_IA, photo_z_shift, shear_bias) for "
+        "the maps and statistics of one N-body run, each with its own shape noise: kind "
+        "latin_hypercube (count, parameters: ranges) or list (points); the lensing and "
+        "summaries stores gain a leading draw dimension (null: one set, this section's)",
+    )
 
     @model_validator(mode="after")
     def _some_sources_and_maps(self):
@@ -237,6 +328,12 @@ class Lensing(StrictModel):
             raise ValueError(
                 "lensing.intrinsic_alignment acts on lensing.distributions, and there are none "
                 "(single source planes have no intrinsic alignment)"
+            )
+        if self.draws is not None:
+            check_draw_names(
+                draw_parameter_names(self.draws),
+                self.source_labels(),
+                self.intrinsic_alignment is not None,
             )
         return self
 

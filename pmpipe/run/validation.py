@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pmpipe.physics import background, boltzmann, domain, power_table, sky, timesteps
-from pmpipe.run import config, files
+from pmpipe.run import config, draws, files
 
 
 def k_range(run: config.Run) -> tuple[float, float]:
@@ -76,6 +76,8 @@ def check_run(run: config.Run) -> None:
     noise = run.summaries.shape_noise
     if noise is not None and noise.depth_map is not None:
         load_depth(noise.depth_map, run)
+    if run.lensing is not None:
+        draws.check(run)
 
 
 def load_depth(path, run: config.Run) -> np.ndarray:

@@ -105,10 +105,12 @@ class Inputs:
             return kept
         return store.read_sharded(self._stored(stage, name), self.mesh, leading)
 
-    def array(self, stage: str, name: str):
-        """``stage``'s (small, replicated) array ``name`` as numpy."""
-        kept = self._take(stage, name, ())
-        return kept if kept is not None else self._stored(stage, name)[:]
+    def array(self, stage: str, name: str, leading: tuple[int, ...] = ()):
+        """``stage``'s (small, replicated) array ``name`` at ``leading`` as numpy."""
+        kept = self._take(stage, name, leading)
+        if kept is not None:
+            return kept
+        return self._stored(stage, name)[tuple(leading) if leading else slice(None)]
 
     def made_from(self, stage: str) -> dict[str, int]:
         """The stores of the run's stages before ``stage`` that are complete, by folder name,

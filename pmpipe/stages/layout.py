@@ -42,3 +42,23 @@ def write_particles(group: zarr.Group, disp, mom, a: float) -> None:
         "canonical momentum a^2 dx/dt / H0 of each particle",
         a=float(a),
     )
+
+
+def write_draw_axis(group: zarr.Group, draws: list[dict]) -> None:
+    """The draws of lensing.draws (pmpipe.run.draws.points, in draw order): coordinates
+    ``draw`` (0, 1, ...) and ``draw_parameter`` (the drawn parameters' names), and
+    ``draw_values`` (draw, draw_parameter), NaN where a listed draw leaves a parameter out (it
+    keeps the lensing section's value)."""
+    names = list(dict.fromkeys(name for values in draws for name in values))
+    store.write_coordinate(group, "draw", np.arange(len(draws)), "1", "draw of the nuisances")
+    store.write_coordinate(
+        group, "draw_parameter", np.array(names), "1", "drawn parameter (lensing.draws)"
+    )
+    store.write_array(
+        group,
+        "draw_values",
+        np.array([[values.get(n, np.nan) for n in names] for values in draws], np.float64),
+        ("draw", "draw_parameter"),
+        "1",
+        "value of each drawn parameter in the draw (NaN: the lensing section's)",
+    )

@@ -7,7 +7,9 @@ full-sky ``kappa_healpix``, ``gamma1_healpix``, ``gamma2_healpix`` (source, pixe
 harmonic coefficients of κ and of the shear's E and B modes (source, alm); ``omega`` and
 ``omega_healpix`` when ray-traced, Born's maps beside them for method both (names with
 ``_born``), the reduced shear ``g1``, ``g2`` when asked; and every plane's weight in each
-source's maps (its kernel with the nuisances, docs/lensing.md).
+source's maps (its kernel with the nuisances, docs/lensing.md). With lensing.draws, the maps
+and weights of every draw's nuisances from one pass over the planes, along a leading ``draw``
+dimension.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -29,7 +32,7 @@ from pmpipe.physics import (
     sky,
 )
 from pmpipe.run import config, derive
-from pmpipe.stages import store_path
+from pmpipe.stages import layout, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
 from pmpipe.storage import provenance, store
@@ -179,7 +182,15 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     cosmo, srcs = setup.cosmology, setup.sources
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
-    weights = np.stack([lensing.plane_weights(cosmo, edges, source) for _, _, source in srcs])
+    drawn = derive.draw_sources(setup)
+    weights = np.stack(
+        [
+            [lensing.plane_weights(cosmo, edges, source) for _, _, source in found]
+            for found in ([srcs] if drawn is None else [found for _, found in drawn])
+        ]
+    )
+    if drawn is None:
+        weights = weights[0]
     path = store_path(inputs.run_dir, "lensing")
     maps_kept = cfg.outputs.lightcone
     group = store.create(
@@ -204,29 +215,53 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
         "source redshift (mean redshift of a distribution)",
     )
     store.write_coordinate(group, "plane", chi, "Mpc/h", "comoving distance of the plane's centre")
+    by = Pass(weights.reshape(-1, chi.size), derive.baryon_suppression(setup), weights.shape[:-1])
     store.write_array(
         group,
         "plane_weight",
         weights,
-        ("source", "plane"),
+        (*by.dims(), "plane"),
         "h/Mpc",
         "weight of the plane in the source's maps: its kernel (lensing efficiency, plus the "
         "intrinsic alignment's, times 1 + shear bias) averaged over the plane's thickness",
     )
+    if drawn is not None:
+        layout.write_draw_axis(group, [values for values, _ in drawn])
     shell_k_max = nb["plane_k_max_healpix"][:] if "plane_k_max_healpix" in nb else None
     write_valid_ranges(group, valid_ranges(setup, edges, shell_k_max))
     group.attrs["k_max_valid"] = resolution.k_max_valid(
         cfg.box.particles, cfg.box.box_size, cfg.box.oversample
     )
-    suppression = derive.baryon_suppression(setup)
-    if suppression is not None:
-        _write_suppression(group, suppression, cfg)
+    if by.suppression is not None:
+        _write_suppression(group, by.suppression, cfg)
     if cfg.lensing.flat_sky is not None:
-        _flat_sky_maps(group, setup, inputs, progress, (weights, suppression))
+        _flat_sky_maps(group, setup, inputs, progress, by)
     if cfg.lensing.full_sky is not None:
-        _full_sky_maps(group, setup, inputs, progress, (weights, suppression))
+        _full_sky_maps(group, setup, inputs, progress, by)
     store.mark_complete(group)
     return path
+
+
+class Pass(NamedTuple):
+    """What one pass over the planes makes maps of: the plane ``weights`` (R, P) of every map,
+    one row per source (with lensing.draws per draw and source), laid out as ``shape`` (S,) (or
+    (D, S)), and the baryons' ``suppression`` of the planes (None without baryons)."""
+
+    weights: np.ndarray
+    suppression: baryons.Suppression | None
+    shape: tuple[int, ...]
+
+    def dims(self) -> tuple[str, ...]:
+        """The maps' leading dimensions: ('source',) or ('draw', 'source')."""
+        return ("draw", "source")[-len(self.shape) :]
+
+    def leading(self, row: int) -> tuple[int, ...]:
+        """The index of a row's map in that layout."""
+        return tuple(int(i) for i in np.unravel_index(row, self.shape))
+
+    def laid_out(self, rows):
+        """Maps (R, ...) as (*shape, ...)."""
+        return rows.reshape(*self.shape, *rows.shape[1:])
 
 
 def _write_suppression(group, suppression: baryons.Suppression, cfg: config.Run) -> None:
@@ -260,12 +295,12 @@ def _with_baryons(planes: list, suppression, z, box_size: float) -> list:
     return [lambda p=p, z_i=z_i: filtered(p, z_i) for p, z_i in zip(planes, z)]
 
 
-def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by):
-    """κ, γ1, γ2 (and ω when ray-traced) of every source on the flat-sky pixels from the nbody
-    store's planes (``by``: the plane weights (S, P) and the baryons' suppression or None), by
-    lensing.method: written unless outputs.lightcone is off, κ and ω kept for the summaries."""
-    nb, srcs = inputs.store("nbody"), setup.sources
-    weights, suppression = by
+def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by: Pass):
+    """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on the flat-sky pixels from the
+    nbody store's planes, by lensing.method: written unless outputs.lightcone is off, κ and ω
+    kept for the summaries."""
+    nb = inputs.store("nbody")
+    weights, suppression = by.weights, by.suppression
     chi = np.asarray(nb["plane"][:], np.float64)
     lens = config.section(setup.config.lensing, "lensing")
     flat = config.section(lens.flat_sky, "lensing.flat_sky")
@@ -305,7 +340,7 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
                 )
         jax.block_until_ready([m for m, _ in maps.values()])
     progress(
-        f"flat-sky maps ({lens.method}): {len(srcs)} sources, {flat.pixels}^2 pixels over "
+        f"flat-sky maps ({lens.method}): {weights.shape[0]} maps, {flat.pixels}^2 pixels over "
         f"{flat.field_of_view} deg"
     )
     for axis in ("theta_x", "theta_y"):
@@ -318,21 +353,21 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
         )
     if setup.config.outputs.lightcone:
         for name, (data, long_name) in maps.items():
-            store.write_array(group, name, data, ("source", "theta_x", "theta_y"), "1", long_name)
-    for i in range(len(srcs)):
+            dims = (*by.dims(), "theta_x", "theta_y")
+            store.write_array(group, name, by.laid_out(data), dims, "1", long_name)
+    for row in range(weights.shape[0]):
         for name in ("kappa", "omega", "kappa_born"):
             if name in maps:
-                inputs.keep("lensing", name, maps[name][0][i], (i,))
+                inputs.keep("lensing", name, maps[name][0][row], by.leading(row))
 
 
-def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by):
-    """κ, γ1, γ2 (and ω when ray-traced) of every source on HEALPix maps from the shells'
-    harmonic coefficients (``by``: the plane weights (S, P) and the baryons' suppression or
-    None), by lensing.method, with the coefficients of κ and of the shear's E and B modes:
-    written unless outputs.lightcone is off, kept for the summaries."""
+def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by: Pass):
+    """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on HEALPix maps from the
+    shells' harmonic coefficients, by lensing.method, with the coefficients of κ and of the
+    shear's E and B modes: written unless outputs.lightcone is off, kept for the summaries."""
     lens = config.section(setup.config.lensing, "lensing")
     nside = config.section(lens.full_sky, "lensing.full_sky").nside
-    weights, suppression = by
+    weights, suppression = by.weights, by.suppression
     shells = np.asarray(inputs.array("nbody", "lightcone_healpix_alm"), np.complex128)
     if suppression is not None:
         shells = _shells_with_baryons(shells, suppression, inputs.store("nbody"))
@@ -361,11 +396,11 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
                     traced["omega"][i],
                     sky.healpix_ell_max(nside),
                 )
-                for i in range(len(setup.sources))
+                for i in range(weights.shape[0])
             ]
-    progress(f"full-sky maps ({lens.method}): {len(setup.sources)} sources, nside {nside}")
+    progress(f"full-sky maps ({lens.method}): {weights.shape[0]} maps, nside {nside}")
     for suffix, alms in coefficients.items():
-        _write_healpix_maps(group, setup, inputs, alms, f"{suffix}_healpix")
+        _write_healpix_maps(group, setup, inputs, alms, f"{suffix}_healpix", by)
 
 
 def _shells_with_baryons(shells, suppression: baryons.Suppression, nb) -> np.ndarray:
@@ -383,11 +418,14 @@ def _shells_with_baryons(shells, suppression: baryons.Suppression, nb) -> np.nda
     )
 
 
-def _write_healpix_maps(group, setup: derive.RunSetup, inputs: Inputs, alms, suffix: str):
+def _write_healpix_maps(  # parameters: the stage's, then the maps' and how they are laid out
+    group, setup: derive.RunSetup, inputs: Inputs, alms, suffix: str, by: Pass
+):
     """The HEALPix maps of one method (``suffix`` '_healpix' the run's, '_born_healpix'
-    Born's of method both) from every source's coefficients (dicts of kappa, e, b and, when
-    ray-traced, omega): κ, γ1, γ2 (ω) and with the run's maps the reduced shear, written
-    unless outputs.lightcone is off; the coefficients written and kept for the summaries."""
+    Born's of method both) from every map's coefficients (dicts of kappa, e, b and, when
+    ray-traced, omega; the rows of ``by``): κ, γ1, γ2 (ω) and with the run's maps the reduced
+    shear, written unless outputs.lightcone is off; the coefficients written and kept for the
+    summaries (per draw with lensing.draws)."""
     lens = config.section(setup.config.lensing, "lensing")
     nside = config.section(lens.full_sky, "lensing.full_sky").nside
     ell_max = sky.healpix_ell_max(nside)
@@ -413,8 +451,9 @@ def _write_healpix_maps(group, setup: derive.RunSetup, inputs: Inputs, alms, suf
     }  # fmt: skip
     for name, data, long_name in maps if kept else []:
         store.write_array(
-            group, name, data.astype(np.float32), ("source", "pixel"), "1", long_name, **attrs
-        )
+            group, name, by.laid_out(data.astype(np.float32)), (*by.dims(), "pixel"), "1",
+            long_name, **attrs,
+        )  # fmt: skip
     modes = {
         f"kappa{suffix}_alm": (np.stack([a["kappa"] for a in alms]), f"the {kind} convergence"),
         f"gamma_e{suffix}_alm": (np.stack([a["e"] for a in alms]), f"the {kind} shear's E modes"),
@@ -422,14 +461,18 @@ def _write_healpix_maps(group, setup: derive.RunSetup, inputs: Inputs, alms, suf
     }
     for name, (data, what) in modes.items() if kept else []:
         store.write_array(
-            group, name, data.astype(np.complex64), ("source", "alm"), "1",
+            group, name, by.laid_out(data.astype(np.complex64)), (*by.dims(), "alm"), "1",
             f"harmonic coefficients of {what} (healpy's ordering, spin 2 for the shear)",
             ell_max=ell_max,
             ordering="healpy",
         )  # fmt: skip
-    inputs.keep("lensing", f"kappa{suffix}", kappa.astype(np.float32))
-    for name, (data, _) in modes.items():
-        inputs.keep("lensing", name, data)
+    kept_maps = {f"kappa{suffix}": kappa.astype(np.float32)} | {n: d for n, (d, _) in modes.items()}
+    for name, data in kept_maps.items():
+        if len(by.shape) == 1:
+            inputs.keep("lensing", name, data)
+        else:
+            for d, per_draw in enumerate(by.laid_out(data)):
+                inputs.keep("lensing", name, per_draw, (d,))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,253 @@
+"""Several draws of the lensing nuisances per N-body run (lensing.draws): seeded by the run,
+checked before any job, one pass over the planes for every draw, the first draw's maps and
+statistics those of the run without draws, one manifest row per run and draw."""
+
+import csv
+
+import numpy as np
+import pytest
+import zarr
+from conftest import run_every_stage
+
+from pmpipe.bench import draws as bench_draws
+from pmpipe.orchestration import campaign, manifest
+from pmpipe.run import config, draws, validation
+from pmpipe.stages.inputs import Inputs
+
+BINS = [
+    {"kind": "table", "name": f"bin{i}", "z": [0.0, 0.5, 1.0, 1.5], "n": [0, 1, 1, 0]}
+    for i in range(2)
+]
+SAMPLED = {
+    "kind": "latin_hypercube",
+    "count": 8,
+    "parameters": {"A_IA": [-1.0, 2.0], "photo_z_shift.bin1": [-0.05, 0.05], "shear_bias": [-0.02, 0.02]},
+}  # fmt: skip
+
+
+def _run(seed=1, **lensing) -> config.Run:
+    return config.Run.model_validate(
+        {
+            "box": {"particles": 16, "box_size": 64.0},
+            "ic": {"seed": seed},
+            "lightcone": {"z_max": 2.0, "plane_thickness": 32.0},
+            "lensing": {
+                "source_redshifts": [1.0],
+                "distributions": BINS,
+                "intrinsic_alignment": {"A_IA": 0.5, "eta_IA": 1.0},
+                "flat_sky": None,
+                "full_sky": {"nside": 8},
+                **lensing,
+            },
+        }
+    )
+
+
+def test_a_latin_hypercube_of_draws_is_seeded_by_the_run_and_fills_its_ranges():
+    run = _run(draws=SAMPLED)
+    found = draws.points(run.lensing.draws, run.ic.seed)
+    assert found == draws.points(_run(draws=SAMPLED).lensing.draws, 1)
+    assert found != draws.points(run.lensing.draws, 2)  # another N-body, other draws
+    assert len(found) == 8
+    for name, (low, high) in SAMPLED["parameters"].items():
+        values = np.array([p[name] for p in found])
+        strata = np.floor((values - low) / (high - low) * 8).astype(int)
+        assert sorted(strata) == list(range(8)), name  # one draw in each eighth of the range
+
+
+def test_a_draw_sees_the_run_with_its_values_and_the_section_elsewhere():
+    run = _run(photo_z_shift=[0.0, 0.01, 0.02], draws=SAMPLED)
+    drawn = draws.draw_run(run, {"A_IA": -0.7, "photo_z_shift.bin1": 0.03, "shear_bias": 0.01})
+    lens = drawn.lensing
+    assert lens.draws is None and lens.photo_z_shift == [0.0, 0.01, 0.03]
+    assert lens.shear_bias == 0.01
+    assert (lens.intrinsic_alignment.A_IA, lens.intrinsic_alignment.eta_IA) == (-0.7, 1.0)
+    assert drawn.box == run.box and drawn.cosmology == run.cosmology
+
+
+@pytest.mark.parametrize(
+    "draw_section, message",
+    [
+        (
+            {"kind": "list", "points": [{"photo_z_shift.bin7": 0.01}]},
+            (
+                r"lensing.draws parameter 'photo_z_shift.bin7' is not one the run can draw: use "
+                r"A_IA, eta_IA, photo_z_shift, shear_bias, photo_z_shift.z=1, "
+            ),
+        ),
+        (
+            {"kind": "list", "points": [{"shear_bias": 0.01, "shear_bias.bin0": 0.02}]},
+            "draws shear_bias for every source and shear_bias.bin0 for one",
+        ),
+        (
+            {"kind": "latin_hypercube", "count": 4, "parameters": {"A_IA": [1.0, 0.0]}},
+            r"range inverted or empty",
+        ),
+    ],
+)
+def test_draws_the_run_cannot_make_are_refused_naming_the_parameter(draw_section, message):
+    with pytest.raises(ValueError, match=message):
+        _run(draws=draw_section)
+
+
+def test_alignment_draws_need_an_alignment_section():
+    with pytest.raises(ValueError, match="A_IA needs lensing.intrinsic_alignment"):
+        _run(intrinsic_alignment=None, draws={"kind": "list", "points": [{"A_IA": 1.0}]})
+
+
+@pytest.mark.parametrize(
+    "draw_section, message",
+    [
+        (  # a range beyond the field's limits: its corner is refused, whatever the draws
+            {**SAMPLED, "parameters": {"A_IA": [-1.0, 12.0]}},
+            (
+                r"lensing.draws, draw with every high end \{'A_IA': 12.0\}(.|\n)*"
+                r"lensing.intrinsic_alignment.A_IA: Input should be less than or equal to 10"
+            ),
+        ),
+        (
+            {"kind": "list", "points": [{"shear_bias": 0.0}, {"photo_z_shift": 0.6}]},
+            (
+                r"lensing.draws, draw 1 \{'photo_z_shift': 0.6\}(.|\n)*"
+                r"lensing.photo_z_shift values must lie from -0.5 to 0.5"
+            ),
+        ),
+    ],
+)
+def test_a_draw_outside_the_fields_limits_is_refused_before_any_job(draw_section, message):
+    with pytest.raises(ValueError, match=message):
+        validation.check_run(_run(draws=draw_section))
+
+
+def test_the_manifest_has_a_row_per_run_and_draw_with_the_drawn_values(tmp_path):
+    base = _run(draws=SAMPLED).model_dump(mode="json", exclude={"ic": {"seed"}})
+    camp = campaign.Campaign.model_validate(
+        {"name": "c", "base": base, "realisations": 2, "seed": 5}
+    )
+    rows = manifest.manifest_rows(camp, tmp_path, str)
+    assert len(rows) == 2 * 8
+    assert list(rows[0])[:5] == ["run_id", "draw", "A_IA", "photo_z_shift.bin1", "shear_bias"]
+    for spec in camp.runs:
+        mine = [r for r in rows if r["run_id"] == spec.run_id]
+        assert [r["draw"] for r in mine] == list(range(8))
+        expected = draws.points(spec.run.lensing.draws, spec.seed)
+        assert [{n: r[n] for n in SAMPLED["parameters"]} for r in mine] == expected
+        assert all(r["seed"] == spec.seed for r in mine)
+    path = tmp_path / "c" / "manifest.csv"
+    path.parent.mkdir()
+    manifest.write_manifest(camp, path, str)
+    assert len(list(csv.DictReader(path.open()))) == 16
+
+
+TINY = {
+    "box": {"particles": 16, "box_size": 64.0},
+    "nbody": {"steps": 3},
+    "lightcone": {"z_max": 0.05, "plane_thickness": 32.0},
+    "lensing": {
+        "source_redshifts": [0.04],
+        "distributions": [
+            {"kind": "table", "name": "wide", "z": [0.01, 0.03, 0.05], "n": [1, 2, 1]}
+        ],
+        "flat_sky": {"field_of_view": 20.0, "pixels": 32},
+        "full_sky": {"nside": 8},
+        "method": "both",
+    },
+    "summaries": {"shape_noise": {}},
+}
+
+
+@pytest.fixture(scope="module")
+def with_and_without_draws(tmp_path_factory, request):
+    """The stores of one run without draws and with three (the lensing section's nuisances,
+    m = 0.1, Δz = -0.005 of the distribution), with the planes each run's lensing stage read."""
+    out = {}
+    monkeypatch = pytest.MonkeyPatch()
+    request.addfinalizer(monkeypatch.undo)
+    read: list = []
+    field, array = Inputs.field, Inputs.array
+    monkeypatch.setattr(
+        Inputs, "field", lambda self, *a, **k: read.append(a[:2]) or field(self, *a, **k)
+    )
+    monkeypatch.setattr(
+        Inputs, "array", lambda self, *a, **k: read.append(a[:2]) or array(self, *a, **k)
+    )
+    points = [{"shear_bias": 0.0}, {"shear_bias": 0.1}, {"photo_z_shift.wide": -0.005}]
+    for name, extra in (("plain", {}), ("drawn", {"draws": {"kind": "list", "points": points}})):
+        run = config.Run.model_validate({**TINY, "lensing": {**TINY["lensing"], **extra}})
+        read.clear()
+        run_dir = run_every_stage(tmp_path_factory.mktemp(name), run)
+        out[name] = {
+            stage: zarr.open_group(run_dir / f"{stage}.zarr", mode="r")
+            for stage in ("nbody", "lensing", "summaries")
+        }
+        out[name]["planes read"] = [r for r in read if r[0] == "nbody" and "lightcone" in r[1]]
+    return out
+
+
+@pytest.mark.slow
+def test_every_draw_comes_from_one_pass_over_the_planes(with_and_without_draws):
+    """Three draws read each plane (flat sky) and the shells (full sky) as often as one draw
+    does (for method both, each plane once for Born and once for ray tracing): an extra draw costs its maps and statistics, no N-body and no plane read."""
+    plain, drawn = with_and_without_draws["plain"], with_and_without_draws["drawn"]
+    planes = plain["nbody"]["plane"].shape[0]
+    assert sorted(plain["planes read"]) == sorted(drawn["planes read"])
+    flat = ("nbody", "lightcone_density")
+    assert drawn["planes read"].count(flat) == 2 * planes  # method both: Born's pass, ray tracing's
+    assert drawn["planes read"].count(("nbody", "lightcone_healpix_alm")) == 1
+
+
+@pytest.mark.slow
+def test_the_first_draw_is_the_run_without_draws_bit_for_bit(with_and_without_draws):
+    plain, drawn = with_and_without_draws["plain"], with_and_without_draws["drawn"]
+    for stage in ("lensing", "summaries"):
+        extra = set(drawn[stage].array_keys()) - set(plain[stage].array_keys())
+        assert extra == {"draw", "draw_parameter", "draw_values"}
+        for name in plain[stage].array_keys():
+            one, many = plain[stage][name], drawn[stage][name]
+            if "draw" in many.metadata.dimension_names:
+                assert many.metadata.dimension_names[1:] == one.metadata.dimension_names, name
+                assert np.array_equal(many[0], one[:], equal_nan=True), (stage, name)
+            else:
+                assert np.array_equal(many[:], one[:], equal_nan=True), (stage, name)
+    values = drawn["summaries"]["draw_values"][:]
+    assert list(drawn["summaries"]["draw_parameter"][:]) == ["shear_bias", "photo_z_shift.wide"]
+    np.testing.assert_array_equal(values[:, 0], [0.0, 0.1, np.nan])
+
+
+@pytest.mark.slow
+def test_each_draw_carries_its_nuisances_and_its_own_noise(with_and_without_draws):
+    """m = 0.1 scales every map by 1.1 (float32 noise aside) and the noise-free C_ℓ by 1.21;
+    Δz = -0.005 moves the distribution's Limber C_ℓ and maps, not the single source's; each
+    draw draws its own shape noise, of the same level."""
+    lensing, stats = (with_and_without_draws["drawn"][s] for s in ("lensing", "summaries"))
+    for name in ("kappa", "kappa_healpix", "gamma1", "kappa_born_healpix"):
+        maps = lensing[name][:]
+        scale = np.abs(maps[0]).max()
+        assert np.abs(maps[1] - 1.1 * maps[0]).max() < 1e-5 * scale, name
+        assert np.array_equal(maps[2, 0], maps[0, 0])  # the single source has no shift
+        assert np.abs(maps[2, 1] - maps[0, 1]).max() > 1e-3 * scale, name
+    for name in ("cl", "cl_healpix", "cl_linear", "xi_plus_healpix"):
+        values = stats[name][:]
+        np.testing.assert_allclose(values[1], 1.21 * values[0], rtol=1e-4, atol=0, err_msg=name)
+    theory = stats["cl_linear"][:]
+    assert np.all(theory[2, 1, 1] < theory[0, 1, 1])  # the distribution moved nearer
+    np.testing.assert_array_equal(theory[2, 0, 0], theory[0, 0, 0])
+    for name in ("cl", "cl_healpix"):  # the single source's maps are the same in draws 0 and 2
+        noise = stats[name.replace("cl", "cl_noisy")][:, 0, 0] - stats[name][:, 0, 0]
+        noise = noise[:, np.all(np.isfinite(noise), axis=0)]  # bins with modes
+        assert noise.shape[1] >= 3
+        assert not np.allclose(noise[2], noise[0], rtol=1e-3, atol=0)
+        np.testing.assert_allclose(noise[2].mean(), noise[0].mean(), rtol=0.5)
+
+
+@pytest.mark.slow
+def test_the_draws_benchmark_times_each_stage_with_and_without_draws():
+    record = bench_draws.bench_draws(particles=16, pixels=32, nside=8, draws=2)
+    for attempt in ("first", "again"):
+        for count in (1, 2):
+            seconds = record[f"{attempt}_{count}_draws"]
+            assert list(seconds) == ["ic", "nbody", "lensing", "summaries"]
+            assert all(s > 0 for s in seconds.values())
+        assert np.isfinite(record[f"{attempt}_extra_draw_over_first"])
+    with pytest.raises(ValueError, match="--draws must be at least 2"):
+        bench_draws.bench_draws(32, 32, 8, 1)
