@@ -96,7 +96,7 @@ def test_a_design_over_A_s_replaces_the_default_sigma8_and_steps_a_given_A_s():
     )
     assert chosen.runs[0].run.cosmology.sigma8 is None  # pdims chosen, the file's fields kept
     steps = {"kind": "derivatives", "parameters": {"A_s": 1e-10}}
-    with pytest.raises(ValueError, match="design.parameters A_s: derivatives step from base"):
+    with pytest.raises(ValueError, match="design.parameters A_s: derivatives step from the base"):
         make(base=camb, design=steps)
     specs = campaign.expand(make(base={**camb, "cosmology": {"A_s": 2.10058e-9}}, design=steps))
     assert [s.run.cosmology.A_s for s in specs] == [2.10058e-9, 2.00058e-9, 2.20058e-9]
@@ -467,7 +467,8 @@ BAD = [
     ),
     (
         _with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}),
-        "design.parameters.omega_m.[key]: Input should be 'Omega_m', 'Omega_b', 'h'",
+        "design.parameters.omega_m.[key]: unknown design parameter 'omega_m': use a cosmology "
+        "parameter (Omega_m, Omega_b, h,",
     ),
     (
         _with("design", {"kind": "grid", "parameters": {"Omega_m": [0.3, -0.1]}}),

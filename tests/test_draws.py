@@ -71,13 +71,13 @@ def test_a_draw_sees_the_run_with_its_values_and_the_section_elsewhere():
         (
             {"kind": "list", "points": [{"photo_z_shift.bin7": 0.01}]},
             (
-                r"lensing.draws parameter 'photo_z_shift.bin7' is not one the run can draw: use "
+                r"lensing.draws parameter 'photo_z_shift.bin7' is not one the run can vary: use "
                 r"A_IA, eta_IA, photo_z_shift, shear_bias, photo_z_shift.z=1, "
             ),
         ),
         (
             {"kind": "list", "points": [{"shear_bias": 0.01, "shear_bias.bin0": 0.02}]},
-            "draws shear_bias for every source and shear_bias.bin0 for one",
+            "varies shear_bias for every source and shear_bias.bin0 for one",
         ),
         (
             {"kind": "latin_hypercube", "count": 4, "parameters": {"A_IA": [1.0, 0.0]}},
@@ -251,3 +251,47 @@ def test_the_draws_benchmark_times_each_stage_with_and_without_draws():
         assert np.isfinite(record[f"{attempt}_extra_draw_over_first"])
     with pytest.raises(ValueError, match="--draws must be at least 2"):
         bench_draws.bench_draws(32, 32, 8, 1)
+
+
+def _campaign(design: dict, baryons=True) -> campaign.Campaign:
+    base = _run().model_dump(mode="json", exclude={"ic": {"seed"}})
+    base["baryons"] = {"log_T_AGN": 7.8} if baryons else None
+    return campaign.Campaign.model_validate({"name": "c", "base": base, "design": design})
+
+
+def test_a_campaign_design_varies_nuisances_beside_the_cosmology(tmp_path):
+    """Design parameters A_IA, log_T_AGN and photo_z_shift.<source> set those fields of each
+    run; derivatives step from the base's values; the manifest holds each run's values."""
+    grid = {"A_IA": [0.0, 1.0], "log_T_AGN": [7.7], "photo_z_shift.bin1": [0.02], "sigma8": [0.8]}
+    specs = campaign.expand(_campaign({"kind": "grid", "parameters": grid}))
+    assert [s.run.lensing.intrinsic_alignment.A_IA for s in specs] == [0.0, 1.0]
+    for spec in specs:
+        assert spec.run.baryons.log_T_AGN == 7.7 and spec.run.cosmology.sigma8 == 0.8
+        assert spec.run.lensing.photo_z_shift == [0.0, 0.0, 0.02]
+        assert spec.run.lensing.intrinsic_alignment.eta_IA == 1.0  # the base's
+    assert len({config.config_hash(s.run) for s in specs}) == 2
+    steps = {"kind": "derivatives", "parameters": {"A_IA": 0.25, "shear_bias": 0.01}}
+    by_point = {s.point: s.run.lensing for s in campaign.expand(_campaign(steps))}
+    assert by_point["A_IA-minus"].intrinsic_alignment.A_IA == 0.25  # the base's 0.5 - 0.25
+    assert by_point["shear_bias-plus"].shear_bias == 0.01
+    assert by_point["fiducial"] == _run().lensing
+    rows = manifest.manifest_rows(_campaign({"kind": "grid", "parameters": grid}), tmp_path, str)
+    assert [(r["A_IA"], r["log_T_AGN"], r["photo_z_shift.bin1"]) for r in rows] == [
+        (0.0, 7.7, 0.02),
+        (1.0, 7.7, 0.02),
+    ]
+
+
+@pytest.mark.parametrize(
+    "parameters, baryons, message",
+    [
+        ({"photo_z_shift.bin7": [0.01]}, True, "'photo_z_shift.bin7' is not one the run can vary"),
+        ({"log_T_AGN": [7.8]}, False, "log_T_AGN needs a baryons section"),
+        ({"log_T_AGN": [8.3]}, True, r"baryons.log_T_AGN: Input should be less than or equal to 8"),
+        ({"A_IA": [11.0]}, True, r"lensing.intrinsic_alignment.A_IA: Input should be less than"),
+        ({"gamma_IA": [1.0]}, True, "unknown design parameter 'gamma_IA'"),
+    ],
+)
+def test_a_nuisance_design_the_base_cannot_take_is_refused_naming_it(parameters, baryons, message):
+    with pytest.raises(ValueError, match=message):
+        _campaign({"kind": "grid", "parameters": parameters}, baryons)

@@ -89,9 +89,7 @@ def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:
             np.array(column, np.float64),
             ("run",),
             "1",
-            f"{name} = {designs.PHYSICAL_DENSITIES[name]} h^2 of the run (design parameter)"
-            if name in designs.PHYSICAL_DENSITIES
-            else f"cosmology.{name} of the run (design parameter)",
+            designs.describe(name),
         )
     derived = [n for n in manifest.DERIVED if n not in parameters]
     for name in derived:

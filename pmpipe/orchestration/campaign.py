@@ -29,7 +29,7 @@ from pydantic import (
 
 from pmpipe.orchestration import decomposition, resources, seeds
 from pmpipe.orchestration import design as designs
-from pmpipe.run import config, validation
+from pmpipe.run import config, draws, validation
 
 
 class Decomposition(config.StrictModel):
@@ -45,8 +45,8 @@ class Decomposition(config.StrictModel):
 
 
 class Campaign(config.StrictModel):
-    """A suite of runs: a base configuration, a design that varies cosmology parameters,
-    realisations (seeds) per point, and the execution platform."""
+    """A suite of runs: a base configuration, a design that varies cosmology and nuisance
+    parameters, realisations (seeds) per point, and the execution platform."""
 
     name: str = Field(
         pattern=designs.NAME_PATTERN,
@@ -200,15 +200,21 @@ def _point_cosmology(base: dict, given: set[str], parameters: dict[str, float]) 
 def _point_run(
     base: dict, given: set[str], label: str, parameters: dict[str, float], source: str
 ) -> config.Run:
-    """The base run with a design point's cosmology (:func:`_point_cosmology`), checked;
-    ConfigError naming the point otherwise."""
+    """The base run with a design point's cosmology (:func:`_point_cosmology`) and nuisances
+    (pmpipe.run.draws.with_nuisances), checked; ConfigError naming the point otherwise."""
     values = ", ".join(f"{k} = {v:.6g}" for k, v in parameters.items())
     where = f"{source}: design point {label} (design parameters {values})"
+    nuisances = {k: v for k, v in parameters.items() if designs.is_nuisance(k)}
+    cosmological = {k: v for k, v in parameters.items() if k not in nuisances}
     try:
-        cosmology = _point_cosmology(base["cosmology"], given, parameters)
+        cosmology = _point_cosmology(base["cosmology"], given, cosmological)
         run = config.Run.model_validate({**base, "cosmology": cosmology})
+        if nuisances:
+            run = draws.with_nuisances(run, nuisances)
     except ValidationError as err:
         raise config.ConfigError(config.format_errors(where, err)) from None
+    except ValueError as err:
+        raise config.ConfigError(f"{where}: {err}") from None
     return validation.checked(run, where)
 
 
@@ -219,7 +225,7 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
     common = camp.common_seeds or camp.design.kind == "derivatives"
     base = camp.base.model_dump()
     specs: list[RunSpec] = []
-    points = designs.design_points(camp.design, camp.base.cosmology, camp.seed)
+    points = designs.design_points(camp.design, camp.base, camp.seed)
     for p, (label, parameters) in enumerate(points):
         run = _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
         for r in range(camp.realisations):

@@ -1,5 +1,6 @@
-"""Designs: how the runs of a campaign vary its base cosmology (fiducial, grid, Latin
-hypercube, Sobol, derivatives, a list of named points), and the points they expand into."""
+"""Designs: how the runs of a campaign vary its base cosmology and nuisances (fiducial, grid,
+Latin hypercube, Sobol, derivatives, a list of named points), and the points they expand
+into."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
-from pmpipe.run import config, universe
+from pmpipe.run import config, draws, universe
+from pmpipe.run.observables import ALIGNMENT_PARAMETERS, PER_SOURCE_PARAMETERS
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # A run folder is named <campaign>-<point>-r<i>[-paired]: two names of at most this many (ASCII)
@@ -20,7 +22,27 @@ DESIGN_KINDS = ("fiducial", "grid", "latin_hypercube", "sobol", "derivatives", "
 # omega_b = Omega_b h^2 (fixed while h varies, as emulators such as EuclidEmulator2 sample it)
 PHYSICAL_DENSITIES = {"omega_b": "Omega_b"}
 DESIGN_PARAMETERS = (*universe.NUMERIC_FIELDS, *PHYSICAL_DENSITIES)
-ParameterName = Literal[DESIGN_PARAMETERS]  # type: ignore[valid-type]
+# and nuisances, named as lensing.draws names them (a per-source field for every source, or
+# <field>.<source> for one), with the baryons' feedback (pmpipe.run.draws.with_nuisances)
+NUISANCE_PARAMETERS = (*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS, *draws.BARYON_PARAMETERS)
+
+
+def is_nuisance(name: str) -> bool:
+    """Whether a design parameter is a nuisance (else a cosmology parameter)."""
+    return name in NUISANCE_PARAMETERS or name.partition(".")[0] in PER_SOURCE_PARAMETERS
+
+
+def _known(name: str) -> str:
+    if name not in DESIGN_PARAMETERS and not is_nuisance(name):
+        raise ValueError(
+            f"unknown design parameter {name!r}: use a cosmology parameter "
+            f"({', '.join(DESIGN_PARAMETERS)}) or a nuisance ({', '.join(NUISANCE_PARAMETERS)}, "
+            "photo_z_shift.<source>, shear_bias.<source>)"
+        )
+    return name
+
+
+ParameterName = Annotated[str, AfterValidator(_known)]
 
 
 def _one_per_density(parameters: dict) -> dict:
@@ -33,7 +55,8 @@ def _one_per_density(parameters: dict) -> dict:
 def _not_empty(parameters: dict) -> dict:
     if not parameters:
         raise ValueError(
-            f"empty design: name at least one cosmology parameter ({', '.join(DESIGN_PARAMETERS)})"
+            f"empty design: name at least one cosmology parameter ({', '.join(DESIGN_PARAMETERS)}) "
+            "or nuisance"
         )
     return _one_per_density(parameters)
 
@@ -49,12 +72,27 @@ def physical_parameters(cosmology: dict) -> dict:
     return fields
 
 
-def run_value(cosmology: config.Cosmology, name: str) -> float | None:
-    """The value of the design parameter ``name`` in a run's ``cosmology`` (None where the
-    run leaves it to be derived, as σ8 of a run normalised by A_s)."""
+def run_value(run: config.Run, name: str) -> float | None:
+    """The value of the design parameter ``name`` in a run (None where the run leaves it to be
+    derived, as σ8 of a run normalised by A_s, or has no such nuisance:
+    :func:`pmpipe.run.draws.nuisance_value`)."""
+    if is_nuisance(name):
+        return draws.nuisance_value(run, name)
+    cosmology = run.cosmology
     if name in PHYSICAL_DENSITIES:
         return getattr(cosmology, PHYSICAL_DENSITIES[name]) * cosmology.h**2
     return getattr(cosmology, name)
+
+
+def describe(name: str) -> str:
+    """What a design parameter is, for the long names of the arrays that hold it."""
+    if name in PHYSICAL_DENSITIES:
+        return f"{name} = {PHYSICAL_DENSITIES[name]} h^2 of the run (design parameter)"
+    if name in draws.BARYON_PARAMETERS:
+        return f"baryons.{name} of the run (design parameter)"
+    if is_nuisance(name):
+        return f"lensing nuisance {name} of the run (design parameter)"
+    return f"cosmology.{name} of the run (design parameter)"
 
 
 def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:
@@ -85,7 +123,7 @@ class GridDesign(config.StrictModel):
 
     kind: Literal["grid"]
     parameters: Annotated[dict[ParameterName, Values], AfterValidator(_not_empty)] = Field(
-        description="values of each cosmology parameter (its units); every combination is a "
+        description="values of each cosmology or nuisance parameter (its units); every combination is a "
         "design point, the last parameter varying fastest"
     )
 
@@ -96,7 +134,7 @@ class SampledDesign(config.StrictModel):
 
     kind: Literal["latin_hypercube", "sobol"]
     parameters: Annotated[dict[ParameterName, Range], AfterValidator(_not_empty)] = Field(
-        description="[low, high] range of each cosmology parameter (its units)"
+        description="[low, high] range of each cosmology or nuisance parameter (its units)"
     )
     samples: int = Field(ge=1, description="number of design points (a power of 2 for sobol)")
 
@@ -118,7 +156,7 @@ class DerivativesDesign(config.StrictModel):
 
     kind: Literal["derivatives"]
     parameters: Annotated[dict[ParameterName, Step], AfterValidator(_not_empty)] = Field(
-        description="step of each cosmology parameter (its units): points at fiducial - step "
+        description="step of each cosmology or nuisance parameter (its units): points at fiducial - step "
         "and fiducial + step"
     )
 
@@ -133,8 +171,8 @@ class Point(config.StrictModel):
     )
     parameters: Annotated[dict[ParameterName, float], AfterValidator(_one_per_density)] = Field(
         default_factory=dict,
-        description="cosmology parameters of the point (their units); "
-        "the others come from base.cosmology",
+        description="cosmology and nuisance parameters of the point (their units); "
+        "the others come from the base",
     )
 
 
@@ -162,9 +200,9 @@ class ListDesign(config.StrictModel):
 Design = FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign
 
 
-def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tuple[str, dict]]:
-    """(label, cosmology parameters) of each point of ``design`` around the cosmology ``base``
-    (the fiducial of derivatives), in a fixed order; samples drawn with the campaign ``seed``."""
+def design_points(design: Design, base: config.Run, seed: int) -> list[tuple[str, dict]]:
+    """(label, parameters) of each point of ``design`` around the run ``base`` (the fiducial
+    of derivatives), in a fixed order; samples drawn with the campaign ``seed``."""
     if design.kind == "fiducial":
         return [("fiducial", {})]
     if design.kind == "list":
@@ -174,8 +212,8 @@ def design_points(design: Design, base: config.Cosmology, seed: int) -> list[tup
         unset = [name for name, value in given.items() if value is None]
         if unset:
             raise ValueError(
-                f"design.parameters {', '.join(unset)}: derivatives step from base.cosmology, "
-                "which does not give it (set it in base.cosmology)"
+                f"design.parameters {', '.join(unset)}: derivatives step from the base, which "
+                "does not give it (set it in base.cosmology, or the nuisance's section)"
             )
         fiducial = {name: value for name, value in given.items() if value is not None}
         points = [("fiducial", fiducial)]

@@ -152,7 +152,7 @@ def design_values(spec: RunSpec, names: list[str], derived: dict) -> dict[str, f
     (:func:`derived_parameters`); None where none is known."""
     values = {}
     for name in names:
-        value = spec.parameters.get(name, designs.run_value(spec.run.cosmology, name))
+        value = spec.parameters.get(name, designs.run_value(spec.run, name))
         values[name] = derived.get(name) if value is None else value
     return values
 

@@ -1,5 +1,6 @@
-"""Draws of lensing.draws: the nuisance values of each draw of one N-body run's maps and
-statistics, and the run configuration each draw stands for."""
+"""Nuisance parameters of a run: the values of each draw of lensing.draws (several sets for one
+N-body run's maps and statistics) and the run configuration each draw stands for; a run with
+nuisance values set, as a campaign's design sets them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pmpipe.run.observables import (
     PER_SOURCE_PARAMETERS,
     ListedDraws,
     SampledDraws,
+    check_draw_names,
 )
 
 
@@ -30,22 +32,70 @@ def points(draws: SampledDraws | ListedDraws, seed: int) -> list[dict[str, float
     return [{n: float(v) for n, v in zip(names, row)} for row in values]
 
 
+BARYON_PARAMETERS = ("log_T_AGN",)  # the baryons section's, which designs may vary too
+
+
+def with_nuisances(
+    run: config.Run, values: dict[str, float], where: str = "design.parameters"
+) -> config.Run:
+    """The run with the nuisance ``values`` set: the lensing ones as lensing.draws names them
+    (a per-source field for every source, or ``<field>.<source>`` for one) and the baryons'
+    log_T_AGN; validated as a run (pydantic's ValidationError names the field), ValueError
+    naming ``where`` and the parameter the run has no section for."""
+    data = run.model_dump(mode="json")
+    lensing_values = {n: v for n, v in values.items() if n not in BARYON_PARAMETERS}
+    if lensing_values:
+        lens = run.lensing
+        if lens is None:
+            raise ValueError(f"{where} {', '.join(lensing_values)} need a lensing section")
+        check_draw_names(
+            list(lensing_values), lens.source_labels(), lens.intrinsic_alignment is not None, where
+        )
+        section = data["lensing"]
+        for field in PER_SOURCE_PARAMETERS:
+            per_source = lens.per_source(field)
+            for i, label in enumerate(lens.source_labels()):
+                per_source[i] = values.get(f"{field}.{label}", values.get(field, per_source[i]))
+            section[field] = per_source if len(set(per_source)) > 1 else per_source[0]
+        for name in ALIGNMENT_PARAMETERS:
+            if name in values:
+                section["intrinsic_alignment"][name] = values[name]
+    for name in BARYON_PARAMETERS:
+        if name in values:
+            if run.baryons is None:
+                raise ValueError(f"{where} parameter {name} needs a baryons section (its model)")
+            data["baryons"][name] = values[name]
+    return type(run).model_validate(data)
+
+
 def draw_run(run: config.Run, values: dict[str, float]) -> config.Run:
     """The run as one draw sees it: its lensing section with the drawn ``values`` and without
-    draws, validated as a run (errors name the field)."""
+    draws (:func:`with_nuisances`)."""
+    lens = config.section(run.lensing, "lensing")
+    return with_nuisances(
+        run.model_copy(update={"lensing": lens.model_copy(update={"draws": None})}),
+        values,
+        "lensing.draws",
+    )
+
+
+def nuisance_value(run: config.Run, name: str) -> float | None:
+    """The value of a nuisance parameter (:func:`with_nuisances`' names) in the run; None
+    where the run has no section for it, or gives its sources different values of a field
+    named for all of them."""
+    if name in BARYON_PARAMETERS:
+        return None if run.baryons is None else getattr(run.baryons, name)
     lens = run.lensing
-    assert lens is not None  # only lensing runs have draws
-    section = lens.model_dump(mode="json") | {"draws": None}
-    labels = lens.source_labels()
-    for field in PER_SOURCE_PARAMETERS:
-        per_source = lens.per_source(field)
-        for i, label in enumerate(labels):
-            per_source[i] = values.get(f"{field}.{label}", values.get(field, per_source[i]))
-        section[field] = per_source if len(set(per_source)) > 1 else per_source[0]
-    for name in ALIGNMENT_PARAMETERS:
-        if name in values:
-            section["intrinsic_alignment"][name] = values[name]
-    return type(run).model_validate(run.model_dump(mode="json") | {"lensing": section})
+    if lens is None:
+        return None
+    if name in ALIGNMENT_PARAMETERS:
+        alignment = lens.intrinsic_alignment
+        return None if alignment is None else getattr(alignment, name)
+    field, _, label = name.partition(".")
+    per_source = dict(zip(lens.source_labels(), lens.per_source(field)))
+    if label:
+        return per_source.get(label)
+    return per_source.popitem()[1] if len(set(per_source.values())) == 1 else None
 
 
 def check(run: config.Run) -> None:

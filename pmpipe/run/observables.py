@@ -212,27 +212,29 @@ def draw_parameter_names(draws: SampledDraws | ListedDraws) -> list[str]:
     return list(dict.fromkeys(name for point in draws.points for name in point))
 
 
-def check_draw_names(names: list[str], labels: list[str], alignment: bool) -> None:
-    """ValueError naming lensing.draws and the parameter that the run cannot draw (sources
-    named by their ``labels``; A_IA and eta_IA need an intrinsic alignment section)."""
+def check_draw_names(
+    names: list[str], labels: list[str], alignment: bool, where: str = "lensing.draws"
+) -> None:
+    """ValueError naming ``where`` and the lensing nuisance parameter the run cannot vary
+    (sources named by their ``labels``; A_IA and eta_IA need an intrinsic alignment
+    section)."""
     allowed = [*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS] + [
         f"{field}.{label}" for field in PER_SOURCE_PARAMETERS for label in labels
     ]
     for name in names:
         if name not in allowed:
             raise ValueError(
-                f"lensing.draws parameter {name!r} is not one the run can draw: use "
-                f"{', '.join(allowed)}"
+                f"{where} parameter {name!r} is not one the run can vary: use {', '.join(allowed)}"
             )
         if name in ALIGNMENT_PARAMETERS and not alignment:
             raise ValueError(
-                f"lensing.draws parameter {name} needs lensing.intrinsic_alignment (its other "
-                "fields are the draws' fixed values)"
+                f"{where} parameter {name} needs lensing.intrinsic_alignment (its other "
+                "fields stay as they are)"
             )
         field = name.split(".", 1)[0]
         if field in PER_SOURCE_PARAMETERS and "." in name and field in names:
             raise ValueError(
-                f"lensing.draws draws {field} for every source and {name} for one: draw one of them"
+                f"{where} varies {field} for every source and {name} for one: vary one of them"
             )
 
 
