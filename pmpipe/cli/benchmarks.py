@@ -131,11 +131,20 @@ def pseudo_cl(args) -> int:
     from pmpipe.run import files
 
     try:
-        mask = None if args.mask is None else files.read_healpix_map(args.mask, args.nside)
+        if args.pixels:
+            mask = None if args.mask is None else files.read_flat_map(args.mask, args.pixels)
+        else:
+            mask = None if args.mask is None else files.read_healpix_map(args.mask, args.nside)
     except files.ConfigError as err:
         LOG.error("error: --mask %s", err)
         return 2
-    _emit(pseudo_cl.bench_pseudo_cl(args.nside, args.realisations, mask, args.seed), args.json)
+    if args.pixels:
+        record = pseudo_cl.bench_pseudo_cl_flat(
+            args.pixels, args.realisations, mask=mask, seed=args.seed
+        )
+    else:
+        record = pseudo_cl.bench_pseudo_cl(args.nside, args.realisations, mask, args.seed)
+    _emit(record, args.json)
     return 0
 
 

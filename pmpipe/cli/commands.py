@@ -214,7 +214,8 @@ BENCH = (
     Command(
         "pseudo-cl",
         "the masked-sky pseudo-C_ell estimator on Gaussian realisations of a known spectrum, "
-        "scalar and spin 2: bias per bin against the bandpower windows, E to B leakage",
+        "scalar and spin 2, full or flat sky: bias per bin against the bandpower windows, E "
+        "to B leakage",
         benchmarks.pseudo_cl,
         (
             arg("--nside", type=int, default=64, help="HEALPix nside (default 64)"),
@@ -226,6 +227,13 @@ BENCH = (
                 "(default: a 20 deg band and ten 6 deg holes)",
             ),
             arg("--seed", type=int, default=1, help="seed of the realisations (default 1)"),
+            arg(
+                "--pixels",
+                type=int,
+                default=0,
+                help="a flat-sky map of this many pixels per side over 10 deg instead "
+                "(default: the full sky); --mask then a .npy image of that size",
+            ),
             JSON,
         ),
     ),

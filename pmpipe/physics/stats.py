@@ -249,11 +249,25 @@ def _is_peak(kappa):
     return peak & inner
 
 
-def peak_counts_flat(kappa, edges) -> np.ndarray:
+def peak_counts_flat(kappa, edges, where=None) -> np.ndarray:
     """Histogram of the heights of the local maxima of a flat-sky map (n, n) (higher than all 8
-    neighbours; border pixels excluded)."""
+    neighbours; border pixels excluded); with ``where`` (n, n) bool, of those at the pixels
+    it marks only."""
     peaks = to_host(_is_peak(kappa))
+    if where is not None:
+        peaks = peaks & np.asarray(where, bool)
     return _histogram(to_host(kappa)[peaks], edges)
+
+
+def interior_flat(mask, radius_pixels: float) -> np.ndarray:
+    """The pixels (n, n) bool of a flat-sky mask that are whole (value 1) and lie more than
+    ``radius_pixels`` pixel sides (centre to centre) from every pixel that is not."""
+    from scipy import ndimage
+
+    whole = np.asarray(mask, np.float64) >= 1.0
+    if whole.all():
+        return whole
+    return ndimage.distance_transform_edt(whole) > radius_pixels
 
 
 def peak_counts_healpix(kappa_map, edges, where=None) -> np.ndarray:

@@ -410,6 +410,7 @@ HASHED_UNLESS: dict[str, dict[str, object]] = {
         "photo_z_shift": 0.0,
         "shear_bias": 0.0,
         "full_sky.mask": None,
+        "flat_sky.mask": None,
         "draws": None,
     },
     "summaries": {"xi_bins": 15, "xi_theta_arcmin": None, "shape_noise.depth_map": None},

@@ -136,6 +136,20 @@ def read_healpix_map(path: str | Path, nside: int) -> np.ndarray:
     return values
 
 
+def read_flat_map(path: str | Path, pixels: int) -> np.ndarray:
+    """The square image (pixels, pixels; float64, first axis θx) of a .npy file; ConfigError
+    naming the file when it is unreadable or of another shape."""
+    try:
+        values = np.asarray(np.load(path), np.float64)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: not a readable .npy image ({err})") from None
+    if values.shape != (pixels, pixels):
+        raise ConfigError(
+            f"{path} holds an image of shape {values.shape}, not ({pixels}, {pixels})"
+        )
+    return values
+
+
 def read_mapping(path: str | Path) -> dict:
     """The top-level mapping of a JSON or YAML (.yaml / .yml) file; ConfigError names the file.
     YAML is read with the safe loader (no Python tags); a file over MAX_FILE_BYTES (or not a

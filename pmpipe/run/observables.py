@@ -41,6 +41,12 @@ class FlatSky(StrictModel):
 
     field_of_view: float = Field(5.0, gt=0, le=60, description="side of the map in degrees")
     pixels: int = Field(128, ge=8, le=16384, description="pixels per side")
+    mask: Path | None = Field(
+        None,
+        description="a mask image of pixels x pixels (.npy, first axis theta_x, values from 0 "
+        "to 1): the summaries add the spectra of the maps times the mask, decoupled "
+        "(pseudo-C_ell), and peaks and PDF inside it (null: none)",
+    )
 
 
 def _power_of_two(n: int) -> int:

@@ -73,6 +73,9 @@ def check_run(run: config.Run) -> None:
     full = run.lensing.full_sky if run.lensing is not None else None
     if full is not None and full.mask is not None:
         load_mask(full.mask, full.nside)
+    flat = run.lensing.flat_sky if run.lensing is not None else None
+    if flat is not None and flat.mask is not None:
+        load_flat_mask(flat.mask, flat.pixels)
     noise = run.summaries.shape_noise
     if noise is not None and noise.depth_map is not None:
         load_depth(noise.depth_map, run)
@@ -100,12 +103,26 @@ def load_mask(path, nside: int) -> np.ndarray:
     return _healpix_file(path, nside, "lensing.full_sky.mask", (0.0, 1.0), "values from 0 to 1")
 
 
+def load_flat_mask(path, pixels: int) -> np.ndarray:
+    """The flat-sky mask at path, an image of ``pixels`` per side checked to hold values from
+    0 to 1, not all 0; ValueError naming lensing.flat_sky.mask."""
+    return _map_file(
+        path, partial(files.read_flat_map, pixels=pixels), "lensing.flat_sky.mask",
+        (0.0, 1.0), "values from 0 to 1",
+    )  # fmt: skip
+
+
 def _healpix_file(path, nside: int, field: str, bounds: tuple, allowed: str) -> np.ndarray:
-    """The HEALPix map at path (:func:`pmpipe.run.files.read_healpix_map`) of ``nside``, its
-    values within ``bounds`` and not all 0; ValueError naming ``field`` (``allowed`` says what
-    the values may be)."""
+    """The HEALPix map at path (:func:`pmpipe.run.files.read_healpix_map`) of ``nside``,
+    checked by :func:`_map_file`."""
+    return _map_file(path, partial(files.read_healpix_map, nside=nside), field, bounds, allowed)
+
+
+def _map_file(path, read, field: str, bounds: tuple, allowed: str) -> np.ndarray:
+    """The map ``read(path)`` reads, its values within ``bounds`` and not all 0; ValueError
+    naming ``field`` (``allowed`` says what the values may be)."""
     try:
-        values = files.read_healpix_map(path, nside)
+        values = read(path)
     except files.ConfigError as err:
         raise ValueError(f"{field}: {err}") from None
     inside = np.isfinite(values) & (values >= bounds[0]) & (values <= bounds[1])

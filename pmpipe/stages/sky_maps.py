@@ -1,0 +1,166 @@
+"""The lensing maps the summaries measure: per kind of sky (flat, HEALPix) every source's κ, the
+shear's E and B modes and shape noise, read from the lensing stage's (kept or stored) maps, with
+the bins their statistics use."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+
+from pmpipe.physics import sky, stats
+from pmpipe.run import config, derive, validation
+from pmpipe.runtime.parallel import FIELD_SPEC
+from pmpipe.stages.inputs import Inputs
+
+PAIR_DIMS = ("source", "source2")
+
+
+def ell_edges_flat(cfg: config.Run) -> np.ndarray:
+    """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole."""
+    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
+    fov = np.radians(flat.field_of_view)
+    return stats.log_bin_edges(2 * np.pi / fov, np.pi * flat.pixels / fov, cfg.summaries.ell_bins)
+
+
+def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
+    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive)."""
+    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
+    ell_max = sky.healpix_ell_max(full.nside)
+    return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
+
+
+def kappa_edges(cfg: config.Run) -> np.ndarray:
+    return np.linspace(*cfg.summaries.kappa_range, cfg.summaries.kappa_bins + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkyMaps:
+    """One kind of map (flat sky or HEALPix) of every source, with what its statistics need:
+    ``suffix`` of the names it is written under, ``ell_dim`` its multipole axis, the C_ℓ bin
+    ``edges``, the κ maps and shape
+    noise maps (or None), per source the κ, E and B modes and noisy κ (None without noise) as
+    ``spectrum`` takes them (maps or harmonic coefficients), ``spectrum`` (a, b) -> (ℓ mean,
+    C_ℓ, modes) per bin, ``smooth`` (map, σ arcmin) and ``peaks_of`` (map, κ edges)."""
+
+    suffix: str
+    ell_dim: str
+    edges: np.ndarray
+    kappa: list
+    noise: list | None
+    modes: dict[str, list]
+    noisy: list | None
+    spectrum: Callable
+    smooth: Callable
+    peaks_of: Callable
+
+
+def _noise_levels(setup: derive.RunSetup) -> list[tuple[float, float]] | None:
+    """(σ_e, n_gal) of every source, None without shape noise."""
+    noise = setup.config.summaries.shape_noise
+    labels = config.section(setup.config.lensing, "lensing").source_labels()
+    return None if noise is None else noise.per_source(labels)
+
+
+def noise_stream(seed: int, source: int, draw: tuple) -> tuple[int, ...]:
+    """The random stream of a source's shape noise: (ic.seed, source), and the draw's index
+    after them for draws after the first (the first draw's noise is that of the run without
+    draws)."""
+    return (seed, source, *(d for d in draw if d > 0))
+
+
+def flat_sky_maps(
+    setup: derive.RunSetup, inputs: Inputs, count: int, draw: tuple = (), suffix=""
+) -> SkyMaps:
+    """The flat-sky maps of the ``count`` sources (:class:`SkyMaps`) at ``draw``: the run's,
+    or with ``suffix`` '_born' Born's of lensing.method both. The shear's E and B modes are those of κ
+    and of the rotation ω (0 for Born): the distortion matrix is the Jacobian of the
+    deflection, whose gradient part makes κ and the E modes and whose curl part ω and the B
+    modes, with equal Fourier amplitudes. κ and ω are local, so their spectra are those of the
+    E and B modes without the leakage between them that the shear maps' inverse
+    Kaiser-Squires would add by taking a non-periodic ray-traced map as periodic."""
+    cfg = setup.config
+    lens = config.section(cfg.lensing, "lensing")
+    flat = config.section(lens.flat_sky, "lensing.flat_sky")
+    sharding = NamedSharding(setup.grid.mesh, FIELD_SPEC)
+    kappa = [inputs.field("lensing", f"kappa{suffix}", (*draw, i)) for i in range(count)]
+    traced = lens.method != "born" and suffix == ""
+    rotation = [
+        inputs.field("lensing", "omega", (*draw, i)) if traced else jnp.zeros_like(k)
+        for i, k in enumerate(kappa)
+    ]
+    levels = _noise_levels(setup)
+    noise = None
+    if levels is not None:
+        noise = [
+            stats.shape_noise_flat(
+                noise_stream(cfg.ic.seed, i, draw),
+                flat.pixels,
+                flat.field_of_view,
+                sigma_e,
+                n_gal,
+                sharding,
+            )
+            for i, (sigma_e, n_gal) in enumerate(levels)
+        ]
+    edges = ell_edges_flat(cfg)
+    return SkyMaps(
+        suffix,
+        "ell",
+        edges,
+        kappa,
+        noise,
+        {"": kappa, "_ee": kappa, "_bb": rotation},
+        None if noise is None else [k + n for k, n in zip(kappa, noise)],
+        lambda a, b: stats.flat_sky_cl(a, flat.field_of_view, edges, b),
+        lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
+        stats.peak_counts_flat,
+    )
+
+
+def full_sky_maps(
+    setup: derive.RunSetup, inputs: Inputs, count: int, draw: tuple = (), suffix=""
+) -> SkyMaps:
+    """The HEALPix maps of the ``count`` sources (:class:`SkyMaps`) at ``draw``: the run's, or
+    with ``suffix`` '_born' Born's of lensing.method both."""
+    import healpy
+
+    cfg = setup.config
+    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
+    nside, ell_max = full.nside, sky.healpix_ell_max(full.nside)
+    name = f"{suffix}_healpix"
+    kappa = list(np.asarray(inputs.array("lensing", f"kappa{name}", draw), np.float64))
+    alm = list(np.asarray(inputs.array("lensing", f"kappa{name}_alm", draw), np.complex128))
+    shear = {
+        m: list(np.asarray(inputs.array("lensing", f"gamma_{m}{name}_alm", draw), np.complex128))
+        for m in "eb"
+    }
+    levels = _noise_levels(setup)
+    noise = None
+    if levels is not None:
+        depth_map = config.section(cfg.summaries.shape_noise, "summaries.shape_noise").depth_map
+        depth = None if depth_map is None else validation.load_depth(depth_map, cfg)
+        noise = [
+            stats.shape_noise_healpix(
+                list(noise_stream(cfg.ic.seed, i, draw)), nside, sigma_e, n_gal, depth
+            )
+            for i, (sigma_e, n_gal) in enumerate(levels)
+        ]
+    edges = ell_edges_healpix(cfg)
+    return SkyMaps(
+        name,
+        "ell_healpix",
+        edges,
+        kappa,
+        noise,
+        {"": alm, "_ee": shear["e"], "_bb": shear["b"]},
+        None
+        if noise is None
+        else [a + healpy.map2alm(n, lmax=ell_max, iter=3) for a, n in zip(alm, noise)],
+        lambda a, b: stats.full_sky_cl(a, edges, b),
+        stats.smooth_healpix,
+        stats.peak_counts_healpix,
+    )
