@@ -467,8 +467,10 @@ BAD = [
     ),
     (
         _with("design", {"kind": "grid", "parameters": {"omega_m": [0.3]}}),
-        "design.parameters.omega_m.[key]: unknown design parameter 'omega_m': use a cosmology "
-        "parameter (Omega_m, Omega_b, h,",
+        (
+            "design.parameters.omega_m.[key]: unknown design parameter 'omega_m': use a "
+            "cosmology parameter (Omega_m, Omega_b, h,"
+        ),
     ),
     (
         _with("design", {"kind": "grid", "parameters": {"Omega_m": [0.3, -0.1]}}),

@@ -211,7 +211,7 @@ def test_the_first_draw_is_the_run_without_draws_bit_for_bit(with_and_without_dr
                 assert np.array_equal(many[:], one[:], equal_nan=True), (stage, name)
     values = drawn["summaries"]["draw_values"][:]
     assert list(drawn["summaries"]["draw_parameter"][:]) == ["shear_bias", "photo_z_shift.wide"]
-    np.testing.assert_array_equal(values[:, 0], [0.0, 0.1, np.nan])
+    np.testing.assert_array_equal(values, [[0.0, 0.0], [0.1, 0.0], [0.0, -0.005]])
 
 
 @pytest.mark.slow
@@ -295,3 +295,14 @@ def test_a_campaign_design_varies_nuisances_beside_the_cosmology(tmp_path):
 def test_a_nuisance_design_the_base_cannot_take_is_refused_naming_it(parameters, baryons, message):
     with pytest.raises(ValueError, match=message):
         _campaign({"kind": "grid", "parameters": parameters}, baryons)
+
+
+def test_a_design_may_not_vary_what_the_draws_draw_nor_a_source_the_base_lacks():
+    base = _run(draws={"kind": "list", "points": [{"photo_z_shift.bin0": 0.01}]})
+    camp = {"name": "c", "base": base.model_dump(mode="json", exclude={"ic": {"seed"}})}
+    design = {"kind": "grid", "parameters": {"photo_z_shift.bin1": [0.02]}}
+    with pytest.raises(ValueError, match="base.lensing.draws draws photo_z_shift too"):
+        campaign.Campaign.model_validate({**camp, "design": design})
+    design = {"kind": "derivatives", "parameters": {"shear_bias.bin7": 0.01}}
+    with pytest.raises(ValueError, match="'shear_bias.bin7' is not one the run can vary"):
+        campaign.Campaign.model_validate({**camp, "design": design})

@@ -277,3 +277,13 @@ def test_the_summaries_decouple_the_spectra_of_masked_flat_maps(tmp_path):
     assert counted[1] < counted[0] < cut["cl_masked"].attrs["sky_fraction"] < 0.85
     assert 0 < cut["peaks_masked"][:, 0].sum() < cut["peaks"][:, 0].sum()
     assert cut["windows_masked"].shape == (cut["ell"].shape[0], cut["multipole_flat"].shape[0])
+
+
+def test_flat_interior_pixels_keep_their_distance_across_the_periodic_edge():
+    """A cut first column: the interior starts 3 pixels from it on both sides, the map's
+    opposite edge included (the map is smoothed as periodic)."""
+    mask = np.ones((16, 16))
+    mask[:, 0] = 0.0
+    inside = stats.interior_flat(mask, 2.5)
+    assert inside[:, 3:14].all() and not inside[:, :3].any() and not inside[:, 14:].any()
+    assert stats.interior_flat(np.ones((16, 16)), 2.5).all()

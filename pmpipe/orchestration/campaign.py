@@ -225,6 +225,10 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
     common = camp.common_seeds or camp.design.kind == "derivatives"
     base = camp.base.model_dump()
     specs: list[RunSpec] = []
+    try:
+        designs.check_nuisances(camp.design, camp.base)
+    except ValueError as err:
+        raise config.ConfigError(f"{source}: {err}") from None
     points = designs.design_points(camp.design, camp.base, camp.seed)
     for p, (label, parameters) in enumerate(points):
         run = _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)

@@ -11,7 +11,11 @@ import numpy as np
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from pmpipe.run import config, draws, universe
-from pmpipe.run.observables import ALIGNMENT_PARAMETERS, PER_SOURCE_PARAMETERS
+from pmpipe.run.observables import (
+    ALIGNMENT_PARAMETERS,
+    PER_SOURCE_PARAMETERS,
+    draw_parameter_names,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # A run folder is named <campaign>-<point>-r<i>[-paired]: two names of at most this many (ASCII)
@@ -70,6 +74,31 @@ def physical_parameters(cosmology: dict) -> dict:
         if physical in fields:
             fields[field] = float(f"{fields.pop(physical) / fields['h'] ** 2:.12g}")
     return fields
+
+
+def parameter_names(design: Design) -> list[str]:
+    """The parameters a design varies, in order of first appearance."""
+    if isinstance(design, ListDesign):
+        return list(dict.fromkeys(n for p in design.points for n in p.parameters))
+    return [] if isinstance(design, FiducialDesign) else list(design.parameters)
+
+
+def check_nuisances(design: Design, base: config.Run) -> None:
+    """ValueError naming the design's nuisance parameter that the base run has no section or
+    source for, or that base.lensing.draws draws too (each draw would replace it)."""
+    names = [n for n in parameter_names(design) if is_nuisance(n)]
+    draws.check_names(base, names)
+    found = base.lensing.draws if base.lensing is not None else None
+    if found is None:
+        return
+    drawn = {n.partition(".")[0] for n in draw_parameter_names(found)}
+    clash = [n for n in names if n.partition(".")[0] in drawn]
+    if clash:
+        raise ValueError(
+            f"design.parameters {', '.join(clash)}: base.lensing.draws draws "
+            f"{', '.join(sorted(drawn))} too, and each draw would replace the design's value: "
+            "vary each nuisance in one of them"
+        )
 
 
 def run_value(run: config.Run, name: str) -> float | None:

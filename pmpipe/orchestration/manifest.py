@@ -158,14 +158,15 @@ def design_values(spec: RunSpec, names: list[str], derived: dict) -> dict[str, f
 
 
 def draw_columns(spec: RunSpec) -> list[dict]:
-    """The columns of each draw of the run's lensing.draws (pmpipe.run.draws.points): its index
-    ``draw`` and the drawn values; [{}] for a run without draws."""
+    """The columns of each draw of the run's lensing.draws: its index ``draw`` and the values
+    of every drawn parameter (pmpipe.run.draws.filled_points; empty where unknown); [{}] for
+    a run without draws."""
     lens = spec.run.lensing
     if lens is None or lens.draws is None:
         return [{}]
     return [
-        {"draw": d, **values}
-        for d, values in enumerate(nuisance_draws.points(lens.draws, spec.run.ic.seed))
+        {"draw": d, **{n: "" if v is None else v for n, v in values.items()}}
+        for d, values in enumerate(nuisance_draws.filled_points(spec.run))
     ]
 
 
@@ -173,7 +174,7 @@ def manifest_rows(
     camp: Campaign, results_dir: str | Path, status: Callable[[Path], str]
 ) -> list[dict]:
     """One row per run (with lensing.draws, per run and draw): id, the draw's index and drawn
-    values (:func:`draw_columns`; empty where a draw leaves one out), index, point,
+    values (:func:`draw_columns`), index, point,
     realisation, paired, seed, each design parameter (:func:`design_values`; empty where
     unknown), the columns of DERIVED (:func:`derived_parameters`, empty where unknown), run
     folder, config hash and status(run folder)."""

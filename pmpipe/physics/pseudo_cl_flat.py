@@ -88,12 +88,17 @@ def couplings(mask, fov_deg: float, edges) -> dict[str, np.ndarray]:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.bincount(index.ravel(), field.ravel(), bins + 1)[:bins] / counts
 
+    rotated = ~_nyquist(n)  # the modes the shear's E and B have
+
     def spin_parts(indicator):
-        plain = convolved(indicator)
-        plus = 0.5 * (
-            plain + cos4 * convolved(cos4 * indicator) + sin4 * convolved(sin4 * indicator)
+        spin2 = indicator * rotated
+        plain = convolved(spin2)
+        plus = 0.5 * (plain + cos4 * convolved(cos4 * spin2) + sin4 * convolved(sin4 * spin2))
+        return (
+            binned(convolved(indicator)),
+            binned(plus * rotated),
+            binned((plain - plus) * rotated),
         )
-        return binned(plain), binned(plus), binned(plain - plus)
 
     by_bin = [spin_parts(((index == b) & (ell > 0)).astype(np.float64)) for b in range(bins)]
     by_ring = [spin_parts(((ring == r) & (ell > 0)).astype(np.float64)) for r in range(rings)]
@@ -117,11 +122,16 @@ def _rotation(n: int) -> tuple[np.ndarray, np.ndarray]:
     (whose modes have no partner -ℓ on the grid, so that a rotation there would not keep a
     real map real; they lie beyond every bin of flat_sky_cl)."""
     _, phi = modes(n, 1.0)  # the angles do not depend on the map's size
-    cos2, sin2 = np.cos(2 * phi), np.sin(2 * phi)
+    regular = ~_nyquist(n)
+    return np.cos(2 * phi) * regular, np.sin(2 * phi) * regular
+
+
+def _nyquist(n: int) -> np.ndarray:
+    """The modes (n, n) bool on the Nyquist row and column of an even n (none for odd n)."""
+    found = np.zeros((n, n), bool)
     if n % 2 == 0:
-        for a in (cos2, sin2):
-            a[n // 2, :] = a[:, n // 2] = 0.0
-    return cos2, sin2
+        found[n // 2, :] = found[:, n // 2] = True
+    return found
 
 
 def masked_modes(kappa, shear, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

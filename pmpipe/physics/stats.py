@@ -261,13 +261,16 @@ def peak_counts_flat(kappa, edges, where=None) -> np.ndarray:
 
 def interior_flat(mask, radius_pixels: float) -> np.ndarray:
     """The pixels (n, n) bool of a flat-sky mask that are whole (value 1) and lie more than
-    ``radius_pixels`` pixel sides (centre to centre) from every pixel that is not."""
+    ``radius_pixels`` pixel sides (centre to centre) from every pixel that is not, across the
+    map's edges too (the map is smoothed as periodic)."""
     from scipy import ndimage
 
     whole = np.asarray(mask, np.float64) >= 1.0
     if whole.all():
         return whole
-    return ndimage.distance_transform_edt(whole) > radius_pixels
+    n, pad = whole.shape[0], int(np.ceil(radius_pixels)) + 1
+    distance = ndimage.distance_transform_edt(np.pad(whole, pad, mode="wrap"))
+    return distance[pad : pad + n, pad : pad + n] > radius_pixels
 
 
 def peak_counts_healpix(kappa_map, edges, where=None) -> np.ndarray:

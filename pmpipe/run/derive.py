@@ -256,15 +256,17 @@ def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
 
 def draw_sources(run_setup: RunSetup) -> list[tuple[dict, tuple]] | None:
     """Per draw of lensing.draws (None without draws): its values
-    (:func:`pmpipe.run.draws.points`) and the sources as :func:`sources` makes them for the
+    (:func:`pmpipe.run.draws.filled_points`) and the sources as :func:`sources` makes them for the
     run as the draw sees it."""
     run = run_setup.config
     found = run.lensing.draws if run.lensing is not None else None
     if found is None:
         return None
     return [
-        (values, sources(nuisance_draws.draw_run(run, values), run_setup.cosmology))
-        for values in nuisance_draws.points(found, run.ic.seed)
+        (filled, sources(nuisance_draws.draw_run(run, values), run_setup.cosmology))
+        for values, filled in zip(
+            nuisance_draws.points(found, run.ic.seed), nuisance_draws.filled_points(run)
+        )
     ]
 
 

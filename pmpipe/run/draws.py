@@ -15,24 +15,38 @@ from pmpipe.run.observables import (
     ListedDraws,
     SampledDraws,
     check_draw_names,
+    draw_parameter_names,
 )
+
+DRAW_STREAM = 0x64726177  # tags the draws' random stream apart from the run's others
+BARYON_PARAMETERS = ("log_T_AGN",)  # the baryons section's, which designs may vary too
 
 
 def points(draws: SampledDraws | ListedDraws, seed: int) -> list[dict[str, float]]:
     """The parameter values of every draw, in draw order (a Latin hypercube seeded by ``seed``,
-    the run's ic.seed)."""
+    the run's ic.seed, on a stream of its own)."""
     if isinstance(draws, ListedDraws):
         return [dict(p) for p in draws.points]
     from scipy.stats import qmc
 
     names = list(draws.parameters)
-    engine = qmc.LatinHypercube(d=len(names), scramble=True, seed=np.random.default_rng(seed))
+    stream = np.random.default_rng([seed, DRAW_STREAM])  # not the shape noise's (seed, source)
+    engine = qmc.LatinHypercube(d=len(names), scramble=True, seed=stream)
     low, high = (np.array([draws.parameters[n][i] for n in names]) for i in (0, 1))
     values = qmc.scale(engine.random(draws.count), low, high)
     return [{n: float(v) for n, v in zip(names, row)} for row in values]
 
 
-BARYON_PARAMETERS = ("log_T_AGN",)  # the baryons section's, which designs may vary too
+def filled_points(run: config.Run) -> list[dict[str, float | None]]:
+    """:func:`points` of the run's lensing.draws, each with every drawn parameter: a listed
+    draw's omitted ones at the section's value (:func:`nuisance_value`)."""
+    found = config.section(run.lensing, "lensing").draws
+    assert found is not None  # a run with draws
+    names = draw_parameter_names(found)
+    return [
+        {n: values[n] if n in values else nuisance_value(run, n) for n in names}
+        for values in points(found, run.ic.seed)
+    ]
 
 
 def with_nuisances(
@@ -42,15 +56,10 @@ def with_nuisances(
     (a per-source field for every source, or ``<field>.<source>`` for one) and the baryons'
     log_T_AGN; validated as a run (pydantic's ValidationError names the field), ValueError
     naming ``where`` and the parameter the run has no section for."""
+    check_names(run, list(values), where)
     data = run.model_dump(mode="json")
-    lensing_values = {n: v for n, v in values.items() if n not in BARYON_PARAMETERS}
-    if lensing_values:
-        lens = run.lensing
-        if lens is None:
-            raise ValueError(f"{where} {', '.join(lensing_values)} need a lensing section")
-        check_draw_names(
-            list(lensing_values), lens.source_labels(), lens.intrinsic_alignment is not None, where
-        )
+    lens = run.lensing
+    if lens is not None and any(n not in BARYON_PARAMETERS for n in values):
         section = data["lensing"]
         for field in PER_SOURCE_PARAMETERS:
             per_source = lens.per_source(field)
@@ -62,10 +71,23 @@ def with_nuisances(
                 section["intrinsic_alignment"][name] = values[name]
     for name in BARYON_PARAMETERS:
         if name in values:
-            if run.baryons is None:
-                raise ValueError(f"{where} parameter {name} needs a baryons section (its model)")
             data["baryons"][name] = values[name]
     return type(run).model_validate(data)
+
+
+def check_names(run: config.Run, names: list[str], where: str = "design.parameters") -> None:
+    """ValueError naming ``where`` and the nuisance parameter (:func:`with_nuisances`' names)
+    that the run has no section or source for."""
+    lensing_names = [n for n in names if n not in BARYON_PARAMETERS]
+    if lensing_names:
+        lens = run.lensing
+        if lens is None:
+            raise ValueError(f"{where} {', '.join(lensing_names)} need a lensing section")
+        alignment = lens.intrinsic_alignment is not None
+        check_draw_names(lensing_names, lens.source_labels(), alignment, where)
+    for name in BARYON_PARAMETERS:
+        if name in names and run.baryons is None:
+            raise ValueError(f"{where} parameter {name} needs a baryons section (its model)")
 
 
 def draw_run(run: config.Run, values: dict[str, float]) -> config.Run:

@@ -45,10 +45,10 @@ def write_particles(group: zarr.Group, disp, mom, a: float) -> None:
 
 
 def write_draw_axis(group: zarr.Group, draws: list[dict]) -> None:
-    """The draws of lensing.draws (pmpipe.run.draws.points, in draw order): coordinates
-    ``draw`` (0, 1, ...) and ``draw_parameter`` (the drawn parameters' names), and
-    ``draw_values`` (draw, draw_parameter), NaN where a listed draw leaves a parameter out (it
-    keeps the lensing section's value)."""
+    """The draws of lensing.draws (pmpipe.run.draws.filled_points, in draw order):
+    coordinates ``draw`` (0, 1, ...) and ``draw_parameter`` (the drawn parameters' names), and
+    ``draw_values`` (draw, draw_parameter), NaN where a listed draw leaves out a parameter
+    named for every source and the sources' values differ."""
     names = list(dict.fromkeys(name for values in draws for name in values))
     store.write_coordinate(group, "draw", np.arange(len(draws)), "1", "draw of the nuisances")
     store.write_coordinate(
@@ -57,8 +57,11 @@ def write_draw_axis(group: zarr.Group, draws: list[dict]) -> None:
     store.write_array(
         group,
         "draw_values",
-        np.array([[values.get(n, np.nan) for n in names] for values in draws], np.float64),
+        np.array(
+            [[np.nan if values[n] is None else values[n] for n in names] for values in draws],
+            np.float64,
+        ),
         ("draw", "draw_parameter"),
         "1",
-        "value of each drawn parameter in the draw (NaN: the lensing section's)",
+        "value of each drawn parameter in the draw (NaN: the sources differ in it)",
     )

@@ -183,14 +183,13 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
     drawn = derive.draw_sources(setup)
+    sets = [srcs] if drawn is None else [found for _, found in drawn]
     weights = np.stack(
-        [
-            [lensing.plane_weights(cosmo, edges, source) for _, _, source in found]
-            for found in ([srcs] if drawn is None else [found for _, found in drawn])
-        ]
+        [[lensing.plane_weights(cosmo, edges, source) for _, _, source in found] for found in sets]
     )
+    z_source = np.array([[s[1] for s in found] for found in sets])
     if drawn is None:
-        weights = weights[0]
+        weights, z_source = weights[0], z_source[0]
     path = store_path(inputs.run_dir, "lensing")
     maps_kept = cfg.outputs.lightcone
     group = store.create(
@@ -206,16 +205,16 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
         "1",
         "source: 'z=<z>' for a single redshift, else the n(z) name",
     )
+    store.write_coordinate(group, "plane", chi, "Mpc/h", "comoving distance of the plane's centre")
+    by = Pass(weights.reshape(-1, chi.size), derive.baryon_suppression(setup), weights.shape[:-1])
     store.write_array(
         group,
         "z_source",
-        np.array([s[1] for s in srcs]),
-        ("source",),
+        z_source,
+        by.dims(),
         "1",
-        "source redshift (mean redshift of a distribution)",
+        "source redshift (mean redshift of a distribution, with its photo-z shift)",
     )
-    store.write_coordinate(group, "plane", chi, "Mpc/h", "comoving distance of the plane's centre")
-    by = Pass(weights.reshape(-1, chi.size), derive.baryon_suppression(setup), weights.shape[:-1])
     store.write_array(
         group,
         "plane_weight",
