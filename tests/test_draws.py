@@ -10,7 +10,7 @@ import zarr
 from conftest import run_every_stage
 
 from pmpipe.bench import draws as bench_draws
-from pmpipe.orchestration import campaign, manifest
+from pmpipe.orchestration import campaign, manifest, resources
 from pmpipe.run import config, draws, validation
 from pmpipe.stages.inputs import Inputs
 
@@ -306,3 +306,8 @@ def test_a_design_may_not_vary_what_the_draws_draw_nor_a_source_the_base_lacks()
     design = {"kind": "derivatives", "parameters": {"shear_bias.bin7": 0.01}}
     with pytest.raises(ValueError, match="'shear_bias.bin7' is not one the run can vary"):
         campaign.Campaign.model_validate({**camp, "design": design})
+
+
+def test_the_plan_counts_every_draw_s_maps_on_disk():
+    one, eight = (resources.disk_bytes(_run(draws=d))["lensing"] for d in (None, SAMPLED))
+    assert one > 0 and eight == 8 * one

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
 from pmpipe.physics import sky
-from pmpipe.run import config, validation
+from pmpipe.run import config, draws, validation
 from pmpipe.stages import STAGES
 
 # Runs per job by platform. One process compiles once for all its runs, so larger groups
@@ -208,13 +208,13 @@ def _shell_words(run: config.Run, planes: int, devices: int) -> float:
 def full_sky_raytrace(run: config.Run, planes: int, cores: int) -> tuple[float, float]:
     """Host bytes and seconds of a run's full-sky ray tracing on ``cores`` cores (0, 0 without
     it): the rays' and the shells' memory, the tracing through ``planes`` shells and the
-    analysis of every source."""
+    analysis of every source (of every draw)."""
     lens = run.lensing
     if lens is None or lens.full_sky is None or lens.method == "born" or planes == 0:
         return 0.0, 0.0
     nside = lens.full_sky.nside
     rays = sky.healpix_pixels(sky.traced_rays_nside(nside))
-    sources = len(lens.source_labels())
+    sources = len(lens.source_labels()) * draws.maps_per_source(run)
     ell_max = sky.healpix_ell_max(nside)
     shells = planes * np.dtype(np.complex128).itemsize * (ell_max + 1) * (ell_max + 2) / 2
     memory = rays * (RAYTRACE_RAY_BYTES + (sources - 1) * RAYTRACE_SOURCE_RAY_BYTES) + shells
@@ -316,7 +316,8 @@ def _model(
 def disk_bytes(run: config.Run) -> dict[str, float]:
     """Bytes each stage store of a run takes on disk, by what ``run.outputs`` keeps (large
     float arrays are stored uncompressed; bit rounding and the small arrays are not counted).
-    Full-sky shells and κ maps come with their harmonic coefficients (complex64)."""
+    Full-sky shells and κ maps come with their harmonic coefficients (complex64); the lensing
+    maps of every draw."""
     out, itemsize = run.outputs, 8 if run.nbody.dtype == "float64" else 4
     n, m = run.box.particles, run.box.particles * run.box.oversample
     ic = {"all": 7, "linear": 1, "none": 0}[out.ic] * n**3
@@ -339,7 +340,7 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
         alm_bytes = np.dtype(np.complex64).itemsize * alm
         sizes["nbody"] += planes * (itemsize * (m**2 + shells) + alm_bytes)
         if run.lensing is not None:
-            sources = len(run.lensing.source_labels())
+            sources = len(run.lensing.source_labels()) * draws.maps_per_source(run)
             flat = run.lensing.flat_sky.pixels**2 if run.lensing.flat_sky else 0
             sizes["lensing"] = sources * (3 * itemsize * (flat + shells) + alm_bytes)
     return {

@@ -49,6 +49,14 @@ def filled_points(run: config.Run) -> list[dict[str, float | None]]:
     ]
 
 
+def maps_per_source(run: config.Run) -> int:
+    """How many maps the lensing stage makes of each source: one per draw (1 without)."""
+    found = run.lensing.draws if run.lensing is not None else None
+    if found is None:
+        return 1
+    return found.count if isinstance(found, SampledDraws) else len(found.points)
+
+
 def with_nuisances(
     run: config.Run, values: dict[str, float], where: str = "design.parameters"
 ) -> config.Run:
