@@ -2,6 +2,7 @@
 interpolation of planes, Kaiser-Squires, full-sky shear, plane capture on any device mesh,
 and bad lensing input."""
 
+import dataclasses
 import math
 
 import healpy
@@ -167,6 +168,42 @@ def test_flat_plane_is_the_slab_of_the_rotated_box():
     i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     expected = slab[(3 + j) % m, (7 - i) % m]
     np.testing.assert_allclose(plane, expected - expected.mean(), atol=1e-4)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_planes_of_one_copy_tile_it_slab_after_slab(flip):
+    """lightcone.copy_every 'box': three 4-cell planes of one copy share its rotation and
+    shift, their slabs follow each other outwards (down the box axis when the line of sight is
+    reversed) and together make the copy's 12-cell slab; the next copy is drawn afresh."""
+    m, box = 16, 16.0
+    delta = jnp.asarray(np.random.default_rng(3).normal(size=(m, m, m)), jnp.float32)
+    mesh = parallel.make_mesh((1, 1))
+    transforms = lightcone.plane_transforms(5, 6, m, True, per_copy=3, n_cells=4)
+    first = transforms[0]
+    assert all(t.shift == first.shift and t.axes == first.axes for t in transforms[:3])
+    assert [t.slab for t in transforms] == [0, 4, 8] * 2
+    assert transforms[3].shift != first.shift
+    assert lightcone.plane_transforms(5, 1, m, True)[0] == first  # copy 0: plane 0's own
+    base = dataclasses.replace(first, flips=(*first.flips[:2], flip))
+    los = base.axes[2]
+
+    def slab_from(cell, cells, slab=0):
+        """The flat plane of ``cells`` cells from box cell ``cell`` up the line-of-sight axis."""
+        shift = tuple(cell if b == los else c for b, c in enumerate(base.shift))
+        t = dataclasses.replace(base, shift=shift, flips=(*base.flips[:2], False), slab=slab)
+        return np.asarray(lightcone.flat_plane(delta, mesh, box, cells, t))
+
+    planes = [
+        np.asarray(lightcone.flat_plane(delta, mesh, box, 4, dataclasses.replace(base, slab=s)))
+        for s in (0, 4, 8)
+    ]
+    s0 = base.shift[los]
+    if not flip:
+        np.testing.assert_allclose(planes[1], slab_from(s0 + 4, 4), atol=1e-5)
+        np.testing.assert_allclose(np.sum(planes, axis=0), slab_from(s0, 12), atol=1e-4)
+    else:  # the slabs step down the box axis: [s0, s0 + 4), [s0 - 4, s0), [s0 - 8, s0 - 4)
+        for s in (0, 4, 8):
+            np.testing.assert_allclose(planes[s // 4], slab_from(s0, 4, slab=-s), atol=1e-5)
 
 
 def _trilinear(f, pts):

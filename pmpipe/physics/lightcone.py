@@ -4,9 +4,11 @@ The observer sits at ``observer`` (Mpc/h) in a periodic box replicated through s
 are shells of comoving distance [χ_lo, χ_hi) of equal thickness Δχ from the observer out to
 the first edge beyond χ(z_max). Each plane sees the particles drifted to the scale factor
 a(χ_c) at which the light cone crosses the plane's centre χ_c (the drift of the step that
-contains that time, stopped there, inside the N-body's compiled program: :class:`Capture`), through its own copy of the box: rotated by one of the 24
+contains that time, stopped there, inside the N-body's compiled program: :class:`Capture`), through a copy of the box: rotated by one of the 24
 axis rotations and shifted by a random whole number of cells (seeded by the run's seed, so a
-paired run sees the same geometry).
+paired run sees the same geometry). Every plane has its own copy, or (``per_copy`` planes to a
+copy) the planes within each box length of distance share one and tile it slab after slab,
+which keeps the correlations between neighbouring thin planes.
 
 Two products per plane, both projected overdensities Σ = ∫ δ dχ over the plane (Mpc/h), with
 their own mean removed:
@@ -46,11 +48,14 @@ from pmpipe.runtime.parallel import AXES, FIELD_SPEC, pdims_of
 @dataclasses.dataclass(frozen=True)
 class PlaneTransform:
     """How plane i sees the box: box axis ``axes[j]`` becomes the observer's axis j, reversed
-    where ``flips[j]``, then shifted by ``shift`` cells (box axes order)."""
+    where ``flips[j]``, then shifted by ``shift`` cells (box axes order); its flat slab starts
+    ``slab`` cells past the shift along the line of sight (outwards), where the planes before
+    it in the same copy end."""
 
     axes: tuple[int, ...]
     flips: tuple[bool, ...]
     shift: tuple[int, ...]
+    slab: int = 0
 
 
 def rotations() -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
@@ -65,25 +70,35 @@ def rotations() -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
 
 
 def plane_transforms(
-    seed: int, n_planes: int, mesh_n: int, randomize: bool
+    seed: int, n_planes: int, mesh_n: int, randomize: bool, per_copy: int = 1, n_cells: int = 0
 ) -> list[PlaneTransform]:
-    """One transform per plane from numpy's generator seeded by (seed, plane index);
-    identities when ``randomize`` is false."""
-    if not randomize:
-        return [PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))] * n_planes
+    """One transform per plane: copy i // per_copy of the box, from numpy's generator seeded by
+    (seed, copy index) (identities when ``randomize`` is false), its slab (i % per_copy) ×
+    n_cells cells into the copy."""
     table = rotations()
     out = []
     for i in range(n_planes):
-        rng = np.random.default_rng([seed, i])
-        axes, flips = table[int(rng.integers(len(table)))]
+        copy, within = divmod(i, per_copy)
+        axes: tuple[int, ...] = (0, 1, 2)
+        flips: tuple[bool, ...] = (False,) * 3
+        shift: tuple[int, ...] = (0, 0, 0)
+        if randomize:
+            rng = np.random.default_rng([seed, copy])
+            axes, flips = table[int(rng.integers(len(table)))]
+            shift = tuple(int(s) for s in rng.integers(mesh_n, size=3))
         out.append(
-            PlaneTransform(
-                tuple(axes),
-                tuple(bool(f) for f in flips),
-                tuple(int(s) for s in rng.integers(mesh_n, size=3)),
-            )
+            PlaneTransform(tuple(axes), tuple(bool(f) for f in flips), shift, within * n_cells)
         )
     return out
+
+
+def flat_shift(transform: PlaneTransform) -> tuple[int, ...]:
+    """The shift (cells, box axes) that starts the transform's flat slab where its ``slab``
+    says: that many cells outwards along the line of sight, down the box axis where the line
+    of sight is reversed."""
+    los = transform.axes[2]
+    step = -transform.slab if transform.flips[2] else transform.slab
+    return tuple(c + step if b == los else c for b, c in enumerate(transform.shift))
 
 
 def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float) -> sky.Planes:
@@ -106,7 +121,7 @@ def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: Plan
         delta,
         np.asarray(transform.axes, np.int32),
         np.asarray(transform.flips),
-        np.asarray(transform.shift, np.int32),
+        np.asarray(flat_shift(transform), np.int32),
         mesh=mesh,
         box_size=box_size,
         n_cells=n_cells,
@@ -115,7 +130,8 @@ def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: Plan
 
 @partial(jax.jit, static_argnames=("mesh", "box_size", "n_cells"))
 def _flat_plane(delta, axes, flips, shift, mesh: Mesh, box_size: float, n_cells: int):
-    """:func:`flat_plane` with the transform as arrays axes, flips, shift (3,)."""
+    """:func:`flat_plane` with the transform as arrays axes, flips, shift (3,) (its
+    :func:`flat_shift`)."""
     mesh_n = delta.shape[0]
     los = axes[2]
     cells = jnp.arange(mesh_n)
@@ -162,7 +178,8 @@ class Capture:
     arguments of the program, and static sizes. The real planes come first; their number is
     no part of the program, so runs whose cosmologies give a few planes more or less share it.
 
-    a (P,) crossing scale factors; axes, flips, shift (P, 3): the planes' transforms; chi_lo,
+    a (P,) crossing scale factors; axes, flips, shift (P, 3): the planes' transforms (the
+    shift their :func:`flat_shift`); chi_lo,
     dr (P,) Mpc/h: start of each shell and the step of its ray samples; source, scale, offset
     (P, 3): :func:`box_frame`; k_max (P,) h/Mpc: band limit of each shell's density.
     n_cells: slab cells of a flat plane; n_r: ray samples per shell; rays_nside: the HEALPix
@@ -212,7 +229,7 @@ def capture_plan(
         a=padded(planes.a, dtype),
         axes=padded([t.axes for t in transforms], np.int32),
         flips=padded([t.flips for t in transforms], bool),
-        shift=padded([t.shift for t in transforms], np.int32),
+        shift=padded([flat_shift(t) for t in transforms], np.int32),
         chi_lo=padded(planes.chi_edges[:-1], dtype),
         dr=padded(np.diff(planes.chi_edges) / n_r, dtype),
         source=padded([f[0] for f in frames], np.int32),

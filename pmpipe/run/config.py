@@ -329,6 +329,12 @@ class Run(StrictModel):
         """Comoving thickness of a lightcone plane in Mpc/h."""
         return section(self.lightcone, "lightcone").plane_thickness or self.box.box_size
 
+    def planes_per_copy(self) -> int:
+        """Consecutive lightcone planes that see one copy of the box (lightcone.copy_every)."""
+        if section(self.lightcone, "lightcone").copy_every == "plane":
+            return 1
+        return max(1, self.force_cells() // self.plane_cells())
+
     def plane_cells(self) -> int:
         """Force-mesh cells across a lightcone plane."""
         return round(self.plane_thickness() / (self.box.box_size / self.force_cells()))
@@ -378,7 +384,8 @@ class Run(StrictModel):
             raise ValueError(
                 f"lensing.intrinsic_alignment needs lightcone.plane_thickness of at most "
                 f"{MAX_ALIGNMENT_THICKNESS:g} Mpc/h (the planes must resolve each "
-                f"distribution's n(z)), got {thickness:g}"
+                f"distribution's n(z); with lightcone.copy_every 'box' thin planes keep the "
+                f"correlations between them), got {thickness:g}"
             )
         if self.summaries.shape_noise is not None:
             self.summaries.shape_noise.per_source(lens.source_labels())
@@ -403,6 +410,7 @@ def _massive_neutrino_problems(run: Run) -> list[str]:
 # existed, so that a run that does not use them hashes as it did without them.
 HASHED_UNLESS: dict[str, dict[str, object]] = {
     "cosmology": {"A_s": None, "m_nu": 0.0, "neutrino_hierarchy": "degenerate"},
+    "lightcone": {"copy_every": "plane"},
     "lensing": {
         "method": "born",
         "reduced_shear": False,

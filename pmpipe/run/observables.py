@@ -32,7 +32,15 @@ class Lightcone(StrictModel):
         description="observer's position in the box, Mpc/h; the flat-sky line of sight is the observer's z axis",
     )
     randomize: bool = Field(
-        True, description="rotate and shift the box at random for every plane (seeded by ic.seed)"
+        True, description="rotate and shift the box at random for every copy (seeded by ic.seed)"
+    )
+    copy_every: Literal["plane", "box"] = Field(
+        "plane",
+        description="plane: every plane sees its own copy of the box (planes thinner than the "
+        "box then lose power at low multipoles, the correlations between them missing); box: "
+        "the planes within each box length of distance share a copy and tile it slab after "
+        "slab, keeping those correlations (for the thin planes intrinsic alignments and "
+        "photo-z shifts need)",
     )
 
 

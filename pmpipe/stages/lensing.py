@@ -47,7 +47,7 @@ def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
     cfg, cosmo, srcs = setup.config, setup.cosmology, setup.sources
     power, box = setup.power, cfg.box
 
-    thickness = cfg.plane_thickness()
+    thickness = cfg.plane_thickness() * cfg.planes_per_copy()  # contiguous in a copy
 
     def mesh(k, plane, oversampling=1):
         return resolution.power_transfer(
@@ -132,8 +132,9 @@ def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, t
                 f"{field} is too thick for ray tracing (lensing.method = "
                 f"{cfg.lensing.method}, {len(config.section(setup.planes, 'planes'))} planes): "
                 "lens-lens coupling needs planes of at most "
-                f"{raytrace.MAX_PLANE_THICKNESS:g} Mpc/h: set it to at most that (the maps "
-                "then lose some power at low multipoles, docs/validation.md)"
+                f"{raytrace.MAX_PLANE_THICKNESS:g} Mpc/h: set it to at most that, with "
+                "lightcone.copy_every 'box' so that thin planes keep their power at low "
+                "multipoles (docs/lensing.md)"
             ),
         )
     for suffix, rows in ranges.items():

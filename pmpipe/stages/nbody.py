@@ -48,7 +48,12 @@ class LightconeCapture:
         self.grid = grid
         self.planes = config.section(setup.planes, "lightcone planes")
         self.transforms = lightcone.plane_transforms(
-            cfg.ic.seed, len(self.planes), grid.force_cells, cone.randomize
+            cfg.ic.seed,
+            len(self.planes),
+            grid.force_cells,
+            cone.randomize,
+            cfg.planes_per_copy(),
+            cfg.plane_cells(),
         )
         full = cfg.lensing.full_sky if cfg.lensing is not None else None
         self.nside = full.nside if full is not None else None
@@ -149,6 +154,7 @@ class LightconeCapture:
                         "axes": list(t.axes),
                         "flips": list(t.flips),
                         "shift_cells": list(t.shift),
+                        "slab_cells": t.slab,
                         "offsets": list(lightcone.plane_offsets(observer, t)),
                     }
                     for t in self.transforms
