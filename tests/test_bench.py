@@ -322,3 +322,46 @@ def test_bench_postborn_compares_the_methods_in_the_resolved_range():
     for row in record["runs"]:
         assert 0 < max(row["cl_omega_over_cl_kappa"]) < 1e-3
         assert row["rms_difference_over_rms"] > 0.01
+
+
+def test_bench_nuisances_measures_each_comparison_against_pyccl_as_a_deviation():
+    """The comparisons of `pmpipe bench nuisances` are 0 where the maps' spectra are pyccl's,
+    and move with a measured change: 10 % more alignment part, a 10 % larger shift."""
+    from pmpipe.bench import nuisances
+
+    rng = np.random.default_rng(4)
+    names = ("plain", "alignments", "photo_z_shift", "baryons")
+    drawn = {name: rng.uniform(1, 2, (2, 2, 3)) for name in names}
+    theory = {name: a + np.swapaxes(a, 0, 1) for name, a in drawn.items()}  # symmetric C_ij
+    cl = np.stack([theory[name] for name in ("plain", "alignments", "photo_z_shift")])
+    exact = nuisances._paired(cl, theory)
+    assert all(np.allclose(values, 0, atol=1e-12) for values in exact.values())
+    more = cl.copy()
+    more[1] = cl[0] + 1.1 * (theory["alignments"] - theory["plain"])
+    more[2] = cl[0] * (1 + 1.1 * (theory["photo_z_shift"] / theory["plain"] - 1))
+    moved = nuisances._paired(more, theory)
+    assert np.allclose(moved["alignments"], 0.1) and np.allclose(moved["photo_z_shift"], 0.1)
+    assert nuisances._baryons(cl[0], theory["baryons"], theory)["worst"] < 1e-12
+    found = {
+        "ell_lo": np.array([10.0, 20, 40]), "ell_hi": np.array([20.0, 40, 80]),
+        "ell_min_valid": np.array([15.0, 20]), "ell_max_valid": np.array([60.0, 45]),
+    }  # fmt: skip
+    assert nuisances._resolved_bins(found).tolist() == [False, True, False]
+    found["ell_max_valid"][1] = 30.0
+    with pytest.raises(ValueError, match="no multipole bin lies inside the resolved range"):
+        nuisances._resolved_bins(found)
+
+
+@pytest.mark.slow
+def test_bench_nuisances_runs_paired_draws_and_baryons_in_the_resolved_range():
+    """One seed at 80^3: the resolved range holds one multipole bin, where the baryons'
+    suppression of the maps is within 5 % of pyccl's (their difference: docs/validation.md)."""
+    from pmpipe.bench import nuisances
+
+    record = nuisances.bench_nuisances(80, 128, 1)
+    assert record["ell"] and 240 <= record["ell"][0] and record["ell"][-1] <= 330
+    ratio = np.array(record["baryons"]["measured_ratio"])
+    assert np.all(ratio < 1) and record["baryons"]["worst"] < 0.05  # feedback suppresses
+    for name in ("plain", "alignments", "photo_z_shift"):
+        assert np.array(record[name]["mean"]).shape == (3, len(record["ell"]))
+    assert np.all(np.abs(record["plain"]["mean"]) < 1)  # about ten modes in a bin: ±45 %

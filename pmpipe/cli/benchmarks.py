@@ -148,6 +148,19 @@ def pseudo_cl(args) -> int:
     return 0
 
 
+def nuisances(args) -> int:
+    """``pmpipe bench nuisances``: the survey nuisances of resolved maps against pyccl."""
+    from pmpipe.bench import nuisances
+
+    try:
+        record = nuisances.bench_nuisances(args.particles, args.pixels, args.seeds)
+    except ValueError as err:
+        LOG.error("error: %s", err)
+        return 2
+    _emit(record, args.json)
+    return 0
+
+
 def draws(args) -> int:
     """``pmpipe bench draws``: what an extra draw of the nuisances costs."""
     from pmpipe.bench import draws

@@ -35,6 +35,12 @@ JSON = arg("--json", metavar="PATH", help="also write the record to PATH")
 PARTICLES = arg("--particles", type=int, required=True, help="particles per side, N")
 OVERSAMPLE = arg("--oversample", type=int, default=1, help="force mesh / particle grid, B")
 STEPS = arg("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1")
+PROFILE = arg(
+    "--profile", default="profiles/local", help="Snakemake profile folder (default profiles/local)"
+)
+SNAKEFILE = arg(
+    "--snakefile", type=Path, help="Snakefile (default: the one of the checkout pmpipe runs from)"
+)
 
 ACCURACY = (
     PARTICLES,
@@ -59,11 +65,7 @@ BENCH = (
         benchmarks.campaign,
         (
             CAMPAIGN,
-            arg(
-                "--profile",
-                default="profiles/local",
-                help="Snakemake profile folder (default profiles/local)",
-            ),
+            PROFILE,
             arg(
                 "--workdir",
                 type=Path,
@@ -71,11 +73,7 @@ BENCH = (
                 "(default: a new temporary folder)",
             ),
             arg("--cores", type=int, help="snakemake --cores (default: the profile's)"),
-            arg(
-                "--snakefile",
-                type=Path,
-                help="Snakefile (default: the one of the checkout pmpipe runs from)",
-            ),
+            SNAKEFILE,
             JSON,
         ),
     ),
@@ -86,21 +84,13 @@ BENCH = (
         benchmarks.plan,
         (
             CAMPAIGN,
-            arg(
-                "--profile",
-                default="profiles/local",
-                help="Snakemake profile folder (default profiles/local)",
-            ),
+            PROFILE,
             arg(
                 "--samples",
                 type=int,
                 help="resize the campaign's latin_hypercube or sobol design to this many points",
             ),
-            arg(
-                "--snakefile",
-                type=Path,
-                help="Snakefile (default: the one of the checkout pmpipe runs from)",
-            ),
+            SNAKEFILE,
             JSON,
         ),
     ),
@@ -234,6 +224,18 @@ BENCH = (
                 help="a flat-sky map of this many pixels per side over 10 deg instead "
                 "(default: the full sky); --mask then a .npy image of that size",
             ),
+            JSON,
+        ),
+    ),
+    Command(
+        "nuisances",
+        "NLA alignments, a photo-z shift and baryonic feedback on paired maps in their "
+        "resolved range against pyccl's Limber spectra, per seed",
+        benchmarks.nuisances,
+        (
+            arg("--particles", type=int, default=128, help="particles per side (default 128)"),
+            arg("--pixels", type=int, default=256, help="flat-sky pixels per side (default 256)"),
+            arg("--seeds", type=int, default=4, help="realisations (default 4)"),
             JSON,
         ),
     ),
