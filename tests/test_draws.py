@@ -72,7 +72,7 @@ def test_a_draw_sees_the_run_with_its_values_and_the_section_elsewhere():
             {"kind": "list", "points": [{"photo_z_shift.bin7": 0.01}]},
             (
                 r"lensing.draws parameter 'photo_z_shift.bin7' is not one the run can vary: use "
-                r"A_IA, eta_IA, photo_z_shift, shear_bias, photo_z_shift.z=1, "
+                r"A_IA, eta_IA, photo_z_shift, shear_bias, log_T_AGN, photo_z_shift.z=1, "
             ),
         ),
         (
@@ -238,6 +238,67 @@ def test_each_draw_carries_its_nuisances_and_its_own_noise(with_and_without_draw
         assert noise.shape[1] >= 3
         assert not np.allclose(noise[2], noise[0], rtol=1e-3, atol=0)
         np.testing.assert_allclose(noise[2].mean(), noise[0].mean(), rtol=0.5)
+
+
+@pytest.mark.slow
+def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, monkeypatch):
+    """Draws of log_T_AGN (8.0, and the section's 7.8 with m = 0.1): a pass over the planes per
+    value, each draw's maps, S(k, z) and pk_baryons those of a run without draws with its
+    values."""
+    read: list = []
+    field = Inputs.field
+    monkeypatch.setattr(
+        Inputs, "field", lambda self, *a, **k: read.append(a[:2]) or field(self, *a, **k)
+    )
+    points = [{"log_T_AGN": 8.0}, {"shear_bias": 0.1}]
+    stores = {}
+    for name, feedback, extra in (
+        ("drawn", 7.8, {"draws": {"kind": "list", "points": points}}),
+        ("hot", 8.0, {}),
+        ("biased", 7.8, {"shear_bias": 0.1}),
+    ):
+        lens = {**TINY["lensing"], "method": "born", **extra}
+        run = config.Run.model_validate(
+            {**TINY, "lensing": lens, "baryons": {"log_T_AGN": feedback}}
+        )
+        read.clear()
+        run_dir = run_every_stage(tmp_path / name, run)
+        stores[name] = {
+            s: zarr.open_group(run_dir / f"{s}.zarr", mode="r") for s in ("lensing", "summaries")
+        }
+        stores[name]["reads"] = sum(r == ("nbody", "lightcone_density") for r in read)
+    drawn = stores["drawn"]
+    assert drawn["reads"] == 2 * stores["hot"]["reads"] > 0  # a pass per log_T_AGN
+    for d, alone in enumerate((stores["hot"], stores["biased"])):
+        for stage, name in (
+            ("lensing", "kappa"), ("lensing", "gamma1"), ("lensing", "kappa_healpix"),
+            ("lensing", "baryon_suppression"), ("summaries", "pk_baryons"), ("summaries", "cl"),
+        ):  # fmt: skip
+            np.testing.assert_array_equal(drawn[stage][name][d], alone[stage][name][:], (d, name))
+    assert drawn["lensing"]["baryon_suppression"].metadata.dimension_names[0] == "draw"
+    assert list(drawn["summaries"]["draw_parameter"][:]) == ["log_T_AGN", "shear_bias"]
+
+
+def test_each_log_T_AGN_drawn_takes_a_pass_over_the_planes():
+    def passes(section):
+        data = _run(draws=section).model_dump()
+        data["baryons"] = {"log_T_AGN": 7.8}
+        return draws.plane_passes(config.Run.model_validate(data))
+
+    assert passes(SAMPLED) == 1  # the lensing nuisances share one pass
+    assert passes({**SAMPLED, "parameters": {"log_T_AGN": [7.6, 8.0], "A_IA": [0, 1]}}) == 8
+    listed = [{"log_T_AGN": 7.9}, {"A_IA": 0.2}, {"log_T_AGN": 7.9, "A_IA": 1.0}]
+    assert passes({"kind": "list", "points": listed}) == 2  # 7.9, and the section's 7.8
+
+
+def test_feedback_draws_need_a_baryons_section_and_its_range():
+    drawn = {"kind": "list", "points": [{"log_T_AGN": 7.9}]}
+    with pytest.raises(ValueError, match="log_T_AGN needs a baryons section"):
+        validation.check_run(_run(draws=drawn))
+    with_baryons = _run(draws={**SAMPLED, "parameters": {"log_T_AGN": [7.5, 7.9]}}).model_dump()
+    with_baryons["baryons"] = {"log_T_AGN": 7.8}
+    with pytest.raises(ValueError, match=r"baryons.log_T_AGN: Input should be greater than or"):
+        validation.check_run(config.Run.model_validate(with_baryons))
 
 
 @pytest.mark.slow

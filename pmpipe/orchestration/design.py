@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pmpipe.run import config, draws, universe
 from pmpipe.run.observables import (
     ALIGNMENT_PARAMETERS,
+    BARYON_PARAMETERS,
     PER_SOURCE_PARAMETERS,
     draw_parameter_names,
 )
@@ -28,7 +29,7 @@ PHYSICAL_DENSITIES = {"omega_b": "Omega_b"}
 DESIGN_PARAMETERS = (*universe.NUMERIC_FIELDS, *PHYSICAL_DENSITIES)
 # and nuisances, named as lensing.draws names them (a per-source field for every source, or
 # <field>.<source> for one), with the baryons' feedback (pmpipe.run.draws.with_nuisances)
-NUISANCE_PARAMETERS = (*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS, *draws.BARYON_PARAMETERS)
+NUISANCE_PARAMETERS = (*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS, *BARYON_PARAMETERS)
 
 
 def is_nuisance(name: str) -> bool:
@@ -117,7 +118,7 @@ def describe(name: str) -> str:
     """What a design parameter is, for the long names of the arrays that hold it."""
     if name in PHYSICAL_DENSITIES:
         return f"{name} = {PHYSICAL_DENSITIES[name]} h^2 of the run (design parameter)"
-    if name in draws.BARYON_PARAMETERS:
+    if name in BARYON_PARAMETERS:
         return f"baryons.{name} of the run (design parameter)"
     if is_nuisance(name):
         return f"lensing nuisance {name} of the run (design parameter)"

@@ -207,8 +207,8 @@ def _shell_words(run: config.Run, planes: int, devices: int) -> float:
 
 def full_sky_raytrace(run: config.Run, planes: int, cores: int) -> tuple[float, float]:
     """Host bytes and seconds of a run's full-sky ray tracing on ``cores`` cores (0, 0 without
-    it): the rays' and the shells' memory, the tracing through ``planes`` shells and the
-    analysis of every source (of every draw)."""
+    it): the rays' and the shells' memory, the tracing through ``planes`` shells (in every
+    pass over them) and the analysis of every source (of every draw)."""
     lens = run.lensing
     if lens is None or lens.full_sky is None or lens.method == "born" or planes == 0:
         return 0.0, 0.0
@@ -224,7 +224,7 @@ def full_sky_raytrace(run: config.Run, planes: int, cores: int) -> tuple[float, 
         return at_1024 * (nside / 1024) ** power
 
     seconds = rays * (
-        planes * per_ray(RAYTRACE_SECONDS_PER_RAY_SHELL)
+        planes * draws.plane_passes(run) * per_ray(RAYTRACE_SECONDS_PER_RAY_SHELL)
         + sources * per_ray(RAYTRACE_SECONDS_PER_RAY_SOURCE)
     )
     return memory, seconds * RAYTRACE_MEASURED_CORES / cores

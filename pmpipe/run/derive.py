@@ -274,10 +274,28 @@ def baryon_suppression(run_setup: RunSetup) -> baryons.Suppression | None:
     """S(k, z) of the run's baryons section (None without one), from z = 0 to the farther of
     the lightcone's z_max and the earliest snapshot, at the run's A_s (its Boltzmann table's
     when it has one). CAMB's HMcode-2020, about 2 s: the stages that need it make it."""
+    return _suppression(run_setup.config, run_setup.linear_table)
+
+
+def draw_suppressions(run_setup: RunSetup) -> list[baryons.Suppression | None]:
+    """:func:`baryon_suppression` of the run as each draw of lensing.draws sees it (made once
+    per log_T_AGN drawn); of the run alone, one, without draws or when they leave the baryons
+    as they are."""
     run = run_setup.config
+    drawn = nuisance_draws.baryon_values(run)
+    if drawn is None:
+        return [baryon_suppression(run_setup)]
+    made: dict[tuple, baryons.Suppression | None] = {}
+    for values in drawn:
+        key = tuple(sorted(values.items()))
+        if key not in made:
+            made[key] = _suppression(nuisance_draws.draw_run(run, values), run_setup.linear_table)
+    return [made[tuple(sorted(values.items()))] for values in drawn]
+
+
+def _suppression(run: config.Run, table: LinearTable | None) -> baryons.Suppression | None:
     if run.baryons is None:
         return None
-    table = run_setup.linear_table
     z_top = max([1.0 / a - 1.0 for a in run.nbody.snapshots] + [0.0])
     if run.lightcone is not None:
         z_top = max(z_top, run.lightcone.z_max)

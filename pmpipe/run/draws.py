@@ -11,6 +11,7 @@ from pmpipe.run import config
 from pmpipe.run.files import format_errors
 from pmpipe.run.observables import (
     ALIGNMENT_PARAMETERS,
+    BARYON_PARAMETERS,
     PER_SOURCE_PARAMETERS,
     ListedDraws,
     SampledDraws,
@@ -19,7 +20,6 @@ from pmpipe.run.observables import (
 )
 
 DRAW_STREAM = 0x64726177  # tags the draws' random stream apart from the run's others
-BARYON_PARAMETERS = ("log_T_AGN",)  # the baryons section's, which designs may vary too
 
 
 def points(draws: SampledDraws | ListedDraws, seed: int) -> list[dict[str, float]]:
@@ -55,6 +55,25 @@ def maps_per_source(run: config.Run) -> int:
     if found is None:
         return 1
     return found.count if isinstance(found, SampledDraws) else len(found.points)
+
+
+def baryon_values(run: config.Run) -> list[dict[str, float]] | None:
+    """The baryons' parameters each draw of lensing.draws sets (a listed draw may set none);
+    None when the draws leave the baryons section as it is, or without draws."""
+    found = run.lensing.draws if run.lensing is not None else None
+    if found is None or not set(BARYON_PARAMETERS) & set(draw_parameter_names(found)):
+        return None
+    return [
+        {n: values[n] for n in BARYON_PARAMETERS if n in values}
+        for values in points(found, run.ic.seed)
+    ]
+
+
+def plane_passes(run: config.Run) -> int:
+    """How many passes over the planes the lensing stage makes: one per distinct value of the
+    baryons' parameters the draws take (:func:`baryon_values`), else 1."""
+    found = baryon_values(run)
+    return 1 if found is None else len({tuple(sorted(v.items())) for v in found})
 
 
 def with_nuisances(

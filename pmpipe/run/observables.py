@@ -168,9 +168,10 @@ class Baryons(StrictModel):
 
 MAX_DRAWS = 1000
 # Drawn parameters: the lensing field each sets, and (for the per-source fields) a source's
-# label after a dot sets that source's value only
+# label after a dot sets that source's value only; and the baryons section's
 ALIGNMENT_PARAMETERS = ("A_IA", "eta_IA")
 PER_SOURCE_PARAMETERS = ("photo_z_shift", "shear_bias")
+BARYON_PARAMETERS = ("log_T_AGN",)
 
 
 def _increasing_range(bounds: tuple[float, float]) -> tuple[float, float]:
@@ -183,7 +184,7 @@ def _some_drawn(parameters: dict) -> dict:
     if not parameters:
         raise ValueError(
             "no parameters to draw: name at least one of "
-            + ", ".join((*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS))
+            + ", ".join((*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS, *BARYON_PARAMETERS))
         )
     return parameters
 
@@ -200,7 +201,8 @@ class SampledDraws(StrictModel):
     parameters: Annotated[dict[str, DrawRange], AfterValidator(_some_drawn)] = Field(
         description="[low, high] of each drawn parameter: A_IA, eta_IA (need "
         "lensing.intrinsic_alignment), photo_z_shift, shear_bias (every source), "
-        "photo_z_shift.<source>, shear_bias.<source> (one source, named as in the store)"
+        "photo_z_shift.<source>, shear_bias.<source> (one source, named as in the store), "
+        "log_T_AGN (needs a baryons section; one pass over the planes per value)"
     )
 
 
@@ -229,10 +231,10 @@ def draw_parameter_names(draws: SampledDraws | ListedDraws) -> list[str]:
 def check_draw_names(
     names: list[str], labels: list[str], alignment: bool, where: str = "lensing.draws"
 ) -> None:
-    """ValueError naming ``where`` and the lensing nuisance parameter the run cannot vary
-    (sources named by their ``labels``; A_IA and eta_IA need an intrinsic alignment
-    section)."""
-    allowed = [*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS] + [
+    """ValueError naming ``where`` and the nuisance parameter the lensing section cannot vary
+    (sources named by their ``labels``; A_IA and eta_IA need an intrinsic alignment section;
+    the baryons' need a baryons section, which the run's validation checks)."""
+    allowed = [*ALIGNMENT_PARAMETERS, *PER_SOURCE_PARAMETERS, *BARYON_PARAMETERS] + [
         f"{field}.{label}" for field in PER_SOURCE_PARAMETERS for label in labels
     ]
     for name in names:

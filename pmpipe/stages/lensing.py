@@ -17,13 +17,11 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from pmpipe.physics import (
-    baryons,
     lensing,
     lightcone,
     raytrace,
@@ -32,8 +30,9 @@ from pmpipe.physics import (
     sky,
 )
 from pmpipe.run import config, derive
-from pmpipe.stages import layout, store_path
+from pmpipe.stages import layout, plane_pass, store_path
 from pmpipe.stages.inputs import Inputs
+from pmpipe.stages.plane_pass import Pass
 from pmpipe.stages.progress import Progress
 from pmpipe.storage import provenance, store
 
@@ -207,7 +206,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
         "source: 'z=<z>' for a single redshift, else the n(z) name",
     )
     store.write_coordinate(group, "plane", chi, "Mpc/h", "comoving distance of the plane's centre")
-    by = Pass(weights.reshape(-1, chi.size), derive.baryon_suppression(setup), weights.shape[:-1])
+    by = Pass(weights.reshape(-1, chi.size), derive.draw_suppressions(setup), weights.shape[:-1])
     store.write_array(
         group,
         "z_source",
@@ -232,8 +231,8 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     group.attrs["k_max_valid"] = resolution.k_max_valid(
         cfg.box.particles, cfg.box.box_size, cfg.box.oversample
     )
-    if by.suppression is not None:
-        _write_suppression(group, by.suppression, cfg)
+    if by.suppressions[0] is not None:
+        plane_pass.write_suppressions(group, by, cfg)
     if cfg.lensing.flat_sky is not None:
         _flat_sky_maps(group, setup, inputs, progress, by)
     if cfg.lensing.full_sky is not None:
@@ -242,96 +241,22 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     return path
 
 
-class Pass(NamedTuple):
-    """What one pass over the planes makes maps of: the plane ``weights`` (R, P) of every map,
-    one row per source (with lensing.draws per draw and source), laid out as ``shape`` (S,) (or
-    (D, S)), and the baryons' ``suppression`` of the planes (None without baryons)."""
-
-    weights: np.ndarray
-    suppression: baryons.Suppression | None
-    shape: tuple[int, ...]
-
-    def dims(self) -> tuple[str, ...]:
-        """The maps' leading dimensions: ('source',) or ('draw', 'source')."""
-        return ("draw", "source")[-len(self.shape) :]
-
-    def leading(self, row: int) -> tuple[int, ...]:
-        """The index of a row's map in that layout."""
-        return tuple(int(i) for i in np.unravel_index(row, self.shape))
-
-    def laid_out(self, rows):
-        """Maps (R, ...) as (*shape, ...)."""
-        return rows.reshape(*self.shape, *rows.shape[1:])
-
-
-def _write_suppression(group, suppression: baryons.Suppression, cfg: config.Run) -> None:
-    """The baryons' S(k, z) table and their parameters (root attribute ``baryons``)."""
-    store.write_coordinate(group, "k_baryons", suppression.k, "h/Mpc", "wavenumber of S(k, z)")
-    store.write_coordinate(group, "z_baryons", suppression.z, "1", "redshift of S(k, z)")
-    store.write_array(
-        group,
-        "baryon_suppression",
-        suppression.ratio,
-        ("z_baryons", "k_baryons"),
-        "1",
-        "S(k, z): the matter power with baryonic feedback over the gravity-only power "
-        "(the planes are filtered by its square root)",
-    )
-    group.attrs["baryons"] = config.section(cfg.baryons, "baryons").model_dump(mode="json")
-
-
-def _with_baryons(planes: list, suppression, z, box_size: float) -> list:
-    """The planes (callables returning each one's projected overdensity) filtered by
-    sqrt(S(k⊥, z_i)) at their redshifts z (without baryons, ``suppression`` None: as they
-    are)."""
-    if suppression is None:
-        return planes
-
-    def filtered(plane, z_i):
-        values = plane()
-        kernel = baryons.plane_kernel(suppression, values.shape[0], box_size, z_i)
-        return baryons.filter_plane(values, kernel)
-
-    return [lambda p=p, z_i=z_i: filtered(p, z_i) for p, z_i in zip(planes, z)]
-
-
 def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by: Pass):
     """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on the flat-sky pixels from the
-    nbody store's planes, by lensing.method: written unless outputs.lightcone is off, κ and ω
-    kept for the summaries."""
-    nb = inputs.store("nbody")
-    weights, suppression = by.weights, by.suppression
-    chi = np.asarray(nb["plane"][:], np.float64)
+    nbody store's planes, by lensing.method, a pass per baryons' filter: written unless
+    outputs.lightcone is off, κ and ω kept for the summaries."""
+    weights = by.weights
     lens = config.section(setup.config.lensing, "lensing")
     flat = config.section(lens.flat_sky, "lensing.flat_sky")
     theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
-    offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
-    planes = _with_baryons(
-        [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)],
-        suppression,
-        1.0 / np.asarray(nb["plane_a"][:], np.float64) - 1.0,
-        setup.grid.box_size,
-    )
-    maps: dict[str, tuple] = {}
     with progress.timed("lensing"):
-        if lens.method != "raytrace":
-            kappa = lensing.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
-            shear = jax.block_until_ready(lensing.shear_from_convergence(kappa))
-            suffix = "_born" if lens.method == "both" else ""
-            maps |= {
-                f"kappa{suffix}": (kappa, "Born convergence"),
-                f"gamma1{suffix}": (shear[0], "Born shear, first component (Kaiser-Squires)"),
-                f"gamma2{suffix}": (shear[1], "Born shear, second component (Kaiser-Squires)"),
-            }
-        if lens.method != "born":
-            factors = raytrace.deflection_factors(setup.cosmology, chi)
-            traced = raytrace.trace(planes, weights, factors, chi, theta, offsets, setup.grid)
-            maps |= {
-                "kappa": (traced["kappa"], "ray-traced convergence"),
-                "gamma1": (traced["gamma1"], "ray-traced shear, first component"),
-                "gamma2": (traced["gamma2"], "ray-traced shear, second component"),
-                "omega": (traced["omega"], "ray-traced rotation"),
-            }
+        groups = by.groups()
+        parts = [_flat_pass(setup, inputs, theta, weights[rows], s) for rows, s in groups]
+        rows = [r for r, _ in groups]
+        maps = {
+            name: (by.in_row_order(rows, [part[name][0] for part in parts]), long_name)
+            for name, (_, long_name) in parts[0].items()
+        }
         if lens.reduced_shear:
             for c in ("1", "2"):
                 maps[f"g{c}"] = (
@@ -361,61 +286,95 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
                 inputs.keep("lensing", name, maps[name][0][row], by.leading(row))
 
 
+def _flat_pass(setup: derive.RunSetup, inputs: Inputs, theta, weights, suppression) -> dict:
+    """The flat-sky maps (name: (maps (R, pixels, pixels), long name)) of plane ``weights``
+    (R, P), by lensing.method, from one pass over the planes filtered by ``suppression``."""
+    nb = inputs.store("nbody")
+    chi = np.asarray(nb["plane"][:], np.float64)
+    method = config.section(setup.config.lensing, "lensing").method
+    offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
+    planes = plane_pass.filtered_planes(
+        [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)],
+        suppression,
+        1.0 / np.asarray(nb["plane_a"][:], np.float64) - 1.0,
+        setup.grid.box_size,
+    )
+    maps: dict[str, tuple] = {}
+    if method != "raytrace":
+        kappa = lensing.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
+        shear = jax.block_until_ready(lensing.shear_from_convergence(kappa))
+        suffix = "_born" if method == "both" else ""
+        maps |= {
+            f"kappa{suffix}": (kappa, "Born convergence"),
+            f"gamma1{suffix}": (shear[0], "Born shear, first component (Kaiser-Squires)"),
+            f"gamma2{suffix}": (shear[1], "Born shear, second component (Kaiser-Squires)"),
+        }
+    if method != "born":
+        factors = raytrace.deflection_factors(setup.cosmology, chi)
+        traced = raytrace.trace(planes, weights, factors, chi, theta, offsets, setup.grid)
+        maps |= {
+            "kappa": (traced["kappa"], "ray-traced convergence"),
+            "gamma1": (traced["gamma1"], "ray-traced shear, first component"),
+            "gamma2": (traced["gamma2"], "ray-traced shear, second component"),
+            "omega": (traced["omega"], "ray-traced rotation"),
+        }
+    return maps
+
+
 def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by: Pass):
     """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on HEALPix maps from the
-    shells' harmonic coefficients, by lensing.method, with the coefficients of κ and of the
-    shear's E and B modes: written unless outputs.lightcone is off, kept for the summaries."""
+    shells' harmonic coefficients, by lensing.method, a pass per baryons' filter, with the
+    coefficients of κ and of the shear's E and B modes: written unless outputs.lightcone is
+    off, kept for the summaries."""
     lens = config.section(setup.config.lensing, "lensing")
     nside = config.section(lens.full_sky, "lensing.full_sky").nside
-    weights, suppression = by.weights, by.suppression
     shells = np.asarray(inputs.array("nbody", "lightcone_healpix_alm"), np.complex128)
-    if suppression is not None:
-        shells = _shells_with_baryons(shells, suppression, inputs.store("nbody"))
     coefficients: dict[str, list[dict]] = {}
     with progress.timed("lensing"):
-        if lens.method != "raytrace":
-            born = []
-            for kappa_alm in weights @ shells:
-                e_alm, b_alm = lensing.born_shear_alm(kappa_alm)
-                born.append({"kappa": kappa_alm, "e": e_alm, "b": b_alm})
-            coefficients["_born" if lens.method == "both" else ""] = born
-        if lens.method != "born":
-            chi = np.asarray(inputs.store("nbody")["plane"][:], np.float64)
-            traced = raytrace_healpix.trace(
-                [lambda i=i: shells[i] for i in range(chi.size)],
-                weights,
-                raytrace.deflection_factors(setup.cosmology, chi),
-                chi,
-                sky.traced_rays_nside(nside),
-            )
-            coefficients[""] = [
-                raytrace_healpix.analyse(
-                    traced["kappa"][i],
-                    traced["gamma1"][i],
-                    traced["gamma2"][i],
-                    traced["omega"][i],
-                    sky.healpix_ell_max(nside),
-                )
-                for i in range(weights.shape[0])
-            ]
-    progress(f"full-sky maps ({lens.method}): {weights.shape[0]} maps, nside {nside}")
+        for rows, suppression in by.groups():
+            filtered = plane_pass.filtered_shells(shells, suppression, inputs.store("nbody"))
+            for suffix, alms in _full_sky_pass(setup, inputs, filtered, by.weights[rows]).items():
+                found = coefficients.setdefault(suffix, [{}] * by.weights.shape[0])
+                for row, alm in zip(rows, alms):
+                    found[row] = alm
+    progress(f"full-sky maps ({lens.method}): {by.weights.shape[0]} maps, nside {nside}")
     for suffix, alms in coefficients.items():
         _write_healpix_maps(group, setup, inputs, alms, f"{suffix}_healpix", by)
 
 
-def _shells_with_baryons(shells, suppression: baryons.Suppression, nb) -> np.ndarray:
-    """The shells' coefficients (P, alm) filtered by sqrt(S((ℓ + 1/2)/χ_i, z_i))."""
-    import healpy
-
-    chi = np.asarray(nb["plane"][:], np.float64)
-    z = 1.0 / np.asarray(nb["plane_a"][:], np.float64) - 1.0
-    ell_max = healpy.Alm.getlmax(shells.shape[1])
-    return np.stack(
-        [
-            healpy.almxfl(shell, baryons.shell_kernel(suppression, ell_max, c, z_i))
-            for shell, c, z_i in zip(shells, chi, z)
+def _full_sky_pass(setup: derive.RunSetup, inputs: Inputs, shells, weights) -> dict:
+    """Per method's suffix ('' the run's, '_born' Born's of method both) the coefficients of
+    the maps of plane ``weights`` (R, P) through the ``shells`` (P, alm): dicts of kappa, e, b
+    and, when ray-traced, omega."""
+    lens = config.section(setup.config.lensing, "lensing")
+    nside = config.section(lens.full_sky, "lensing.full_sky").nside
+    coefficients: dict[str, list[dict]] = {}
+    if lens.method != "raytrace":
+        born = []
+        for kappa_alm in weights @ shells:
+            e_alm, b_alm = lensing.born_shear_alm(kappa_alm)
+            born.append({"kappa": kappa_alm, "e": e_alm, "b": b_alm})
+        coefficients["_born" if lens.method == "both" else ""] = born
+    if lens.method != "born":
+        chi = np.asarray(inputs.store("nbody")["plane"][:], np.float64)
+        traced = raytrace_healpix.trace(
+            [lambda i=i: shells[i] for i in range(chi.size)],
+            weights,
+            raytrace.deflection_factors(setup.cosmology, chi),
+            chi,
+            sky.traced_rays_nside(nside),
+        )
+        coefficients[""] = [
+            raytrace_healpix.analyse(
+                traced["kappa"][i],
+                traced["gamma1"][i],
+                traced["gamma2"][i],
+                traced["omega"][i],
+                sky.healpix_ell_max(nside),
+            )
+            for i in range(weights.shape[0])
         ]
-    )
+    return coefficients
 
 
 def _write_healpix_maps(  # parameters: the stage's, then the maps' and how they are laid out

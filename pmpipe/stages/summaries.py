@@ -91,17 +91,20 @@ def _linear_theory(setup: derive.RunSetup, a, growth, k) -> np.ndarray:
 
 
 def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> None:
-    """P(k) of every snapshot times the baryons' S(k, z) at the bins' mean |k|."""
+    """P(k) of every snapshot times the baryons' S(k, z) at the bins' mean |k| (per draw when
+    lensing.draws draws log_T_AGN)."""
     k_mean, spectra, _ = measured
     k = np.where(np.isfinite(k_mean), k_mean, 0.0)
-    table = derive.baryon_suppression(setup)
-    assert table is not None  # the run has baryons
-    factors = np.stack([baryons.factor(table, k, 1.0 / a_i - 1.0) for a_i in a])
+    tables = derive.draw_suppressions(setup)
+    factors = np.stack(
+        [[baryons.factor(table, k, 1.0 / a_i - 1.0) for a_i in a] for table in tables if table]
+    )
+    assert len(factors) == len(tables)  # the run has baryons
     store.write_array(
         group,
         "pk_baryons",
-        np.asarray(spectra) * factors,
-        ("a", "k"),
+        np.asarray(spectra) * (factors if len(tables) > 1 else factors[0]),
+        (*(("draw",) if len(tables) > 1 else ()), "a", "k"),
         "(Mpc/h)^3",
         "pk times the baryonic feedback's S(k, z) at k_mean (pmpipe.physics.baryons)",
         baryons=config.section(setup.config.baryons, "baryons").model_dump(mode="json"),
