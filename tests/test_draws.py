@@ -287,7 +287,12 @@ def test_each_log_T_AGN_drawn_takes_a_pass_over_the_planes():
 
     assert passes(SAMPLED) == 1  # the lensing nuisances share one pass
     assert passes({**SAMPLED, "parameters": {"log_T_AGN": [7.6, 8.0], "A_IA": [0, 1]}}) == 8
-    listed = [{"log_T_AGN": 7.9}, {"A_IA": 0.2}, {"log_T_AGN": 7.9, "A_IA": 1.0}]
+    listed = [
+        {"log_T_AGN": 7.9},
+        {"A_IA": 0.2},
+        {"log_T_AGN": 7.9, "A_IA": 1.0},
+        {"log_T_AGN": 7.8},
+    ]
     assert passes({"kind": "list", "points": listed}) == 2  # 7.9, and the section's 7.8
 
 

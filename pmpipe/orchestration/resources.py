@@ -177,6 +177,7 @@ SECONDS_PER_CELL_STEP = 4e-8
 IC_STEPS = 4
 GPU_SPEEDUP = 50.0
 STARTUP_SECONDS = 10.0
+BARYON_TABLE_SECONDS = 6.0  # CAMB's S(k, z) of one log_T_AGN: 2-6 s on the 2-core CPU
 MIN_RUNTIME_MINUTES = 10  # least wall time asked for: queue start, imports, compilation, file
 # system latency vary by site and are not in the model
 
@@ -302,13 +303,18 @@ def _model(
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed
     ic = IC_STEPS * (SECONDS_PER_PARTICLE_STEP + SECONDS_PER_CELL_STEP) * particles / speed
     paint = SECONDS_PER_PARTICLE_STEP * particles / speed  # a plane costs about one paint
+    passes = draws.plane_passes(run)  # over the planes, with S(k, z) each when baryons
+    tables = passes * BARYON_TABLE_SECONDS if run.baryons is not None else 0.0
     runtime = {
         "ic": STARTUP_SECONDS + ic,
         "nbody": STARTUP_SECONDS + (steps + 1) * step + planes * paint,  # + forces at a_init
         "lensing": STARTUP_SECONDS
-        + planes * SECONDS_PER_CELL_STEP * cells / speed
-        + traced_seconds,
-        "summaries": STARTUP_SECONDS + (snapshots + 1) * SECONDS_PER_CELL_STEP * cells / speed,
+        + passes * planes * SECONDS_PER_CELL_STEP * cells / speed
+        + traced_seconds
+        + tables,
+        "summaries": STARTUP_SECONDS
+        + (snapshots + 1) * SECONDS_PER_CELL_STEP * cells / speed
+        + tables,
     }
     return Estimate(devices, nodes, memory, runtime, step)
 

@@ -58,13 +58,15 @@ def maps_per_source(run: config.Run) -> int:
 
 
 def baryon_values(run: config.Run) -> list[dict[str, float]] | None:
-    """The baryons' parameters each draw of lensing.draws sets (a listed draw may set none);
-    None when the draws leave the baryons section as it is, or without draws."""
+    """The baryons' parameters of each draw of lensing.draws (those a listed draw leaves out
+    at the section's values); None when the draws leave the baryons section as it is, or
+    without draws."""
     found = run.lensing.draws if run.lensing is not None else None
     if found is None or not set(BARYON_PARAMETERS) & set(draw_parameter_names(found)):
         return None
+    section = config.section(run.baryons, "baryons (drawn by lensing.draws)")
     return [
-        {n: values[n] for n in BARYON_PARAMETERS if n in values}
+        {n: values[n] if n in values else getattr(section, n) for n in BARYON_PARAMETERS}
         for values in points(found, run.ic.seed)
     ]
 

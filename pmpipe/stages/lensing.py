@@ -331,8 +331,11 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
     shells = np.asarray(inputs.array("nbody", "lightcone_healpix_alm"), np.complex128)
     coefficients: dict[str, list[dict]] = {}
     with progress.timed("lensing"):
-        for rows, suppression in by.groups():
+        groups = by.groups()
+        for rows, suppression in groups:
             filtered = plane_pass.filtered_shells(shells, suppression, inputs.store("nbody"))
+            if len(groups) == 1:
+                shells = filtered  # one pass: one copy of the shells held
             for suffix, alms in _full_sky_pass(setup, inputs, filtered, by.weights[rows]).items():
                 found = coefficients.setdefault(suffix, [{}] * by.weights.shape[0])
                 for row, alm in zip(rows, alms):

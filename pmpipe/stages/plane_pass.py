@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pmpipe.physics import baryons
-from pmpipe.run import config
+from pmpipe.run import config, draws
 from pmpipe.storage import store
 
 
@@ -60,13 +60,14 @@ class Pass(NamedTuple):
 
 
 def write_suppressions(group, by: Pass, cfg: config.Run) -> None:
-    """The baryons' S(k, z) table (per draw when drawn) and the section's parameters (root
-    attribute ``baryons``)."""
+    """The baryons' S(k, z) table (per draw when lensing.draws draws log_T_AGN) and the
+    section's parameters (root attribute ``baryons``; the draws' values are in
+    ``draw_values``)."""
     first = by.suppressions[0]
     assert first is not None  # the run has baryons
     store.write_coordinate(group, "k_baryons", first.k, "h/Mpc", "wavenumber of S(k, z)")
     store.write_coordinate(group, "z_baryons", first.z, "1", "redshift of S(k, z)")
-    per_draw = len(by.suppressions) > 1
+    per_draw = draws.baryon_values(cfg) is not None  # the draws' values in draw_values
     ratio = (
         np.stack([s.ratio for s in by.suppressions if s is not None]) if per_draw else first.ratio
     )

@@ -19,6 +19,7 @@ import numpy as np
 from pmpipe.physics import baryons, cosmology, neutrinos, painting, resolution, stats
 from pmpipe.physics.domain import Grid
 from pmpipe.run import config, derive
+from pmpipe.run import draws as nuisance_draws
 from pmpipe.stages import map_statistics, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
@@ -100,11 +101,12 @@ def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> 
         [[baryons.factor(table, k, 1.0 / a_i - 1.0) for a_i in a] for table in tables if table]
     )
     assert len(factors) == len(tables)  # the run has baryons
+    per_draw = nuisance_draws.baryon_values(setup.config) is not None
     store.write_array(
         group,
         "pk_baryons",
-        np.asarray(spectra) * (factors if len(tables) > 1 else factors[0]),
-        (*(("draw",) if len(tables) > 1 else ()), "a", "k"),
+        np.asarray(spectra) * (factors if per_draw else factors[0]),
+        (*(("draw",) if per_draw else ()), "a", "k"),
         "(Mpc/h)^3",
         "pk times the baryonic feedback's S(k, z) at k_mean (pmpipe.physics.baryons)",
         baryons=config.section(setup.config.baryons, "baryons").model_dump(mode="json"),
