@@ -85,7 +85,7 @@ def test_a_mask_file_of_another_nside_is_refused_naming_it(tmp_path):
     assert files.read_healpix_map(path, 16).sum() == healpy.nside2npix(16)
 
 
-def _masked_run(tmp_path, name: str, mask: np.ndarray):
+def _masked_run(tmp_path, name: str, mask: np.ndarray, method: str = "born"):
     """Lensing and summaries of a 16^3 run with full-sky maps of nside 16 under ``mask``."""
     np.save(tmp_path / f"{name}.npy", mask)
     run = config.Run.model_validate(
@@ -97,6 +97,7 @@ def _masked_run(tmp_path, name: str, mask: np.ndarray):
                 "source_redshifts": [0.03, 0.05],
                 "flat_sky": None,
                 "full_sky": {"nside": 16, "mask": str(tmp_path / f"{name}.npy")},
+                "method": method,
             },
             "summaries": {"smoothing_arcmin": [0], "kappa_range": [-0.01, 0.01]},
         }
@@ -110,24 +111,29 @@ def _masked_run(tmp_path, name: str, mask: np.ndarray):
 
 @pytest.mark.slow
 def test_the_summaries_decouple_the_spectra_of_masked_maps(tmp_path):
-    """An all-ones mask gives the bins' mean of the full-sky spectra of every pair (κ and E;
-    B of Born's maps 0); a band of |b| < 20° removed gives the highest bins' κ spectra within
-    35 % of the full sky's (the masked sky's own sample variance: one realisation)."""
+    """An all-ones mask gives the bins' mean of the full-sky spectra of every pair (κ and E,
+    of the ray-traced maps and of Born's; Born's B 0); a band of |b| < 20° removed gives the
+    highest bins' κ spectra within 35 % of the full sky's (the masked sky's own sample
+    variance: one realisation)."""
     npix = healpy.nside2npix(16)
-    lens, summ = _masked_run(tmp_path, "whole", np.ones(npix))
+    lens, summ = _masked_run(tmp_path, "whole", np.ones(npix), method="both")
     edges = np.append(summ["ell_masked_healpix_lo"][:], summ["ell_masked_healpix_hi"][-1])
     average, _ = pseudo_cl._binning(edges, 32)
-    for name, alm in (("", "kappa_healpix_alm"), ("_ee", "gamma_e_healpix_alm")):
-        coefficients = lens[alm][:].astype(np.complex128)
-        for i, j in ((0, 0), (0, 1), (1, 1)):
-            full = average @ healpy.alm2cl(coefficients[i], coefficients[j])[:33]
-            measured = summ[f"cl{name}_masked_healpix"][i, j]
-            np.testing.assert_allclose(measured, full, rtol=2e-3, atol=1e-4 * full.max())
+    for born in ("", "_born"):
+        for name, alm in (("", "kappa"), ("_ee", "gamma_e")):
+            coefficients = lens[f"{alm}{born}_healpix_alm"][:].astype(np.complex128)
+            for i, j in ((0, 0), (0, 1), (1, 1)):
+                full = average @ healpy.alm2cl(coefficients[i], coefficients[j])[:33]
+                measured = summ[f"cl{name}{born}_masked_healpix"][i, j]
+                np.testing.assert_allclose(measured, full, rtol=2e-3, atol=1e-4 * full.max())
+        for name in ("peaks", "pdf"):  # nothing cut: the full sky's
+            np.testing.assert_array_equal(
+                summ[f"{name}{born}_masked_healpix"][:], summ[f"{name}{born}_healpix"][:]
+            )
     assert (
-        np.abs(summ["cl_bb_masked_healpix"][:]).max() < 1e-3 * summ["cl_ee_masked_healpix"][:].max()
+        np.abs(summ["cl_bb_born_masked_healpix"][:]).max()
+        < 1e-3 * summ["cl_ee_born_masked_healpix"][:].max()
     )
-    for name in ("peaks", "pdf"):  # nothing cut: the full sky's
-        np.testing.assert_array_equal(summ[f"{name}_masked_healpix"][:], summ[f"{name}_healpix"][:])
     theta, _ = healpy.pix2ang(16, np.arange(npix))
     band = (np.abs(np.pi / 2 - theta) > np.radians(20)).astype(np.float64)
     _, masked = _masked_run(tmp_path, "band", band)
@@ -238,8 +244,8 @@ def test_a_whole_flat_mask_couples_nothing():
 
 @pytest.mark.slow
 def test_the_summaries_decouple_the_spectra_of_masked_flat_maps(tmp_path):
-    """Ray-traced flat-sky maps under an all-ones mask: the masked spectra are the plain ones
-    (κ, E = κ, B = ω) and so are the peaks; under the bench's mask (81 % of a 32^2 map) fewer
+    """Ray-traced flat-sky maps and Born's under an all-ones mask: the masked spectra are the
+    plain ones (κ, E = κ, B = ω) and so are the peaks; under the bench's mask (81 % of a 32^2 map) fewer
     pixels and peaks are counted, and the spectra keep their shape."""
     out = {}
     for name, mask in (("whole", np.ones((32, 32))), ("cut", bench.default_flat_mask(32, 20.0))):
@@ -256,7 +262,7 @@ def test_the_summaries_decouple_the_spectra_of_masked_flat_maps(tmp_path):
                         "pixels": 32,
                         "mask": str(tmp_path / f"{name}.npy"),
                     },
-                    "method": "raytrace",
+                    "method": "both",
                 },
                 "summaries": {"smoothing_arcmin": [0, 60], "kappa_range": [-0.01, 0.01]},
             }
@@ -264,7 +270,10 @@ def test_the_summaries_decouple_the_spectra_of_masked_flat_maps(tmp_path):
         run_dir = run_every_stage(tmp_path / name, run)
         out[name] = zarr.open_group(run_dir / "summaries.zarr", mode="r")
     whole, cut = out["whole"], out["cut"]
-    for masked, plain in (("cl_masked", "cl"), ("cl_ee_masked", "cl"), ("cl_bb_masked", "cl_bb")):
+    for masked, plain in (
+        ("cl_masked", "cl"), ("cl_ee_masked", "cl"), ("cl_bb_masked", "cl_bb"),
+        ("cl_born_masked", "cl_born"), ("cl_ee_born_masked", "cl_born"),
+    ):  # fmt: skip
         expected = whole[plain][:]
         finite = np.isfinite(expected)  # float32 maps, measured on the host and on the devices
         scale = np.abs(expected[finite]).max()
@@ -272,6 +281,9 @@ def test_the_summaries_decouple_the_spectra_of_masked_flat_maps(tmp_path):
             whole[masked][:][finite], expected[finite], rtol=1e-4, atol=1e-4 * scale
         )
     np.testing.assert_array_equal(whole["peaks_masked"][:], whole["peaks"][:])
+    np.testing.assert_array_equal(whole["peaks_born_masked"][:], whole["peaks_born"][:])
+    bb, kappa = np.abs(whole["cl_bb_born_masked"][:]), np.abs(whole["cl_born"][:])
+    assert np.nanmax(bb) < 1e-4 * np.nanmax(kappa)  # Born's maps have no rotation (empty bins NaN)
     assert whole["peaks_masked"].attrs["counted_sky_fraction"] == [1.0, 1.0]
     counted = cut["peaks_masked"].attrs["counted_sky_fraction"]
     assert counted[1] < counted[0] < cut["cl_masked"].attrs["sky_fraction"] < 0.85

@@ -63,6 +63,8 @@ def _write_statistics(
         if section.method == "both":  # Born's maps of the same planes, on the same bins
             born = sky_maps.flat_sky_maps(setup, inputs, count, draw, "_born")
             _write_spectra_and_peaks(out, setup, born)
+            if masks.flat is not None:
+                masked_statistics.write_masked_flat(out, setup, born, masks)
     if section.full_sky is not None:
         full = sky_maps.full_sky_maps(setup, inputs, count, draw)
         _write_map_statistics(out, setup, full)
@@ -72,6 +74,8 @@ def _write_statistics(
         if section.method == "both":
             born = sky_maps.full_sky_maps(setup, inputs, count, draw, "_born")
             _write_spectra_and_peaks(out, setup, born)
+            if masks.healpix is not None:
+                masked_statistics.write_masked_healpix(out, setup, born, masks)
 
 
 def _write_lensing_axes(out, setup: derive.RunSetup, inputs: Inputs) -> int:

@@ -58,9 +58,15 @@ def masks(setup: derive.RunSetup) -> Masks:
     return Masks(flat, healpix)
 
 
+def _born(maps: SkyMaps) -> str:
+    """'_born' for Born's maps of lensing.method both (their statistics' names carry it before
+    '_masked'), '' for the run's."""
+    return "_born" if maps.suffix.startswith("_born") else ""
+
+
 def write_masked_healpix(out, setup: derive.RunSetup, maps: SkyMaps, masked: Masks) -> None:
     """The HEALPix maps' masked spectra (:func:`_write_masked_spectra_healpix`), peaks and PDF
-    (:func:`_write_masked_peaks_healpix`)."""
+    (:func:`_write_masked_peaks_healpix`); the bins and windows with the run's maps."""
     assert masked.healpix is not None  # the run has a full-sky mask
     _write_masked_spectra_healpix(out, maps, masked.healpix)
     _write_masked_peaks_healpix(out, setup, maps, masked.healpix[0])
@@ -68,7 +74,7 @@ def write_masked_healpix(out, setup: derive.RunSetup, maps: SkyMaps, masked: Mas
 
 def write_masked_flat(out, setup: derive.RunSetup, maps: SkyMaps, masked: Masks) -> None:
     """The flat-sky maps' masked spectra (:func:`_write_masked_spectra_flat`), peaks and PDF
-    (:func:`_write_masked_peaks_flat`)."""
+    (:func:`_write_masked_peaks_flat`); the windows with the run's maps."""
     assert masked.flat is not None  # the run has a flat-sky mask
     _write_masked_spectra_flat(out, setup, maps, masked.flat)
     _write_masked_peaks_flat(out, setup, maps, masked.flat[0])
@@ -103,24 +109,31 @@ def _write_masked_spectra_healpix(out, maps: SkyMaps, masked: tuple) -> None:
             )
             for name, values in (("", cl), ("_ee", ee), ("_bb", bb)):
                 found[name][i, j] = found[name][j, i] = values
-    _write_masked_arrays(out, edges, found, (spin0, spin2), float(mask.mean()))
+    dim = "ell_masked_healpix"
+    what = {"": "kappa", "_ee": "the shear's E modes", "_bb": "the shear's B modes"}
+    for name, values in found.items():
+        out.write_array(
+            f"cl{name}{_born(maps)}_masked_healpix", values, (*PAIR_DIMS, dim), "sr",
+            f"C_ell of {what[name]} of {_kind(maps)} maps under "
+            "lensing.full_sky.mask, decoupled (pseudo-C_ell)",
+            sky_fraction=float(mask.mean()),
+        )  # fmt: skip
+    if not _born(maps):
+        _write_masked_bins_healpix(out, edges, (spin0, spin2))
 
 
-def _write_masked_arrays(out, edges, found: dict, couplings, sky_fraction: float) -> None:
-    """The masked spectra's bins, spectra and windows (:func:`_write_masked_spectra_healpix`)."""
+def _kind(maps: SkyMaps) -> str:
+    return "Born's" if _born(maps) else "the run's"
+
+
+def _write_masked_bins_healpix(out, edges, couplings) -> None:
+    """The masked HEALPix spectra's bins and windows (:func:`_write_masked_spectra_healpix`)."""
     dim, bins = "ell_masked_healpix", edges.size - 1
     out.write_coordinate(
         dim, 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the masked spectra's bin"
     )
     for end, values in (("lo", edges[:-1]), ("hi", edges[1:])):
         out.write_array(f"{dim}_{end}", values, (dim,), "1", f"{end} edge of the bin")
-    what = {"": "kappa", "_ee": "the shear's E modes", "_bb": "the shear's B modes"}
-    for name, values in found.items():
-        out.write_array(
-            f"cl{name}_masked_healpix", values, (*PAIR_DIMS, dim), "sr",
-            f"C_ell of {what[name]} under lensing.full_sky.mask, decoupled (pseudo-C_ell)",
-            sky_fraction=sky_fraction,
-        )  # fmt: skip
     spin2 = pseudo_cl.windows_spin2(couplings[1], edges)
     ell = couplings[0].shape[0]
     windows = {
@@ -155,20 +168,23 @@ def _write_masked_peaks_healpix(out, setup: derive.RunSetup, maps: SkyMaps, mask
         smoothed = [maps.smooth(np.asarray(values) * mask, s) for s in scales]
         peaks.append([maps.peaks_of(m, edges, w) for m, w in zip(smoothed, inside)])
         pdfs.append([stats.pdf(np.asarray(m)[w], edges) for m, w in zip(smoothed, inside)])
-    _write_masked_counts(out, "_healpix", peaks, pdfs, [float(w.mean()) for w in inside])
+    _write_masked_counts(out, maps, peaks, pdfs, [float(w.mean()) for w in inside])
 
 
-def _write_masked_counts(out, suffix: str, peaks, pdfs, fraction: list[float]) -> None:
-    """peaks_masked and pdf_masked (source, smoothing, kappa) of one kind of map (``suffix``
-    '' the flat sky's, '_healpix'), with the share of the map counted per smoothing scale."""
-    field = "lensing.full_sky.mask" if suffix else "lensing.flat_sky.mask"
+def _write_masked_counts(out, maps: SkyMaps, peaks, pdfs, fraction: list[float]) -> None:
+    """peaks_masked and pdf_masked (source, smoothing, kappa) of one kind of map (names with
+    '_born' before '_masked' for Born's, '_healpix' after it for the full sky), with the share
+    of the map counted per smoothing scale."""
+    full = maps.suffix.endswith("_healpix")
+    field = "lensing.full_sky.mask" if full else "lensing.flat_sky.mask"
     for name, values, what in (
         ("peaks", peaks, "number of peaks"),
         ("pdf", pdfs, "probability density"),
     ):
         out.write_array(
-            f"{name}_masked{suffix}", np.asarray(values), ("source", "smoothing", "kappa"),
-            "1", f"{what} of smoothed kappa times {field}, on the pixels "
+            f"{name}{_born(maps)}_masked{'_healpix' if full else ''}", np.asarray(values),
+            ("source", "smoothing", "kappa"), "1",
+            f"{what} of {_kind(maps)} smoothed kappa times {field}, on the pixels "
             f"{MASK_MARGIN_SIGMAS} smoothing sigma and a pixel inside it",
             counted_sky_fraction=fraction,
         )  # fmt: skip
@@ -202,10 +218,13 @@ def _write_masked_spectra_flat(out, setup: derive.RunSetup, maps: SkyMaps, maske
     what = {"": "kappa", "_ee": "the shear's E modes", "_bb": "the shear's B modes"}
     for name, values in found.items():
         out.write_array(
-            f"cl{name}_masked", values, (*PAIR_DIMS, "ell"), "sr",
-            f"C_ell of {what[name]} under lensing.flat_sky.mask, decoupled (pseudo-C_ell)",
+            f"cl{name}{_born(maps)}_masked", values, (*PAIR_DIMS, "ell"), "sr",
+            f"C_ell of {what[name]} of {_kind(maps)} maps under lensing.flat_sky.mask, "
+            "decoupled (pseudo-C_ell)",
             sky_fraction=float(np.mean(mask)),
         )  # fmt: skip
+    if _born(maps):
+        return
     out.write_coordinate(
         "multipole_flat", coupled["rings"], "1", "mean |ell| of a ring of the flat-sky windows"
     )
@@ -236,4 +255,4 @@ def _write_masked_peaks_flat(out, setup: derive.RunSetup, maps: SkyMaps, mask) -
         smoothed = [maps.smooth(values * mask.astype(values.dtype), s) for s in scales]
         peaks.append([maps.peaks_of(m, edges, w) for m, w in zip(smoothed, inside)])
         pdfs.append([stats.pdf(np.asarray(m)[w], edges) for m, w in zip(smoothed, inside)])
-    _write_masked_counts(out, "", peaks, pdfs, [float(w.mean()) for w in inside])
+    _write_masked_counts(out, maps, peaks, pdfs, [float(w.mean()) for w in inside])
