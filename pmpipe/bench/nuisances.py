@@ -2,7 +2,7 @@
 spectra (CAMB's HMcode-2020 power), as JSON.
 
 Per seed, one N-body realisation (``particles``³ in 128 Mpc/h, force mesh B = 2, CAMB's
-linear power, 16 steps, planes 32 Mpc/h thick to z = 0.6, four to a copy of the box:
+linear power, ``steps`` steps (default 16), planes 32 Mpc/h thick to z = 0.6, four to a copy of the box:
 lightcone.copy_every 'box') lenses two Gaussian n(z) bins (:data:`SOURCES`) onto a 4.5° flat
 map of ``pixels``², with three draws of the nuisances (:data:`DRAWS`: none, NLA alignments,
 a photo-z shift of both bins); for the first seed a second run of the same realisation adds
@@ -41,7 +41,7 @@ LOG_T_AGN = 8.0
 DRAWS = [{"A_IA": 0.0}, {"A_IA": A_IA}, {"photo_z_shift": SHIFT}]
 
 
-def bench_run(particles: int, pixels: int, seed: int, baryons: bool):
+def bench_run(particles: int, pixels: int, seed: int, baryons: bool, steps: int = 16):
     """The benchmark's run (config.Run) of one seed, with or without baryonic feedback."""
     from pmpipe.run import config
 
@@ -55,7 +55,7 @@ def bench_run(particles: int, pixels: int, seed: int, baryons: bool):
             "box": {"particles": particles, "box_size": 128.0, "oversample": 2},
             "power": {"kind": "camb"},
             "ic": {"seed": seed},
-            "nbody": {"steps": 16},
+            "nbody": {"steps": steps},
             "lightcone": {"z_max": 0.6, "plane_thickness": 32.0, "copy_every": "box"},
             "lensing": {
                 "source_redshifts": [],
@@ -172,11 +172,12 @@ def _resolved_bins(found: dict) -> np.ndarray:
     return keep
 
 
-def bench_nuisances(particles: int, pixels: int, seeds: int) -> dict[str, Any]:
+def bench_nuisances(particles: int, pixels: int, seeds: int, steps: int = 16) -> dict[str, Any]:
     """The record of the module docstring."""
     record: dict[str, Any] = {
         "particles": particles,
         "pixels": pixels,
+        "steps": steps,
         "field_of_view_deg": FIELD_OF_VIEW,
         "sources": [list(s) for s in SOURCES],
         "draws": DRAWS,
@@ -187,16 +188,16 @@ def bench_nuisances(particles: int, pixels: int, seeds: int) -> dict[str, Any]:
         keep, theory = None, {}
         for seed in range(seeds):
             plain = _summaries(
-                bench_run(particles, pixels, seed, False), Path(tmp) / f"s{seed}", seed
+                bench_run(particles, pixels, seed, False, steps), Path(tmp) / f"s{seed}", seed
             )
             if keep is None:
                 keep = _resolved_bins(plain)
                 record["ell"] = plain["ell_mean"][keep].tolist()
                 theory = _pyccl_spectra(
-                    bench_run(particles, pixels, 0, False), plain["ell_mean"][keep]
+                    bench_run(particles, pixels, 0, False, steps), plain["ell_mean"][keep]
                 )
                 baryons = _summaries(
-                    bench_run(particles, pixels, seed, True), Path(tmp) / "baryons", seed
+                    bench_run(particles, pixels, seed, True, steps), Path(tmp) / "baryons", seed
                 )
                 record["baryons"] = _baryons(
                     plain["cl"][0][..., keep], baryons["cl"][0][..., keep], theory

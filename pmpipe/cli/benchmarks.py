@@ -153,7 +153,7 @@ def nuisances(args) -> int:
     from pmpipe.bench import nuisances
 
     try:
-        record = nuisances.bench_nuisances(args.particles, args.pixels, args.seeds)
+        record = nuisances.bench_nuisances(args.particles, args.pixels, args.seeds, args.steps)
     except ValueError as err:
         LOG.error("error: %s", err)
         return 2

@@ -236,6 +236,7 @@ BENCH = (
             arg("--particles", type=int, default=128, help="particles per side (default 128)"),
             arg("--pixels", type=int, default=256, help="flat-sky pixels per side (default 256)"),
             arg("--seeds", type=int, default=4, help="realisations (default 4)"),
+            arg("--steps", type=int, default=16, help="PM steps from a=0.1 to a=1 (default 16)"),
             JSON,
         ),
     ),
