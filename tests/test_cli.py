@@ -105,3 +105,14 @@ def test_plan_warns_when_ray_tracing_planes_are_too_thick(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "lightcone.plane_thickness = 256 Mpc/h is too thick for ray tracing" in err
     assert "at most 100 Mpc/h" in err
+    assert "lightcone.copy_every = plane" not in err  # one-box planes: nothing to keep
+    campaign["base"]["lightcone"] |= {"plane_thickness": 64.0}
+    path.write_text(yaml.safe_dump(campaign))
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
+    err = capsys.readouterr().err
+    assert "too thick for ray tracing" not in err
+    assert "lightcone.copy_every = plane: each plane of 64 Mpc/h sees its own copy" in err
+    campaign["base"]["lightcone"] |= {"copy_every": "box"}
+    path.write_text(yaml.safe_dump(campaign))
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
+    assert "lightcone.copy_every = plane" not in capsys.readouterr().err

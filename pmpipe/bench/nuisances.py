@@ -1,10 +1,11 @@
 """``pmpipe bench nuisances``: the survey nuisances of resolved maps against pyccl's Limber
 spectra (CAMB's HMcode-2020 power), as JSON.
 
-Per seed, one N-body realisation (``particles``³ in 128 Mpc/h, force mesh B = 2, CAMB's
-linear power, ``steps`` steps (default 16), planes 32 Mpc/h thick to z = 0.6, four to a copy of the box:
-lightcone.copy_every 'box') lenses two Gaussian n(z) bins (:data:`SOURCES`) onto a 4.5° flat
-map of ``pixels``², with three draws of the nuisances (:data:`DRAWS`: none, NLA alignments,
+Per seed, one N-body realisation (``particles``³ in a box of ``box`` Mpc/h (default 128),
+force mesh B = 2, CAMB's linear power, ``steps`` steps (default 16), planes 32 Mpc/h thick to
+z = 0.6, filling each copy of the box: lightcone.copy_every 'box') lenses two Gaussian n(z)
+bins (:data:`SOURCES`) onto a flat map of ``pixels``², 4.5° per 128 Mpc/h of box (the field
+the box spans at z = 0.6), with three draws of the nuisances (:data:`DRAWS`: none, NLA alignments,
 a photo-z shift of both bins); for the first seed a second run of the same realisation adds
 baryonic feedback (HMcode-2020, :data:`LOG_T_AGN`). Every comparison is paired (draws of one
 N-body, or one seed with and without baryons), in the multipole bins inside both sources'
@@ -28,20 +29,29 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 SOURCES = ((0.3, 0.06), (0.5, 0.06))  # Gaussian n(z) bins: centre, width
 Z_TABLE = np.linspace(0.0, 0.56, 113)  # shifted by SHIFT, within z_max
-FIELD_OF_VIEW = 4.5
+FIELD_PER_BOX = 4.5 / 128.0  # degrees of the map per Mpc/h of box
 A_IA = 1.0
 SHIFT = 0.03
 LOG_T_AGN = 8.0
 DRAWS = [{"A_IA": 0.0}, {"A_IA": A_IA}, {"photo_z_shift": SHIFT}]
 
 
-def bench_run(particles: int, pixels: int, seed: int, baryons: bool, steps: int = 16):
+class Sizes(NamedTuple):
+    """The benchmark's runs: particles per side, map pixels per side, PM steps, box (Mpc/h)."""
+
+    particles: int
+    pixels: int
+    steps: int = 16
+    box: float = 128.0
+
+
+def bench_run(sizes: Sizes, seed: int, baryons: bool):
     """The benchmark's run (config.Run) of one seed, with or without baryonic feedback."""
     from pmpipe.run import config
 
@@ -52,16 +62,16 @@ def bench_run(particles: int, pixels: int, seed: int, baryons: bool, steps: int 
     ]  # fmt: skip
     return config.Run.model_validate(
         {
-            "box": {"particles": particles, "box_size": 128.0, "oversample": 2},
+            "box": {"particles": sizes.particles, "box_size": sizes.box, "oversample": 2},
             "power": {"kind": "camb"},
             "ic": {"seed": seed},
-            "nbody": {"steps": steps},
+            "nbody": {"steps": sizes.steps},
             "lightcone": {"z_max": 0.6, "plane_thickness": 32.0, "copy_every": "box"},
             "lensing": {
                 "source_redshifts": [],
                 "distributions": bins,
                 "intrinsic_alignment": {"A_IA": 0.0},
-                "flat_sky": {"field_of_view": FIELD_OF_VIEW, "pixels": pixels},
+                "flat_sky": {"field_of_view": FIELD_PER_BOX * sizes.box, "pixels": sizes.pixels},
                 "draws": {"kind": "list", "points": DRAWS},
             },
             "baryons": {"log_T_AGN": LOG_T_AGN} if baryons else None,
@@ -172,13 +182,14 @@ def _resolved_bins(found: dict) -> np.ndarray:
     return keep
 
 
-def bench_nuisances(particles: int, pixels: int, seeds: int, steps: int = 16) -> dict[str, Any]:
+def bench_nuisances(
+    particles: int, pixels: int, seeds: int, steps: int = 16, box: float = 128.0
+) -> dict[str, Any]:
     """The record of the module docstring."""
+    sizes = Sizes(particles, pixels, steps, box)
     record: dict[str, Any] = {
-        "particles": particles,
-        "pixels": pixels,
-        "steps": steps,
-        "field_of_view_deg": FIELD_OF_VIEW,
+        **sizes._asdict(),
+        "field_of_view_deg": FIELD_PER_BOX * box,
         "sources": [list(s) for s in SOURCES],
         "draws": DRAWS,
         "log_T_AGN": LOG_T_AGN,
@@ -187,18 +198,12 @@ def bench_nuisances(particles: int, pixels: int, seeds: int, steps: int = 16) ->
     with tempfile.TemporaryDirectory() as tmp:
         keep, theory = None, {}
         for seed in range(seeds):
-            plain = _summaries(
-                bench_run(particles, pixels, seed, False, steps), Path(tmp) / f"s{seed}", seed
-            )
+            plain = _summaries(bench_run(sizes, seed, False), Path(tmp) / f"s{seed}", seed)
             if keep is None:
                 keep = _resolved_bins(plain)
                 record["ell"] = plain["ell_mean"][keep].tolist()
-                theory = _pyccl_spectra(
-                    bench_run(particles, pixels, 0, False, steps), plain["ell_mean"][keep]
-                )
-                baryons = _summaries(
-                    bench_run(particles, pixels, seed, True, steps), Path(tmp) / "baryons", seed
-                )
+                theory = _pyccl_spectra(bench_run(sizes, 0, False), plain["ell_mean"][keep])
+                baryons = _summaries(bench_run(sizes, seed, True), Path(tmp) / "baryons", seed)
                 record["baryons"] = _baryons(
                     plain["cl"][0][..., keep], baryons["cl"][0][..., keep], theory
                 )

@@ -153,7 +153,9 @@ def nuisances(args) -> int:
     from pmpipe.bench import nuisances
 
     try:
-        record = nuisances.bench_nuisances(args.particles, args.pixels, args.seeds, args.steps)
+        record = nuisances.bench_nuisances(
+            args.particles, args.pixels, args.seeds, args.steps, args.box
+        )
     except ValueError as err:
         LOG.error("error: %s", err)
         return 2

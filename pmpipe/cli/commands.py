@@ -237,6 +237,7 @@ BENCH = (
             arg("--pixels", type=int, default=256, help="flat-sky pixels per side (default 256)"),
             arg("--seeds", type=int, default=4, help="realisations (default 4)"),
             arg("--steps", type=int, default=16, help="PM steps from a=0.1 to a=1 (default 16)"),
+            arg("--box", type=float, default=128.0, help="box size, Mpc/h (default 128)"),
             JSON,
         ),
     ),

@@ -136,6 +136,18 @@ def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, t
                 "multipoles (docs/lensing.md)"
             ),
         )
+    cone = config.section(cfg.lightcone, "lightcone")
+    if cone.copy_every == "plane" and thickness < cfg.box.box_size:
+        field = "lightcone.copy_every = plane"
+        out[field] = (
+            0.0,
+            (
+                f"{field}: each plane of {thickness:g} Mpc/h sees its own copy of the "
+                f"{cfg.box.box_size:g} Mpc/h box, so the maps lose the correlations between "
+                "neighbouring planes (power at low multipoles, a narrower resolved range): "
+                "set lightcone.copy_every to box (docs/lensing.md)"
+            ),
+        )
     for suffix, rows in ranges.items():
         best = max(range(len(rows)), key=lambda i: rows[i].ell_max)
         resolved = rows[best].ell_max
