@@ -1,12 +1,14 @@
 """`pmpipe bench postborn`: ray-traced against Born lensing of the same N-body planes, as JSON.
 
 Runs the ic, nbody and lensing stages (lensing.method both) of ``seeds`` realisations of a
-run (``particles``³, 256 Mpc/h, force mesh B = 2, 10 steps, planes 64 Mpc/h thick to z = 1,
-a 6° flat map of ``pixels``² for sources at z = 0.7 and 1) in a temporary folder, and records
-per seed and source, in three logarithmic bins from ell_min_valid to the multipole at which the
-source's mid-way plane reaches k_max_valid: the ray-traced κ's C_ℓ over Born's minus 1 and the
-rotation's C_ℓ^ωω over Born's C_ℓ^κκ; and for the whole map the rms of the κ difference over
-Born's rms and the skewness of both κ maps.
+run (``particles``³, 256 Mpc/h, force mesh B = 2, ``steps`` steps, planes 64 Mpc/h thick to
+z = 1, a 6° flat map of ``pixels``² for sources at z = 0.7 and 1) in a temporary folder, and
+records per seed and source, in three logarithmic bins from ell_min_valid to the multipole at
+which the source's mid-way plane reaches k_max_valid: the ray-traced κ's C_ℓ over Born's minus
+1 and the rotation's C_ℓ^ωω over Born's C_ℓ^κκ; for the whole map the rms of the κ difference
+over Born's rms and the skewness of both κ maps; and for both maps smoothed by a Gaussian of
+``smoothing`` arcmin: skewness, excess kurtosis and the counts of peaks in bins of height
+ν = κ/σ, σ the smoothed Born map's rms (the same thresholds in κ for both maps).
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ import numpy as np
 
 SOURCES = (0.7, 1.0)
 FIELD_OF_VIEW = 6.0
+PEAK_HEIGHTS = (-2.0, 0.0, 1.0, 2.0, 3.0, 4.0, np.inf)
 
 
-def _run(particles: int, pixels: int, seed: int):
+def _run(particles: int, pixels: int, seed: int, steps: int = 10):
     from pmpipe.run import config
 
     return config.Run.model_validate(
         {
             "box": {"particles": particles, "box_size": 256.0, "oversample": 2},
             "ic": {"seed": seed},
-            "nbody": {"steps": 10},
+            "nbody": {"steps": steps},
             "lightcone": {"z_max": 1.0, "plane_thickness": 64.0},
             "lensing": {
                 "source_redshifts": list(SOURCES),
@@ -45,7 +48,33 @@ def _skewness(x) -> float:
     return float(np.mean(x**3) / np.mean(x**2) ** 1.5)
 
 
-def bench_postborn(particles: int, pixels: int, seeds: int) -> dict:
+def _kurtosis(x) -> float:
+    x = np.asarray(x, np.float64) - np.mean(x)
+    return float(np.mean(x**4) / np.mean(x**2) ** 2 - 3)
+
+
+def smoothed_statistics(traced, born, smoothing: float) -> dict:
+    """Skewness, excess kurtosis and peak counts (bins PEAK_HEIGHTS of ν = κ/σ_Born) of the
+    ray-traced and Born maps (n, n) smoothed by a Gaussian of ``smoothing`` arcmin."""
+    from pmpipe.physics import stats
+
+    maps = {
+        "raytrace": np.asarray(stats.smooth_flat(traced, FIELD_OF_VIEW, smoothing)),
+        "born": np.asarray(stats.smooth_flat(born, FIELD_OF_VIEW, smoothing)),
+    }
+    sigma = float(np.std(maps["born"], dtype=np.float64))
+    edges = np.asarray(PEAK_HEIGHTS) * sigma + float(np.mean(maps["born"], dtype=np.float64))
+    record: dict = {}
+    for name, m in maps.items():
+        record[f"skewness_{name}_smoothed"] = _skewness(m)
+        record[f"kurtosis_{name}_smoothed"] = _kurtosis(m)
+        record[f"peaks_{name}"] = stats.peak_counts_flat(m, edges).tolist()
+    return record
+
+
+def bench_postborn(
+    particles: int, pixels: int, seeds: int, steps: int = 10, smoothing: float = 2.0
+) -> dict:
     """The record of the module docstring."""
     import zarr
 
@@ -59,11 +88,14 @@ def bench_postborn(particles: int, pixels: int, seeds: int) -> dict:
         "pixels": pixels,
         "field_of_view_deg": FIELD_OF_VIEW,
         "z_source": list(SOURCES),
+        "steps": steps,
+        "smoothing_arcmin": smoothing,
+        "peak_heights_nu": [float(v) for v in PEAK_HEIGHTS],
         "runs": [],
     }
     with tempfile.TemporaryDirectory() as folder:
         for seed in range(seeds):
-            run = _run(particles, pixels, seed)
+            run = _run(particles, pixels, seed, steps)
             path = Path(folder) / f"seed{seed}" / "config.json"
             path.parent.mkdir()
             path.write_text(config.RunFile.build("postborn", f"s{seed}", seed, {}, run).to_json())
@@ -97,6 +129,7 @@ def bench_postborn(particles: int, pixels: int, seeds: int) -> dict:
                         "skewness_born": _skewness(born),
                         "skewness_raytrace": _skewness(traced),
                     }
+                    | smoothed_statistics(traced, born, smoothing)
                 )
     worst = max(abs(v) for r in record["runs"] for v in r["cl_raytrace_over_born_minus_1"])
     record["largest_cl_difference"] = worst

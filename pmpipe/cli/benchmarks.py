@@ -121,7 +121,12 @@ def postborn(args) -> int:
     """``pmpipe bench postborn``: ray-traced against Born maps of the same planes."""
     from pmpipe.bench import postborn
 
-    _emit(postborn.bench_postborn(args.particles, args.pixels, args.seeds), args.json)
+    _emit(
+        postborn.bench_postborn(
+            args.particles, args.pixels, args.seeds, args.steps, args.smoothing
+        ),
+        args.json,
+    )
     return 0
 
 

@@ -192,12 +192,14 @@ BENCH = (
     Command(
         "postborn",
         "ray-traced against Born lensing of the same N-body planes: C_ell ratio in the "
-        "resolved range, rotation power, skewness, per seed and source",
+        "resolved range, rotation power, skewness, kurtosis and peak counts, per seed and source",
         benchmarks.postborn,
         (
             arg("--particles", type=int, default=32, help="particles per side (default 32)"),
             arg("--pixels", type=int, default=64, help="map pixels per side (default 64)"),
             arg("--seeds", type=int, default=4, help="realisations (default 4)"),
+            arg("--steps", type=int, default=10, help="N-body steps (default 10)"),
+            arg("--smoothing", type=float, default=2.0, help="arcmin (default 2)"),
             JSON,
         ),
     ),
