@@ -322,6 +322,24 @@ def test_bench_postborn_compares_the_methods_in_the_resolved_range():
     for row in record["runs"]:
         assert 0 < max(row["cl_omega_over_cl_kappa"]) < 1e-3
         assert row["rms_difference_over_rms"] > 0.01
+        assert len(row["peaks_born"]) == len(postborn.PEAK_HEIGHTS) - 1
+        assert row["skewness_born_smoothed"] != row["skewness_raytrace_smoothed"]
+
+
+def test_postborn_smoothed_statistics_of_a_known_map():
+    """Equal maps give equal statistics; a Gaussian field has no skewness or excess kurtosis;
+    a positive spike adds a peak above 4 σ to one map only."""
+    from pmpipe.bench import postborn
+
+    gauss = np.random.default_rng(3).standard_normal((256, 256)).astype(np.float32)
+    same = postborn.smoothed_statistics(gauss, gauss, 4.0)
+    assert same["peaks_born"] == same["peaks_raytrace"] and sum(same["peaks_born"]) > 100
+    assert abs(same["skewness_born_smoothed"]) < 0.1 and abs(same["kurtosis_born_smoothed"]) < 0.2
+    spiked = gauss.copy()
+    spiked[128, 128] += 400.0
+    moved = postborn.smoothed_statistics(spiked, gauss, 4.0)
+    assert moved["peaks_raytrace"][-1] == moved["peaks_born"][-1] + 1
+    assert moved["skewness_raytrace_smoothed"] > 1
 
 
 def test_bench_nuisances_measures_each_comparison_against_pyccl_as_a_deviation():
