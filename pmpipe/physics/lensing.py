@@ -106,11 +106,27 @@ def pixel_centres(fov_deg: float, pixels: int) -> np.ndarray:
     return (np.arange(pixels) + 0.5 - 0.5 * pixels) * step
 
 
-def fourier_matrix(positions, mesh_n: int, box_size: float, dtype):
-    """exp(i k x) for positions (n,) in Mpc/h and the grid's wavenumbers (M,), numpy of the
-    complex dtype that goes with the real ``dtype``."""
-    k = fft.angular_frequencies(mesh_n, box_size / mesh_n)
-    return np.exp(1j * positions[:, None] * k[None, :]).astype(np.result_type(dtype, np.complex64))
+def fourier_phases(positions, mesh_n: int, box_size: float, dtype) -> np.ndarray:
+    """Positions (n,) Mpc/h as the (2, n) parts hi + lo of their fraction of the box, x/L mod 1
+    (float64 on the host), in the real ``dtype`` as JAX holds it (float32 unless x64 is on):
+    hi a multiple of 2^-b with b such that hi times any wavenumber index |m| <= M/2 is exact in
+    that dtype, lo the rest. From them :func:`fourier_matrix` computes the phases on the device
+    to the precision of that dtype."""
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    bits = np.finfo(dtype).nmant + 1 - (mesh_n // 2).bit_length()
+    u = np.mod(np.asarray(positions, np.float64) / box_size, 1.0)
+    hi = np.floor(u * 2.0**bits) / 2.0**bits
+    return np.stack([hi, u - hi]).astype(dtype)
+
+
+def fourier_matrix(phases, mesh_n: int):
+    """exp(i k x) (n, M) for positions given by :func:`fourier_phases` (2, n) and the
+    wavenumbers k = 2π m / L of a periodic grid of M points (FFT order), in the complex dtype
+    that goes with that of ``phases``: a JAX array, computed where it is traced."""
+    m = jnp.asarray(np.fft.fftfreq(mesh_n, 1.0 / mesh_n), phases.dtype)
+    turns = [part[:, None] * m[None, :] for part in phases]
+    turns = sum(t - jnp.round(t) for t in turns)
+    return jnp.exp(1j * (2 * np.pi) * turns)
 
 
 def _cic_window_2d(mesh_n: int, box_size: float):
@@ -120,13 +136,15 @@ def _cic_window_2d(mesh_n: int, box_size: float):
     return w[:, None] * w[None, :]
 
 
-def plane_on_pixels(plane, ex, ey, transfer, sharding=None):
-    """Values (n, n) of a periodic plane (M, M) at the transverse positions of the Fourier
-    matrices ex, ey (n, M) from :func:`fourier_matrix`, by band-limited (Fourier)
-    interpolation, the plane's modes multiplied by ``transfer`` (M, M) first; ``sharding``:
-    the plane's layout (see :func:`pmpipe.physics.fft.fft2`)."""
+def plane_on_pixels(plane, px, py, transfer, sharding=None):
+    """Values (n, n) of a periodic plane (M, M) at the transverse positions px, py (2, n) from
+    :func:`fourier_phases`, by band-limited (Fourier) interpolation, the plane's modes
+    multiplied by ``transfer`` (M, M) first; ``sharding``: the plane's layout (see
+    :func:`pmpipe.physics.fft.fft2`)."""
+    mesh_n = plane.shape[0]
+    ex, ey = fourier_matrix(px, mesh_n), fourier_matrix(py, mesh_n)
     modes = fft.fft2(plane, sharding) * transfer
-    return (ex @ modes @ ey.T).real / plane.shape[0] ** 2
+    return (ex @ modes @ ey.T).real / mesh_n**2
 
 
 def map_band_limit(mesh_n: int, box_size: float, chi: float, pixel: float):
@@ -151,9 +169,9 @@ def plane_transfer(mesh_n: int, box_size: float, chi: float, pixel: float) -> np
 
 
 @partial(jax.jit, static_argnames="mesh")
-def _add_plane(maps, plane, weights, ex, ey, transfer, mesh: Mesh):
+def _add_plane(maps, plane, weights, px, py, transfer, mesh: Mesh):
     """maps (S, n, n) plus weights (S,) times the plane's values on the pixels."""
-    values = plane_on_pixels(plane, ex, ey, transfer, NamedSharding(mesh, FIELD_SPEC))
+    values = plane_on_pixels(plane, px, py, transfer, NamedSharding(mesh, FIELD_SPEC))
     maps = maps + weights[:, None, None] * values[None].astype(maps.dtype)
     return jax.lax.with_sharding_constraint(maps, NamedSharding(mesh, _MAPS_SPEC))
 
@@ -177,13 +195,13 @@ def flat_sky_convergence(planes, weights, chi, theta, offsets, grid: Grid):
             continue  # beyond every source
         plane = plane()
         mesh_n = plane.shape[0]
-        ex, ey = (
-            fourier_matrix(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
+        px, py = (
+            fourier_phases(float(chi[i]) * theta + offsets[i][j], mesh_n, box_size, dtype)
             for j in range(2)
         )
         transfer = plane_transfer(mesh_n, box_size, float(chi[i]), pixel)
         maps = _add_plane(
-            maps, plane, weights[:, i].astype(dtype), ex, ey, transfer.astype(dtype), mesh=mesh
+            maps, plane, weights[:, i].astype(dtype), px, py, transfer.astype(dtype), mesh=mesh
         )
     return maps
 

@@ -173,14 +173,14 @@ def _start(sources: int, n: int, dtype, mesh: Mesh) -> Rays:
 
 @dataclasses.dataclass(frozen=True)
 class LensPlane:
-    """What a compiled step needs of plane i: its projected overdensity (M, M), the Fourier
-    matrices ex (nodes, M) and ey (nodes, M // 2 + 1: k_y ≥ 0) of the node grid at the plane,
-    kernels (5, M, M // 2 + 1) the plane's :func:`lens_kernels` times its transfer, its distance
+    """What a compiled step needs of plane i: its projected overdensity (M, M), the node grid's
+    positions on the plane along x and y as :func:`pmpipe.physics.lensing.fourier_phases`
+    (2, nodes), kernels (5, M, M // 2 + 1) the plane's :func:`lens_kernels` times its transfer, its distance
     chi (Mpc/h), its deflection factor c_i and Born's weights (S,) w_i^s of every source."""
 
     density: jax.Array
-    ex: jax.Array
-    ey: jax.Array
+    px: jax.Array
+    py: jax.Array
     kernels: jax.Array
     chi: jax.Array
     factor: jax.Array
@@ -219,14 +219,16 @@ def deflect(rays: Rays, alpha, T, factor, weights) -> Rays:
 @partial(jax.jit, static_argnames=("grid", "mesh"))
 def _through_plane(rays: Rays, lens: LensPlane, theta, grid: RayGrid, mesh: Mesh) -> Rays:
     """Rays moved to the plane and deflected by it; theta (n,) the pixel centres (rad)."""
-    plane, ex, ey, kernels, chi = lens.density, lens.ex, lens.ey, lens.kernels, lens.chi
+    plane, kernels, chi = lens.density, lens.kernels, lens.chi
+    half, mesh_n = kernels.shape[-1], plane.shape[0]
+    ex = lensing.fourier_matrix(lens.px, mesh_n)
+    ey = lensing.fourier_matrix(lens.py, mesh_n)[:, :half]
     n = theta.shape[0]
     dtype = rays.d.dtype
     rays = advance(rays, chi)
     d = rays.d
     sharded = NamedSharding(mesh, FIELD_SPEC)
     modes = fft.fft2(plane, sharded)
-    half = kernels.shape[-1]
     rows = jnp.einsum("am,cmn->can", ex, modes[None, :, :half] * kernels)
     # the real part of rows @ ey.T as two real products: half the work of the complex one
     fields = jnp.einsum("can,bn->cab", rows.real, ey.real)
@@ -286,20 +288,19 @@ def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
     for i in range(last + 1):
         plane = planes[i]()
         mesh_n = plane.shape[0]
-        ex, ey = (
-            lensing.fourier_matrix(
+        px, py = (
+            lensing.fourier_phases(
                 float(chi[i]) * nodes.angles() + offsets[i][j], mesh_n, box_size, dtype
             )
             for j in range(2)
         )
         transfer = lensing.plane_transfer(mesh_n, box_size, float(chi[i]), pixel)
-        half = mesh_n // 2 + 1
-        kernels = lens_kernels(mesh_n, box_size) * transfer[:, :half]
+        kernels = lens_kernels(mesh_n, box_size) * transfer[:, : mesh_n // 2 + 1]
         lens_plane = LensPlane(
             plane,
-            ex,
-            ey[:, :half],
-            kernels.astype(ex.dtype),
+            jnp.asarray(px),
+            jnp.asarray(py),
+            kernels.astype(np.result_type(dtype, np.complex64)),
             dtype.type(chi[i]),
             dtype.type(factors[i]),
             weights[:, i].astype(dtype),
