@@ -426,8 +426,8 @@ def _with(path, value):
 
 
 BAD = [
-    (_with("base.box.colour", "red"), "base.box.colour: Extra inputs are not permitted"),
-    (_with("sede", 3), "sede: Extra inputs are not permitted"),
+    (_with("base.box.colour", "red"), "base.box.colour: unknown key (got 'red')"),
+    (_with("sede", 3), "sede: unknown key; did you mean 'seed'?"),
     (_with("realisations", "two"), "realisations: Input should be a valid integer"),
     (_with("base.box.box_size", -100.0), "base.box.box_size: Input should be greater than 0"),
     (

@@ -3,6 +3,7 @@
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pmpipe import cli, stages
@@ -116,3 +117,31 @@ def test_plan_warns_when_ray_tracing_planes_are_too_thick(tmp_path, capsys):
     path.write_text(yaml.safe_dump(campaign))
     assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
     assert "lightcone.copy_every = plane" not in capsys.readouterr().err
+
+
+def test_version_names_the_release_and_the_commit_of_a_checkout(capsys):
+    """``pmpipe --version`` prints the installed version and, from this checkout, the commit
+    that provenance records; exit status 0."""
+    from pmpipe.storage import provenance
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pmpipe 0.") and f"(commit {provenance.git_commit()})" in out
+
+
+def test_an_unknown_key_is_named_with_the_closest_allowed_one(tmp_path, capsys):
+    """A typo'd key deep in a campaign's base gets the key it was likely meant to be; a key
+    like none gets no guess; exit status 2 and no traceback."""
+    path = tmp_path / "typo.yaml"
+    path.write_text(
+        "name: typo\nbase:\n  nbody: {step: 4}\n  lensing:\n    source_redshifts: [1.0]\n"
+        "    flat_sky: {field_of_veiw: 5.0, colour: red}\n"
+    )
+    assert cli.main(["plan", str(path)]) == 2
+    text = capsys.readouterr().err
+    assert "base.nbody.step: unknown key; did you mean 'steps'? (got 4)" in text
+    assert "base.lensing.flat_sky.field_of_veiw: unknown key; did you mean 'field_of_view'?" in text
+    assert "base.lensing.flat_sky.colour: unknown key (got 'red')" in text
+    assert "Traceback" not in text

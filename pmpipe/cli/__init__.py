@@ -5,6 +5,7 @@ subcommands are the table of :mod:`pmpipe.cli.commands`."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pmpipe.cli.commands import COMMANDS, Command
 from pmpipe.runtime import log
@@ -25,9 +26,26 @@ def _add(subparsers, command: Command) -> None:
             _add(nested, sub)
 
 
+class _Version(argparse.Action):
+    """``--version``: pmpipe's version and, from a checkout, its commit; then exit."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="show pmpipe's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from pmpipe.runtime import versions
+        from pmpipe.storage import provenance
+
+        commit = provenance.git_commit()
+        text = f"pmpipe {versions.installed('pmpipe')}" + (f" (commit {commit})" if commit else "")
+        sys.stdout.write(text + "\n")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand of the table."""
     parser = argparse.ArgumentParser(prog="pmpipe", description="Cosmological PM simulation suites")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         _add(commands, command)

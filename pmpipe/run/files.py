@@ -3,9 +3,12 @@ with size limits, and the errors that name the file and the field. Imports no JA
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import stat
+import types
+import typing
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -35,30 +38,72 @@ class ConfigError(ValueError):
 
 
 def invalid(source: str, field: str, message: str) -> ConfigError:
-    """A ConfigError of one problem, laid out as :func:`format_errors` lays out its lines."""
-    return ConfigError(f"{source}: invalid configuration\n  {field}: {message}")
+    """A ConfigError of one problem, laid out as :func:`format_errors` lays out its lines
+    (``field`` empty: a problem of the whole file, whose message names its fields)."""
+    return ConfigError(
+        f"{source}: invalid configuration\n  {field + ': ' if field else ''}{message}"
+    )
+
+
+def _models(annotation) -> list[type[BaseModel]]:
+    """The configuration models a field's annotation holds (through Optional, unions, lists,
+    mappings and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is not None:
+        return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+    return []
+
+
+def allowed_keys(model: type[BaseModel], loc: Collection[object]) -> list[str]:
+    """The keys the section at ``loc`` (a path of field names, list indices, mapping keys or
+    union tags below ``model``) allows: the fields of every model it can be."""
+    candidates = [model]
+    for part in loc:
+        inner = [
+            m
+            for candidate in candidates
+            if isinstance(part, str) and part in candidate.model_fields
+            for m in _models(candidate.model_fields[part].annotation)
+        ]
+        candidates = inner or candidates  # an index, a key or a tag: the same models
+    return sorted({name for m in candidates for name in m.model_fields})
+
+
+def _suggestion(model: type[BaseModel] | None, loc: tuple) -> str:
+    """'; did you mean ...?' for an unknown key at ``loc`` close to an allowed one, else ''."""
+    if model is None or not loc:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), allowed_keys(model, loc[:-1]), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def format_errors(
-    source: str, err: ValidationError, unions: Mapping[str, Collection[str]] = {}
+    source: str,
+    err: ValidationError,
+    unions: Mapping[str, Collection[str]] = {},
+    model: type[BaseModel] | None = None,
 ) -> str:
     """One line per problem: file, dotted field path, message and the value given. ``unions``
     maps a top-level field holding a tagged union to its tags, which are left out of the path
-    (design.grid.parameters reads design.parameters)."""
+    (design.grid.parameters reads design.parameters). With the ``model`` validated, an
+    unknown key close to an allowed one gets a suggestion; a problem of the whole file has no
+    path."""
     lines = [f"{source}: invalid configuration"]
     for e in err.errors():
         parts = [str(x) for x in e["loc"]]
         if len(parts) > 1 and parts[1] in unions.get(parts[0], ()):
             del parts[1]
-        loc = ".".join(parts) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key" + _suggestion(model, e["loc"])
         shown = (
             e["type"] != "missing"
             and not isinstance(e["input"], dict)
             and len(repr(e["input"])) <= 80
         )
         given = f" (got {e['input']!r})" if shown else ""  # no dumps of whole sections
-        lines.append(f"  {loc}: {msg}{given}")
+        lines.append(f"  {'.'.join(parts) + ': ' if parts else ''}{msg}{given}")
     return "\n".join(lines)
 
 
@@ -215,4 +260,4 @@ def validate(
         for e in err.errors():
             if isinstance(e.get("ctx", {}).get("error"), ConfigError):
                 raise e["ctx"]["error"] from None
-        raise ConfigError(format_errors(str(source), err, unions)) from None
+        raise ConfigError(format_errors(str(source), err, unions, model)) from None

@@ -155,7 +155,7 @@ def _check_planes(run: config.Run) -> None:
         )
 
 
-def checked(run: config.Run, source: str | Path, field: str = "(top level)") -> config.Run:
+def checked(run: config.Run, source: str | Path, field: str = "") -> config.Run:
     """run, once :func:`check_run` passes; else a ConfigError naming source and field."""
     try:
         check_run(run)

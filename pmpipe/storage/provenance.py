@@ -28,7 +28,7 @@ def layout(stage: str) -> int:
     return LAYOUTS.get(stage, 1)
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout."""
     src = Path(__file__).resolve().parents[2]  # the checkout: pmpipe/storage/ is two below
     if not (src / ".git").exists():
@@ -53,7 +53,7 @@ def software() -> dict:
     path, labels = image.current(os.environ)
     return {
         "pmpipe_version": versions.installed("pmpipe"),
-        "git_commit": _git_commit() or labels.get(image.REVISION),
+        "git_commit": git_commit() or labels.get(image.REVISION),
         "image": path,
         "jax_version": jax.__version__,
         "jaxlib_version": versions.installed("jaxlib"),
