@@ -81,21 +81,22 @@ def ray_grid(theta) -> RayGrid:
     )
 
 
-def lens_kernels(mesh_n: int, box_size: float) -> np.ndarray:
+def lens_kernels(mesh_n: int, box_size, dtype=np.float64):
     """(5, M, M // 2 + 1) factors that turn a plane's modes Σ_k with k_y ≥ 0 into those of
     α_x, α_y, T_xx, T_xy, T_yy (∇²ψ = 2Σ; 0 at k = 0, where the mean is lensed as a sheet),
     doubled for 0 < k_y < k_Nyquist: the real part of a sum over these modes is the sum over
     all of them, whose k_y < 0 half is the conjugate of this one (the Nyquist modes are removed:
-    :func:`pmpipe.physics.lensing.plane_transfer`)."""
-    k = fft.angular_frequencies(mesh_n, box_size / mesh_n)
+    :func:`pmpipe.physics.lensing.plane_transfer`). A JAX array of the complex type of the real
+    ``dtype``, computed where it is traced (box_size in Mpc/h may be traced too)."""
+    k = fft.angular_frequencies(mesh_n, 1.0 / mesh_n, jnp, dtype) / box_size
     half = mesh_n // 2 + 1
-    kx, ky = k[:, None], np.abs(k[None, :half])
+    kx, ky = k[:, None], jnp.abs(k[None, :half])
     k2 = kx**2 + ky**2
-    inv = np.divide(2.0, k2, out=np.zeros_like(k2), where=k2 > 0)
-    inv[:, 1 : (mesh_n + 1) // 2] *= 2.0  # the k_y > 0 columns stand for their conjugates too
-    return np.stack(
-        [-1j * kx * inv, -1j * ky * inv, kx * kx * inv + 0j, kx * ky * inv + 0j, ky * ky * inv + 0j]
-    )
+    inv = jnp.where(k2 > 0, 2.0 / jnp.where(k2 > 0, k2, 1.0), 0.0)
+    doubled = (jnp.arange(half) >= 1) & (jnp.arange(half) < (mesh_n + 1) // 2)
+    inv = inv * jnp.where(doubled, 2.0, 1.0)  # the k_y > 0 columns stand for their conjugates
+    alpha = -1j * jnp.stack([kx * inv, ky * inv])
+    return jnp.concatenate([alpha, jnp.stack([kx * kx * inv, kx * ky * inv, ky * ky * inv])])
 
 
 def _cubic_weights(t):
@@ -175,13 +176,15 @@ def _start(sources: int, n: int, dtype, mesh: Mesh) -> Rays:
 class LensPlane:
     """What a compiled step needs of plane i: its projected overdensity (M, M), the node grid's
     positions on the plane along x and y as :func:`pmpipe.physics.lensing.fourier_phases`
-    (2, nodes), kernels (5, M, M // 2 + 1) the plane's :func:`lens_kernels` times its transfer, its distance
-    chi (Mpc/h), its deflection factor c_i and Born's weights (S,) w_i^s of every source."""
+    (2, nodes), its transfer (M, M // 2 + 1: k_y ≥ 0; :func:`pmpipe.physics.lensing.plane_transfer`),
+    the box size and its distance chi (Mpc/h), its deflection factor c_i and Born's weights (S,)
+    w_i^s of every source."""
 
     density: jax.Array
     px: jax.Array
     py: jax.Array
-    kernels: jax.Array
+    transfer: jax.Array
+    box_size: jax.Array
     chi: jax.Array
     factor: jax.Array
     weights: jax.Array
@@ -219,12 +222,12 @@ def deflect(rays: Rays, alpha, T, factor, weights) -> Rays:
 @partial(jax.jit, static_argnames=("grid", "mesh"))
 def _through_plane(rays: Rays, lens: LensPlane, theta, grid: RayGrid, mesh: Mesh) -> Rays:
     """Rays moved to the plane and deflected by it; theta (n,) the pixel centres (rad)."""
-    plane, kernels, chi = lens.density, lens.kernels, lens.chi
-    half, mesh_n = kernels.shape[-1], plane.shape[0]
+    plane, chi, dtype = lens.density, lens.chi, rays.d.dtype
+    half, mesh_n = lens.transfer.shape[-1], plane.shape[0]
+    kernels = lens_kernels(mesh_n, lens.box_size, dtype) * lens.transfer
     ex = lensing.fourier_matrix(lens.px, mesh_n)
     ey = lensing.fourier_matrix(lens.py, mesh_n)[:, :half]
     n = theta.shape[0]
-    dtype = rays.d.dtype
     rays = advance(rays, chi)
     d = rays.d
     sharded = NamedSharding(mesh, FIELD_SPEC)
@@ -295,12 +298,12 @@ def trace(planes, weights, factors, chi, theta, offsets, grid: Grid) -> dict:
             for j in range(2)
         )
         transfer = lensing.plane_transfer(mesh_n, box_size, float(chi[i]), pixel)
-        kernels = lens_kernels(mesh_n, box_size) * transfer[:, : mesh_n // 2 + 1]
         lens_plane = LensPlane(
             plane,
             jnp.asarray(px),
             jnp.asarray(py),
-            kernels.astype(np.result_type(dtype, np.complex64)),
+            jnp.asarray(transfer[:, : mesh_n // 2 + 1], dtype),
+            dtype.type(box_size),
             dtype.type(chi[i]),
             dtype.type(factors[i]),
             weights[:, i].astype(dtype),
