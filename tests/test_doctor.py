@@ -133,3 +133,51 @@ def test_the_check_imports_every_module_and_catches_a_wrong_fft(monkeypatch):
     assert len(problems) == 1 and problems[0].startswith(
         "FFT on the local devices differs from numpy's"
     )
+
+
+def _without_cuda_jax():
+    from pmpipe.runtime import backend
+
+    if any("cuda" in p for p in backend.installed_plugins()):
+        pytest.skip("this machine has JAX for NVIDIA GPUs: JAX_PLATFORMS=cuda would start")
+
+
+def test_a_backend_jax_cannot_start_is_diagnosed_without_a_traceback(tmp_path):
+    """JAX_PLATFORMS=cuda with JAX for the CPU only: doctor reports it with the fix and exits
+    2; a stage exits 2 with the same one message; PMPIPE_DEBUG=1 shows the traceback."""
+    _without_cuda_jax()
+    from pmpipe.orchestration import campaign
+
+    env = {**os.environ, "JAX_PLATFORMS": "cuda"}
+    env.pop("XLA_FLAGS", None)
+    command = [sys.executable, "-m", "pmpipe.cli"]
+
+    def run(*args, **extra):
+        return subprocess.run(
+            [*command, *args], capture_output=True, text=True, env={**env, **extra}, timeout=300
+        )
+
+    report = run("doctor")
+    assert report.returncode == 2 and "Traceback" not in report.stderr
+    assert "backend None" in report.stdout
+    for text in ("JAX_PLATFORMS='cuda'", "requirements/gpu.txt", "export JAX_PLATFORMS=cpu"):
+        assert text in report.stdout, report.stdout  # the table's warnings
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps({"name": "nogpu", "base": {"box": {"particles": 16}}}))
+    cfg = campaign.write_run_files(campaign.load(path), tmp_path / "results")[0]
+    stage = run("run", "ic", str(cfg))
+    assert stage.returncode == 2 and "Traceback" not in stage.stderr, stage.stderr[-2000:]
+    assert stage.stderr.count("error: JAX could not start the backend") == 1
+    assert "Traceback" in run("run", "ic", str(cfg), PMPIPE_DEBUG="1").stderr
+
+
+def test_the_diagnosis_names_what_is_installed_and_the_fix():
+    from pmpipe.runtime import backend
+
+    cpu_only = backend.diagnosis("cuda", "", "0.10.2", [])
+    assert "no device plugin" in cpu_only and backend.GPU_LOCK in cpu_only
+    no_gpu = backend.diagnosis(
+        "cuda", "no CUDA devices found", "0.10.2", ["jax-cuda13-plugin 0.10.2"]
+    )
+    assert "(no CUDA devices found)" in no_gpu and "jax-cuda13-plugin 0.10.2" in no_gpu
+    assert "nvidia-smi" in no_gpu and backend.GPU_LOCK not in no_gpu

@@ -5,6 +5,7 @@ subcommands are the table of :mod:`pmpipe.cli.commands`."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pmpipe.cli.commands import COMMANDS, Command
@@ -46,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand of the table."""
     parser = argparse.ArgumentParser(prog="pmpipe", description="Cosmological PM simulation suites")
     parser.add_argument("--version", action=_Version)
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (PMPIPE_DEBUG=1)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         _add(commands, command)
@@ -53,15 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Parse ``argv`` and run the command; a configuration or store error is one line on
-    stderr and exit status 2."""
+    """Parse ``argv`` and run the command; a configuration or store error, or a JAX backend
+    that cannot start, is one message on stderr and exit status 2 (with ``--debug`` or
+    PMPIPE_DEBUG=1, the traceback instead)."""
     from pmpipe.run import config
+    from pmpipe.runtime import backend
     from pmpipe.storage import store
 
     args = build_parser().parse_args(argv)
     log.configure()
+    debug = args.debug or os.environ.get("PMPIPE_DEBUG", "") not in ("", "0")
     try:
         return args.func(args)
-    except (config.ConfigError, store.IncompleteStoreError) as err:
+    except (config.ConfigError, store.IncompleteStoreError, backend.BackendError) as err:
+        if debug:
+            raise
         LOG.error("error: %s", err)
+        return 2
+    except Exception:
+        problem = None if debug else backend.failure()
+        if problem is None:
+            raise
+        LOG.error("error: %s", problem)
         return 2

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pmpipe.runtime import image, parallel, versions
+from pmpipe.runtime import backend, image, parallel, versions
 
 FIELDS = (
     "pmpipe",
@@ -60,11 +60,15 @@ def _output_line(cmd: list[str], pick: str = "") -> str | None:
 def _jax_facts() -> dict:
     import jax
 
-    devices = jax.local_devices()
+    try:
+        devices, problem = backend.local_devices(), None
+    except backend.BackendError as err:
+        devices, problem = [], str(err)
     return {
         "version": jax.__version__,
         "jaxlib": versions.installed("jaxlib"),
-        "backend": jax.default_backend(),
+        "backend": None if problem else jax.default_backend(),
+        "backend_error": problem,
         "platform_version": devices[0].client.platform_version if devices else None,
         "local_devices": [
             {"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices
@@ -145,8 +149,9 @@ def _version_tuple(text: str | None) -> tuple[int, ...] | None:
 
 
 def warnings(facts: dict, environ: Mapping[str, str]) -> list[str]:
-    """Settings known to break (multi-node) runs, each a sentence naming the setting to change."""
-    out = []
+    """Settings known to break (multi-node) runs, each a sentence naming the setting to change;
+    first, a JAX backend that cannot start."""
+    out = [facts["jax"]["backend_error"]] if facts["jax"].get("backend_error") else []
     if environ.get("SLURM_JOB_ID") and not any(k in environ for k in SLURM_RANK_VARIABLES):
         out.append(
             "inside SLURM job {} without {}: the environment was cleaned (sbatch/srun "

@@ -21,6 +21,8 @@ def doctor(args) -> int:
         sys.stdout.write("\n")
     else:
         print(doctor.table(facts))
+    if facts["jax"]["backend_error"]:
+        return 2  # the warning above says why and how to fix it
     if not args.check:
         return 0
     problems = doctor.self_check()

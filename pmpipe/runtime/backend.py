@@ -1,0 +1,76 @@
+"""Starting JAX's backend: the local devices, or one message that names the backend JAX could
+not start, what is installed and the fix. Imports JAX only when called."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pmpipe.runtime import versions
+
+PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin", "jax-rocm7-plugin", "libtpu")
+GPU_LOCK = "python -m pip install --require-hashes -r requirements/gpu.txt"
+
+
+class BackendError(RuntimeError):
+    """JAX could not start the backend this process asks for; the message says why and how to
+    fix it."""
+
+
+def installed_plugins() -> list[str]:
+    """'name version' of every installed JAX device plugin of PLUGINS."""
+    return [f"{name} {versions.installed(name)}" for name in PLUGINS if versions.installed(name)]
+
+
+def diagnosis(requested: str | None, error: str, jaxlib: str | None, plugins: list[str]) -> str:
+    """The message for a backend JAX could not start: ``requested`` the JAX_PLATFORMS value
+    (None: unset), ``error`` JAX's own message (may be empty), ``jaxlib`` and ``plugins`` what
+    is installed."""
+    asked = f"the backend JAX_PLATFORMS={requested!r} asks for" if requested else "a backend"
+    cause = f"JAX could not start {asked}" + (f" ({error.strip()})" if error.strip() else "")
+    have = f"installed: jaxlib {jaxlib}, " + (
+        ", ".join(plugins) if plugins else "no device plugin (JAX for the CPU only)"
+    )
+    wants_gpu = requested is not None and any(p in requested for p in ("cuda", "gpu"))
+    if wants_gpu and not any("cuda" in p for p in plugins):
+        fix = (
+            f"install JAX for NVIDIA GPUs ({GPU_LOCK}) or run on the CPU: export JAX_PLATFORMS=cpu"
+        )
+    elif plugins:
+        fix = (
+            "the plugin is installed but found no device it can use: run on a node with one "
+            "(nvidia-smi lists NVIDIA GPUs) or run on the CPU: export JAX_PLATFORMS=cpu"
+        )
+    else:
+        fix = "run on the CPU (export JAX_PLATFORMS=cpu) or install JAX's plugin for that device"
+    return f"{cause}; {have}; fix: {fix}"
+
+
+def local_devices(environ: Mapping[str, str] | None = None) -> list:
+    """jax.local_devices(), or BackendError with :func:`diagnosis` when JAX cannot start."""
+    import jax
+
+    environ = os.environ if environ is None else environ
+    try:
+        return jax.local_devices()
+    except Exception as err:  # JAX raises RuntimeError or a bare AssertionError here
+        message = diagnosis(
+            environ.get("JAX_PLATFORMS"),
+            str(err),
+            versions.installed("jaxlib"),
+            installed_plugins(),
+        )
+        raise BackendError(message) from err
+
+
+def failure() -> str | None:
+    """After an unexpected error: the diagnosis when JAX is imported and cannot start its
+    backend (the cause of that error, most likely), else None."""
+    if "jax" not in sys.modules:
+        return None
+    try:
+        local_devices()
+    except BackendError as err:
+        return str(err)
+    return None
