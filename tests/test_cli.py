@@ -145,3 +145,34 @@ def test_an_unknown_key_is_named_with_the_closest_allowed_one(tmp_path, capsys):
     assert "base.lensing.flat_sky.field_of_veiw: unknown key; did you mean 'field_of_view'?" in text
     assert "base.lensing.flat_sky.colour: unknown key (got 'red')" in text
     assert "Traceback" not in text
+
+
+def test_campaigns_without_a_seed_get_their_names_and_plan_warns_of_shared_seeds(tmp_path, capsys):
+    """Two campaigns that differ only in name get different run seeds; plan says where the
+    seed came from and warns when another campaign's runs in the results folder share seeds,
+    unless the file says it means it."""
+    from pmpipe.orchestration import campaign, manifest
+
+    def write(name: str, **extra) -> Path:
+        data = {"name": name, "base": {"box": {"particles": 16}}, "realisations": 2, **extra}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    first, second = campaign.load(write("first")), campaign.load(write("second"))
+    assert {s.seed for s in first.runs}.isdisjoint({s.seed for s in second.runs})
+    assert campaign.campaign_seed(first) == campaign.seed_from_name("first")
+    results = tmp_path / "results"
+    (results / "first").mkdir(parents=True)
+    manifest.write_manifest(first, results / "first" / "manifest.csv", lambda _: "planned")
+    assert cli.main(["plan", str(write("second")), "--results", str(results)]) == 0
+    err = capsys.readouterr().err
+    assert f"pin it with 'seed: {campaign.seed_from_name('second')}'" in err
+    assert "have the seeds of runs of this one" not in err
+    same = write("again", seed=campaign.seed_from_name("first"))
+    assert cli.main(["plan", str(same), "--results", str(results)]) == 0
+    err = capsys.readouterr().err
+    assert "2 runs of campaign first in" in err and "pin it" not in err
+    meant = write("meant", seed=campaign.seed_from_name("first"), shared_seeds=True)
+    assert cli.main(["plan", str(meant), "--results", str(results)]) == 0
+    assert "have the seeds of runs" not in capsys.readouterr().err

@@ -50,7 +50,33 @@ def plan(args) -> int:
                 worst[field] = (resolved, text)
     for field, (_, text) in worst.items():
         LOG.warning("warning: %s [%d of the runs]", text, len(runs[field]))
+    _seed_warnings(camp, args.campaign, args.results)
     return 0
+
+
+def _seed_warnings(camp, source, results) -> None:
+    """A seed derived from the name, to pin; seeds shared with other campaigns in ``results``."""
+    from pmpipe.orchestration import campaign, manifest
+
+    if camp.seed is None:
+        seed = campaign.campaign_seed(camp)
+        LOG.warning(
+            "warning: %s sets no seed: its runs derive from %d, the seed of its name, and a "
+            "rename would change every run; pin it with 'seed: %d'",
+            source,
+            seed,
+            seed,
+        )
+    if camp.shared_seeds:
+        return
+    for other, count in manifest.seed_collisions(camp, results).items():
+        LOG.warning(
+            "warning: %d runs of campaign %s in %s have the seeds of runs of this one: the two "
+            "are not independent; change 'seed', or set 'shared_seeds: true' if that is meant",
+            count,
+            other,
+            results,
+        )
 
 
 def tune(args) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,8 +54,16 @@ class Campaign(config.StrictModel):
         max_length=designs.NAME_MAX_CHARS,
         description="campaign name: results/<name>/, run ids <name>-<point>-r<i>",
     )
-    seed: int = Field(
-        0, ge=0, description="campaign seed; run seeds derive from it and the run's position"
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="campaign seed; run seeds derive from it and the run's position; unset: "
+        "derived from the name, so that campaigns of other names get other seeds",
+    )
+    shared_seeds: bool = Field(
+        False,
+        description="the runs' seeds equal another campaign's on purpose (paired comparisons): "
+        "pmpipe plan does not warn of it",
     )
     base: config.Run = Field(
         default_factory=config.Run,
@@ -162,6 +171,16 @@ class Campaign(config.StrictModel):
         self._pdims_source = source
 
 
+def seed_from_name(name: str) -> int:
+    """The seed of a campaign whose file sets none: the first 31 bits of SHA-256 of its name."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") >> 1
+
+
+def campaign_seed(camp: Campaign) -> int:
+    """The seed the runs of ``camp`` derive from: its ``seed``, else :func:`seed_from_name`."""
+    return camp.seed if camp.seed is not None else seed_from_name(camp.name)
+
+
 def load(path: str | Path) -> Campaign:
     """Read and validate a campaign file (YAML or JSON), every expanded run included."""
     return config.validate(
@@ -229,11 +248,12 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
         designs.check_nuisances(camp.design, camp.base)
     except ValueError as err:
         raise config.ConfigError(f"{source}: {err}") from None
-    points = designs.design_points(camp.design, camp.base, camp.seed)
+    root = campaign_seed(camp)
+    points = designs.design_points(camp.design, camp.base, root)
     for p, (label, parameters) in enumerate(points):
         run = _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
         for r in range(camp.realisations):
-            seed = seeds.derive_seed(camp.seed, r if common else p * camp.realisations + r)
+            seed = seeds.derive_seed(root, r if common else p * camp.realisations + r)
             for paired in (False, True) if camp.paired else (False,):
                 run_id = f"{camp.name}-{label}-r{r}" + ("-paired" if paired else "")
                 ic = run.ic.model_copy(update={"seed": seed, "paired": paired})

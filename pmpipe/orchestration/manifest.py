@@ -205,6 +205,21 @@ def manifest_rows(
     return rows
 
 
+def seed_collisions(camp: Campaign, results_dir: str | Path) -> dict[str, int]:
+    """{campaign: runs} of the other campaigns in ``results_dir`` (their manifest.csv) whose
+    runs have the seed of one of ``camp``'s runs."""
+    mine = {spec.seed for spec in camp.runs}
+    found = {}
+    for path in sorted(Path(results_dir).glob("*/manifest.csv")):
+        if path.parent.name == camp.name:
+            continue
+        with path.open(newline="") as fh:
+            runs = {row["run_id"] for row in csv.DictReader(fh) if int(row["seed"]) in mine}
+        if runs:
+            found[path.parent.name] = len(runs)
+    return found
+
+
 def write_manifest(camp: Campaign, path: str | Path, status: Callable[[Path], str]) -> None:
     """Write manifest.csv at path = <results>/<campaign>/manifest.csv, next to the run folders."""
     path = Path(path)
