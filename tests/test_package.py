@@ -1,6 +1,6 @@
 """The package as a whole: ruff finds nothing with the rules of pyproject.toml ([tool.ruff]),
 its formatter would change nothing, mypy with pydantic's plugin finds nothing ([tool.mypy]),
-and it reports its version."""
+and it reports its version; the README's API snippet imports it from anywhere."""
 
 import subprocess
 import sys
@@ -61,3 +61,27 @@ def test_the_package_reports_the_version_of_its_project():
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert pmpipe.__version__ == project["version"]
+
+
+def test_the_readme_api_snippet_runs_from_the_folder_above_a_clone_named_pmpipe(tmp_path):
+    """A folder named pmpipe in the current directory (a clone's own, with its config/ folder)
+    does not shadow the installed package as a namespace package: the README's API snippet runs
+    there and imports this pmpipe."""
+    import re
+    from pathlib import Path
+
+    import pmpipe
+
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    snippet = next(block for block in blocks if "simulation.simulate" in block)
+    (tmp_path / "pmpipe" / "config").mkdir(parents=True)
+    out = subprocess.run(
+        [sys.executable, "-c", snippet + "\nimport pmpipe\nprint(pmpipe.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert Path(out.stdout.split()[-1]) == Path(pmpipe.__file__)
