@@ -61,11 +61,15 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     # submit: complete runs are not submitted, the runs of an edited campaign are
     capsys.readouterr()
     assert cli.main(["submit", str(path), "--dry-run"]) == 0
-    assert capsys.readouterr().out.count("complete, not submitted") == 2
+    captured = capsys.readouterr()
+    assert captured.out.count("complete, not submitted") == 2
+    assert "no SLURM partition is set" in captured.err
     edited = {**CAMPAIGN, "base": {**CAMPAIGN["base"], "cosmology": {"Omega_m": 0.25}}}
     (tmp_path / "edited.yaml").write_text(yaml.safe_dump(edited))
     assert cli.main(["submit", str(tmp_path / "edited.yaml"), "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "dry run: 2 runs packed into 1 job(s) of at most 8 runs" in captured.err
+    out = captured.out
     assert "complete, not submitted" not in out and "#SBATCH --array=0-0" in out, out
     # a store of another run copied over this run's is stale; a truncated chunk is damaged
     mine, other = (cfg.parent / "nbody.zarr" for cfg in configs)

@@ -185,6 +185,7 @@ def _submit_stage(args, camp, spec, slurm_site, folder: Path) -> list[tuple[str,
     from pmpipe.runtime import parallel
 
     if args.dry_run:
+        _warn_without_partition(slurm_site)
         job = launch.campaign_job(camp, spec, slurm_site, args.stage)
         python = launch.job_python(job, slurm_site) or sys.executable
         print(launch.sbatch_script(job, folder, python=python))
@@ -219,7 +220,19 @@ def _submit_array(args, camp, specs, slurm_site, folder: Path) -> list[tuple[str
         if not any(spec in g for g in groups):
             print(f"{spec.run_id}: complete, not submitted")
     if args.dry_run:
+        _warn_without_partition(slurm_site)
         if groups:
+            LOG.info(
+                "dry run: %d runs packed into %d job(s) of at most %d runs "
+                "(execution.runs_per_job), one SLURM array of %d task(s), at most %d at a "
+                "time (--max-parallel); a task runs every stage of its runs in one process, "
+                "so its --time and memory are for all of them",
+                sum(len(g) for g in groups),
+                len(groups),
+                camp.execution.job_size(),
+                len(groups),
+                min(args.max_parallel, len(groups)),
+            )
             job = launch.array_job(camp, groups, slurm_site)
             script = launch.sbatch_script(
                 job,
@@ -236,6 +249,16 @@ def _submit_array(args, camp, specs, slurm_site, folder: Path) -> list[tuple[str
         return []
     jobs = launch.submit_campaign(camp, groups, args.results, folder, slurm_site, args.max_parallel)
     return [(", ".join(s.run_id for s in g), job) for g, job in zip(groups, jobs)]
+
+
+def _warn_without_partition(slurm_site) -> None:
+    """A warning when the site settings name no SLURM partition."""
+    if slurm_site is None or slurm_site.partition is None:
+        LOG.warning(
+            "warning: no SLURM partition is set (a site file's 'partition' or "
+            "PMPIPE_SLURM_PARTITION): sbatch uses the cluster's default partition, which may "
+            "have no GPUs or a shorter time limit"
+        )
 
 
 def _failed(submitted: list[tuple[str, Any]]) -> int:
