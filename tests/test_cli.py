@@ -149,6 +149,9 @@ def test_an_unknown_key_is_named_with_the_closest_allowed_one(tmp_path, capsys):
     assert "base.lensing.flat_sky.field_of_veiw: unknown key; did you mean 'field_of_view'?" in text
     assert "base.lensing.flat_sky.colour: unknown key (got 'red')" in text
     assert "Traceback" not in text
+    path.write_text("name: typo\ndesign: {kind: fiducial, parameters: {}}\n")
+    assert cli.main(["plan", str(path)]) == 2  # only the grid and sampled kinds have parameters
+    assert "design.parameters: unknown key\n" in capsys.readouterr().err + "\n"
 
 
 def test_campaigns_without_a_seed_get_their_names_and_plan_warns_of_shared_seeds(tmp_path, capsys):
@@ -177,6 +180,12 @@ def test_campaigns_without_a_seed_get_their_names_and_plan_warns_of_shared_seeds
     assert cli.main(["plan", str(same), "--results", str(results)]) == 0
     err = capsys.readouterr().err
     assert "2 runs of campaign first in" in err and "pin it" not in err
+    (results / "second").mkdir()
+    made = campaign.load(write("second", seed=0))
+    manifest.write_manifest(made, results / "second" / "manifest.csv", lambda _: "complete")
+    assert cli.main(["plan", str(write("second")), "--results", str(results)]) == 0
+    assert "were made with other seeds than" in (err := capsys.readouterr().err)
+    assert "('seed: 0' gives theirs)" in err
     meant = write("meant", seed=campaign.seed_from_name("first"), shared_seeds=True)
     assert cli.main(["plan", str(meant), "--results", str(results)]) == 0
     assert "have the seeds of runs" not in capsys.readouterr().err

@@ -181,3 +181,4 @@ def test_the_diagnosis_names_what_is_installed_and_the_fix():
     )
     assert "(no CUDA devices found)" in no_gpu and "jax-cuda13-plugin 0.10.2" in no_gpu
     assert "nvidia-smi" in no_gpu and backend.GPU_LOCK not in no_gpu
+    assert backend.failure(ValueError("not JAX's")) is None  # other errors stay as they are

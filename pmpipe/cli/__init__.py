@@ -12,11 +12,13 @@ from pmpipe.cli.commands import COMMANDS, Command
 from pmpipe.runtime import log
 
 LOG = log.get(__name__)
+DEBUG = "show the traceback of an error (or PMPIPE_DEBUG=1)"
 
 
 def _add(subparsers, command: Command) -> None:
     """The parser of ``command`` (and its subcommands) under ``subparsers``."""
     parser = subparsers.add_parser(command.name, help=command.help)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG)
     for flags, options in command.args:
         parser.add_argument(*flags, **options)
     if command.handler is not None:
@@ -38,7 +40,8 @@ class _Version(argparse.Action):
         from pmpipe.storage import provenance
 
         commit = provenance.git_commit()
-        text = f"pmpipe {versions.installed('pmpipe')}" + (f" (commit {commit})" if commit else "")
+        version = versions.installed("pmpipe") or "(not installed)"
+        text = f"pmpipe {version}" + (f" (commit {commit})" if commit else "")
         sys.stdout.write(text + "\n")  # on stdout, as argparse's own version action
         parser.exit()
 
@@ -47,9 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand of the table."""
     parser = argparse.ArgumentParser(prog="pmpipe", description="Cosmological PM simulation suites")
     parser.add_argument("--version", action=_Version)
-    parser.add_argument(
-        "--debug", action="store_true", help="show the traceback of an error (PMPIPE_DEBUG=1)"
-    )
+    parser.add_argument("--debug", action="store_true", help=DEBUG)
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         _add(commands, command)
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     log.configure()
-    debug = args.debug or os.environ.get("PMPIPE_DEBUG", "") not in ("", "0")
+    debug = getattr(args, "debug", False) or os.environ.get("PMPIPE_DEBUG", "") not in ("", "0")
     try:
         return args.func(args)
     except (config.ConfigError, store.IncompleteStoreError, backend.BackendError) as err:
@@ -74,8 +75,8 @@ def main(argv=None) -> int:
             raise
         LOG.error("error: %s", err)
         return 2
-    except Exception:
-        problem = None if debug else backend.failure()
+    except Exception as err:
+        problem = None if debug else backend.failure(err)
         if problem is None:
             raise
         LOG.error("error: %s", problem)

@@ -67,6 +67,18 @@ def _seed_warnings(camp, source, results) -> None:
             seed,
             seed,
         )
+        own = Path(results) / camp.name / "manifest.csv"
+        made = manifest.recorded_seeds(own) if own.is_file() else {}
+        if any(made.get(spec.run_id, spec.seed) != spec.seed for spec in camp.runs):
+            zero = campaign.expand(camp.model_copy(update={"seed": 0}))
+            match = all(made.get(s.run_id, s.seed) == s.seed for s in zero)
+            LOG.warning(
+                "warning: the runs in %s were made with other seeds than %d gives them: to "
+                "keep them, pin the campaign seed they were made with%s",
+                own.parent,
+                seed,
+                " ('seed: 0' gives theirs)" if match else "",
+            )
     if camp.shared_seeds:
         return
     for other, count in manifest.seed_collisions(camp, results).items():

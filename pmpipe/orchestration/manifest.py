@@ -205,18 +205,27 @@ def manifest_rows(
     return rows
 
 
+def recorded_seeds(path: Path) -> dict[str, int]:
+    """{run id: seed} of a manifest.csv (rows without a run id or an integer seed skipped)."""
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return {
+        row["run_id"]: int(row["seed"])
+        for row in rows
+        if row.get("run_id") and (row.get("seed") or "").isdigit()
+    }
+
+
 def seed_collisions(camp: Campaign, results_dir: str | Path) -> dict[str, int]:
     """{campaign: runs} of the other campaigns in ``results_dir`` (their manifest.csv) whose
     runs have the seed of one of ``camp``'s runs."""
     mine = {spec.seed for spec in camp.runs}
     found = {}
     for path in sorted(Path(results_dir).glob("*/manifest.csv")):
-        if path.parent.name == camp.name:
-            continue
-        with path.open(newline="") as fh:
-            runs = {row["run_id"] for row in csv.DictReader(fh) if int(row["seed"]) in mine}
-        if runs:
-            found[path.parent.name] = len(runs)
+        if path.parent.name != camp.name:
+            shared = [run for run, seed in recorded_seeds(path).items() if seed in mine]
+            if shared:
+                found[path.parent.name] = len(shared)
     return found
 
 

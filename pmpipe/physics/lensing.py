@@ -107,26 +107,27 @@ def pixel_centres(fov_deg: float, pixels: int) -> np.ndarray:
 
 
 def fourier_phases(positions, mesh_n: int, box_size: float, dtype) -> np.ndarray:
-    """Positions (n,) Mpc/h as the (2, n) parts hi + lo of their fraction of the box, x/L mod 1
-    (float64 on the host), in the real ``dtype`` as JAX holds it (float32 unless x64 is on):
-    hi a multiple of 2^-b with b such that hi times any wavenumber index |m| <= M/2 is exact in
-    that dtype, lo the rest. From them :func:`fourier_matrix` computes the phases on the device
-    to the precision of that dtype."""
+    """Positions (n,) Mpc/h as the (3, n) parts hi + mid + lo of their fraction of the box,
+    x/L mod 1 (float64 on the host), in the real ``dtype`` as JAX holds it (float32 unless x64
+    is on): hi and mid multiples of 2^-b and 2^-2b with b bits each, b such that their products
+    with any wavenumber index |m| <= M/2 are exact in that dtype, lo the rest. From them
+    :func:`fourier_matrix` computes the phases on the device to the precision of that dtype."""
     dtype = jax.dtypes.canonicalize_dtype(dtype)
-    bits = np.finfo(dtype).nmant + 1 - (mesh_n // 2).bit_length()
+    scale = 2.0 ** (np.finfo(dtype).nmant + 1 - (mesh_n // 2).bit_length())
     u = np.mod(np.asarray(positions, np.float64) / box_size, 1.0)
-    hi = np.floor(u * 2.0**bits) / 2.0**bits
-    return np.stack([hi, u - hi]).astype(dtype)
+    hi = np.floor(u * scale) / scale
+    mid = np.floor((u - hi) * scale**2) / scale**2
+    return np.stack([hi, mid, u - hi - mid]).astype(dtype)
 
 
-def fourier_matrix(phases, mesh_n: int):
-    """exp(i k x) (n, M) for positions given by :func:`fourier_phases` (2, n) and the
-    wavenumbers k = 2π m / L of a periodic grid of M points (FFT order), in the complex dtype
-    that goes with that of ``phases``: a JAX array, computed where it is traced."""
-    m = jnp.asarray(np.fft.fftfreq(mesh_n, 1.0 / mesh_n), phases.dtype)
-    turns = [part[:, None] * m[None, :] for part in phases]
-    turns = sum(t - jnp.round(t) for t in turns)
-    return jnp.exp(1j * (2 * np.pi) * turns)
+def fourier_matrix(phases, mesh_n: int, columns: int | None = None):
+    """exp(i k x) (n, M) for positions given by :func:`fourier_phases` (3, n) and the
+    wavenumbers k = 2π m / L of a periodic grid of M points (FFT order; the first ``columns``
+    of them only, when given), in the complex dtype that goes with that of ``phases``: a JAX
+    array, computed where it is traced."""
+    m = jnp.asarray(np.fft.fftfreq(mesh_n, 1.0 / mesh_n)[:columns], phases.dtype)
+    turns = sum(t - jnp.round(t) for t in (part[:, None] * m[None, :] for part in phases))
+    return jnp.exp(1j * (2 * np.pi) * (turns - jnp.round(turns)))
 
 
 def _cic_window_2d(mesh_n: int, box_size: float):
@@ -137,7 +138,7 @@ def _cic_window_2d(mesh_n: int, box_size: float):
 
 
 def plane_on_pixels(plane, px, py, transfer, sharding=None):
-    """Values (n, n) of a periodic plane (M, M) at the transverse positions px, py (2, n) from
+    """Values (n, n) of a periodic plane (M, M) at the transverse positions px, py (3, n) from
     :func:`fourier_phases`, by band-limited (Fourier) interpolation, the plane's modes
     multiplied by ``transfer`` (M, M) first; ``sharding``: the plane's layout (see
     :func:`pmpipe.physics.fft.fft2`)."""

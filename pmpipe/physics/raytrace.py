@@ -176,7 +176,7 @@ def _start(sources: int, n: int, dtype, mesh: Mesh) -> Rays:
 class LensPlane:
     """What a compiled step needs of plane i: its projected overdensity (M, M), the node grid's
     positions on the plane along x and y as :func:`pmpipe.physics.lensing.fourier_phases`
-    (2, nodes), its transfer (M, M // 2 + 1: k_y ≥ 0; :func:`pmpipe.physics.lensing.plane_transfer`),
+    (3, nodes), its transfer (M, M // 2 + 1: k_y ≥ 0; :func:`pmpipe.physics.lensing.plane_transfer`),
     the box size and its distance chi (Mpc/h), its deflection factor c_i and Born's weights (S,)
     w_i^s of every source."""
 
@@ -226,7 +226,7 @@ def _through_plane(rays: Rays, lens: LensPlane, theta, grid: RayGrid, mesh: Mesh
     half, mesh_n = lens.transfer.shape[-1], plane.shape[0]
     kernels = lens_kernels(mesh_n, lens.box_size, dtype) * lens.transfer
     ex = lensing.fourier_matrix(lens.px, mesh_n)
-    ey = lensing.fourier_matrix(lens.py, mesh_n)[:, :half]
+    ey = lensing.fourier_matrix(lens.py, mesh_n, columns=half)
     n = theta.shape[0]
     rays = advance(rays, chi)
     d = rays.d

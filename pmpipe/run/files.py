@@ -55,6 +55,15 @@ def _models(annotation) -> list[type[BaseModel]]:
     return []
 
 
+def _tagged(models: list[type[BaseModel]], tag: object) -> list[type[BaseModel]]:
+    """The models of a tagged union whose ``kind`` is ``tag`` (none: not a tag)."""
+    return [
+        m
+        for m in models
+        if "kind" in m.model_fields and tag in typing.get_args(m.model_fields["kind"].annotation)
+    ]
+
+
 def allowed_keys(model: type[BaseModel], loc: Collection[object]) -> list[str]:
     """The keys the section at ``loc`` (a path of field names, list indices, mapping keys or
     union tags below ``model``) allows: the fields of every model it can be."""
@@ -66,7 +75,7 @@ def allowed_keys(model: type[BaseModel], loc: Collection[object]) -> list[str]:
             if isinstance(part, str) and part in candidate.model_fields
             for m in _models(candidate.model_fields[part].annotation)
         ]
-        candidates = inner or candidates  # an index, a key or a tag: the same models
+        candidates = inner or _tagged(candidates, part) or candidates  # an index or a key
     return sorted({name for m in candidates for name in m.model_fields})
 
 
@@ -74,7 +83,8 @@ def _suggestion(model: type[BaseModel] | None, loc: tuple) -> str:
     """'; did you mean ...?' for an unknown key at ``loc`` close to an allowed one, else ''."""
     if model is None or not loc:
         return ""
-    close = difflib.get_close_matches(str(loc[-1]), allowed_keys(model, loc[:-1]), n=1)
+    allowed = [key for key in allowed_keys(model, loc[:-1]) if key != loc[-1]]
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Mapping
+from pathlib import Path
 
 from pmpipe.runtime import versions
 
@@ -64,10 +66,22 @@ def local_devices(environ: Mapping[str, str] | None = None) -> list:
         raise BackendError(message) from err
 
 
-def failure() -> str | None:
-    """After an unexpected error: the diagnosis when JAX is imported and cannot start its
-    backend (the cause of that error, most likely), else None."""
-    if "jax" not in sys.modules:
+def _raised_starting_jax(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it was raised from) came out of JAX's backend start-up
+    (its xla_bridge module)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        frames = traceback.extract_tb(seen.__traceback__)
+        if frames and Path(frames[-1].filename).name == "xla_bridge.py":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def failure(error: BaseException) -> str | None:
+    """The diagnosis of an unexpected ``error`` that JAX raised starting its backend (asked
+    again, which starts nothing new: that start failed), else None."""
+    if "jax" not in sys.modules or not _raised_starting_jax(error):
         return None
     try:
         local_devices()
