@@ -85,3 +85,10 @@ def test_the_readme_api_snippet_runs_from_the_folder_above_a_clone_named_pmpipe(
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert Path(out.stdout.split()[-1]) == Path(pmpipe.__file__)
+
+
+def test_the_readme_lists_every_page_of_the_docs():
+    readme = (REPO / "README.md").read_text()
+    listed = readme.split("## Documentation", 1)[1]
+    pages = sorted(p.name for p in (REPO / "docs").glob("*.md"))
+    assert [p for p in pages if f"- docs/{p}:" not in listed] == []
