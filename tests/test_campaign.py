@@ -608,3 +608,14 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
         "bench nbody --json` on the cpu platform",
     ):
         resources.Execution(calibration=partial)
+
+
+def test_a_sampled_range_whose_end_makes_an_invalid_run_is_refused():
+    """σ8 in [0, 0.9]: no sample lands on 0, but samples come arbitrarily close, so the range
+    is refused, naming the end and the field; ranges whose ends are valid expand."""
+    design = {"kind": "latin_hypercube", "samples": 4}
+    with pytest.raises(ValueError, match="sigma8 at the low end of its range") as err:
+        make(design={**design, "parameters": {"sigma8": [0.0, 0.9], "Omega_m": [0.2, 0.4]}})
+    assert "cosmology.sigma8: Input should be greater than 0" in str(err.value)
+    fine = make(design={**design, "parameters": {"sigma8": [0.7, 0.9], "Omega_m": [0.2, 0.4]}})
+    assert len(fine.runs) == 4

@@ -248,6 +248,8 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
         designs.check_nuisances(camp.design, camp.base)
     except ValueError as err:
         raise config.ConfigError(f"{source}: {err}") from None
+    for label, parameters in designs.range_ends(camp.design):
+        _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
     root = campaign_seed(camp)
     points = designs.design_points(camp.design, camp.base, root)
     for p, (label, parameters) in enumerate(points):

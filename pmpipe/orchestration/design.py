@@ -230,6 +230,20 @@ class ListDesign(config.StrictModel):
 Design = FiducialDesign | GridDesign | SampledDesign | DerivativesDesign | ListDesign
 
 
+def range_ends(design: Design) -> list[tuple[str, dict]]:
+    """(label, parameters) of the ends of a sampled design's ranges: each parameter at its low
+    and at its high end, the others at their midpoints (none for other kinds). Samples come
+    arbitrarily close to them, so each must make a valid run."""
+    if design.kind not in ("latin_hypercube", "sobol"):
+        return []
+    middle = {name: 0.5 * (low + high) for name, (low, high) in design.parameters.items()}
+    return [
+        (f"{name} at the {side} end of its range", {**middle, name: value})
+        for name, bounds in design.parameters.items()
+        for side, value in zip(("low", "high"), bounds)
+    ]
+
+
 def design_points(design: Design, base: config.Run, seed: int) -> list[tuple[str, dict]]:
     """(label, parameters) of each point of ``design`` around the run ``base`` (the fiducial
     of derivatives), in a fixed order; samples drawn with the campaign ``seed``."""
