@@ -73,14 +73,7 @@ def _jax_facts() -> dict:
         "local_devices": [
             {"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices
         ],
-        "cuda_plugin": next(
-            (
-                f"{name} {versions.installed(name)}"
-                for name in ("jax-cuda13-plugin", "jax-cuda12-plugin")
-                if versions.installed(name)
-            ),
-            None,
-        ),
+        "cuda_plugin": next((p for p in backend.installed_plugins() if "cuda" in p), None),
     }
 
 
