@@ -92,9 +92,13 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     assert not store.has_marker(mine) and not store.has_marker(other)
 
 
-def test_plan_warns_when_the_maps_ask_for_multipoles_the_mesh_does_not_resolve(capsys):
+def test_plan_warns_when_the_maps_ask_for_multipoles_the_mesh_does_not_resolve(tmp_path, capsys):
     quickstart = Path(__file__).resolve().parent.parent / "config" / "quickstart.yaml"
-    assert cli.main(["plan", str(quickstart)]) == 0
+    campaign = yaml.safe_load(quickstart.read_text())
+    campaign["base"]["lensing"] |= {"flat_sky": {"field_of_view": 5.0, "pixels": 128}}
+    path = tmp_path / "fine.yaml"
+    path.write_text(yaml.safe_dump(campaign))
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
     err = capsys.readouterr().err
     assert "warning: lensing.flat_sky.pixels = 128 (5 deg) reaches multipole 4608" in err
     assert "lower lensing.flat_sky.pixels to about" in err and "box.oversample" in err
@@ -103,7 +107,11 @@ def test_plan_warns_when_the_maps_ask_for_multipoles_the_mesh_does_not_resolve(c
 def test_plan_warns_when_ray_tracing_planes_are_too_thick(tmp_path, capsys):
     quickstart = Path(__file__).resolve().parent.parent / "config" / "quickstart.yaml"
     campaign = yaml.safe_load(quickstart.read_text())
-    campaign["base"]["lensing"] |= {"method": "raytrace", "full_sky": None}
+    campaign["base"]["lensing"] |= {
+        "method": "raytrace",
+        "full_sky": None,
+        "flat_sky": {"field_of_view": 5.0, "pixels": 32},
+    }
     path = tmp_path / "raytrace.yaml"
     path.write_text(yaml.safe_dump(campaign))
     assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0

@@ -114,15 +114,18 @@ def run_value(run: config.Run, name: str) -> float | None:
     return getattr(cosmology, name)
 
 
+DESIGN_PARAMETER = "(design parameter)"  # ends the long name of an array of a design parameter
+
+
 def describe(name: str) -> str:
     """What a design parameter is, for the long names of the arrays that hold it."""
     if name in PHYSICAL_DENSITIES:
-        return f"{name} = {PHYSICAL_DENSITIES[name]} h^2 of the run (design parameter)"
+        return f"{name} = {PHYSICAL_DENSITIES[name]} h^2 of the run {DESIGN_PARAMETER}"
     if name in BARYON_PARAMETERS:
-        return f"baryons.{name} of the run (design parameter)"
+        return f"baryons.{name} of the run {DESIGN_PARAMETER}"
     if is_nuisance(name):
-        return f"lensing nuisance {name} of the run (design parameter)"
-    return f"cosmology.{name} of the run (design parameter)"
+        return f"lensing nuisance {name} of the run {DESIGN_PARAMETER}"
+    return f"cosmology.{name} of the run {DESIGN_PARAMETER}"
 
 
 def _increasing(bounds: tuple[float, float]) -> tuple[float, float]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pmpipe.orchestration import design
 from pmpipe.runtime import log
 from pmpipe.stages import status
 from pmpipe.storage import store
@@ -138,41 +139,127 @@ def plot_power(summaries_path, out_path) -> None:
     save_figure(fig, out_path)
 
 
-def plot_slice(nbody_path, out_path) -> None:
-    """log10 ρ/ρ̄ averaged over the first SLAB_FRACTION of the box along z, last snapshot."""
-    plt = pyplot()
-    g = _open_checked(nbody_path)
-    density = g["density"]
+def slab_density(density, oversample: int) -> np.ndarray:
+    """ρ/ρ̄ (NB, NB) of the last snapshot of ``density`` (snapshot, NB, NB, NB), averaged over
+    the first SLAB_FRACTION of the box along z and smoothed in the plane by a periodic
+    Gaussian of one particle spacing (``oversample`` cells): a slab of a run with few
+    particles per cell otherwise shows empty cells in rows along the initial lattice, where
+    particles in voids still sit."""
     depth = max(1, round(SLAB_FRACTION * density.shape[3]))
     slab = np.asarray(density[-1, :, :, :depth], dtype=np.float64).mean(axis=2)
+    kx = 2 * np.pi * np.fft.fftfreq(slab.shape[0])[:, None]
+    ky = 2 * np.pi * np.fft.rfftfreq(slab.shape[1])[None, :]
+    window = np.exp(-0.5 * (kx**2 + ky**2) * oversample**2)
+    return np.fft.irfft2(np.fft.rfft2(slab) * window, s=slab.shape)
+
+
+def log_density_limits(values) -> tuple[float, float]:
+    """Colour limits of log10 ρ/ρ̄: its 0.5th and 99.9th percentiles over cells with mass, so
+    that neither empty cells nor the densest halo set the scale."""
+    positive = np.log10(values[values > 0])
+    return float(np.percentile(positive, 0.5)), float(np.percentile(positive, 99.9))
+
+
+def plot_slice(nbody_path, out_path) -> None:
+    """log10 ρ/ρ̄ of the last snapshot in a slab (:func:`slab_density`); empty cells at the
+    bottom of the colour scale."""
+    plt = pyplot()
+    g = _open_checked(nbody_path)
+    slab = slab_density(g["density"], int(g.attrs["config"]["box"]["oversample"]))
+    low, high = log_density_limits(slab)
     x = g["x"][:]
-    spacing = x[1] - x[0]
-    extent = (x[0] - spacing / 2, x[-1] + spacing / 2) * 2
+    extent = (x[0] - (x[1] - x[0]) / 2, x[-1] + (x[1] - x[0]) / 2) * 2
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    image = ax.imshow(
-        np.log10(np.maximum(slab, 1e-2)).T, origin="lower", extent=extent, cmap="magma"
-    )
+    shown = np.log10(np.maximum(slab, 10.0**low))
+    image = ax.imshow(shown.T, origin="lower", extent=extent, cmap="magma", vmin=low, vmax=high)
     fig.colorbar(image, ax=ax, label="log10 ρ/ρ̄")
     ax.set_xlabel("x [Mpc/h]")
     ax.set_ylabel("y [Mpc/h]")
-    ax.set_title(f"{g.attrs['run_id']}, a = {g['a'][-1]:.3g}")
+    depth = SLAB_FRACTION * (extent[1] - extent[0])
+    spacing = (extent[1] - extent[0]) / g.attrs["config"]["box"]["particles"]
+    ax.set_title(
+        f"{g.attrs['run_id']}, a = {g['a'][-1]:.3g}\nslab {depth:.0f} Mpc/h deep, "
+        f"Gaussian σ {spacing:.2g} Mpc/h",
+        fontsize="medium",
+    )
     save_figure(fig, out_path)
 
 
-def plot_campaign(summaries_path, out_path) -> None:
-    """P(k) / linear theory at the last snapshot, one line per run."""
+MAX_LEGEND_COSMOLOGIES = 8  # above, campaign figures colour runs by their first parameter
+
+
+def cosmology_labels(g) -> tuple[list[str], list[str]]:
+    """The design parameters of a campaign's summaries ``g`` (its arrays whose long name says
+    so) and, per run, its cosmology's label ('Omega_m = 0.3111, sigma8 = 0.8'; 'fiducial'
+    when the design has none)."""
+    params = [
+        p
+        for p in str(g["pk"].attrs.get("coordinates", "")).split()
+        if str(g[p].attrs.get("long_name", "")).endswith(design.DESIGN_PARAMETER)
+    ]
+    runs = g["run"].shape[0]
+    return params, [
+        ", ".join(f"{p} = {g[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs)
+    ]
+
+
+def run_colours(labels: list[str], first: np.ndarray | None):
+    """A colour per run: one per cosmology (label) when there are at most
+    MAX_LEGEND_COSMOLOGIES, else by ``first`` (the first parameter's value per run) on a
+    colour map; returns (colours, a ScalarMappable for a colour bar or None)."""
     plt = pyplot()
-    g = _open_checked(summaries_path)
-    runs, k = g["run"][:], g["k_mean"][0]
-    ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for run, r in zip(runs, ratio):
-        ax.semilogx(k, r, label=str(run))
+    cosmologies = list(dict.fromkeys(labels))
+    if len(cosmologies) <= MAX_LEGEND_COSMOLOGIES or first is None:
+        cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        return [cycle[cosmologies.index(lab) % len(cycle)] for lab in labels], None
+    norm = plt.Normalize(float(np.min(first)), float(np.max(first)))
+    mappable = plt.cm.ScalarMappable(norm=norm, cmap="viridis")
+    return [mappable.to_rgba(v) for v in first], mappable
+
+
+def draw_power_ratios(ax, k, ratio, labels, first, k_max: float):
+    """P/P_lin (run, k) on ``ax``, coloured by cosmology (:func:`run_colours`), one legend
+    entry per cosmology, k above ``k_max`` shaded, the y range fitted to the resolved k (to
+    every k when no bin is resolved);
+    returns the colour bar's mappable or None."""
+    colours, mappable = run_colours(labels, first)
+    shown = set()
+    for label, colour, r in zip(labels, colours, ratio):
+        legend = label if mappable is None and label not in shown else None
+        ax.semilogx(k, r, color=colour, lw=1, alpha=0.8, label=legend)
+        shown.add(label)
     ax.axhline(1.0, color="grey", lw=0.5)
+    resolved = ratio[:, (k > 0) & (k <= k_max)]
+    shown = (
+        resolved[np.isfinite(resolved)]
+        if np.isfinite(resolved).any()
+        else ratio[np.isfinite(ratio)]
+    )
+    if shown.size:
+        margin = 0.05 * (shown.max() - shown.min()) + 1e-3
+        ax.set_ylim(shown.min() - margin, shown.max() + margin)
+    _shade_outside((ax,), 0.0, k_max, "not resolved")
     ax.set_xlabel("k [h/Mpc]")
     ax.set_ylabel("P(k) / D² P_lin(k)")
-    ax.set_title(f"{g.attrs['campaign']}: a = {g['a'][-1]:.3g}")
-    ax.legend(fontsize="x-small", ncol=2)
+    ax.legend(fontsize="small", loc="upper left")
+    return mappable
+
+
+def plot_campaign(summaries_path, out_path) -> None:
+    """P(k) / linear theory at the last snapshot of every run, coloured by cosmology; k beyond
+    what every run resolves shaded."""
+    plt = pyplot()
+    g = _open_checked(summaries_path)
+    params, labels = cosmology_labels(g)
+    k = g["k_mean"][0]
+    ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
+    k_max = float(np.min(np.asarray(g["k_max_valid"][:])[..., -1]))
+    first = g[params[0]][:] if params else None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    mappable = draw_power_ratios(ax, k, ratio, labels, first, k_max)
+    if mappable is not None:
+        fig.colorbar(mappable, ax=ax, label=params[0])
+    ax.set_title(f"{g.attrs['campaign']}: {len(labels)} runs, a = {g['a'][-1]:.3g}")
     save_figure(fig, out_path)
 
 
@@ -251,6 +338,41 @@ def plot_cl(summaries_path, out_path) -> None:
     save_figure(fig, out_path)
 
 
+def fitted_range(x, curves, fraction: float = 1e-3) -> tuple[float, float]:
+    """The x range (one bin beyond each end) where any of ``curves`` (C, X) exceeds
+    ``fraction`` of its maximum; all of x when none does."""
+    curves = np.atleast_2d(np.asarray(curves, np.float64))
+    above = np.any(curves > fraction * np.nanmax(curves, axis=1, keepdims=True), axis=0)
+    if not above.any():
+        return float(x[0]), float(x[-1])
+    where = np.flatnonzero(above)
+    step = float(x[1] - x[0]) if len(x) > 1 else 0.0
+    return float(x[where[0]]) - step, float(x[where[-1]]) + step
+
+
+def draw_peaks(left, right, kappa, peaks, pdf, labels) -> None:
+    """Peak counts and PDF (run, κ bin) averaged over the runs of each cosmology (``labels``
+    per run), κ range fitted to the data, at most 5 κ ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    curves = []
+    for label in dict.fromkeys(labels):
+        rows = [i for i, lab in enumerate(labels) if lab == label]
+        for ax, values in ((left, peaks), (right, pdf)):
+            mean = values[rows].mean(axis=0)
+            ax.plot(kappa, np.where(mean > 0, mean, np.nan) if ax is right else mean, label=label)
+            curves.append(mean)
+    low, high = fitted_range(kappa, curves)
+    for ax in (left, right):
+        ax.set_xlim(low, high)
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.set_xlabel("κ")
+    left.set_ylabel("peaks per bin")
+    right.set_ylabel("PDF")
+    right.set_yscale("log")
+    left.legend(fontsize="small", loc="upper right")
+
+
 def plot_peaks(summaries_path, out_path) -> None:
     """Peak counts and κ PDF of the last source at the first smoothing scale, averaged over
     the runs of each cosmology (runs with the same design parameters), each run's first draw
@@ -258,27 +380,15 @@ def plot_peaks(summaries_path, out_path) -> None:
     plt = pyplot()
     g = _open_checked(summaries_path)
     suffix = "" if "peaks" in g else "_healpix"
-    kappa, runs = g["kappa"][:], g["run"][:]
-    params = [
-        p for p in str(g["pk"].attrs.get("coordinates", "")).split() if p not in ("seed", "paired")
-    ]
-    labels = [
-        ", ".join(f"{p} = {g[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs.size)
-    ]
+    _, labels = cosmology_labels(g)
     peaks, pdf = (first_draw(g[name + suffix])[:, -1, 0, :] for name in ("peaks", "pdf"))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for label in dict.fromkeys(labels):
-        rows = [i for i, lab in enumerate(labels) if lab == label]
-        left.plot(kappa, peaks[rows].mean(axis=0), label=label)
-        right.plot(kappa, pdf[rows].mean(axis=0), label=label)
-    left.set_xlabel("κ")
-    left.set_ylabel("peaks per bin")
-    right.set_xlabel("κ")
-    right.set_ylabel("PDF")
-    right.set_yscale("log")
-    left.legend(fontsize="small")
+    draw_peaks(left, right, g["kappa"][:], peaks, pdf, labels)
     scale = g["smoothing"][0]
-    fig.suptitle(f"{g.attrs['campaign']}: source {g['source'][-1]}, smoothing {scale:g} arcmin")
+    sky = " (HEALPix)" if suffix else ""
+    fig.suptitle(
+        f"{g.attrs['campaign']}: source {g['source'][-1]}{sky}, smoothing {scale:g} arcmin"
+    )
     save_figure(fig, out_path)
 
 

@@ -89,3 +89,31 @@ def healpix_ell_max(nside: int) -> int:
 def pixel_arcmin(nside: int) -> float:
     """Side of a HEALPix pixel of ``nside`` in arcmin: the square root of its area."""
     return math.degrees(math.sqrt(4 * math.pi / healpix_pixels(nside))) * 60
+
+
+def flat_multipoles(field_of_view: float, pixels: int) -> tuple[float, float]:
+    """Multipoles a flat map of ``pixels`` per side over ``field_of_view`` degrees holds: its
+    fundamental 2π / field of view to its Nyquist multipole π pixels / field of view."""
+    fov = math.radians(field_of_view)
+    return 2 * math.pi / fov, math.pi * pixels / fov
+
+
+def healpix_multipoles(nside: int) -> tuple[float, float]:
+    """Multipoles a full-sky map of ``nside`` holds as C_ℓ bin edges: 2 to its band limit
+    :func:`healpix_ell_max`, inclusive."""
+    return 2.0, float(healpix_ell_max(nside) + 1)
+
+
+def clipped_multipoles(held: tuple[float, float], chosen: tuple[float, float] | None):
+    """The part of ``held`` (a map's multipoles) inside ``chosen`` (summaries.ell_range; None:
+    all); ValueError naming summaries.ell_range when they do not overlap."""
+    if chosen is None:
+        return held
+    low, high = max(held[0], chosen[0]), min(held[1], chosen[1])
+    if not low < high:
+        raise ValueError(
+            f"summaries.ell_range = {list(chosen)} lies outside the multipoles "
+            f"{held[0]:.0f} to {held[1]:.0f} a map of the run holds: choose a range that "
+            "overlaps them, or null for all"
+        )
+    return low, high

@@ -417,7 +417,13 @@ class Summaries(StrictModel):
     ell_bins: int = Field(
         12,
         ge=1,
-        description="logarithmic multipole bins of C_ell between the map's fundamental and Nyquist multipoles",
+        description="logarithmic multipole bins of C_ell between the map's fundamental and Nyquist multipoles (within ell_range)",
+    )
+    ell_range: tuple[float, float] | None = Field(
+        None,
+        description="[low, high] multipoles the C_ell bins span, clipped to what each map "
+        "holds (null: all it holds: a flat map's fundamental to its Nyquist multipole, a "
+        "HEALPix map's 2 to 3 nside)",
     )
     smoothing_arcmin: list[float] = Field(
         default_factory=lambda: [2.0, 5.0],
@@ -445,6 +451,10 @@ class Summaries(StrictModel):
         if not self.kappa_range[0] < self.kappa_range[1]:
             raise ValueError(
                 f"summaries.kappa_range must be [low, high] with low < high, got {list(self.kappa_range)}"
+            )
+        if self.ell_range is not None and not 0 < self.ell_range[0] < self.ell_range[1]:
+            raise ValueError(
+                f"summaries.ell_range must be [low, high] with 0 < low < high, got {list(self.ell_range)}"
             )
         if min(self.smoothing_arcmin) < 0:
             raise ValueError("summaries.smoothing_arcmin values must be >= 0")

@@ -76,6 +76,12 @@ def check_run(run: config.Run) -> None:
     flat = run.lensing.flat_sky if run.lensing is not None else None
     if flat is not None and flat.mask is not None:
         load_flat_mask(flat.mask, flat.pixels)
+    if flat is not None:
+        sky.clipped_multipoles(
+            sky.flat_multipoles(flat.field_of_view, flat.pixels), run.summaries.ell_range
+        )
+    if full is not None:
+        sky.clipped_multipoles(sky.healpix_multipoles(full.nside), run.summaries.ell_range)
     noise = run.summaries.shape_noise
     if noise is not None and noise.depth_map is not None:
         load_depth(noise.depth_map, run)

@@ -1,5 +1,6 @@
 """pmpipe's log: the records of the ``pmpipe`` logger (and its children, one per module) go to
-stderr as their bare messages, progress lines included.
+stderr as their bare messages, progress lines included; a stage's or job's log (``stamped``)
+starts every line with its ISO 8601 time.
 
 In a run of several processes every process logs, and a filter keeps the lines of one process
 (0 by default; the environment variable PMPIPE_LOG_PROCESS names another, or ``all``): a
@@ -16,6 +17,8 @@ import sys
 NAME = "pmpipe"
 EVERY_PROCESS = {"every_process": True}  # ``extra`` of a record that every process writes
 PROCESS_VARIABLE = "PMPIPE_LOG_PROCESS"
+STAMPED = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+BARE = logging.Formatter("%(message)s")
 
 
 def get(module: str) -> logging.Logger:
@@ -63,17 +66,46 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
-def configure(process: int = 0, level: int = logging.INFO) -> logging.Handler:
+def configure(
+    process: int = 0, level: int = logging.INFO, stamped: bool | None = None
+) -> logging.Handler:
     """Send the pmpipe logger's records of ``level`` and above to stderr, filtered for this
-    process (:class:`ProcessFilter`, the process shown by :func:`shown_process`). Calling it
-    again (JAX started, the process index known) updates the one handler it installs."""
+    process (:class:`ProcessFilter`, the process shown by :func:`shown_process`), as bare
+    messages or, ``stamped``, after their time (None: as the last call chose, else bare).
+    Calling it again (JAX started, the process index known) updates the one handler it
+    installs."""
     logger = logging.getLogger(NAME)
     handler = next((h for h in logger.handlers if isinstance(h, _Stderr)), None)
     if handler is None:
         handler = _Stderr()
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(BARE)
         logger.addHandler(handler)
         logger.propagate = False
+    if stamped is not None:
+        handler.setFormatter(STAMPED if stamped else BARE)
     handler.filters = [ProcessFilter(process, shown_process())]
     logger.setLevel(level)
     return handler
+
+
+class _Stdout(logging.StreamHandler):
+    """A handler that writes to the sys.stdout of the moment."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def terminal() -> logging.Logger:
+    """The logger ``pmpipe.terminal``: its records go to stdout, stamped, as well as to the
+    pmpipe log: what a job whose stderr is its log file shows on the terminal it runs from."""
+    logger = logging.getLogger(f"{NAME}.terminal")
+    if not any(isinstance(h, _Stdout) for h in logger.handlers):
+        handler = _Stdout()
+        handler.setFormatter(STAMPED)
+        logger.addHandler(handler)
+    return logger

@@ -57,12 +57,12 @@ def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
     maps: dict[str, tuple] = {}
     if lens.flat_sky is not None:
         flat = lens.flat_sky
-        fov = np.radians(flat.field_of_view)
+        fundamental, nyquist = sky.flat_multipoles(flat.field_of_view, flat.pixels)
         maps[""] = (
             mesh,
             resolution.MultipoleRange(
-                resolution.FLAT_FUNDAMENTALS * 2 * np.pi / fov,
-                np.pi * flat.pixels / fov,
+                resolution.FLAT_FUNDAMENTALS * fundamental,
+                nyquist,
                 f"map: {resolution.FLAT_FUNDAMENTALS} times the fundamental multipole of its "
                 f"{flat.field_of_view:g} deg field",
                 f"map: the Nyquist multipole of its {flat.pixels} pixels",

@@ -203,7 +203,9 @@ def _await_ahead(ahead, path: Path, shared: bool) -> dict:
     return {"run": path.parent.name, "seconds": made, "waited_s": time.perf_counter() - start}
 
 
-def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
+def run_all(
+    config_paths, report: str | Path | None = None, progress_log: str | None = None
+) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
     they must share their device mesh); returns one Outcome per run, in order. Process 0
     makes the first run's Boltzmann table before it starts, and the next runs' while a run
@@ -212,7 +214,8 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
     take turns, CLASS's run in processes of their own), each distinct table once. Every process
     starts a run once its table is cached (or making it failed: the run's setup then makes it,
     or reports why). With ``report``, process 0 writes the job's record there as JSON
-    (:func:`job_record`)."""
+    (:func:`job_record`). With ``progress_log`` (the job's log file), process 0 also writes
+    :func:`job_progress_line` to stdout after each run."""
     import jax
 
     from pmpipe.runtime import compilation, openmp, parallel
@@ -266,6 +269,11 @@ def run_all(config_paths, report: str | Path | None = None) -> list[Outcome]:
             outcome = run_one(path, mesh_of, guard)
             outcomes.append(outcome)
             LOG.info("%s", summary_line(outcome))
+            if progress_log is not None and jax.process_index() == 0:
+                bar = sys.stdout.isatty()
+                log.terminal().info(
+                    "%s", job_progress_line(outcomes, len(paths), progress_log, bar)
+                )
     if report is not None and jax.process_index() == 0:
         record = job_record(outcomes, time.perf_counter() - start, made_ahead)
         Path(report).parent.mkdir(parents=True, exist_ok=True)
@@ -347,6 +355,38 @@ def summary_line(outcome: Outcome) -> str:
     return f"{prefix} {', '.join(outcome.stages)} done in {outcome.seconds:.1f} s{skipped}"
 
 
+def job_progress_line(outcomes: list[Outcome], total: int, log_path: str, bar: bool) -> str:
+    """'<run> done in 14.4 s; 2 of 6 runs, 4 left, about 58 s more (log: <log_path>)' after the
+    newest of ``outcomes``; the time left from the runs after the first (the first compiles)
+    when there are any; with ``bar``, a bar of the runs done before it."""
+    newest, done = outcomes[-1], len(outcomes)
+    state = (
+        f"FAILED in {newest.failed_stage}"
+        if newest.error is not None
+        else f"done in {newest.seconds:.1f} s"
+    )
+    timed = [o.seconds for o in outcomes[1:]] or [o.seconds for o in outcomes]
+    left = total - done
+    eta = f", about {_duration(left * sum(timed) / len(timed))} more" if left else ""
+    failed = sum(o.error is not None for o in outcomes)
+    failures = f", {failed} failed" if failed else ""
+    width = 20
+    drawn = f"[{'#' * (width * done // total):<{width}}] " if bar else ""
+    return (
+        f"{drawn}{newest.run_id} {state}; {done} of {total} runs{failures}, {left} left{eta} "
+        f"(log: {log_path})"
+    )
+
+
+def _duration(seconds: float) -> str:
+    """'45 s', '3.2 min' or '1.5 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def main(argv=None) -> int:
     """Run the runs; exit status 1 when any run failed (each failure named on stderr),
     checkpoint.PREEMPTED_EXIT when a signal stopped the job (its checkpoint written)."""
@@ -370,11 +410,17 @@ def main(argv=None) -> int:
         "time limit; SLURM's own --signal reaches job steps only, not a "
         "stage run in the batch step",
     )
+    parser.add_argument(
+        "--progress",
+        metavar="LOG",
+        help="after each run, write a line to stdout: the run's time, the runs left and an "
+        "estimate of the time left, naming LOG, the job's log file (where stderr goes)",
+    )
     args = parser.parse_args(argv)
     from pmpipe.runtime import slurm_job
     from pmpipe.storage import checkpoint
 
-    log.configure()
+    log.configure(stamped=True)
     if args.stop_ahead < 0:
         parser.error(f"--stop-ahead must be 0 (off) or a number of seconds, not {args.stop_ahead}")
     delay = slurm_job.signal_before_time_limit(args.stop_ahead)
@@ -387,7 +433,7 @@ def main(argv=None) -> int:
         )
 
     try:
-        outcomes = run_all(args.config, args.report)
+        outcomes = run_all(args.config, args.report, args.progress)
     except checkpoint.Preempted as err:
         LOG.error("%s", runner.stopped(err))
         return checkpoint.PREEMPTED_EXIT

@@ -184,5 +184,5 @@ def main(stage: str, run: Callable[..., Path], argv=None) -> int:
     parser.add_argument(
         "config", help="the run's config.json (results/<campaign>/<run_id>/config.json)"
     )
-    log.configure()
+    log.configure(stamped=True)
     return run_checked(stage, parser.parse_args(argv).config, run)

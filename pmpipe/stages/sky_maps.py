@@ -20,17 +20,20 @@ PAIR_DIMS = ("source", "source2")
 
 
 def ell_edges_flat(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole."""
+    """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole,
+    within summaries.ell_range."""
     flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
-    fov = np.radians(flat.field_of_view)
-    return stats.log_bin_edges(2 * np.pi / fov, np.pi * flat.pixels / fov, cfg.summaries.ell_bins)
+    held = sky.flat_multipoles(flat.field_of_view, flat.pixels)
+    low, high = sky.clipped_multipoles(held, cfg.summaries.ell_range)
+    return stats.log_bin_edges(low, high, cfg.summaries.ell_bins)
 
 
 def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive)."""
+    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive),
+    within summaries.ell_range."""
     full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
-    ell_max = sky.healpix_ell_max(full.nside)
-    return stats.log_bin_edges(2, ell_max + 1, cfg.summaries.ell_bins)
+    low, high = sky.clipped_multipoles(sky.healpix_multipoles(full.nside), cfg.summaries.ell_range)
+    return stats.log_bin_edges(low, high, cfg.summaries.ell_bins)
 
 
 def kappa_edges(cfg: config.Run) -> np.ndarray:

@@ -22,7 +22,8 @@ if PLAN.plan_file is not None:
 # complete ones before it are read, not redone); a finished run belongs to no job. Its input is
 # the plan file, in the main Snakemake process only: a SLURM job's own Snakemake, which runs
 # the job alone after the preparation, would plan another file (the config.json files are
-# written by then).
+# written by then). The job's log is its stderr; on stdout (the terminal of a local run) it
+# writes a line per finished run with the runs and time left.
 for job in PLAN.jobs:
 
     rule:
@@ -46,4 +47,5 @@ for job in PLAN.jobs:
             **job.resources,
         shell:
             "{resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report "
-            "{params.report:q} --stop-ahead {params.stop_ahead} {params.configs:q} > {log:q} 2>&1"
+            "{params.report:q} --stop-ahead {params.stop_ahead} --progress {log:q} {params.configs:q} "
+            "2> {log:q}"

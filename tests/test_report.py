@@ -1,0 +1,113 @@
+"""Report figures: labels by design parameters, ranges fitted to the data, unresolved ranges
+shaded, a density slice without empty lattice rows."""
+
+import itertools
+
+import numpy as np
+import pytest
+import zarr
+
+from pmpipe.orchestration import design, report
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    report.pyplot().close("all")
+
+
+def summaries_group(tmp_path, omega_m):
+    """A campaign store's per-run arrays as the aggregate writes them: a design parameter, a
+    derived one, seed and paired, named in pk's coordinates."""
+    g = zarr.open_group(tmp_path / "summaries.zarr", mode="w")
+    runs = len(omega_m)
+    g.create_array("run", data=np.array([f"run{i}" for i in range(runs)]))
+    columns = {
+        "Omega_m": (np.asarray(omega_m, float), design.describe("Omega_m")),
+        "S8": (np.linspace(0.7, 0.9, runs), "S8 of the run: derived"),
+        "seed": (np.arange(runs), "seed of the run"),
+        "paired": (np.zeros(runs), "paired phase"),
+    }
+    for name, (values, long_name) in columns.items():
+        g.create_array(name, data=values).attrs["long_name"] = long_name
+    pk = g.create_array("pk", data=np.ones((runs, 1, 4)))
+    pk.attrs["coordinates"] = " ".join(columns)
+    return g
+
+
+def test_runs_are_labelled_by_their_design_parameters_only(tmp_path):
+    g = summaries_group(tmp_path, [0.3, 0.28, 0.32, 0.3])
+    params, labels = report.cosmology_labels(g)
+    assert params == ["Omega_m"]
+    assert labels == ["Omega_m = 0.3", "Omega_m = 0.28", "Omega_m = 0.32", "Omega_m = 0.3"]
+
+
+def test_few_cosmologies_get_a_colour_each_many_a_colour_scale():
+    colours, mappable = report.run_colours(["a", "b", "a"], np.array([1.0, 2.0, 1.0]))
+    assert mappable is None and colours[0] == colours[2] != colours[1]
+    labels = [f"x = {i}" for i in range(report.MAX_LEGEND_COSMOLOGIES + 1)]
+    values = np.arange(len(labels), dtype=float)
+    colours, mappable = report.run_colours(labels, values)
+    assert mappable is not None and mappable.norm.vmax == values.max()
+    assert colours[0] != colours[-1]
+
+
+def test_the_campaign_power_figure_has_a_legend_per_cosmology_and_shades_what_no_run_resolves():
+    plt = report.pyplot()
+    k = np.geomspace(0.02, 2.0, 30)
+    ratio = np.stack([1 + k * s for s in (1.0, 1.1, 1.0, 1.2)])
+    ratio[:, k > 0.8] = 50.0  # beyond the resolved range: must not set the y range
+    labels = ["Omega_m = 0.3", "Omega_m = 0.28", "Omega_m = 0.3", "Omega_m = 0.32"]
+    _fig, ax = plt.subplots()
+    assert report.draw_power_ratios(ax, k, ratio, labels, None, 0.8) is None
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["Omega_m = 0.3", "Omega_m = 0.28", "Omega_m = 0.32", "not resolved"]
+    low, high = ax.get_ylim()
+    assert low < 1.03 and 1 + 0.8 * 1.2 <= high < 2.1
+    spans = [p for p in ax.patches if p.get_label() == "not resolved"]
+    assert len(spans) == 1 and spans[0].get_x() == pytest.approx(0.8)
+
+
+def test_the_peaks_figure_fits_its_kappa_range_to_the_data_with_few_ticks():
+    plt = report.pyplot()
+    kappa = np.linspace(-0.05, 0.15, 41)
+    bump = np.exp(-0.5 * ((kappa - 0.01) / 0.005) ** 2)
+    peaks, pdf = np.stack([bump * 100, bump * 90]), np.stack([bump, bump])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))  # as plot_peaks draws it
+    report.draw_peaks(left, right, kappa, peaks, pdf, ["fiducial", "fiducial"])
+    low, high = left.get_xlim()
+    assert -0.02 < low < 0.0 and 0.02 < high < 0.04  # not the bins' -0.05 to 0.15
+    assert right.get_xlim() == (low, high)
+    fig.canvas.draw()
+    ticks = [t for t in left.get_xticklabels() if low <= t.get_position()[0] <= high]
+    assert 2 <= len(ticks) <= 5
+    boxes = [t.get_window_extent() for t in ticks]
+    assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes))  # no overlapping labels
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["fiducial"]
+
+
+def test_fitted_range_keeps_the_bins_with_data_and_one_beyond():
+    x = np.arange(10.0)
+    assert report.fitted_range(x, [[0, 0, 0, 1, 5, 2, 0, 0, 0, 0]]) == (2.0, 6.0)
+    assert report.fitted_range(x, [np.zeros(10)]) == (0.0, 9.0)
+
+
+def test_the_slab_of_a_lattice_with_empty_rows_has_no_empty_cells_and_keeps_its_mean():
+    cells, oversample = 32, 2
+    density = np.zeros((1, cells, cells, cells))
+    density[0, ::oversample, ::oversample, :] = oversample**2  # particles on their lattice
+    slab = report.slab_density(density, oversample)
+    assert slab.shape == (cells, cells)
+    assert slab.min() > 0.5 and slab.mean() == pytest.approx(1.0)
+    low, high = report.log_density_limits(slab)
+    assert low < high <= np.log10(slab.max()) + 1e-12
+
+
+def test_the_campaign_power_figure_of_runs_that_resolve_no_bin_fits_every_bin():
+    plt = report.pyplot()
+    k = np.geomspace(0.5, 2.0, 8)
+    ratio = np.stack([np.linspace(0.9, 1.4, 8), np.full(8, np.nan)])
+    _fig, ax = plt.subplots()
+    report.draw_power_ratios(ax, k, ratio, ["fiducial", "fiducial"], None, 0.1)
+    low, high = ax.get_ylim()
+    assert low < 0.9 and 1.4 < high < 1.5
