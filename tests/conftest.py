@@ -86,6 +86,24 @@ def run_snakemake(
     return out
 
 
+def mount_tmpfs(folder: Path, size: str, read_only: bool = False) -> None:
+    """Mount a tmpfs of ``size`` (mount's units: 600k, 20m) on the new folder ``folder``,
+    read-only if asked; the test skips, naming why, where this machine lets it mount none."""
+    folder.mkdir()
+    options = f"size={size}" + (",ro" if read_only else "")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        pytest.skip(
+            f"this machine lets no test mount a small filesystem (mount -t tmpfs: "
+            f"{done.stderr.strip()})"
+        )
+
+
 def pytest_configure(config):
     global SHARED_PROGRAMS
     if len(jax.devices()) < 8:

@@ -92,3 +92,31 @@ def test_the_readme_lists_every_page_of_the_docs():
     listed = readme.split("## Documentation", 1)[1]
     pages = sorted(p.name for p in (REPO / "docs").glob("*.md"))
     assert [p for p in pages if f"- docs/{p}:" not in listed] == []
+
+
+def test_provenance_records_the_commit_of_a_clone_owned_by_another_user(tmp_path):
+    """git refuses a repository owned by another user ('dubious ownership'): the commit of a
+    shared clone, or of one bind-mounted into a container, is recorded all the same."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("giving the clone to another user needs root")
+    clone = tmp_path / "pmpipe"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(["chown", "-R", "nobody", str(clone)], check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from pmpipe.storage import provenance; print(provenance.git_commit())",
+        ],
+        cwd=clone,
+        env={**os.environ, "PYTHONPATH": str(clone)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split()[-1] == head

@@ -1,10 +1,13 @@
-"""The quick-start campaign's maps are ones its runs resolve: no resolution warning from plan,
-at least MIN_BINS resolved multipole bins per source on every map, smoothing of at least two
-pixels."""
+"""The quick-start campaign's maps, and those of the lensing campaign docs/campaigns.md shows,
+are ones their runs resolve: no warning from plan, at least MIN_BINS resolved multipole bins
+per source on every map, smoothing of at least two pixels."""
 
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
+from conftest import REPO
 
 from pmpipe import cli
 from pmpipe.orchestration import campaign
@@ -12,27 +15,40 @@ from pmpipe.physics import sky
 from pmpipe.run import derive
 from pmpipe.stages import lensing, sky_maps
 
-QUICKSTART = Path(__file__).resolve().parent.parent / "config" / "quickstart.yaml"
+QUICKSTART = REPO / "config" / "quickstart.yaml"
 MIN_BINS = 4
+POINTS_CHECKED = 3  # design points whose ranges are computed (plan checks every run)
 
 
-def test_the_quick_start_plan_prints_no_warning(tmp_path, capsys):
-    assert cli.main(["plan", str(QUICKSTART), "--results", str(tmp_path)]) == 0
+def lensing_example(folder: Path) -> Path:
+    """The YAML block of docs/campaigns.md's lensing section, written to ``folder``."""
+    text = (REPO / "docs" / "campaigns.md").read_text()
+    section = text.split("## A campaign with lensing", 1)[1]
+    path = folder / "lensing.yaml"
+    path.write_text(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))
+    return path
+
+
+@pytest.fixture(params=["quickstart", "docs"])
+def campaign_file(request, tmp_path) -> Path:
+    return QUICKSTART if request.param == "quickstart" else lensing_example(tmp_path)
+
+
+def test_the_plan_prints_no_warning(campaign_file, tmp_path, capsys):
+    assert cli.main(["plan", str(campaign_file), "--results", str(tmp_path / "results")]) == 0
     assert "warning" not in capsys.readouterr().err
 
 
-def test_every_source_of_every_quick_start_run_has_resolved_bins_on_every_map():
-    camp = campaign.load(QUICKSTART)
-    points = {spec.run_id.rsplit("-r", 1)[0]: spec for spec in camp.runs}  # seeds change no range
-    assert len(points) == 3
-    for spec in points.values():
+def test_every_source_has_resolved_bins_on_every_map(campaign_file):
+    camp = campaign.load(campaign_file)
+    points = {tuple(sorted(spec.parameters.items())): spec for spec in camp.runs}
+    for spec in list(points.values())[:POINTS_CHECKED]:
         setup = derive.setup(campaign.run_file(camp, spec), None)
         cfg = setup.config
         ranges = lensing.valid_ranges(setup, setup.planes.chi_edges)
+        made = {"": cfg.lensing.flat_sky, "_healpix": cfg.lensing.full_sky}
+        assert set(ranges) == {suffix for suffix, on in made.items() if on is not None}
         edges = {"": sky_maps.ell_edges_flat, "_healpix": sky_maps.ell_edges_healpix}
-        assert set(ranges) == {
-            m for m, on in (("", cfg.lensing.flat_sky), ("_healpix", cfg.lensing.full_sky)) if on
-        }
         for suffix, rows in ranges.items():
             e = edges[suffix](cfg)
             for (label, _, _), r in zip(setup.sources, rows, strict=True):
@@ -40,11 +56,17 @@ def test_every_source_of_every_quick_start_run_has_resolved_bins_on_every_map():
                 assert inside >= MIN_BINS, (spec.run_id, suffix, label, r)
 
 
-def test_the_quick_start_smooths_over_at_least_two_pixels_of_every_map():
-    cfg = campaign.load(QUICKSTART).runs[0].run
+def test_the_smoothing_spans_at_least_two_pixels_of_every_map(campaign_file):
+    cfg = campaign.load(campaign_file).runs[0].run
     pixels = []
     if cfg.lensing.flat_sky is not None:
         pixels.append(cfg.lensing.flat_sky.field_of_view * 60 / cfg.lensing.flat_sky.pixels)
     if cfg.lensing.full_sky is not None:
         pixels.append(sky.pixel_arcmin(cfg.lensing.full_sky.nside))
     assert pixels and min(cfg.summaries.smoothing_arcmin) >= 2 * max(pixels)
+
+
+def test_the_quick_start_makes_maps():
+    cfg = campaign.load(QUICKSTART).runs[0].run
+    assert cfg.lensing is not None and cfg.lensing.full_sky is not None
+    assert len(cfg.lensing.source_redshifts) + len(cfg.lensing.distributions) == 3

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from conftest import mount_tmpfs
 
 from pmpipe.runtime import parallel
 from pmpipe.storage import encoding, store, writes
@@ -359,7 +360,7 @@ def test_verify_on_a_read_only_file_system_reports_every_store(tmp_path, capsys)
     from pmpipe import cli
 
     mount = tmp_path / "ro"
-    _mount_tmpfs(mount, "20m")
+    mount_tmpfs(mount, "20m")
     try:
         for name in ("a", "b"):
             chunk = _chunk_files(_complete_store(mount / name / "nbody.zarr"), "displacement")[0]
@@ -431,28 +432,13 @@ def test_remove_takes_a_store_out_of_sight_at_once(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def _mount_tmpfs(folder: Path, size: str) -> None:
-    folder.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode:
-        pytest.skip(
-            f"this machine lets no test mount a small filesystem (mount -t tmpfs: "
-            f"{done.stderr.strip()})"
-        )
-
-
 def test_a_stage_on_a_full_disk_fails_cleanly_without_marker(tmp_path):
     import json as json_module
 
     from pmpipe.run import config
 
     small = tmp_path / "small"
-    _mount_tmpfs(small, "600k")  # the ICs of 32^3 particles take 3 MB
+    mount_tmpfs(small, "600k")  # the ICs of 32^3 particles take 3 MB
     try:
         run = config.Run.model_validate(
             {"box": {"particles": 32, "box_size": 64.0}, "outputs": {"ic": "all"}}

@@ -5,7 +5,6 @@ subcommands are the table of :mod:`pmpipe.cli.commands`."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from pmpipe.cli.commands import COMMANDS, Command
@@ -63,11 +62,11 @@ def main(argv=None) -> int:
     PMPIPE_DEBUG=1, the traceback instead)."""
     from pmpipe.run import config
     from pmpipe.runtime import backend
-    from pmpipe.storage import store
+    from pmpipe.storage import disk, store
 
     args = build_parser().parse_args(argv)
     log.configure()
-    debug = getattr(args, "debug", False) or os.environ.get("PMPIPE_DEBUG", "") not in ("", "0")
+    debug = getattr(args, "debug", False) or log.debug_requested()
     try:
         return args.func(args)
     except (config.ConfigError, store.IncompleteStoreError, backend.BackendError) as err:
@@ -76,7 +75,7 @@ def main(argv=None) -> int:
         LOG.error("error: %s", err)
         return 2
     except Exception as err:
-        problem = None if debug else backend.failure(err)
+        problem = None if debug else backend.failure(err) or disk.failure(err)
         if problem is None:
             raise
         LOG.error("error: %s", problem)

@@ -20,17 +20,18 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shlex
 from pathlib import Path
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
-from pmpipe.orchestration import launch, site
+from pmpipe.orchestration import launch, resources, site
 from pmpipe.run import config
-from pmpipe.runtime import log
+from pmpipe.runtime import backend, log
 from pmpipe.stages import status
-from pmpipe.storage import store
+from pmpipe.storage import disk, store
 
 LOG = log.get(__name__)
 
@@ -171,6 +172,8 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
     campaign_dir = results / camp.name
     slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
     jobs = plan_jobs(camp, campaign_dir, slurm_site)
+    if slurm_site is None and jobs:
+        check_local_devices(camp, path, backend.gpu_device_files(), os.cpu_count() or 1)
     made = [key for job in jobs for key in job.stores]
     todo = {
         "configs": unwritten_configs(camp, results),
@@ -179,6 +182,9 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
     }
     plan_file = None
     if todo["configs"] or made:
+        disk.check_writable(
+            campaign_dir, bytes_to_write(camp, made), f"the {len(made)} stores to make"
+        )
         digest = hashlib.sha256(json.dumps(todo, sort_keys=True).encode()).hexdigest()[:16]
         plan_file = campaign_dir / PLANS / f"plan-{digest}.json"
     groups = campaigns.job_groups(camp.runs, camp.execution.job_size())
@@ -192,6 +198,50 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
         tuple(jobs),
         plan_file,
     )
+
+
+def check_local_devices(camp: campaigns.Campaign, path: Path, gpu_files, cores: int) -> None:
+    """For jobs run on this machine (no SLURM site): ConfigError when the campaign asks for
+    GPUs and the machine has none (``gpu_files``: its GPU device files), a warning when its
+    runs ask for more CPU devices than ``cores``."""
+    execution = camp.execution
+    if execution.platform == "gpu" and not gpu_files:
+        raise config.ConfigError(
+            f"{path}: execution.platform = gpu, but this machine has no GPU (no /dev/nvidia<N> "
+            "or /dev/kfd) and the profile runs the jobs here: run on GPU nodes with a SLURM "
+            "profile (--profile profiles/slurm), or set execution.platform: cpu to run on "
+            "this machine's CPUs"
+        )
+    devices = max(math.prod(spec.run.parallel.pdims) for spec in camp.runs)
+    if execution.platform == "cpu" and devices > cores:
+        LOG.warning(
+            "warning: %s: runs of %d CPU devices (base.parallel.pdims) on a machine of %d "
+            "cores: the devices share the cores, so the results are right but slower than "
+            "with at most %d devices",
+            path,
+            devices,
+            cores,
+            cores,
+        )
+
+
+def bytes_to_write(camp: campaigns.Campaign, made) -> float:
+    """Bytes of the stores ``made`` ((run id, stage) pairs) by resources.disk_bytes."""
+    runs = {spec.run_id: spec.run for spec in camp.runs}
+    return sum(resources.disk_bytes(runs[run_id]).get(stage, 0.0) for run_id, stage in made)
+
+
+def prepare_or_exit(snakemake_config: dict) -> Plan:
+    """:func:`prepare` for the Snakefile: a configuration error, or results that cannot be
+    written, ends Snakemake with one 'error: ...' line and exit status 2 (the traceback with
+    PMPIPE_DEBUG=1)."""
+    try:
+        return prepare(snakemake_config)
+    except (config.ConfigError, OSError) as err:
+        if log.debug_requested():
+            raise
+        LOG.error("error: %s", disk.failure(err) or err)
+        raise SystemExit(2) from None
 
 
 def write_plan(campaign_path: Path, results: Path, plan_file: Path) -> list[Path]:
@@ -223,8 +273,8 @@ def main(argv=None) -> int:
     log.configure()
     try:
         paths = write_plan(args.campaign, args.results, args.plan)
-    except config.ConfigError as err:
-        LOG.error("error: %s", err)
+    except (config.ConfigError, OSError) as err:
+        LOG.error("error: %s", disk.failure(err) or err)
         return 2
     LOG.info("pmpipe: %d run files of %s in place, plan %s", len(paths), args.campaign, args.plan)
     return 0

@@ -421,7 +421,12 @@ HASHED_UNLESS: dict[str, dict[str, object]] = {
         "flat_sky.mask": None,
         "draws": None,
     },
-    "summaries": {"xi_bins": 15, "xi_theta_arcmin": None, "shape_noise.depth_map": None},
+    "summaries": {
+        "xi_bins": 15,
+        "xi_theta_arcmin": None,
+        "shape_noise.depth_map": None,
+        "ell_range": None,
+    },
 }
 
 

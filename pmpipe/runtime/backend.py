@@ -20,6 +20,14 @@ class BackendError(RuntimeError):
     fix it."""
 
 
+def gpu_device_files() -> list[str]:
+    """This node's GPU device files: /dev/nvidia<i> (NVIDIA), /dev/kfd (AMD); none without a
+    GPU."""
+    import glob
+
+    return [*glob.glob("/dev/nvidia[0-9]*"), *glob.glob("/dev/kfd")]
+
+
 def installed_plugins() -> list[str]:
     """'name version' of every installed JAX device plugin of PLUGINS."""
     return [f"{name} {versions.installed(name)}" for name in PLUGINS if versions.installed(name)]

@@ -17,6 +17,7 @@ import sys
 NAME = "pmpipe"
 EVERY_PROCESS = {"every_process": True}  # ``extra`` of a record that every process writes
 PROCESS_VARIABLE = "PMPIPE_LOG_PROCESS"
+DEBUG_VARIABLE = "PMPIPE_DEBUG"  # set (not 0): errors show their traceback
 STAMPED = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
 BARE = logging.Formatter("%(message)s")
 
@@ -54,6 +55,11 @@ def shown_process(environ=None) -> int | None:
     return int(value)
 
 
+def debug_requested(environ=None) -> bool:
+    """Whether PMPIPE_DEBUG asks for tracebacks (set, and not empty or 0)."""
+    return (os.environ if environ is None else environ).get(DEBUG_VARIABLE, "") not in ("", "0")
+
+
 class _Stderr(logging.StreamHandler):
     """A handler that writes to the sys.stderr of the moment (a redirected or captured one)."""
 
@@ -67,13 +73,12 @@ class _Stderr(logging.StreamHandler):
 
 
 def configure(
-    process: int = 0, level: int = logging.INFO, stamped: bool | None = None
+    process: int = 0, level: int = logging.INFO, stamped: bool = False
 ) -> logging.Handler:
     """Send the pmpipe logger's records of ``level`` and above to stderr, filtered for this
     process (:class:`ProcessFilter`, the process shown by :func:`shown_process`), as bare
-    messages or, ``stamped``, after their time (None: as the last call chose, else bare).
-    Calling it again (JAX started, the process index known) updates the one handler it
-    installs."""
+    messages or, ``stamped`` (a stage's log), after their time. Calling it again (JAX
+    started, the process index known) updates the one handler it installs."""
     logger = logging.getLogger(NAME)
     handler = next((h for h in logger.handlers if isinstance(h, _Stderr)), None)
     if handler is None:
@@ -81,8 +86,7 @@ def configure(
         handler.setFormatter(BARE)
         logger.addHandler(handler)
         logger.propagate = False
-    if stamped is not None:
-        handler.setFormatter(STAMPED if stamped else BARE)
+    handler.setFormatter(STAMPED if stamped else BARE)
     handler.filters = [ProcessFilter(process, shown_process())]
     logger.setLevel(level)
     return handler

@@ -6,7 +6,6 @@ devices: device (i, j) holds the block X[i*X/px:(i+1)*X/px], Y[j*Y/py:(j+1)*Y/py
 
 from __future__ import annotations
 
-import glob
 import importlib.metadata
 import os
 import re
@@ -17,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pmpipe.runtime import compilation_cache
+from pmpipe.runtime import backend, compilation_cache
 
 AXES = ("x", "y")
 FIELD_SPEC = P("x", "y")
@@ -164,7 +163,7 @@ def gpu_platform(platforms: str | None = None, plugins=None, device_files=None) 
     if not any(gpu in name for name in plugins for gpu in GPU_PLUGIN_NAMES):
         return False
     if device_files is None:
-        device_files = [*glob.glob("/dev/nvidia[0-9]*"), *glob.glob("/dev/kfd")]
+        device_files = backend.gpu_device_files()
     return bool(device_files)
 
 

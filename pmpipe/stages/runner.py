@@ -47,7 +47,7 @@ def start(config_paths) -> tuple[str, int]:
         Path(config_paths[0]).absolute().parent.parent.parent / ".jax_cache"
     )
     launched = parallel.start_processes(math.prod(pdims))
-    log.configure(jax.process_index())
+    log.configure(jax.process_index(), stamped=True)
     return launched
 
 

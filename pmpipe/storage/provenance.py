@@ -29,13 +29,25 @@ def layout(stage: str) -> int:
 
 
 def git_commit() -> str | None:
-    """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout."""
+    """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout.
+    A checkout owned by another user (a shared clone, a container's bind mount) is read too:
+    git refuses such a repository unless it is named safe, which this one read-only call does."""
     src = Path(__file__).resolve().parents[2]  # the checkout: pmpipe/storage/ is two below
     if not (src / ".git").exists():
         return None
     try:
         out = subprocess.run(
-            ["git", "-C", str(src), "describe", "--always", "--dirty", "--abbrev=40"],
+            [
+                "git",
+                "-c",
+                f"safe.directory={src}",
+                "-C",
+                str(src),
+                "describe",
+                "--always",
+                "--dirty",
+                "--abbrev=40",
+            ],
             capture_output=True,
             text=True,
             timeout=10,

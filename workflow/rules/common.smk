@@ -13,7 +13,7 @@ from pmpipe.runtime import compilation_cache, log
 # Compiled XLA programs are shared by every job process of every campaign (docs/workflow.md)
 compilation_cache.share(pmw.RESULTS / ".jax_cache")
 log.configure()  # pmpipe's warnings (stores made again, and why) on stderr
-PLAN = pmw.prepare(config)
+PLAN = pmw.prepare_or_exit(config)  # an error: one line, exit status 2
 
 RESULTS = pmw.RESULTS
 RUN = str(PLAN.campaign_dir / "{run}")

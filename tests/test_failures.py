@@ -1,0 +1,99 @@
+"""User-facing failures end in one message that names the cause and the fix, exit status 2,
+no traceback: a results folder on a read-only or full file system, a GPU campaign on a
+machine without GPUs, a missing file."""
+
+import errno
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY, mount_tmpfs, run_snakemake
+
+from pmpipe.orchestration import campaign, workflow
+from pmpipe.run import config
+from pmpipe.storage import disk
+
+
+def assert_one_message(out: subprocess.CompletedProcess, *phrases: str) -> None:
+    """Exit status 2, an 'error:' paragraph with ``phrases``, no traceback or frames."""
+    assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out.stderr
+    for phrase in phrases:
+        assert phrase in errors[0], errors[0]
+    assert "Traceback" not in out.stderr and 'File "' not in out.stderr, out.stderr
+
+
+def tiny_workdir(tmp_path: Path, results_size: str, read_only: bool = False, text=TINY) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "tiny.yaml").write_text(text)
+    mount_tmpfs(work / "results", results_size, read_only)
+    return work
+
+
+def _snakemake_dry_run(work: Path) -> subprocess.CompletedProcess:
+    try:
+        return run_snakemake(
+            work, "-n", "--config", "campaign=tiny.yaml", check=False, share_programs=False
+        )
+    finally:
+        subprocess.run(["umount", str(work / "results")], check=False)
+
+
+def test_a_read_only_results_folder_stops_snakemake_before_any_job(tmp_path):
+    out = _snakemake_dry_run(tiny_workdir(tmp_path, "1m", read_only=True))
+    assert_one_message(out, "results/tiny: cannot write", "read-only", "writable")
+
+
+def test_a_results_folder_without_room_stops_snakemake_before_any_job(tmp_path):
+    out = _snakemake_dry_run(tiny_workdir(tmp_path, "16k"))
+    assert_one_message(out, "results/tiny: the 8 stores to make need about", "GB free")
+
+
+def test_a_gpu_campaign_on_a_machine_without_gpus_is_refused_under_the_local_profile(tmp_path):
+    gpu = TINY.replace("platform: cpu", "platform: gpu")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(gpu)
+    with pytest.raises(config.ConfigError, match="execution.platform = gpu, but this machine"):
+        workflow.check_local_devices(campaign.load(path), path, [], 16)
+    workflow.check_local_devices(campaign.load(path), path, ["/dev/nvidia0"], 16)
+
+
+def test_more_cpu_devices_than_cores_are_warned_about(tmp_path, capsys):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)  # 2 devices per run
+    workflow.check_local_devices(campaign.load(path), path, [], 2)
+    assert "warning" not in capsys.readouterr().err
+    workflow.check_local_devices(campaign.load(path), path, [], 1)
+    assert "runs of 2 CPU devices (base.parallel.pdims) on a machine of 1 cores" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["plan", "missing.yaml"], ["run", "all", "missing/config.json"], ["show", "missing.zarr"]],
+    ids=["plan", "run", "show"],
+)
+def test_a_missing_file_is_one_message(tmp_path, command):
+    out = subprocess.run(
+        [sys.executable, "-m", "pmpipe.cli", *command],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    errors = [line for line in out.stderr.splitlines() if "error:" in line]
+    assert out.returncode == 2 and len(errors) == 1, out.stderr
+    assert "missing" in errors[0] and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])
+def test_a_write_to_a_full_or_read_only_file_system_is_described(code):
+    message = disk.failure(OSError(code, "as the OS says", "results/x/nbody.zarr/zarr.json"))
+    assert message.startswith("results/x/nbody.zarr/zarr.json: the file system is ")
+    assert "complete stores are kept" in message
+    assert disk.failure(OSError(errno.ENOENT, "no such file")) is None
+    assert disk.failure(ValueError("not a disk")) is None
