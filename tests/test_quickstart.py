@@ -70,3 +70,12 @@ def test_the_quick_start_makes_maps():
     cfg = campaign.load(QUICKSTART).runs[0].run
     assert cfg.lensing is not None and cfg.lensing.full_sky is not None
     assert len(cfg.lensing.source_redshifts) + len(cfg.lensing.distributions) == 3
+
+
+def test_the_readme_and_the_quick_start_state_the_same_time():
+    pattern = r"about (\d+ min \d+ s) the\s+(?:#\s+)?first time.*?(\d+ min \d+ s) again"
+    said = [
+        re.search(pattern, path.read_text(), re.DOTALL).groups()
+        for path in (REPO / "README.md", QUICKSTART)
+    ]
+    assert said[0] == said[1]
