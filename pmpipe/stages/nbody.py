@@ -27,7 +27,7 @@ from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.stages import store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.layout import write_lagrangian_coordinates, write_particles
-from pmpipe.stages.progress import Progress
+from pmpipe.stages.progress import Progress, StepClock
 from pmpipe.storage import checkpoint, encoding, provenance, store
 
 
@@ -257,15 +257,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     plan = capture.capture if capture is not None else None
     if cfg.checkpoints is None:
         with progress.timed("pm_steps"):
-            result = nbody.evolve(
-                setup.cosmology,
-                inputs.field("ic", "displacement"),
-                inputs.field("ic", "momentum"),
-                times,
-                grid,
-                plan,
-                stop_early=True,
-            )
+            result = _evolve_checkpointed(setup, inputs, None, plan, progress)
         return _finish(setup, inputs, progress, result, capture, started)
     schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
     with schedule.listening():
@@ -280,16 +272,18 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
 def _evolve_checkpointed(
     setup: derive.RunSetup,
     inputs: Inputs,
-    schedule: checkpoint.Schedule,
+    schedule: checkpoint.Schedule | None,
     plan: lightcone.Capture | None,
     progress: Progress,
 ) -> nbody.NBodyResult:
     """The evolution one step at a time from the run's newest checkpoint (else from the ICs),
-    writing checkpoints when ``schedule`` says; after a signal, a checkpoint and Preempted."""
+    writing checkpoints when ``schedule`` says (None: from the ICs, none written); after a
+    signal, a checkpoint and Preempted. A progress line (step, a, time, time left) at most
+    every pmpipe.stages.progress.REPORT_SECONDS."""
     cosmo, grid, times = setup.cosmology, setup.grid, setup.timeline
     run_dir, run_file, mesh = inputs.run_dir, setup.run_file, grid.mesh
     bounds, steps = times.bounds, len(times.bounds) - 1
-    found = checkpoint.newest(run_dir, run_file.config_hash)
+    found = None if schedule is None else checkpoint.newest(run_dir, run_file.config_hash)
     if found is None:
         disp, mom = inputs.field("ic", "displacement"), inputs.field("ic", "momentum")
         state, done = nbody.start_state(cosmo, disp, mom, times, grid, plan), 0
@@ -303,8 +297,12 @@ def _evolve_checkpointed(
         state, done = checkpoint.read(found, mesh, like)
         progress(f"resumed after step {done} of {steps} (a = {bounds[done]:.4g}) from {found}")
     _check_finite_start(state, found or store_path(run_dir, "ic"), bounds[done])
+    clock = StepClock(progress, bounds, done)
 
     def after_step(state: nbody.State, step: int) -> None:
+        clock.after(step)
+        if schedule is None:
+            return
         stop = step < steps and schedule.stop_requested()
         if stop or (step < steps and schedule.due(step)):
             # none of a broken state

@@ -8,6 +8,7 @@ import time
 from pmpipe.runtime import compilation, log
 
 LOG = log.get(__name__)
+REPORT_SECONDS = 30.0  # an evolution's progress line at most this often
 
 
 class Progress:
@@ -43,3 +44,33 @@ class Progress:
             elapsed,
             extra=log.EVERY_PROCESS if every_process else None,
         )
+
+
+class StepClock:
+    """Progress lines of an evolution through the steps between ``bounds`` (scale factors),
+    from step ``done`` on: after a step that ends REPORT_SECONDS (``interval``) or more after
+    the last line (or the start), 'step i of n (a = ...): t s, about t' s left', the time left
+    from the steps after the first (which compiles) when there are any."""
+
+    def __init__(self, progress, bounds, done: int = 0, interval=REPORT_SECONDS, clock=None):
+        self.progress, self.bounds, self.done = progress, bounds, done
+        self.interval, self.clock = interval, clock or time.perf_counter
+        self.start = self.last = self.clock()
+        self.first_done: float | None = None
+
+    def after(self, step: int) -> None:
+        """Call after step ``step`` has finished (its results on the host)."""
+        now, steps = self.clock(), len(self.bounds) - 1
+        if step == self.done + 1:
+            self.first_done = now
+        if step >= steps or now - self.last < self.interval:
+            return
+        if step > self.done + 1 and self.first_done is not None:
+            per_step = (now - self.first_done) / (step - self.done - 1)
+        else:
+            per_step = (now - self.start) / (step - self.done)
+        self.progress(
+            f"step {step} of {steps} (a = {self.bounds[step]:.4g}): {now - self.start:.0f} s, "
+            f"about {per_step * (steps - step):.0f} s left"
+        )
+        self.last = now
