@@ -3,6 +3,7 @@ no traceback: a results folder on a read-only or full file system, a GPU campaig
 machine without GPUs, a missing file."""
 
 import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,25 @@ def test_a_write_to_a_full_or_read_only_file_system_is_described(code):
     assert "complete stores are kept" in message
     assert disk.failure(OSError(errno.ENOENT, "no such file")) is None
     assert disk.failure(ValueError("not a disk")) is None
+
+
+def test_a_job_whose_backend_cannot_start_is_one_message(tmp_path):
+    from pmpipe.runtime import backend
+
+    if any("cuda" in plugin for plugin in backend.installed_plugins()):
+        pytest.skip("JAX's CUDA plugin is installed here: the backend may start")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    config_json = campaign.write_run_files(campaign.load(path), tmp_path / "results")[0]
+    out = subprocess.run(
+        [sys.executable, "-m", "pmpipe.stages.pipeline", str(config_json)],
+        env={**os.environ, "JAX_PLATFORMS": "cuda"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "JAX_PLATFORMS='cuda'" in errors[0]
+    assert "export JAX_PLATFORMS=cpu" in errors[0] and "Traceback" not in out.stderr

@@ -417,8 +417,8 @@ def main(argv=None) -> int:
         "estimate of the time left, naming LOG, the job's log file (where stderr goes)",
     )
     args = parser.parse_args(argv)
-    from pmpipe.runtime import slurm_job
-    from pmpipe.storage import checkpoint
+    from pmpipe.runtime import backend, slurm_job
+    from pmpipe.storage import checkpoint, disk
 
     log.configure(stamped=True)
     if args.stop_ahead < 0:
@@ -437,6 +437,12 @@ def main(argv=None) -> int:
     except checkpoint.Preempted as err:
         LOG.error("%s", runner.stopped(err))
         return checkpoint.PREEMPTED_EXIT
+    except Exception as err:  # before any run: JAX's backend, the disk
+        problem = None if log.debug_requested() else backend.failure(err) or disk.failure(err)
+        if problem is None:
+            raise
+        LOG.error("error: %s", problem)
+        return 2
     failed = [o for o in outcomes if o.error is not None]
     if failed:
         LOG.error(
