@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY, mount_tmpfs, run_snakemake
+from conftest import REPO, TINY, mount_tmpfs, run_snakemake
 
 from pmpipe.orchestration import campaign, workflow
 from pmpipe.run import config
@@ -120,3 +120,24 @@ def test_a_job_whose_backend_cannot_start_is_one_message(tmp_path):
     errors = [line for line in out.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "JAX_PLATFORMS='cuda'" in errors[0]
     assert "export JAX_PLATFORMS=cpu" in errors[0] and "Traceback" not in out.stderr
+
+
+def test_a_gpu_campaign_under_the_local_profile_without_gpus_stops_snakemake(tmp_path):
+    from pmpipe.runtime import backend
+
+    if backend.gpu_device_files():
+        pytest.skip("this machine has a GPU: the campaign may run here")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "tiny.yaml").write_text(TINY.replace("platform: cpu", "platform: gpu"))
+    out = run_snakemake(
+        work,
+        "-n",
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "--config",
+        "campaign=tiny.yaml",
+        check=False,
+        share_programs=False,
+    )
+    assert_one_message(out, "execution.platform = gpu, but this machine has no GPU", "slurm")
