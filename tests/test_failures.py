@@ -91,12 +91,23 @@ def test_a_missing_file_is_one_message(tmp_path, command):
     assert "missing" in errors[0] and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])
-def test_a_write_to_a_full_or_read_only_file_system_is_described(code):
-    message = disk.failure(OSError(code, "as the OS says", "results/x/nbody.zarr/zarr.json"))
-    assert message.startswith("results/x/nbody.zarr/zarr.json: the file system is ")
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [(errno.EROFS, "the file system is read-only"), (errno.ENOSPC, "the file system is full")],
+)
+def test_a_write_to_a_full_or_read_only_file_system_is_described(code, said):
+    from pmpipe.storage import writes
+
+    refused = OSError(code, "as the OS says", "results/x/nbody.zarr/zarr.json")
+    message = disk.failure(refused)
+    assert "results/x/nbody.zarr/zarr.json" in message and f": {said}: free space" in message
     assert "complete stores are kept" in message
+    try:  # a store write that failed because of it
+        raise writes.StoreWriteError("writing array 'density' failed") from refused
+    except writes.StoreWriteError as err:
+        assert disk.failure(err).startswith(f"writing array 'density' failed: {said}")
     assert disk.failure(OSError(errno.ENOENT, "no such file")) is None
+    assert disk.failure(OSError(errno.EACCES, "cannot read")) is None
     assert disk.failure(ValueError("not a disk")) is None
 
 

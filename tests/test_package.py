@@ -94,6 +94,43 @@ def test_the_readme_lists_every_page_of_the_docs():
     assert [p for p in pages if f"- docs/{p}:" not in listed] == []
 
 
+def _commit_seen_from(clone) -> list[str]:
+    """[the provenance module's file, git_commit()] as a Python started in ``clone`` sees
+    them, with the clone first on its path."""
+    import os
+
+    code = (
+        "from pmpipe.storage import provenance; "
+        "print(provenance.__file__); print(provenance.git_commit())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=clone,
+        env={**os.environ, "PYTHONPATH": str(clone)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()[-2:]
+
+
+def _clone(tmp_path):
+    clone = tmp_path / "pmpipe"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return clone, head
+
+
+def test_provenance_records_the_commit_of_a_clone(tmp_path):
+    from pathlib import Path
+
+    clone, head = _clone(tmp_path)
+    module, commit = _commit_seen_from(clone)
+    assert Path(module).is_relative_to(clone) and commit == head
+
+
 def test_provenance_records_the_commit_of_a_clone_owned_by_another_user(tmp_path):
     """git refuses a repository owned by another user ('dubious ownership'): the commit of a
     shared clone, or of one bind-mounted into a container, is recorded all the same."""
@@ -101,22 +138,21 @@ def test_provenance_records_the_commit_of_a_clone_owned_by_another_user(tmp_path
 
     if os.geteuid() != 0:
         pytest.skip("giving the clone to another user needs root")
-    clone = tmp_path / "pmpipe"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    head = subprocess.run(
-        ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    clone, head = _clone(tmp_path)
     subprocess.run(["chown", "-R", "nobody", str(clone)], check=True)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from pmpipe.storage import provenance; print(provenance.git_commit())",
-        ],
-        cwd=clone,
-        env={**os.environ, "PYTHONPATH": str(clone)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.split()[-1] == head
+    assert _commit_seen_from(clone)[1] == head
+
+
+def test_the_commit_is_read_from_git_s_files_where_git_cannot_be_asked(tmp_path):
+    from pmpipe.storage import provenance
+
+    git = tmp_path / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "packed-refs").write_text("# pack-refs\n" + "a" * 40 + " refs/heads/main\n")
+    assert provenance.head_commit(git) == "a" * 40
+    (git / "refs" / "heads" / "main").write_text("b" * 40 + "\n")
+    assert provenance.head_commit(git) == "b" * 40
+    (git / "HEAD").write_text("c" * 40 + "\n")  # detached
+    assert provenance.head_commit(git) == "c" * 40
+    assert provenance.head_commit(tmp_path / "none") is None

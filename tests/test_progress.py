@@ -25,9 +25,9 @@ def test_the_evolution_reports_at_most_once_an_interval_with_the_time_left():
         clock.now += seconds  # the first step compiles
         steps.after(step)
     assert lines == [
-        "step 2 of 10 (a = 0.3): 35 s, about 80 s left",
-        "step 5 of 10 (a = 0.6): 65 s, about 50 s left",
-        "step 8 of 10 (a = 0.9): 95 s, about 20 s left",
+        "step 2 of 10 (a = 0.3), about 80 s left",
+        "step 5 of 10 (a = 0.6), about 50 s left",
+        "step 8 of 10 (a = 0.9), about 20 s left",
     ]
 
 
@@ -40,12 +40,16 @@ def test_a_resumed_evolution_counts_its_steps_from_the_checkpoint():
     steps = StepClock(lines.append, [0.1, 0.4, 0.7, 1.0], done=1, interval=0.0, clock=clock)
     clock.now += 6.0
     steps.after(2)
-    assert lines == ["step 2 of 3 (a = 0.7): 6 s, about 6 s left"]
+    assert lines == ["step 2 of 3 (a = 0.7), about 6 s left"]
 
 
-def outcome(run_id: str, seconds: float, error: str | None = None) -> pipeline.Outcome:
+def outcome(run_id: str, seconds: float, error: str | None = None, made: bool = True):
+    """A run's outcome: its stages computed here (``made``), in ``seconds``, or failed."""
     stage = "nbody" if error else None
-    return pipeline.Outcome(Path(f"{run_id}/config.json"), run_id, (), (), seconds, error, stage)
+    records = (pipeline.StageRecord("ic", seconds, {}, {}, {}, 0),) if made else ()
+    return pipeline.Outcome(
+        Path(f"{run_id}/config.json"), run_id, records, (), seconds, error, stage
+    )
 
 
 def test_the_job_line_after_each_run_says_what_is_left_and_where_the_log_is():
@@ -61,6 +65,16 @@ def test_the_job_line_after_each_run_says_what_is_left_and_where_the_log_is():
         line
         == "[####################] a-r2 FAILED in nbody; 3 of 3 runs, 1 failed, 0 left (log: job.log)"
     )
+
+
+def test_complete_and_failed_runs_do_not_lower_the_time_left():
+    done = [
+        outcome("a", 30.0),
+        outcome("b", 0.1, made=False),
+        outcome("c", 10.0),
+        outcome("d", 1.0, error="boom"),
+    ]
+    assert "2 left, about 20 s more" in pipeline.job_progress_line(done, 6, "log", bar=False)
 
 
 @pytest.mark.parametrize(("seconds", "said"), [(45, "45 s"), (200, "3.3 min"), (9000, "2.5 h")])

@@ -96,7 +96,7 @@ def test_the_slab_of_a_lattice_with_empty_rows_has_no_empty_cells_and_keeps_its_
     cells, oversample = 32, 2
     density = np.zeros((1, cells, cells, cells))
     density[0, ::oversample, ::oversample, :] = oversample**2  # particles on their lattice
-    slab = report.slab_density(density, oversample)
+    slab = report.slab_density(density, cells // oversample)
     assert slab.shape == (cells, cells)
     assert slab.min() > 0.5 and slab.mean() == pytest.approx(1.0)
     low, high = report.log_density_limits(slab)

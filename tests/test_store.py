@@ -453,8 +453,9 @@ def test_a_stage_on_a_full_disk_fails_cleanly_without_marker(tmp_path):
             timeout=300,
             check=False,
         )
-        assert done.returncode == 1, done.stderr[-2000:]
+        assert done.returncode == 2, done.stderr[-2000:]
         assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
+        assert "the file system is full: free space or choose a writable folder" in done.stderr
         assert not store.has_marker(path.parent / "ic.zarr")
         assert json_module.loads(path.read_text())  # the run's config is intact
     finally:

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         LOG.error("error: %s", err)
         return 2
     except Exception as err:
-        problem = None if debug else backend.failure(err) or disk.failure(err)
+        problem = None if debug else disk.known_failure(err)
         if problem is None:
             raise
         LOG.error("error: %s", problem)

@@ -10,7 +10,6 @@ LOG = log.get(__name__)
 def run(args) -> int:
     """``pmpipe run STAGE CONFIG...``: one stage of a run, or every stage of several."""
     from pmpipe.run import config
-    from pmpipe.runtime import log
     from pmpipe.stages import registry
 
     log.configure(stamped=True)  # a stage's log: every line with its time

@@ -139,17 +139,17 @@ def plot_power(summaries_path, out_path) -> None:
     save_figure(fig, out_path)
 
 
-def slab_density(density, oversample: int) -> np.ndarray:
-    """ρ/ρ̄ (NB, NB) of the last snapshot of ``density`` (snapshot, NB, NB, NB), averaged over
-    the first SLAB_FRACTION of the box along z and smoothed in the plane by a periodic
-    Gaussian of one particle spacing (``oversample`` cells): a slab of a run with few
-    particles per cell otherwise shows empty cells in rows along the initial lattice, where
-    particles in voids still sit."""
+def slab_density(density, particles: int) -> np.ndarray:
+    """ρ/ρ̄ (M, M) of the last snapshot of ``density`` (snapshot, M, M, M; the force mesh or
+    its downsampled grid), averaged over the first SLAB_FRACTION of the box along z and
+    smoothed in the plane by a periodic Gaussian of one particle spacing (M / ``particles``
+    cells): a slab of a run with few particles per cell otherwise shows empty cells in rows
+    along the initial lattice, where particles in voids still sit."""
     depth = max(1, round(SLAB_FRACTION * density.shape[3]))
     slab = np.asarray(density[-1, :, :, :depth], dtype=np.float64).mean(axis=2)
     kx = 2 * np.pi * np.fft.fftfreq(slab.shape[0])[:, None]
     ky = 2 * np.pi * np.fft.rfftfreq(slab.shape[1])[None, :]
-    window = np.exp(-0.5 * (kx**2 + ky**2) * oversample**2)
+    window = np.exp(-0.5 * (kx**2 + ky**2) * (slab.shape[0] / particles) ** 2)
     return np.fft.irfft2(np.fft.rfft2(slab) * window, s=slab.shape)
 
 
@@ -165,7 +165,8 @@ def plot_slice(nbody_path, out_path) -> None:
     bottom of the colour scale."""
     plt = pyplot()
     g = _open_checked(nbody_path)
-    slab = slab_density(g["density"], int(g.attrs["config"]["box"]["oversample"]))
+    particles = int(g.attrs["config"]["box"]["particles"])
+    slab = slab_density(g["density"], particles)
     low, high = log_density_limits(slab)
     x = g["x"][:]
     extent = (x[0] - (x[1] - x[0]) / 2, x[-1] + (x[1] - x[0]) / 2) * 2
@@ -176,7 +177,7 @@ def plot_slice(nbody_path, out_path) -> None:
     ax.set_xlabel("x [Mpc/h]")
     ax.set_ylabel("y [Mpc/h]")
     depth = SLAB_FRACTION * (extent[1] - extent[0])
-    spacing = (extent[1] - extent[0]) / g.attrs["config"]["box"]["particles"]
+    spacing = (extent[1] - extent[0]) / particles
     ax.set_title(
         f"{g.attrs['run_id']}, a = {g['a'][-1]:.3g}\nslab {depth:.0f} Mpc/h deep, "
         f"Gaussian σ {spacing:.2g} Mpc/h",

@@ -226,9 +226,14 @@ def check_local_devices(camp: campaigns.Campaign, path: Path, gpu_files, cores: 
 
 
 def bytes_to_write(camp: campaigns.Campaign, made) -> float:
-    """Bytes of the stores ``made`` ((run id, stage) pairs) by resources.disk_bytes."""
-    runs = {spec.run_id: spec.run for spec in camp.runs}
-    return sum(resources.disk_bytes(runs[run_id]).get(stage, 0.0) for run_id, stage in made)
+    """Bytes of the stores ``made`` ((run id, stage) pairs), each as large as the first run's
+    store of its stage (resources.disk_bytes; the runs of a campaign share their sizes, their
+    cosmologies change only the number of lightcone planes a little): an estimate for the
+    check of free space, made once whatever the number of runs."""
+    if not made:
+        return 0.0
+    per_stage = resources.disk_bytes(camp.runs[0].run)
+    return sum(per_stage.get(stage, 0.0) for _, stage in made)
 
 
 def prepare_or_exit(snakemake_config: dict) -> Plan:
@@ -240,7 +245,7 @@ def prepare_or_exit(snakemake_config: dict) -> Plan:
     except (config.ConfigError, OSError) as err:
         if log.debug_requested():
             raise
-        LOG.error("error: %s", disk.failure(err) or err)
+        LOG.error("error: %s", disk.known_failure(err) or err)
         raise SystemExit(2) from None
 
 

@@ -10,6 +10,7 @@ come from every process.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import sys
@@ -18,7 +19,17 @@ NAME = "pmpipe"
 EVERY_PROCESS = {"every_process": True}  # ``extra`` of a record that every process writes
 PROCESS_VARIABLE = "PMPIPE_LOG_PROCESS"
 DEBUG_VARIABLE = "PMPIPE_DEBUG"  # set (not 0): errors show their traceback
-STAMPED = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+
+
+class _Stamped(logging.Formatter):
+    """'<ISO 8601 local time with its offset, to the second> <message>'."""
+
+    def formatTime(self, record, datefmt=None):
+        moment = datetime.datetime.fromtimestamp(record.created).astimezone()
+        return moment.isoformat(timespec="seconds")
+
+
+STAMPED = _Stamped("%(asctime)s %(message)s")
 BARE = logging.Formatter("%(message)s")
 
 
@@ -60,12 +71,17 @@ def debug_requested(environ=None) -> bool:
     return (os.environ if environ is None else environ).get(DEBUG_VARIABLE, "") not in ("", "0")
 
 
-class _Stderr(logging.StreamHandler):
-    """A handler that writes to the sys.stderr of the moment (a redirected or captured one)."""
+class _Current(logging.StreamHandler):
+    """A handler that writes to sys.stderr or sys.stdout (``name``) of the moment (a
+    redirected or captured one)."""
+
+    def __init__(self, name: str):
+        self.name_of_stream = name
+        super().__init__()
 
     @property
     def stream(self):
-        return sys.stderr
+        return getattr(sys, self.name_of_stream)
 
     @stream.setter
     def stream(self, _value):
@@ -80,9 +96,9 @@ def configure(
     messages or, ``stamped`` (a stage's log), after their time. Calling it again (JAX
     started, the process index known) updates the one handler it installs."""
     logger = logging.getLogger(NAME)
-    handler = next((h for h in logger.handlers if isinstance(h, _Stderr)), None)
+    handler = next((h for h in logger.handlers if isinstance(h, _Current)), None)
     if handler is None:
-        handler = _Stderr()
+        handler = _Current("stderr")
         handler.setFormatter(BARE)
         logger.addHandler(handler)
         logger.propagate = False
@@ -92,24 +108,12 @@ def configure(
     return handler
 
 
-class _Stdout(logging.StreamHandler):
-    """A handler that writes to the sys.stdout of the moment."""
-
-    @property
-    def stream(self):
-        return sys.stdout
-
-    @stream.setter
-    def stream(self, _value):
-        pass
-
-
 def terminal() -> logging.Logger:
     """The logger ``pmpipe.terminal``: its records go to stdout, stamped, as well as to the
     pmpipe log: what a job whose stderr is its log file shows on the terminal it runs from."""
     logger = logging.getLogger(f"{NAME}.terminal")
-    if not any(isinstance(h, _Stdout) for h in logger.handlers):
-        handler = _Stdout()
+    if not any(isinstance(h, _Current) for h in logger.handlers):
+        handler = _Current("stdout")
         handler.setFormatter(STAMPED)
         logger.addHandler(handler)
     return logger

@@ -257,19 +257,19 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     plan = capture.capture if capture is not None else None
     if cfg.checkpoints is None:
         with progress.timed("pm_steps"):
-            result = _evolve_checkpointed(setup, inputs, None, plan, progress)
+            result = _evolve_stepwise(setup, inputs, None, plan, progress)
         return _finish(setup, inputs, progress, result, capture, started)
     schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
     with schedule.listening():
         with progress.timed("pm_steps"):
-            result = _evolve_checkpointed(setup, inputs, schedule, plan, progress)
+            result = _evolve_stepwise(setup, inputs, schedule, plan, progress)
         path = _finish(setup, inputs, progress, result, capture, started)
     if not cfg.checkpoints.keep:
         checkpoint.remove(inputs.run_dir)
     return path
 
 
-def _evolve_checkpointed(
+def _evolve_stepwise(
     setup: derive.RunSetup,
     inputs: Inputs,
     schedule: checkpoint.Schedule | None,

@@ -357,15 +357,17 @@ def summary_line(outcome: Outcome) -> str:
 
 def job_progress_line(outcomes: list[Outcome], total: int, log_path: str, bar: bool) -> str:
     """'<run> done in 14.4 s; 2 of 6 runs, 4 left, about 58 s more (log: <log_path>)' after the
-    newest of ``outcomes``; the time left from the runs after the first (the first compiles)
-    when there are any; with ``bar``, a bar of the runs done before it."""
+    newest of ``outcomes``; the time left from the runs computed here after the first (which
+    compiles) when there are any (complete runs and failures take no time to speak of);
+    with ``bar``, a bar of the runs done before it."""
     newest, done = outcomes[-1], len(outcomes)
     state = (
         f"FAILED in {newest.failed_stage}"
         if newest.error is not None
         else f"done in {newest.seconds:.1f} s"
     )
-    timed = [o.seconds for o in outcomes[1:]] or [o.seconds for o in outcomes]
+    computed = [o for o in outcomes if o.computed and o.error is None]  # runs made here
+    timed = [o.seconds for o in computed[1:]] or [o.seconds for o in computed] or [0.0]
     left = total - done
     eta = f", about {_duration(left * sum(timed) / len(timed))} more" if left else ""
     failed = sum(o.error is not None for o in outcomes)
@@ -417,7 +419,7 @@ def main(argv=None) -> int:
         "estimate of the time left, naming LOG, the job's log file (where stderr goes)",
     )
     args = parser.parse_args(argv)
-    from pmpipe.runtime import backend, slurm_job
+    from pmpipe.runtime import slurm_job
     from pmpipe.storage import checkpoint, disk
 
     log.configure(stamped=True)
@@ -438,7 +440,7 @@ def main(argv=None) -> int:
         LOG.error("%s", runner.stopped(err))
         return checkpoint.PREEMPTED_EXIT
     except Exception as err:  # before any run: JAX's backend, the disk
-        problem = None if log.debug_requested() else backend.failure(err) or disk.failure(err)
+        problem = disk.known_failure(err)
         if problem is None:
             raise
         LOG.error("error: %s", problem)

@@ -49,8 +49,9 @@ class Progress:
 class StepClock:
     """Progress lines of an evolution through the steps between ``bounds`` (scale factors),
     from step ``done`` on: after a step that ends REPORT_SECONDS (``interval``) or more after
-    the last line (or the start), 'step i of n (a = ...): t s, about t' s left', the time left
-    from the steps after the first (which compiles) when there are any."""
+    the last line (or the start), 'step i of n (a = ...), about t s left' (the line's own
+    time says how long the stage has run), the time left from the steps after the first
+    (which compiles) when there are any."""
 
     def __init__(self, progress, bounds, done: int = 0, interval=REPORT_SECONDS, clock=None):
         self.progress, self.bounds, self.done = progress, bounds, done
@@ -70,7 +71,7 @@ class StepClock:
         else:
             per_step = (now - self.start) / (step - self.done)
         self.progress(
-            f"step {step} of {steps} (a = {self.bounds[step]:.4g}): {now - self.start:.0f} s, "
+            f"step {step} of {steps} (a = {self.bounds[step]:.4g}), "
             f"about {per_step * (steps - step):.0f} s left"
         )
         self.last = now

@@ -134,7 +134,7 @@ def run_checked(stage: str, config_path: str | Path, run: Callable[..., Path]) -
     full disk, say; it is left without completion marker) prints one and gives 1."""
     from pmpipe.physics import nbody, painting
     from pmpipe.run import config
-    from pmpipe.storage import checkpoint, run_lock, store, writes
+    from pmpipe.storage import checkpoint, disk, run_lock, store, writes
 
     try:
         run_stage(stage, config_path, run)
@@ -148,8 +148,9 @@ def run_checked(stage: str, config_path: str | Path, run: Callable[..., Path]) -
         LOG.error("error: %s", err)
         return 2
     except (writes.StoreWriteError, run_lock.RunLocked, OSError) as err:
-        LOG.error("error: %s", err)
-        return 1
+        problem = disk.failure(err)  # a full or read-only disk: the user's to fix
+        LOG.error("error: %s", problem or err)
+        return 1 if problem is None else 2
     except checkpoint.Preempted as err:
         LOG.error("%s", stopped(err))
         return checkpoint.PREEMPTED_EXIT

@@ -9,12 +9,13 @@ import os
 import shutil
 from pathlib import Path
 
+from pmpipe.runtime import backend, log
+
 GB = 1e9
 FULL_OR_READ_ONLY = {
     errno.EROFS: "the file system is read-only",
     errno.ENOSPC: "the file system is full",
     errno.EDQUOT: "the disk quota is exhausted",
-    errno.EACCES: "permission denied",
 }
 
 
@@ -53,14 +54,29 @@ def _read_only(path: Path) -> bool:
 
 
 def failure(error: BaseException) -> str | None:
-    """The message of an OSError of a full, read-only or forbidden file system (naming the
-    file and the fix), else None."""
+    """The message of a write that a full or read-only file system refused (the OSError, or
+    an error it caused: a store write that failed), with the fix; None for other errors."""
     if isinstance(error, DiskError):
         return str(error)
-    if not isinstance(error, OSError) or error.errno not in FULL_OR_READ_ONLY:
+    reason: str | None = None
+    cause: BaseException | None = error
+    while cause is not None and reason is None:
+        if isinstance(cause, OSError) and cause.errno in FULL_OR_READ_ONLY:
+            reason = FULL_OR_READ_ONLY[cause.errno]
+        cause = cause.__cause__
+    if reason is None:
         return None
-    where = f"{error.filename}: " if error.filename else ""
     return (
-        f"{where}{FULL_OR_READ_ONLY[error.errno]}: the results could not be written; free "
-        "space or choose a writable folder, then run again (complete stores are kept)"
+        f"{error}: {reason}: free space or choose a writable folder, then run again "
+        "(complete stores are kept)"
     )
+
+
+def known_failure(error: BaseException) -> str | None:
+    """The one-paragraph message of an error the user fixes without a traceback: a JAX
+    backend that cannot start (pmpipe.runtime.backend.failure), a full or read-only file
+    system (:func:`failure`); None for other errors, and whenever PMPIPE_DEBUG asks for
+    tracebacks."""
+    if log.debug_requested():
+        return None
+    return backend.failure(error) or failure(error)

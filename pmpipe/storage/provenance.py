@@ -31,7 +31,9 @@ def layout(stage: str) -> int:
 def git_commit() -> str | None:
     """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout.
     A checkout owned by another user (a shared clone, a container's bind mount) is read too:
-    git refuses such a repository unless it is named safe, which this one read-only call does."""
+    git refuses such a repository unless it is named safe, which this read-only call does;
+    where git is missing or refuses all the same, the commit is read from .git itself
+    (without '-dirty')."""
     src = Path(__file__).resolve().parents[2]  # the checkout: pmpipe/storage/ is two below
     if not (src / ".git").exists():
         return None
@@ -53,8 +55,26 @@ def git_commit() -> str | None:
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
+        return head_commit(src / ".git")
+    return out.stdout.strip() or head_commit(src / ".git")
+
+
+def head_commit(git_dir: Path) -> str | None:
+    """The commit HEAD names in the folder ``git_dir`` (a .git folder): detached, or through
+    its branch's ref file or packed-refs; None when it cannot be read."""
+    try:
+        head = (git_dir / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head or None
+        ref = head[len("ref: ") :]
+        if (git_dir / ref).is_file():
+            return (git_dir / ref).read_text().strip() or None
+        for line in (git_dir / "packed-refs").read_text().splitlines():
+            if line.endswith(f" {ref}"):
+                return line.split()[0]
+    except OSError:
         return None
-    return out.stdout.strip() or None
+    return None
 
 
 def software() -> dict:
