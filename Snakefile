@@ -4,7 +4,8 @@
 # report figures.
 #
 #   snakemake --profile profiles/local                                  # config/quickstart.yaml
-#   snakemake --profile profiles/local --config campaign=config/examples/grid.yaml
+#   snakemake --profile profiles/local --config campaign=config/examples/latin_hypercube.yaml
+#   snakemake --profile profiles/slurm --config campaign=config/examples/grid.yaml   # GPU nodes
 #   snakemake --profile profiles/local --report results/quickstart/report.html
 #
 # Rules stay thin: the logic lives in the pmpipe package (pmpipe.orchestration.workflow).

@@ -197,11 +197,17 @@ CAMPAIGNS = [
 @pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: getattr(p, "name", None))
 def test_every_documented_campaign_dry_runs(path, tmp_path):
     """`snakemake -n` through the real Snakefile: the campaign loads, every job and its
-    resources are planned (with and without lensing, on cpu and gpu)."""
+    resources are planned (with and without lensing, on cpu and gpu). A GPU campaign is
+    planned with the slurm profile's site settings, as for a cluster: on a machine without
+    GPUs the local profile refuses it (tests/test_failures.py)."""
+    site = []
+    if "platform: gpu" in Path(path).read_text():
+        site = ["--configfile", str(REPO / "profiles/slurm/site.yaml")]
     out = run_snakemake(
         tmp_path,
         "--profile",
         str(REPO / "profiles/local"),
+        *site,
         "-n",
         "--config",
         f"campaign={path}",
