@@ -14,28 +14,36 @@ _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = 0x1BD11BDA
 
 
-def _rotate_left(x: np.uint32, bits: int) -> np.uint32:
+def _rotate_left(x: np.ndarray, bits: int) -> np.ndarray:
     return (x << np.uint32(bits)) | (x >> np.uint32(32 - bits))
 
 
-def threefry2x32(key: tuple[int, int], count: tuple[int, int]) -> tuple[int, int]:
-    """The Threefry-2x32 hash (20 rounds) of one pair of 32-bit words under a 32-bit key pair."""
+def threefry2x32(key, count) -> tuple[np.ndarray, np.ndarray]:
+    """The Threefry-2x32 hash (20 rounds) of pairs of 32-bit words under pairs of 32-bit keys:
+    ``key`` and ``count`` are pairs of integers or of uint32 arrays (broadcast together)."""
     with np.errstate(over="ignore"):
-        ks = [np.uint32(key[0]), np.uint32(key[1])]
+        ks = [np.asarray(key[0], np.uint32), np.asarray(key[1], np.uint32)]
         ks.append(ks[0] ^ ks[1] ^ np.uint32(_PARITY))
-        x = [np.uint32(count[0]) + ks[0], np.uint32(count[1]) + ks[1]]
+        x = [np.asarray(count[0], np.uint32) + ks[0], np.asarray(count[1], np.uint32) + ks[1]]
         for block in range(5):
             for bits in _ROTATIONS[block % 2]:
                 x[0] = x[0] + x[1]
                 x[1] = _rotate_left(x[1], bits) ^ x[0]
             x[0] = x[0] + ks[(block + 1) % 3]
             x[1] = x[1] + ks[(block + 2) % 3] + np.uint32(block + 1)
-    return int(x[0]), int(x[1])
+    return x[0], x[1]
+
+
+def derive_seeds(campaign_seed: int, indices) -> np.ndarray:
+    """32-bit seeds (uint32 array) of the runs at positions ``indices`` (32-bit unsigned
+    integers): fold_in(key(campaign_seed), index), then 32 random bits, for each index."""
+    index = np.asarray(indices, np.uint32)
+    zero = np.zeros_like(index)
+    key = threefry2x32((0, campaign_seed), (zero, index))
+    high, low = threefry2x32(key, (zero, zero))
+    return high ^ low
 
 
 def derive_seed(campaign_seed: int, index: int) -> int:
-    """32-bit seed of the run at position ``index`` (both 32-bit unsigned integers):
-    fold_in(key(campaign_seed), index), then 32 random bits."""
-    key = threefry2x32((0, campaign_seed), (0, index))
-    high, low = threefry2x32(key, (0, 0))
-    return high ^ low
+    """:func:`derive_seeds` of one index."""
+    return int(derive_seeds(campaign_seed, [index])[0])
