@@ -68,7 +68,7 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     (tmp_path / "edited.yaml").write_text(yaml.safe_dump(edited))
     assert cli.main(["submit", str(tmp_path / "edited.yaml"), "--dry-run"]) == 0
     captured = capsys.readouterr()
-    assert "dry run: 2 runs packed into 1 job(s) of at most 8 runs" in captured.err
+    assert "2 runs packed into 1 task(s) of at most 8 runs" in captured.err
     out = captured.out
     assert "complete, not submitted" not in out and "#SBATCH --array=0-0" in out, out
     # a store of another run copied over this run's is stale; a truncated chunk is damaged

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pmpipe.cli.commands import COMMANDS, Command
+from pmpipe.cli.arguments import Command
+from pmpipe.cli.commands import COMMANDS
 from pmpipe.runtime import log
 
 LOG = log.get(__name__)

@@ -15,17 +15,11 @@ SCHEMA_PATH = Path("workflow/schemas/campaign.schema.json")
 
 def plan(args) -> int:
     """``pmpipe plan CAMPAIGN``: the table of runs and the warnings on resolution."""
-    from functools import partial
-
     from pmpipe.orchestration import campaign, manifest
-    from pmpipe.run import derive
-    from pmpipe.stages import lensing
-    from pmpipe.storage import power_cache
 
     camp = campaign.load(args.campaign)
-    # CAMB tables of lensing runs' setups: from the results folder's cache, and left there
-    tables = partial(power_cache.linear_table, folder=args.results / power_cache.FOLDER)
-    print(manifest.plan_table(camp))
+    print(manifest.plan_table(camp, None if args.all_runs else manifest.ROWS_SHOWN))
+    print(manifest.jobs_line(camp, args.results, _plan_site(args)))
     if camp.decomposition is not None:
         print(manifest.decomposition_line(camp))
     linear = manifest.linear_power_line(camp, args.results)
@@ -35,15 +29,13 @@ def plan(args) -> int:
     worst: dict[str, tuple[float, str]] = {}
     runs: dict[str, list[str]] = {}
     seen: dict[str, dict] = {}
-    for spec in camp.runs:
+    lensing_runs = [spec for spec in camp.runs if spec.run.lensing is not None]
+    for spec in lensing_runs:  # the maps' resolution needs the run's setup
         key = json.dumps(
             {k: v for k, v in spec.run.model_dump(mode="json").items() if k != "ic"}, sort_keys=True
         )  # seeds change no range: one check per design point
         if key not in seen:
-            seen[key] = {}
-            if spec.run.lensing is not None:  # the maps' resolution needs the run's setup
-                planning = derive.setup(campaign.run_file(camp, spec), None, tables)
-                seen[key] = lensing.resolution_warnings(planning)
+            seen[key] = _resolution_warnings(camp, spec, args.results)
         for field, (resolved, text) in seen[key].items():
             runs.setdefault(field, []).append(spec.run_id)
             if field not in worst or resolved < worst[field][0]:
@@ -52,6 +44,29 @@ def plan(args) -> int:
         LOG.warning("warning: %s [%d of the runs]", text, len(runs[field]))
     _seed_warnings(camp, args.campaign, args.results)
     return 0
+
+
+def _resolution_warnings(camp, spec, results: Path) -> dict:
+    """lensing.resolution_warnings of a run's setup, with the CAMB tables of the results
+    folder's cache (those made are left there)."""
+    from functools import partial
+
+    from pmpipe.orchestration import campaign
+    from pmpipe.run import derive
+    from pmpipe.stages import lensing
+    from pmpipe.storage import power_cache
+
+    tables = partial(power_cache.linear_table, folder=results / power_cache.FOLDER)
+    return lensing.resolution_warnings(derive.setup(campaign.run_file(camp, spec), None, tables))
+
+
+def _plan_site(args):
+    """The SLURM site settings of --site (PMPIPE_SITE and PMPIPE_SLURM_* variables win)."""
+    import os
+
+    from pmpipe.orchestration import site
+
+    return site.load_site(args.site, os.environ)
 
 
 def _seed_warnings(camp, source, results) -> None:
@@ -137,8 +152,17 @@ def collect(args) -> int:
     """``pmpipe collect CAMPAIGN``: the campaign store and manifest from its runs."""
     from pmpipe.orchestration import aggregate
 
-    folder = aggregate.collect(args.campaign, args.results)
+    folder = aggregate.collect(args.campaign, args.results, args.partial)
     print(f"wrote {folder / 'summaries.zarr'} and {folder / 'manifest.csv'}")
+    return 0
+
+
+def status(args) -> int:
+    """``pmpipe status results/<campaign>``: runs done, running, failed and pending."""
+    from pmpipe.orchestration import campaign_status
+
+    report = campaign_status.campaign_status(args.folder)
+    print(json.dumps(report, indent=1) if args.json else campaign_status.status_text(report))
     return 0
 
 
@@ -154,16 +178,19 @@ def submit(args) -> int:
     slurm_site = site.load_site(args.site, os.environ)
     specs = _chosen_runs(args, camp)
     folder = (args.logs or args.results / camp.name / "logs" / "submitit").absolute()
-    if args.stage:
-        submitted = _submit_stage(args, camp, specs[0], slurm_site, folder)
-    else:
-        submitted = _submit_array(args, camp, specs, slurm_site, folder)
-    for label, job in submitted:
-        print(f"{label}: SLURM job {job.job_id}, log {job.paths.stdout}")
-    if not args.wait or args.dry_run:
-        return 0
-    if _failed(submitted):
-        return 1
+    while True:  # with --wait, the waves of site max_submit_jobs tasks one after the other
+        if args.stage:
+            submitted, left = _submit_stage(args, camp, specs[0], slurm_site, folder), 0
+        else:
+            submitted, left = _submit_array(args, camp, specs, slurm_site, folder)
+        for label, job in submitted:
+            print(f"{label}: SLURM job {job.job_id}, log {job.paths.stdout}")
+        if not args.wait or args.dry_run:
+            return 0
+        if _failed(submitted):
+            return 1
+        if not left:
+            break
     if not args.stage and not args.run:
         out = aggregate.collect(args.campaign, args.results)
         print(f"wrote {out / 'summaries.zarr'} and {out / 'manifest.csv'}")
@@ -208,11 +235,13 @@ def _submit_stage(args, camp, spec, slurm_site, folder: Path) -> list[tuple[str,
     return [(spec.run_id, job)]
 
 
-def _submit_array(args, camp, specs, slurm_site, folder: Path) -> list[tuple[str, Any]]:
+def _submit_array(args, camp, specs, slurm_site, folder: Path) -> tuple[list[tuple[str, Any]], int]:
     """The chosen runs that are not complete, or whose stores were made from another
     configuration than the campaign's now, packed as the campaign packs them
-    (execution.runs_per_job), as one job array (its sbatch script printed with --dry-run)."""
-    from pmpipe.orchestration import campaign, launch
+    (execution.runs_per_job), as job arrays within the cluster's MaxArraySize, at most the
+    site's max_submit_jobs tasks (their sbatch script printed with --dry-run). Returns the
+    submitted jobs and the number of tasks left for a next wave."""
+    from pmpipe.orchestration import campaign, launch, site
     from pmpipe.run import config
     from pmpipe.runtime import parallel
     from pmpipe.stages import status
@@ -231,36 +260,53 @@ def _submit_array(args, camp, specs, slurm_site, folder: Path) -> list[tuple[str
     for spec in specs:
         if not any(spec in g for g in groups):
             print(f"{spec.run_id}: complete, not submitted")
+    limit, source = site.max_array_size(slurm_site, site.scontrol_config())
+    arrays = launch.split_arrays(groups, limit, slurm_site and slurm_site.max_submit_jobs)
+    left = len(groups) - sum(map(len, arrays))
+    if groups:
+        LOG.info(
+            "%d runs packed into %d task(s) of at most %d runs (execution.runs_per_job): %d "
+            "SLURM array(s) of at most %d tasks (%s), at most %d task(s) of each at a time "
+            "(--max-parallel); a task runs every stage of its runs in one process, so its "
+            "--time and memory are for all of them",
+            sum(map(len, groups)),
+            len(groups),
+            camp.execution.job_size(),
+            len(arrays),
+            limit,
+            source,
+            min(args.max_parallel, len(groups)),
+        )
+    if left:
+        LOG.warning(
+            "warning: %d task(s) not submitted now (site max_submit_jobs = %d): with --wait "
+            "they go when these are done; else run the same `pmpipe submit` then (it submits "
+            "only the runs not complete)",
+            left,
+            slurm_site.max_submit_jobs,
+        )
     if args.dry_run:
         _warn_without_partition(slurm_site)
-        if groups:
-            LOG.info(
-                "dry run: %d runs packed into %d job(s) of at most %d runs "
-                "(execution.runs_per_job), one SLURM array of %d task(s), at most %d at a "
-                "time (--max-parallel); a task runs every stage of its runs in one process, "
-                "so its --time and memory are for all of them",
-                sum(len(g) for g in groups),
-                len(groups),
-                camp.execution.job_size(),
-                len(groups),
-                min(args.max_parallel, len(groups)),
-            )
-            job = launch.array_job(camp, groups, slurm_site)
+        if arrays:
+            job = launch.array_job(camp, arrays[0], slurm_site)
             script = launch.sbatch_script(
                 job,
                 folder,
                 python=launch.job_python(job, slurm_site) or sys.executable,
-                array_size=len(groups),
+                array_size=len(arrays[0]),
                 array_parallelism=args.max_parallel,
             )
             print(script)
-        return []
+        return [], left
     campaign.write_run_files(camp, args.results)
     parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
-    if not groups:
-        return []
-    jobs = launch.submit_campaign(camp, groups, args.results, folder, slurm_site, args.max_parallel)
-    return [(", ".join(s.run_id for s in g), job) for g, job in zip(groups, jobs)]
+    submitted = []
+    for array in arrays:
+        jobs = launch.submit_campaign(
+            camp, array, args.results, folder, slurm_site, args.max_parallel
+        )
+        submitted += [(", ".join(s.run_id for s in g), job) for g, job in zip(array, jobs)]
+    return submitted, left
 
 
 def _warn_without_partition(slurm_site) -> None:

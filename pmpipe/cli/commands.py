@@ -1,370 +1,15 @@
 """The subcommands of ``pmpipe``, one table: each command's name, help, handler (a function of
-the parsed arguments returning the exit status) and arguments, with the bench targets nested."""
+the parsed arguments returning the exit status) and arguments, with the bench targets nested
+(pmpipe.cli.bench_commands)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 
-from pmpipe.cli import benchmarks, campaigns, machine, stores
-from pmpipe.physics.timesteps import STEP_SPACINGS
+from pmpipe.cli import campaigns, machine, stores
+from pmpipe.cli.arguments import CAMPAIGN, RESULTS, SITE, Command, arg
+from pmpipe.cli.bench_commands import BENCH
 from pmpipe.stages import STAGES
-
-
-def arg(*flags: str, **options) -> tuple[tuple[str, ...], dict]:
-    """One argument: argparse's flags and options."""
-    return flags, options
-
-
-@dataclasses.dataclass(frozen=True)
-class Command:
-    """A subcommand: name, help, handler (None for a group of subcommands), arguments and
-    subcommands."""
-
-    name: str
-    help: str
-    handler: Callable | None = None
-    args: tuple = ()
-    subcommands: tuple[Command, ...] = ()
-
-
-CAMPAIGN = arg("campaign", help="campaign file (YAML or JSON)")
-RESULTS = arg("--results", type=Path, default=Path("results"), help="results folder")
-JSON = arg("--json", metavar="PATH", help="also write the record to PATH")
-PARTICLES = arg("--particles", type=int, required=True, help="particles per side, N")
-OVERSAMPLE = arg("--oversample", type=int, default=1, help="force mesh / particle grid, B")
-STEPS = arg("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1")
-PROFILE = arg(
-    "--profile", default="profiles/local", help="Snakemake profile folder (default profiles/local)"
-)
-SNAKEFILE = arg(
-    "--snakefile", type=Path, help="Snakefile (default: the one of the checkout pmpipe runs from)"
-)
-
-ACCURACY = (
-    PARTICLES,
-    arg("--box", type=float, default=256.0, help="box size, Mpc/h"),
-    STEPS,
-    arg("--seed", type=int, default=0, help="white-noise seed"),
-    JSON,
-)
-
-NEUTRINO_RUNS = (
-    arg("--m-nu", type=float, default=0.15, help="Σm_ν of the massive run, eV (default 0.15)"),
-    arg("--steps", type=int, default=30, help="PM steps equal in a (default 30)"),
-    arg("--a-init", type=float, default=0.02, help="scale factor of the ICs (default 0.02)"),
-    arg("--seed", type=int, default=3, help="white-noise seed (default 3)"),
-)
-
-BENCH = (
-    Command(
-        "campaign",
-        "a campaign end to end through Snakemake in a fresh working directory: wall time, "
-        "runs per hour, physics time and duty, compilations, bytes written, memory",
-        benchmarks.campaign,
-        (
-            CAMPAIGN,
-            PROFILE,
-            arg(
-                "--workdir",
-                type=Path,
-                help="working directory, without results of this campaign "
-                "(default: a new temporary folder)",
-            ),
-            arg("--cores", type=int, help="snakemake --cores (default: the profile's)"),
-            SNAKEFILE,
-            JSON,
-        ),
-    ),
-    Command(
-        "plan",
-        "how long `snakemake -n` takes to plan a campaign in a fresh folder, and the files it "
-        "leaves under results/ (none)",
-        benchmarks.plan,
-        (
-            CAMPAIGN,
-            PROFILE,
-            arg(
-                "--samples",
-                type=int,
-                help="resize the campaign's latin_hypercube or sobol design to this many points",
-            ),
-            SNAKEFILE,
-            JSON,
-        ),
-    ),
-    Command(
-        "nbody",
-        "ICs, LPT and PM steps of one simulation in this process, with per-component timings",
-        benchmarks.nbody,
-        (
-            PARTICLES,
-            STEPS,
-            arg(
-                "--pdims",
-                type=int,
-                nargs=2,
-                default=[1, 1],
-                metavar=("PX", "PY"),
-                help="device mesh (on CPU, XLA_FLAGS sets the device count)",
-            ),
-            OVERSAMPLE,
-            arg("--halo", type=int, default=8, help="halo cells (several devices)"),
-            arg(
-                "--compare",
-                choices=["jaxpm", "pmwd"],
-                help="also run a peer in its own process: jaxpm, JaxPM 0.1.6 (pip install "
-                "-e '.[bench]') from the same linear field, with accuracy against a "
-                "converged reference; pmwd, the same job with pmwd (a checkout on "
-                "PYTHONPATH or --pmwd, and mcfit)",
-            ),
-            arg("--pmwd", metavar="DIR", help="folder that holds the pmwd package"),
-            JSON,
-        ),
-    ),
-    Command(
-        "linear",
-        "linear P(k) at a = 1 of CAMB and CLASS (pmpipe's settings) and the Eisenstein-Hu fits "
-        "against CAMB at high precision, same A_s",
-        benchmarks.linear,
-        (
-            arg(
-                "--set",
-                action="append",
-                default=[],
-                metavar="NAME=VALUE",
-                help="a cosmology field (repeatable; the others fiducial), e.g. --set A_s=2e-9",
-            ),
-            arg("--k-max", type=float, default=1.0, help="largest k compared, h/Mpc (default 1)"),
-            JSON,
-        ),
-    ),
-    Command(
-        "growth",
-        "low-k growth and neutrino suppression of paired N-body runs (massless and Σm_ν) "
-        "against CAMB's linear theory, same realisation",
-        benchmarks.growth,
-        (
-            arg("--particles", type=int, default=128, help="particles per side (default 128)"),
-            arg("--box", type=float, default=1000.0, help="box size, Mpc/h (default 1000)"),
-            *NEUTRINO_RUNS,
-            arg("--bins", type=int, default=6, help="lowest k bins reported (default 6)"),
-            JSON,
-        ),
-    ),
-    Command(
-        "nonlinear",
-        "non-linear P(k) at a = 1 of paired fixed-amplitude runs against HMcode-2020, with the "
-        "PM's resolution deficit and Eisenstein-Hu's linear error beside it, and the neutrino "
-        "suppression of total matter against HMcode-2020's",
-        benchmarks.nonlinear,
-        (
-            arg("--particles", type=int, default=128, help="particles per side (default 128)"),
-            arg("--box", type=float, default=256.0, help="box size, Mpc/h (default 256)"),
-            *NEUTRINO_RUNS,
-            arg("--k-max", type=float, default=1.0, help="last k reported, h/Mpc (default 1)"),
-            JSON,
-        ),
-    ),
-    Command(
-        "raytrace",
-        "seconds per lens plane of flat-sky ray tracing and of Born on the same Gaussian "
-        "planes (fiducial linear power, out to a source at z = 1); with --nside, of full-sky "
-        "ray tracing through Gaussian shells",
-        benchmarks.raytrace,
-        (
-            arg("--pixels", type=int, default=2048, help="map pixels per side (default 2048)"),
-            arg("--planes", type=int, default=20, help="lens planes (default 20)"),
-            arg("--mesh", type=int, default=512, help="plane grid cells per side (default 512)"),
-            arg("--box", type=float, default=1000.0, help="box size, Mpc/h (default 1000)"),
-            arg("--fov", type=float, default=5.0, help="map side, degrees (default 5)"),
-            arg("--seed", type=int, default=1, help="seed of the planes (default 1)"),
-            arg(
-                "--nside",
-                type=int,
-                default=0,
-                help="full-sky maps of this nside instead of the flat map (default: flat)",
-            ),
-            JSON,
-        ),
-    ),
-    Command(
-        "postborn",
-        "ray-traced against Born lensing of the same N-body planes: C_ell ratio in the "
-        "resolved range, rotation power, skewness, kurtosis and peak counts, per seed and source",
-        benchmarks.postborn,
-        (
-            arg("--particles", type=int, default=32, help="particles per side (default 32)"),
-            arg("--pixels", type=int, default=64, help="map pixels per side (default 64)"),
-            arg("--seeds", type=int, default=4, help="realisations (default 4)"),
-            arg("--steps", type=int, default=10, help="N-body steps (default 10)"),
-            arg("--smoothing", type=float, default=2.0, help="arcmin (default 2)"),
-            JSON,
-        ),
-    ),
-    Command(
-        "pseudo-cl",
-        "the masked-sky pseudo-C_ell estimator on Gaussian realisations of a known spectrum, "
-        "scalar and spin 2, full or flat sky: bias per bin against the bandpower windows, E "
-        "to B leakage",
-        benchmarks.pseudo_cl,
-        (
-            arg("--nside", type=int, default=64, help="HEALPix nside (default 64)"),
-            arg("--realisations", type=int, default=100, help="realisations (default 100)"),
-            arg(
-                "--mask",
-                default=None,
-                help="a HEALPix mask (.npy or FITS) of that nside "
-                "(default: a 20 deg band and ten 6 deg holes)",
-            ),
-            arg("--seed", type=int, default=1, help="seed of the realisations (default 1)"),
-            arg(
-                "--pixels",
-                type=int,
-                default=0,
-                help="a flat-sky map of this many pixels per side over 10 deg instead "
-                "(default: the full sky); --mask then a .npy image of that size",
-            ),
-            JSON,
-        ),
-    ),
-    Command(
-        "nuisances",
-        "NLA alignments, a photo-z shift and baryonic feedback on paired maps in their "
-        "resolved range against pyccl's Limber spectra, per seed",
-        benchmarks.nuisances,
-        (
-            arg("--particles", type=int, default=128, help="particles per side (default 128)"),
-            arg("--pixels", type=int, default=256, help="flat-sky pixels per side (default 256)"),
-            arg("--seeds", type=int, default=4, help="realisations (default 4)"),
-            arg("--steps", type=int, default=16, help="PM steps from a=0.1 to a=1 (default 16)"),
-            arg("--box", type=float, default=128.0, help="box size, Mpc/h (default 128)"),
-            JSON,
-        ),
-    ),
-    Command(
-        "draws",
-        "the seconds an extra draw of the lensing nuisances (lensing.draws) adds to the "
-        "lensing and summaries stages, over those of the run without draws",
-        benchmarks.draws,
-        (
-            arg("--particles", type=int, default=32, help="particles per side (default 32)"),
-            arg("--pixels", type=int, default=128, help="flat-sky pixels per side (default 128)"),
-            arg("--nside", type=int, default=32, help="HEALPix nside (default 32)"),
-            arg("--draws", type=int, default=8, help="draws of the second run (default 8)"),
-            JSON,
-        ),
-    ),
-    Command(
-        "store",
-        "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
-        "files and bytes on disk",
-        benchmarks.store,
-        (
-            PARTICLES,
-            arg(
-                "--pdims",
-                type=int,
-                nargs=2,
-                default=[1, 1],
-                metavar=("PX", "PY"),
-                help="device mesh (on CPU, as many XLA host devices)",
-            ),
-            arg("--repeat", type=int, default=3, help="stores written, best kept"),
-            arg("--dir", type=Path, help="folder to write in (default: the temporary folder)"),
-            JSON,
-        ),
-    ),
-    Command(
-        "scaling",
-        "strong and weak scaling of one PM step and its parts (paint, FFT, read) over device "
-        "counts, slabs and pencils: a table, JSON and a plot",
-        benchmarks.scaling,
-        (
-            arg(
-                "--particles",
-                type=int,
-                required=True,
-                help="particles per side, N (weak scaling: on the fewest devices)",
-            ),
-            arg(
-                "--devices",
-                type=int,
-                nargs="+",
-                default=[1, 2, 4, 8],
-                help="device counts (default 1 2 4 8; with several processes, the "
-                "multiples of their number); on CPU the processes ask XLA for them",
-            ),
-            arg(
-                "--scaling",
-                nargs="+",
-                choices=["strong", "weak"],
-                default=["strong", "weak"],
-                help="which scalings (default both)",
-            ),
-            arg(
-                "--decompositions",
-                nargs="+",
-                choices=["slab", "pencil"],
-                default=["slab", "pencil"],
-                help="which decompositions (default both)",
-            ),
-            OVERSAMPLE,
-            arg("--halo", type=int, default=4, help="halo cells (default 4)"),
-            arg("--repeat", type=int, default=3, help="timed calls per part, best kept"),
-            arg("--json", metavar="PATH", help="write the record to PATH"),
-            arg("--plot", metavar="PNG", help="draw time and efficiency to PNG"),
-            arg(
-                "--trace",
-                metavar="DIR",
-                help="write a JAX profiler trace of PM steps on the most devices to DIR "
-                "and print its time by category",
-            ),
-            arg("--trace-steps", type=int, default=3, help="steps traced (default 3)"),
-        ),
-    ),
-    Command(
-        "steps",
-        "P(k) of S steps equal in a, ln a and D1 against a converged reference from the same ICs",
-        benchmarks.accuracy,
-        (
-            *ACCURACY,
-            arg(
-                "--reference-steps",
-                type=int,
-                default=128,
-                help="steps (equal in ln a) of the reference",
-            ),
-            OVERSAMPLE,
-        ),
-    ),
-    Command(
-        "force",
-        "P(k) of N particles with force meshes B = 1, 2, ... against 2N particles from the "
-        "same large-scale modes and steps",
-        benchmarks.accuracy,
-        (
-            *ACCURACY,
-            arg(
-                "--oversamples",
-                type=int,
-                nargs="+",
-                default=[1, 2],
-                help="force meshes B to measure",
-            ),
-            arg(
-                "--reference-oversample",
-                type=int,
-                default=2,
-                help="force mesh B of the 2N-particle reference",
-            ),
-            arg(
-                "--spacing", default="a", choices=STEP_SPACINGS, help="what the steps are equal in"
-            ),
-        ),
-    ),
-)
 
 SUBMIT = (
     CAMPAIGN,
@@ -375,13 +20,7 @@ SUBMIT = (
         help="only this run (repeatable); default every run not yet complete",
     ),
     arg("--stage", choices=STAGES, help="only this stage of the one --run"),
-    arg(
-        "--site",
-        type=Path,
-        default=Path("profiles/slurm/site.yaml"),
-        help="site settings file (default profiles/slurm/site.yaml; "
-        "PMPIPE_SITE and PMPIPE_SLURM_* variables win)",
-    ),
+    SITE,
     RESULTS,
     arg("--logs", type=Path, help="submitit folder (default results/<campaign>/logs/submitit)"),
     arg("--max-parallel", type=int, default=64, help="array elements running at once (default 64)"),
@@ -412,9 +51,19 @@ COMMANDS = (
     ),
     Command(
         "plan",
-        "table of a campaign's runs: devices, memory, nodes, runtime, Boltzmann tables",
+        "table of a campaign's runs: devices, memory, nodes, runtime, Boltzmann tables; "
+        "totals: device-hours, disk, jobs, SLURM arrays, files",
         campaigns.plan,
-        (CAMPAIGN, RESULTS),
+        (
+            CAMPAIGN,
+            RESULTS,
+            arg(
+                "--all-runs",
+                action="store_true",
+                help="a row for every run (default: the first and last 10 of a larger campaign)",
+            ),
+            SITE,
+        ),
     ),
     Command(
         "tune",
@@ -483,7 +132,26 @@ COMMANDS = (
         "collect",
         "campaign summaries.zarr and manifest.csv from its runs",
         campaigns.collect,
-        (CAMPAIGN, RESULTS),
+        (
+            CAMPAIGN,
+            RESULTS,
+            arg(
+                "--partial",
+                action="store_true",
+                help="collect the runs complete so far (the others marked, failed ones with "
+                "their error) instead of requiring every run",
+            ),
+        ),
+    ),
+    Command(
+        "status",
+        "how far a campaign is: runs done, running, failed and pending, throughput, time "
+        "left, bytes written, the error of each failed run",
+        campaigns.status,
+        (
+            arg("folder", type=Path, help="the campaign's results folder, results/<campaign>"),
+            arg("--json", action="store_true", help="print the report as JSON"),
+        ),
     ),
     Command(
         "submit",

@@ -329,6 +329,14 @@ def submit_stage(
     return executor.submit(RunsJob(registry.run_stage), stage, str(run_dir / "config.json"))
 
 
+def split_arrays(groups: list, max_array_size: int, max_submit_jobs: int | None) -> list[list]:
+    """The groups of runs (one array task each) as job arrays of at most ``max_array_size``
+    tasks, in order; with ``max_submit_jobs``, only the first arrays of at most that many
+    tasks in all (the next wave is submitted when they are done)."""
+    wave = groups if max_submit_jobs is None else groups[:max_submit_jobs]
+    return [wave[i : i + max_array_size] for i in range(0, len(wave), max_array_size)]
+
+
 def submit_campaign(
     camp: campaigns.Campaign,
     groups: list[list[campaigns.RunSpec]],

@@ -9,10 +9,13 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from pmpipe import stages
 from pmpipe.orchestration import decomposition
 from pmpipe.orchestration import design as designs
-from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits
-from pmpipe.orchestration.resources import calibration_factors, disk_bytes, estimate
+from pmpipe.orchestration import site as sites
+from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits, job_groups
+from pmpipe.orchestration.resources import calibration_factors, disk_bytes
+from pmpipe.orchestration.site import Site
 from pmpipe.physics import background
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config
@@ -27,20 +30,26 @@ def parameter_names(specs: list[RunSpec]) -> list[str]:
     return list(dict.fromkeys(name for spec in specs for name in spec.parameters))
 
 
-def plan_table(camp: Campaign) -> str:
+COUNTED_RUNS = 20  # runs looked at for a complete one whose files are counted
+ROWS_SHOWN = 20  # rows of a larger campaign's plan table: its first and last runs
+
+
+def plan_table(camp: Campaign, rows: int | None = ROWS_SHOWN) -> str:
     """Plain-text table of the runs: id, parameters, seed, devices, nodes, memory per device,
-    nbody runtime; checks first that every run fits."""
-    check_fits(camp)
+    nbody runtime and disk (of the first and last ``rows // 2`` runs of a campaign of more
+    than ``rows``; every run with None), then the campaign's totals; checks first that every
+    run fits."""
+    estimates = check_fits(camp)
     specs = list(camp.runs)
     names = parameter_names(specs)
     header = ["run_id", *names, "seed", "devices", "nodes", "GB/device", "nbody min", "disk GB"]
-    rows, total, disk = [], 0.0, 0.0
-    for spec in specs:
-        est = estimate(spec.run, camp.execution)
-        run_disk = sum(disk_bytes(spec.run).values())
-        total += est.runtime_s["nbody"]
-        disk += run_disk
-        rows.append(
+    run_disk = sum(disk_bytes(specs[0].run).values())  # the runs share their sizes
+    half = len(specs) if rows is None or len(specs) <= rows else rows // 2
+    shown = sorted({*range(half), *range(len(specs) - half, len(specs))})
+    table = []
+    for i in shown:
+        spec, est = specs[i], estimates[i]
+        table.append(
             [
                 spec.run_id,
                 *(f"{spec.parameters[n]:.5g}" if n in spec.parameters else "-" for n in names),
@@ -52,21 +61,49 @@ def plan_table(camp: Campaign) -> str:
                 f"{run_disk / 1e9:.3f}",
             ]
         )
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *table]]
+    if len(table) < len(specs):
+        lines.insert(1 + half, f"... {len(specs) - len(table)} runs more ...")
     if camp.execution.calibration is not None:
         time, memory = calibration_factors(camp.execution)
         lines.append(
             f"model calibrated by {camp.execution.calibration}: runtime x{time:.3g}, "
             f"memory beyond the process overhead x{memory:.3g}"
         )
+    nbody = sum(est.runtime_s["nbody"] for est in estimates)
+    device_hours = sum(est.devices * sum(est.runtime_s.values()) for est in estimates) / 3600
     per_stage = {stage: f"{b / 1e9:.3f}" for stage, b in disk_bytes(specs[0].run).items()}
     lines.append(
-        f"{len(specs)} runs, nbody {total / 60:.1f} min in all (estimate, before the "
-        f"safety factor {camp.execution.runtime_safety}); disk {disk / 1e9:.2f} GB in "
-        f"all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items())
+        f"{len(specs)} runs, nbody {nbody / 60:.1f} min in all, {device_hours:.4g} "
+        f"{camp.execution.platform.upper()} device-hours for every stage (estimates, before "
+        f"the safety factor {camp.execution.runtime_safety}); disk {run_disk * len(specs) / 1e9:.2f} "
+        f"GB in all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items())
     )
     return "\n".join(lines)
+
+
+def jobs_line(camp: Campaign, results_dir: str | Path, site: Site | None) -> str:
+    """The campaign's jobs (execution.runs_per_job), the SLURM arrays ``pmpipe submit`` makes
+    of them (within the site's or the cluster's MaxArraySize, :func:`site.max_array_size`),
+    and the files of a run, counted in the campaign's first complete run when there is one."""
+    jobs = len(job_groups(camp.runs, camp.execution.job_size()))
+    limit, source = sites.max_array_size(site, sites.scontrol_config())
+    line = (
+        f"{jobs} jobs of at most {camp.execution.job_size()} runs (execution.runs_per_job); "
+        f"pmpipe submit: {math.ceil(jobs / limit)} SLURM arrays of at most {limit} tasks "
+        f"({source})"
+    )
+    if site is not None and site.max_submit_jobs is not None and jobs > site.max_submit_jobs:
+        waves = math.ceil(jobs / site.max_submit_jobs)
+        line += f", in {waves} waves of at most {site.max_submit_jobs} tasks (max_submit_jobs)"
+    for spec in camp.runs[:COUNTED_RUNS]:
+        run_dir = Path(results_dir) / camp.name / spec.run_id
+        run_stages = stages.run_stages(spec.run)
+        if all(store.has_marker(stages.store_path(run_dir, s)) for s in run_stages):
+            files = sum(1 for p in run_dir.rglob("*") if p.is_file())
+            return f"{line}; {files} files a run, {files * len(camp.runs)} in all (counted in {run_dir})"
+    return f"{line}; files a run: counted once a run is complete"
 
 
 def decomposition_line(camp: Campaign) -> str | None:

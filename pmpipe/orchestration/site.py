@@ -19,7 +19,10 @@ and from environment variables, which win. This module is the only place that re
 
 from __future__ import annotations
 
+import re
 import shlex
+import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +30,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from pmpipe.run import config
+
+DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's MaxArraySize when slurm.conf sets none
 
 ENVIRONMENT = {
     "PMPIPE_SLURM_PARTITION": "partition",
@@ -83,6 +88,19 @@ class Site(BaseModel):
         description="options of `apptainer exec`, e.g. --bind=/scratch "
         "(--nv is added for jobs with GPUs)",
     )
+    max_array_size: int | None = Field(
+        None,
+        ge=1,
+        description="the most tasks of one job array (slurm.conf MaxArraySize); null: "
+        "`scontrol show config` says, else SLURM's default 1001",
+    )
+    max_submit_jobs: int | None = Field(
+        None,
+        ge=1,
+        description="the most jobs (array tasks count one each) you may have queued and "
+        "running at once (your QOS's MaxSubmitJobs): `pmpipe submit` submits at most this many "
+        "tasks at a time; null: no limit",
+    )
     env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
         default_factory=dict,
         description="environment variables of every job's pmpipe "
@@ -122,3 +140,28 @@ def load_site(path: str | Path | None, environ: Mapping[str, str]) -> Site:
             )
         data = whole["site"] or {}
     return from_mapping(data, environ, str(path) if path is not None else "site settings")
+
+
+def scontrol_config() -> str | None:
+    """The output of ``scontrol show config``, or None where scontrol is absent or fails."""
+    if shutil.which("scontrol") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def max_array_size(site: Site | None, scontrol_text: str | None) -> tuple[int, str]:
+    """The most tasks of one job array and where that comes from: the site's
+    ``max_array_size``, else MaxArraySize in ``scontrol_text`` (:func:`scontrol_config`), else
+    SLURM's default."""
+    if site is not None and site.max_array_size is not None:
+        return site.max_array_size, "site max_array_size"
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", scontrol_text or "", re.MULTILINE)
+    if found:
+        return int(found.group(1)), "MaxArraySize of scontrol show config"
+    return DEFAULT_MAX_ARRAY_SIZE, "SLURM's default MaxArraySize"
