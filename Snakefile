@@ -38,3 +38,10 @@ rule all:
         [f.path for f in FIGURES],
         [PLAN.plan_file] if PLAN.plan_file is not None else [],
     default_target: True
+
+
+# When a job failed (or was killed), the runs complete so far are collected anyway: the
+# campaign's summaries.zarr says which are (variable 'complete') and why the others are not;
+# `pmpipe status results/<campaign>` tells the same. A run started again completes the rest.
+onerror:
+    pmw.collect_partial(PLAN)

@@ -9,29 +9,38 @@ import numpy as np
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
+from pmpipe.orchestration import campaign_status, manifest
 from pmpipe.orchestration import design as designs
-from pmpipe.orchestration import manifest
 from pmpipe.run import config
-from pmpipe.stages import status
+from pmpipe.stages import run_record, status
 from pmpipe.storage import provenance, store
 
 
-def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
+def collect(
+    campaign_file: str | Path, results: str | Path = "results", partial: bool = False
+) -> Path:
     """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries stores
-    (each must be complete and made from the run's configuration as the campaign makes it);
-    returns the folder."""
+    (complete and made from the run's configuration as the campaign makes it); returns the
+    folder. Every run must be complete, or with ``partial`` at least one: a run not complete
+    then has its statistics filled (NaN, 0 for integers) and ``complete`` false, and the store
+    says each run's state (done, running, failed, pending) and the error of a failed one
+    (pmpipe.orchestration.campaign_status)."""
     camp = campaigns.load(campaign_file)
     specs = list(camp.runs)
     campaign_dir = Path(results) / camp.name
-    groups = [
-        store.open_complete(
-            stages.store_path(campaign_dir / spec.run_id, "summaries"),
-            config.config_hash(spec.run),
-        )
-        for spec in specs
-    ]
-    first = groups[0]
-    started = store.now()
+    paths = [stages.store_path(campaign_dir / s.run_id, "summaries") for s in specs]
+    hashes = [config.config_hash(s.run) for s in specs]
+    if partial:
+        complete = [status.is_current(p, h) for p, h in zip(paths, hashes)]
+        if not any(complete):
+            raise store.IncompleteStoreError(
+                f"no run of campaign {camp.name} in {campaign_dir} is complete yet: nothing "
+                "to collect"
+            )
+    else:
+        complete = [True] * len(specs)
+    groups = [store.open_complete(p, h) if c else None for p, h, c in zip(paths, hashes, complete)]
+    first = next(g for g in groups if g is not None)
     out = store.create(
         campaign_dir / "summaries.zarr",
         {
@@ -39,9 +48,10 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
             "stage": "collect",
             "campaign": camp.name,
             "campaign_config": camp.model_dump(mode="json"),
-            "run_config_hashes": [g.attrs["config_hash"] for g in groups],
+            "run_config_hashes": hashes,
+            "complete_runs": sum(complete),
             **provenance.software(),
-            "started": started,
+            "started": store.now(),
         },
     )
     store.write_coordinate(out, "run", np.array([s.run_id for s in specs]), "1", "run id")
@@ -53,6 +63,7 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
             out, name, source[:], source.attrs["units"], source.attrs["long_name"]
         )
     per_run = _write_per_run(out, specs, campaign_dir)  # xarray reads them as coordinates
+    per_run += _write_states(out, specs, campaign_dir, complete)
     for name in (n for n in names if n not in coordinates):  # every statistic, stacked by run
         source = first[name]
         dims = ("run",) + tuple(source.metadata.dimension_names)
@@ -60,7 +71,7 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
         store.write_array(
             out,
             name,
-            np.stack([np.asarray(g[name][:]) for g in groups]),
+            _stacked(name, groups, source),
             dims,
             source.attrs["units"],
             source.attrs["long_name"],
@@ -68,8 +79,49 @@ def collect(campaign_file: str | Path, results: str | Path = "results") -> Path:
             **extra,
         )
     store.mark_complete(out)
-    manifest.write_manifest(camp, campaign_dir / "manifest.csv", status.run_status)
+    manifest.write_manifest(camp, campaign_dir / "manifest.csv", campaign_status.manifest_status)
     return campaign_dir
+
+
+def _stacked(name: str, groups: list, source) -> np.ndarray:
+    """The array ``name`` of every run's store stacked along a first axis; a run without a
+    store (None) filled with NaN (0 for an integer or boolean array)."""
+    fill = np.full(source.shape, np.nan if source.dtype.kind in "fc" else 0, source.dtype)
+    return np.stack([fill if g is None else np.asarray(g[name][:]) for g in groups])
+
+
+def _write_states(out, specs: list, campaign_dir: Path, complete: list[bool]) -> list[str]:
+    """Write the arrays of dims (run) that say what was collected: ``complete``, ``state``
+    (campaign_status.STATES) and ``failure`` (the stage and error of a failed run, else
+    empty); their names."""
+    states, failures = [], []
+    for spec in specs:
+        run_dir = campaign_dir / spec.run_id
+        record = run_record.read(run_dir)
+        state = campaign_status.run_state(run_dir, stages.run_stages(spec.run), record)
+        states.append(state)
+        failed = state == "failed" and record is not None
+        failures.append(f"{record['stage']}: {record['error']}" if failed else "")
+    store.write_array(
+        out, "complete", np.array(complete), ("run",), "1", "the run's statistics are collected"
+    )
+    store.write_array(
+        out,
+        "state",
+        np.array(states),
+        ("run",),
+        "1",
+        f"the run's state when collected: {', '.join(campaign_status.STATES)}",
+    )
+    store.write_array(
+        out,
+        "failure",
+        np.array(failures),
+        ("run",),
+        "1",
+        "stage and error of the run's last computation where it failed, else empty",
+    )
+    return ["complete", "state", "failure"]
 
 
 def _write_per_run(out, specs: list, campaign_dir: Path) -> list[str]:

@@ -19,6 +19,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from pydantic import (
     Field,
     PrivateAttr,
@@ -28,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from pmpipe import stages
 from pmpipe.orchestration import decomposition, resources, seeds
 from pmpipe.orchestration import design as designs
 from pmpipe.run import config, draws, validation
@@ -188,6 +190,10 @@ def load(path: str | Path) -> Campaign:
     )
 
 
+STATE_FOLDER = ".pmpipe"  # pmpipe's bookkeeping in a campaign's results folder
+INDEX = f"{STATE_FOLDER}/runs.json"  # its runs, by job (run_index)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One run of a campaign: id, position in the expansion, design point label, realisation,
@@ -252,10 +258,14 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
         _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
     root = campaign_seed(camp)
     points = designs.design_points(camp.design, camp.base, root)
+    positions = np.arange(len(points) * camp.realisations) % (
+        camp.realisations if common else len(points) * camp.realisations
+    )  # the seed's position: the realisation alone with common seeds
+    run_seeds = seeds.derive_seeds(root, positions).tolist()
     for p, (label, parameters) in enumerate(points):
         run = _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
         for r in range(camp.realisations):
-            seed = seeds.derive_seed(root, r if common else p * camp.realisations + r)
+            seed = run_seeds[p * camp.realisations + r]
             for paired in (False, True) if camp.paired else (False,):
                 run_id = f"{camp.name}-{label}-r{r}" + ("-paired" if paired else "")
                 ic = run.ic.model_copy(update={"seed": seed, "paired": paired})
@@ -283,9 +293,42 @@ def run_file(camp: Campaign, spec: RunSpec) -> config.RunFile:
     return config.RunFile.build(camp.name, spec.run_id, spec.index, spec.parameters, spec.run)
 
 
+def run_index(camp: Campaign) -> dict:
+    """What ``pmpipe status`` needs to know of the campaign without expanding it again: its
+    name, the stages of its runs (the design varies cosmology only), and its run ids by job
+    (:func:`job_groups`), in design order."""
+    return {
+        "campaign": camp.name,
+        "stages": list(stages.run_stages(camp.base)),
+        "jobs": {
+            name: [s.run_id for s in group]
+            for name, group in job_groups(camp.runs, camp.execution.job_size()).items()
+        },
+    }
+
+
+def read_index(campaign_dir: str | Path) -> dict:
+    """The run index (:func:`run_index`) that the workflow's preparation or ``pmpipe submit``
+    wrote in a campaign's results folder; ConfigError naming the folder when there is none."""
+    path = Path(campaign_dir) / INDEX
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise config.ConfigError(
+            f"{campaign_dir}: no readable campaign index {INDEX}: give the results folder of a "
+            "campaign whose runs were prepared (by the workflow or pmpipe submit)"
+        ) from None
+
+
 def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
     """Write results_dir/<campaign>/<run_id>/config.json for every run, leaving files whose
-    content is unchanged untouched (Snakemake compares mtimes); returns the paths."""
+    content is unchanged untouched (Snakemake compares mtimes), and the campaign's run index
+    (:func:`run_index`); returns the config.json paths."""
+    index = Path(results_dir) / camp.name / INDEX
+    text = json.dumps(run_index(camp), indent=1) + "\n"
+    if not index.exists() or index.read_text() != text:
+        index.parent.mkdir(parents=True, exist_ok=True)
+        index.write_text(text)
     paths = []
     for spec in camp.runs:
         path = Path(results_dir) / camp.name / spec.run_id / "config.json"
@@ -297,16 +340,19 @@ def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
     return paths
 
 
-def check_fits(camp: Campaign) -> None:
-    """Raise ConfigError naming the first run whose memory estimate exceeds the device memory."""
+def check_fits(camp: Campaign) -> list[resources.Estimate]:
+    """The estimate of every run (resources.estimate, in campaign order); ConfigError naming
+    the first run whose memory estimate exceeds the device memory."""
     hint = (
         "use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
         if camp.execution.platform == "gpu"
         else "on cpu all devices share one process: use fewer particles (base.box.particles) or "
         "raise execution.device_memory_gb if the machine has that memory"
     )
+    estimates = []
     for spec in camp.runs:
-        need = resources.estimate(spec.run, camp.execution).memory_per_device_bytes
+        estimates.append(resources.estimate(spec.run, camp.execution))
+        need = estimates[-1].memory_per_device_bytes
         if need > camp.execution.device_memory_gb * 1e9:
             full_sky = need - _without_full_sky(spec.run, camp.execution)
             sky = (
@@ -319,6 +365,7 @@ def check_fits(camp: Campaign) -> None:
                 f"run {spec.run_id} needs about {need / 1e9:.2f} GB per device but "
                 f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {sky}{hint}"
             )
+    return estimates
 
 
 def _without_full_sky(run: config.Run, execution: resources.Execution) -> float:

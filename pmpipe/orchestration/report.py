@@ -1,4 +1,4 @@
-"""Report figures (PNG) from complete stores: per run, P(k) against linear theory and a density
+"""Report figures (PNG) from complete stores: per run (of at most SAMPLED_RUNS runs), P(k) against linear theory and a density
 slice, and with lensing a κ map and C_ell against theory; per campaign, P(k) / linear theory
 of every run, and with lensing peak counts and the κ PDF per cosmology.
 
@@ -47,11 +47,23 @@ RUN_FIGURES = {
     "cl": ("summaries", "Convergence C_ell"),
 }
 CAMPAIGN_FIGURES = {"pk_ratio": "Campaign", "peaks": "Campaign"}
+SAMPLED_RUNS = 12  # runs with figures of their own, whatever the size of the campaign
+
+
+def sampled_runs(run_ids, count: int = SAMPLED_RUNS) -> list[str]:
+    """The runs whose own figures the report draws: every run of a campaign of at most
+    ``count``, else ``count`` runs evenly spaced in design order, the first and last included."""
+    run_ids = list(run_ids)
+    if len(run_ids) <= count:
+        return run_ids
+    picked = np.unique(np.round(np.linspace(0, len(run_ids) - 1, count)).astype(int))
+    return [run_ids[i] for i in picked]
 
 
 def figures(campaign_dir: Path, run_ids, lensing: bool, outputs) -> list[Figure]:
-    """Every figure of a campaign's report that its stores allow: lensing figures with a
-    lensing stage; the density slice and κ map only when outputs (config.Outputs) keeps them."""
+    """Every figure of a campaign's report that its stores allow, those of runs for the runs of
+    :func:`sampled_runs`: lensing figures with a lensing stage; the density slice and κ map
+    only when outputs (config.Outputs) keeps them."""
     shown = [
         f
         for f in RUN_FIGURES
@@ -61,7 +73,7 @@ def figures(campaign_dir: Path, run_ids, lensing: bool, outputs) -> list[Figure]
     ]
     return [
         Figure(Path(campaign_dir) / "report" / run / f"{f}.png", f, RUN_FIGURES[f][1], run)
-        for run in run_ids
+        for run in sampled_runs(run_ids)
         for f in shown
     ] + [
         Figure(Path(campaign_dir) / "report" / f"{f}.png", f, category, None)

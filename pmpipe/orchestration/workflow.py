@@ -38,7 +38,7 @@ LOG = log.get(__name__)
 
 DEFAULT_CAMPAIGN = Path("config/quickstart.yaml")
 RESULTS = Path("results")
-PLANS = ".pmpipe"  # folder of a campaign's plan files, beside its runs
+PLANS = campaigns.STATE_FOLDER  # folder of a campaign's plan files, beside its runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +247,26 @@ def prepare_or_exit(snakemake_config: dict) -> Plan:
             raise
         LOG.error("error: %s", disk.known_failure(err) or err)
         raise SystemExit(2) from None
+
+
+def collect_partial(plan: Plan, results: Path = RESULTS) -> None:
+    """The Snakefile's ``onerror``: when jobs failed, collect the runs complete so far
+    (aggregate.collect with partial) and say where the failures are told; a collection that
+    cannot be made is logged, the workflow's own error stays the one it reports."""
+    from pmpipe.orchestration import aggregate
+    from pmpipe.storage import store as stores
+
+    try:
+        aggregate.collect(plan.campaign_file, results, partial=True)
+    except (config.ConfigError, stores.IncompleteStoreError, OSError) as err:
+        LOG.error("pmpipe: the runs complete so far were not collected: %s", err)
+        return
+    LOG.error(
+        "pmpipe: jobs failed; the runs complete so far are in %s (variable 'complete'), and "
+        "`pmpipe status %s` names each failed run and its error",
+        plan.campaign_dir / "summaries.zarr",
+        plan.campaign_dir,
+    )
 
 
 def write_plan(campaign_path: Path, results: Path, plan_file: Path) -> list[Path]:

@@ -30,7 +30,7 @@ from pmpipe import stages
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import derive
 from pmpipe.runtime import log, memory
-from pmpipe.stages import registry, runner, status
+from pmpipe.stages import registry, run_record, runner, status
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
 
@@ -269,6 +269,8 @@ def run_all(
             outcome = run_one(path, mesh_of, guard)
             outcomes.append(outcome)
             LOG.info("%s", summary_line(outcome))
+            if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
+                record_outcome(outcome)
             if progress_log is not None and jax.process_index() == 0:
                 bar = sys.stdout.isatty()
                 log.terminal().info(
@@ -279,6 +281,21 @@ def run_all(
         Path(report).parent.mkdir(parents=True, exist_ok=True)
         Path(report).write_text(json.dumps(record, indent=2) + "\n")
     return outcomes
+
+
+def record_outcome(outcome: Outcome) -> None:
+    """The run's outcome.json (pmpipe.stages.run_record); a record that cannot be written is
+    logged, not fatal: the stores are what the run made."""
+    try:
+        run_record.write(
+            outcome.config_path.parent,
+            outcome.error,
+            outcome.failed_stage,
+            outcome.seconds,
+            sum(r.store_bytes for r in outcome.computed),
+        )
+    except OSError as err:
+        LOG.warning("[pmpipe run %s] its outcome.json was not written: %s", outcome.run_id, err)
 
 
 def peak_memory() -> dict:

@@ -86,6 +86,13 @@ def gone(holder: Holder | None, age: float) -> bool:
     return age > STALE_AFTER_S
 
 
+def is_held(run_dir: str | Path) -> bool:
+    """Whether a process that still runs holds the run's lock (a lock being written or
+    unreadable counts while it is fresh)."""
+    holder, age = _read(Path(run_dir) / LOCK)
+    return age is not None and not gone(holder, age)
+
+
 def _create(path: Path, holder: Holder) -> bool:
     """Create the lock file holding ``holder``; False when it exists."""
     try:

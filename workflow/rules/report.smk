@@ -1,6 +1,7 @@
 # The campaign store, manifest and report figures: light work (small stores, matplotlib), so on
 # a cluster they run in the Snakemake process itself rather than as SLURM jobs. The figures of
-# the runs of a group (as packed into jobs) are drawn by one process (pmpipe.orchestration.report), those of
+# the runs of a group (as packed into jobs) that the report samples (at most 12 runs of a
+# campaign) are drawn by one process (pmpipe.orchestration.report), those of
 # the campaign by another.
 localrules:
     collect,
@@ -28,7 +29,10 @@ FIGURES_OF = {}  # run id -> its figures (None: the campaign's)
 for figure in FIGURES:
     FIGURES_OF.setdefault(figure.run, []).append(figure)
 
-for group, run_ids in PLAN.groups.items():
+for group, group_runs in PLAN.groups.items():
+    run_ids = [run for run in group_runs if run in FIGURES_OF]  # the report's sample of runs
+    if not run_ids:
+        continue
 
     rule:
         name:

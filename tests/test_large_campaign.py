@@ -1,0 +1,186 @@
+"""Campaigns of many runs: a 200-run campaign in which 3 runs fail collects the other 197,
+says which failed and why (summaries.zarr, manifest.csv, pmpipe status), and a rerun after
+the cause is removed computes those 3 only; a bounded report; job arrays within the
+cluster's MaxArraySize; a Sobol design extended without moving the runs that exist."""
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zarr
+from conftest import REPO, finished, run_snakemake
+
+from pmpipe import stages
+from pmpipe.orchestration import campaign, campaign_status, launch, report, site
+from pmpipe.stages import registry
+from pmpipe.storage import store
+
+MANY = """\
+name: many
+seed: 5
+base:
+  box: {box_size: 64.0, particles: 8}
+  nbody: {steps: 2}
+design:
+  kind: latin_hypercube
+  parameters: {Omega_m: [0.28, 0.34], sigma8: [0.75, 0.85]}
+  samples: 200
+execution: {platform: cpu, cpus_per_task: 1, device_memory_gb: 2, runs_per_job: 100}
+"""
+BROKEN = (10, 100, 150)  # positions of the runs whose ICs are damaged before the workflow
+
+
+def corrupt_ics(run_dir):
+    """Make the run's ICs and damage every chunk of their displacement, so that the N-body of
+    the run fails reading them (the store still looks complete when the workflow plans)."""
+    registry.run_stage("ic", run_dir / "config.json")
+    chunks = [p for p in (run_dir / "ic.zarr" / "displacement").rglob("*") if p.is_file()]
+    for chunk in (c for c in chunks if c.name != "zarr.json"):
+        chunk.write_bytes(b"x" * chunk.stat().st_size)
+
+
+def snakemake(workdir, check):
+    return run_snakemake(
+        workdir,
+        "--profile",
+        str(REPO / "profiles/local"),
+        "--cores",
+        "2",
+        "--config",
+        "campaign=many.yaml",
+        check=check,
+    )
+
+
+def status(folder) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "pmpipe.cli", "status", str(folder), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """The 200-run campaign through the workflow with 3 runs' ICs damaged: (workdir, runs,
+    output of the failing invocation)."""
+    workdir = tmp_path_factory.mktemp("many")
+    (workdir / "many.yaml").write_text(MANY)
+    camp = campaign.load(workdir / "many.yaml")
+    campaign.write_run_files(camp, workdir / "results")
+    folder = workdir / "results" / "many"
+    for i in BROKEN:
+        corrupt_ics(folder / camp.runs[i].run_id)
+    return workdir, [s.run_id for s in camp.runs], snakemake(workdir, check=False)
+
+
+@pytest.mark.slow
+def test_failed_runs_are_collected_as_failed_and_the_others_in_full(many):
+    workdir, runs, out = many
+    folder = workdir / "results" / "many"
+    assert out.returncode != 0
+    assert "the runs complete so far are in" in out.stderr
+    g = zarr.open_group(folder / "summaries.zarr", mode="r")
+    complete = g["complete"][:]
+    failed = [runs[i] for i in BROKEN]
+    assert complete.sum() == 197 and list(g["run"][:][~complete]) == failed
+    assert list(g["state"][:][~complete]) == ["failed"] * 3
+    assert all(f.startswith("nbody: ValueError") for f in g["failure"][:][~complete])
+    assert np.isnan(g["pk"][:][~complete]).all() and np.isfinite(g["pk"][:][complete]).all()
+    done = store.open_complete(folder / runs[0] / "summaries.zarr")
+    np.testing.assert_array_equal(g["pk"][0], done["pk"][:])
+    with (folder / "manifest.csv").open() as fh:
+        rows = {row["run_id"]: row["status"] for row in csv.DictReader(fh)}
+    assert [r for r, s in rows.items() if s.startswith("failed in nbody: ")] == failed
+    report_state = status(folder)
+    assert (report_state["done"], report_state["failed"], report_state["pending"]) == (197, 3, 0)
+    assert [f["run_id"] for f in report_state["failures"]] == failed
+
+
+@pytest.mark.slow
+def test_a_rerun_after_the_cause_is_removed_computes_the_failed_runs_only(many):
+    workdir, runs, _ = many
+    folder = workdir / "results" / "many"
+    before = {
+        r: finished(folder / r / "summaries.zarr")
+        for r in runs
+        if r not in [runs[i] for i in BROKEN]
+    }
+    for i in BROKEN:
+        shutil.rmtree(folder / runs[i] / "ic.zarr")
+    snakemake(workdir, check=True)
+    after = {r: finished(folder / r / "summaries.zarr") for r in before}
+    assert after == before
+    for i in BROKEN:
+        for stage in stages.STAGES[:2] + ("summaries",):
+            assert store.is_complete(folder / runs[i] / f"{stage}.zarr")
+    assert campaign_status.campaign_status(folder)["done"] == 200
+    assert zarr.open_group(folder / "summaries.zarr", mode="r")["complete"][:].all()
+    figures = sorted(p.relative_to(folder) for p in (folder / "report").rglob("*.png"))
+    assert len(figures) == 2 * report.SAMPLED_RUNS + 1, figures  # pk and slice; pk_ratio
+
+
+def test_the_report_samples_a_bounded_number_of_runs():
+    runs = [f"r{i}" for i in range(10_000)]
+    sampled = report.sampled_runs(runs)
+    assert len(sampled) == report.SAMPLED_RUNS and sampled[0] == "r0" and sampled[-1] == "r9999"
+    assert report.sampled_runs(runs[:5]) == runs[:5]
+
+
+def test_job_arrays_stay_within_max_array_size_and_max_submit_jobs():
+    groups = [[i] for i in range(10_000)]
+    arrays = launch.split_arrays(groups, 1001, None)
+    assert [len(a) for a in arrays] == [1001] * 9 + [991]
+    assert [g for a in arrays for g in a] == groups
+    first_wave = launch.split_arrays(groups, 300, 1000)
+    assert [len(a) for a in first_wave] == [300, 300, 300, 100]
+    assert first_wave[0][0] == [0] and first_wave[-1][-1] == [999]
+
+
+def test_max_array_size_from_the_site_then_scontrol_then_slurms_default():
+    text = "MaxArraySize            = 40001\nMaxJobCount             = 10000\n"
+    assert site.max_array_size(site.Site(max_array_size=500), text)[0] == 500
+    assert site.max_array_size(site.Site(), text) == (40001, "MaxArraySize of scontrol show config")
+    assert site.max_array_size(None, None)[0] == site.DEFAULT_MAX_ARRAY_SIZE == 1001
+
+
+def sobol(samples: int):
+    return campaign.Campaign.model_validate(
+        {
+            "name": "s",
+            "seed": 4,
+            "base": {"box": {"particles": 16}},
+            "design": {
+                "kind": "sobol",
+                "parameters": {"Omega_m": [0.25, 0.35], "sigma8": [0.7, 0.9]},
+                "samples": samples,
+            },
+            "execution": {"runs_per_job": 4},
+        }
+    )
+
+
+def test_a_sobol_design_extended_keeps_its_runs_ids_parameters_seeds_and_jobs():
+    small, large = sobol(8), sobol(16)
+    for a, b in zip(small.runs, large.runs[:8], strict=True):
+        assert (a.run_id, a.parameters, a.seed, a.run) == (b.run_id, b.parameters, b.seed, b.run)
+    assert {r.run_id for r in large.runs[8:]}.isdisjoint(r.run_id for r in small.runs)
+    old_jobs = campaign.job_groups(small.runs, 4)
+    new_jobs = campaign.job_groups(large.runs, 4)
+    assert all(new_jobs[j] == runs for j, runs in old_jobs.items())
+
+
+def test_the_run_index_is_what_status_reads(tmp_path):
+    camp = sobol(8)
+    campaign.write_run_files(camp, tmp_path)
+    index = campaign.read_index(tmp_path / "s")
+    assert index["stages"] == list(stages.run_stages(camp.base))
+    assert [r for runs in index["jobs"].values() for r in runs] == [s.run_id for s in camp.runs]
+    state = campaign_status.campaign_status(tmp_path / "s")
+    assert (state["runs"], state["pending"], state["runs_per_hour"]) == (8, 8, None)
