@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from conftest import REPO, finished, run_snakemake
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign, campaign_status, launch, report, site
-from pmpipe.stages import registry
+from pmpipe.stages import registry, run_record
 from pmpipe.storage import store
 
 MANY = """\
@@ -184,3 +185,26 @@ def test_the_run_index_is_what_status_reads(tmp_path):
     assert [r for runs in index["jobs"].values() for r in runs] == [s.run_id for s in camp.runs]
     state = campaign_status.campaign_status(tmp_path / "s")
     assert (state["runs"], state["pending"], state["runs_per_hour"]) == (8, 8, None)
+
+
+def test_status_trusts_a_done_record_until_a_store_is_written_again(tmp_path):
+    """A run is done by its stores' markers; after its done record, a store's time alone
+    says so, until the store is written again (here: marked damaged, as pmpipe verify does)."""
+    camp = sobol(8)
+    campaign.write_run_files(camp, tmp_path)
+    run_dir = tmp_path / "s" / camp.runs[0].run_id
+    for stage in stages.run_stages(camp.base):
+        group = store.create(stages.store_path(run_dir, stage), {"stage": stage})
+        store.mark_complete(group)
+    state = campaign_status.campaign_status(tmp_path / "s")
+    assert (state["done"], state["runs_per_hour"]) == (1, None)  # no record: markers read
+    run_record.write(run_dir, None, None, 12.0, 1000)
+    assert campaign_status.campaign_status(tmp_path / "s")["done"] == 1
+    time.sleep(0.01)
+    store.invalidate(stages.store_path(run_dir, "nbody"), ["a shard is damaged"])
+    state = campaign_status.campaign_status(tmp_path / "s")
+    assert (state["done"], state["pending"]) == (0, 8)
+    run_record.write(run_dir, "ValueError: bad", "nbody", 3.0, 0)
+    state = campaign_status.campaign_status(tmp_path / "s")
+    assert state["failed"] == 1 and state["failures"][0]["error"] == "ValueError: bad"
+    assert "failed: s-p0000-r0 in stage nbody" in campaign_status.status_text(state)

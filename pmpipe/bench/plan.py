@@ -7,15 +7,21 @@ hypercube or Sobol, resized to ``samples`` points) and the repository's Snakefil
 Snakefile and pmpipe's plan, no DAG) and then ``snakemake -n`` (the parse, the DAG of every
 job and the listing of the jobs), and reports as JSON: the wall time of each, pmpipe's share
 of the parse (the planning line the Snakefile logs), runs and jobs, and the files both left
-under results/ (none: planning only reads).
+under results/ (none: planning only reads). Then it times the bookkeeping commands a user of a
+large campaign runs often: ``pmpipe plan``, and ``pmpipe status`` of the prepared campaign,
+all runs pending and then all done (:func:`bench_bookkeeping`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -39,6 +45,59 @@ def resized(campaign_file: Path, samples: int | None, folder: Path) -> Path:
     path = folder / f"{campaign_file.stem}-{samples}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def timed_pmpipe(workdir: Path, *args: str) -> float:
+    """Wall seconds of ``python -m pmpipe.cli ARGS`` in workdir (start-up included);
+    CampaignFailed when it fails."""
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "pmpipe.cli", *args], cwd=workdir, capture_output=True, text=True
+    )
+    if out.returncode:
+        raise bench_campaign.CampaignFailed(
+            f"pmpipe {args[0]} exited {out.returncode}:\n{out.stderr[-3000:]}"
+        )
+    return time.perf_counter() - start
+
+
+def bench_bookkeeping(campaign_file: Path, workdir: Path) -> dict:
+    """Wall seconds of ``pmpipe plan`` of the campaign, then of ``pmpipe status`` of its
+    results folder with every run prepared and pending, then with every run done: each store
+    of each run given root metadata with its completion marker (no arrays: status reads no
+    more) and the run its done record (pmpipe.stages.run_record)."""
+    from pmpipe.orchestration import campaign
+    from pmpipe.stages import run_record, run_stages, store_path
+    from pmpipe.storage import integrity, store
+
+    plan_s = timed_pmpipe(workdir, "plan", str(campaign_file), "--results", "results")
+    camp = campaign.load(campaign_file)
+    campaign.write_run_files(camp, workdir / "results")
+    folder = str(Path("results") / camp.name)
+    pending_s = timed_pmpipe(workdir, "status", folder)
+    metadata = json.dumps(
+        {"zarr_format": 3, "node_type": "group", "attributes": {store.COMPLETE: {}}}
+    )
+    for spec in camp.runs:
+        run_dir = workdir / folder / spec.run_id
+        for stage in run_stages(spec.run):
+            path = store_path(run_dir, stage)
+            path.mkdir()
+            (path / integrity.METADATA).write_text(metadata)
+        run_record.write(run_dir, None, None, 60.0, 0)
+    done_s = timed_pmpipe(workdir, "status", folder)
+    report = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "pmpipe.cli", "status", folder, "--json"],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    if report["done"] != len(camp.runs):
+        raise bench_campaign.CampaignFailed(f"status counts {report['done']} runs done")
+    return {"pmpipe_plan_s": plan_s, "status_pending_s": pending_s, "status_done_s": done_s}
 
 
 def bench_plan(
@@ -66,6 +125,7 @@ def bench_plan(
             raise bench_campaign.CampaignFailed(f"no planning line in:\n{out.stderr[-3000:]}")
         results = workdir / "results"
         written = sorted(str(p.relative_to(workdir)) for p in results.rglob("*"))
+        seconds |= bench_bookkeeping(path, workdir)
     return {
         "benchmark": "plan",
         "campaign": found.group(1),

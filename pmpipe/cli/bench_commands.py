@@ -43,7 +43,7 @@ BENCH = (
     Command(
         "plan",
         "how long `snakemake -n` takes to plan a campaign in a fresh folder, and the files it "
-        "leaves under results/ (none)",
+        "leaves under results/ (none); how long `pmpipe plan` and `pmpipe status` take",
         benchmarks.plan,
         (
             CAMPAIGN,

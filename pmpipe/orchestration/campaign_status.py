@@ -10,26 +10,48 @@ system calls per run.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from pathlib import Path
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
 from pmpipe.stages import run_record, status
-from pmpipe.storage import run_lock, store
+from pmpipe.storage import integrity, run_lock, store
 
 STATES = ("done", "running", "failed", "pending")
 
 
 def run_state(run_dir: Path, run_stages, record: dict | None) -> str:
     """One of STATES for the run in ``run_dir`` whose outcome record is ``record``."""
-    if all(store.has_marker(stages.store_path(run_dir, s)) for s in run_stages):
+    if all_marked(run_dir, run_stages, record):
         return "done"
     if run_lock.is_held(run_dir):
         return "running"
     if record is not None and record["state"] == "failed":
         return "failed"
     return "pending"
+
+
+def all_marked(run_dir: Path, run_stages, record: dict | None) -> bool:
+    """Whether every stage store of the run carries its completion marker. A store whose
+    metadata was last written before a 'done' outcome record (which its job writes after the
+    markers) is not read again: a file's time is enough, unless the store was written since
+    or within the same tick of the file system's clock (a verification that found it
+    damaged, a run started again)."""
+    since = None
+    if record is not None and record["state"] == "done":
+        with contextlib.suppress(OSError):
+            since = (run_dir / run_record.OUTCOME).stat().st_mtime_ns
+    for stage in run_stages:
+        path = stages.store_path(run_dir, stage)
+        try:
+            written = (path / integrity.METADATA).stat().st_mtime_ns
+        except OSError:
+            return False
+        if (since is None or written >= since) and not store.has_marker(path):
+            return False
+    return True
 
 
 def manifest_status(run_dir: str | Path) -> str:
