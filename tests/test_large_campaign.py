@@ -16,7 +16,7 @@ import zarr
 from conftest import REPO, finished, run_snakemake
 
 from pmpipe import stages
-from pmpipe.orchestration import campaign, campaign_status, launch, report, site
+from pmpipe.orchestration import campaign, campaign_status, launch, report, run_index, site
 from pmpipe.stages import registry, run_record
 from pmpipe.storage import store
 
@@ -180,7 +180,7 @@ def test_a_sobol_design_extended_keeps_its_runs_ids_parameters_seeds_and_jobs():
 def test_the_run_index_is_what_status_reads(tmp_path):
     camp = sobol(8)
     campaign.write_run_files(camp, tmp_path)
-    index = campaign.read_index(tmp_path / "s")
+    index = run_index.read(tmp_path / "s")
     assert index["stages"] == list(stages.run_stages(camp.base))
     assert [r for runs in index["jobs"].values() for r in runs] == [s.run_id for s in camp.runs]
     state = campaign_status.campaign_status(tmp_path / "s")

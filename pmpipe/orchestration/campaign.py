@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from pmpipe import stages
-from pmpipe.orchestration import decomposition, resources, seeds
+from pmpipe.orchestration import decomposition, resources, run_index, seeds
 from pmpipe.orchestration import design as designs
 from pmpipe.run import config, draws, validation
 
@@ -190,10 +190,6 @@ def load(path: str | Path) -> Campaign:
     )
 
 
-STATE_FOLDER = ".pmpipe"  # pmpipe's bookkeeping in a campaign's results folder
-INDEX = f"{STATE_FOLDER}/runs.json"  # its runs, by job (run_index)
-
-
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One run of a campaign: id, position in the expansion, design point label, realisation,
@@ -293,42 +289,17 @@ def run_file(camp: Campaign, spec: RunSpec) -> config.RunFile:
     return config.RunFile.build(camp.name, spec.run_id, spec.index, spec.parameters, spec.run)
 
 
-def run_index(camp: Campaign) -> dict:
-    """What ``pmpipe status`` needs to know of the campaign without expanding it again: its
-    name, the stages of its runs (the design varies cosmology only), and its run ids by job
-    (:func:`job_groups`), in design order."""
-    return {
-        "campaign": camp.name,
-        "stages": list(stages.run_stages(camp.base)),
-        "jobs": {
-            name: [s.run_id for s in group]
-            for name, group in job_groups(camp.runs, camp.execution.job_size()).items()
-        },
-    }
-
-
-def read_index(campaign_dir: str | Path) -> dict:
-    """The run index (:func:`run_index`) that the workflow's preparation or ``pmpipe submit``
-    wrote in a campaign's results folder; ConfigError naming the folder when there is none."""
-    path = Path(campaign_dir) / INDEX
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise config.ConfigError(
-            f"{campaign_dir}: no readable campaign index {INDEX}: give the results folder of a "
-            "campaign whose runs were prepared (by the workflow or pmpipe submit)"
-        ) from None
-
-
 def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
     """Write results_dir/<campaign>/<run_id>/config.json for every run, leaving files whose
     content is unchanged untouched (Snakemake compares mtimes), and the campaign's run index
-    (:func:`run_index`); returns the config.json paths."""
-    index = Path(results_dir) / camp.name / INDEX
-    text = json.dumps(run_index(camp), indent=1) + "\n"
-    if not index.exists() or index.read_text() != text:
-        index.parent.mkdir(parents=True, exist_ok=True)
-        index.write_text(text)
+    (pmpipe.orchestration.run_index); returns the config.json paths."""
+    jobs = job_groups(camp.runs, camp.execution.job_size())
+    run_index.write(
+        Path(results_dir) / camp.name,
+        camp.name,
+        stages.run_stages(camp.base),  # the design varies cosmology only
+        {name: [s.run_id for s in group] for name, group in jobs.items()},
+    )
     paths = []
     for spec in camp.runs:
         path = Path(results_dir) / camp.name / spec.run_id / "config.json"

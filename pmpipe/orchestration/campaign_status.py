@@ -4,7 +4,7 @@ folder holds (``pmpipe status results/<campaign>``).
 A run is done when every stage store carries its completion marker; running while a live
 process holds its lock (pmpipe.storage.run_lock); failed when its last computation failed
 (its outcome.json, pmpipe.stages.run_record); else pending. The run ids and stages come from
-the campaign's run index (campaign.read_index), so no campaign file is expanded: a few file
+the campaign's run index (pmpipe.orchestration.run_index), so no campaign file is expanded: a few file
 system calls per run.
 """
 
@@ -12,41 +12,46 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 from pathlib import Path
 
 from pmpipe import stages
-from pmpipe.orchestration import campaign as campaigns
+from pmpipe.orchestration import run_index
 from pmpipe.stages import run_record, status
 from pmpipe.storage import integrity, run_lock, store
 
 STATES = ("done", "running", "failed", "pending")
 
 
-def run_state(run_dir: Path, run_stages, record: dict | None) -> str:
+def run_state(run_dir: str | Path, run_stages, record: dict | None) -> str:
     """One of STATES for the run in ``run_dir`` whose outcome record is ``record``."""
     if all_marked(run_dir, run_stages, record):
         return "done"
-    if run_lock.is_held(run_dir):
+    if run_lock.is_held(Path(run_dir)):
         return "running"
     if record is not None and record["state"] == "failed":
         return "failed"
     return "pending"
 
 
-def all_marked(run_dir: Path, run_stages, record: dict | None) -> bool:
+# the folder name of each stage's store in a run folder
+STORE_NAMES = {stage: stages.store_path(Path(), stage).name for stage in stages.STAGES}
+
+
+def all_marked(run_dir: str | Path, run_stages, record: dict | None) -> bool:
     """Whether every stage store of the run carries its completion marker. A store whose
     metadata was last written before a 'done' outcome record (which its job writes after the
     markers) is not read again: a file's time is enough, unless the store was written since
     or within the same tick of the file system's clock (a verification that found it
-    damaged, a run started again)."""
+    damaged, a run started again). Paths as strings: this runs for every run of a campaign."""
     since = None
     if record is not None and record["state"] == "done":
         with contextlib.suppress(OSError):
-            since = (run_dir / run_record.OUTCOME).stat().st_mtime_ns
+            since = os.stat(os.path.join(run_dir, run_record.OUTCOME)).st_mtime_ns
     for stage in run_stages:
-        path = stages.store_path(run_dir, stage)
+        path = os.path.join(run_dir, STORE_NAMES[stage])
         try:
-            written = (path / integrity.METADATA).stat().st_mtime_ns
+            written = os.stat(os.path.join(path, integrity.METADATA)).st_mtime_ns
         except OSError:
             return False
         if (since is None or written >= since) and not store.has_marker(path):
@@ -79,13 +84,12 @@ def campaign_status(campaign_dir: str | Path) -> dict:
     seconds of a run); hours left at that throughput for the runs pending or running (None
     before two runs are done); bytes of the stores the done runs made; each failed run with its job,
     stage and error."""
-    campaign_dir = Path(campaign_dir)
-    index = campaigns.read_index(campaign_dir)
+    index = run_index.read(campaign_dir)
     counts = dict.fromkeys(STATES, 0)
     failed, finished, seconds, written = [], [], [], 0
     for job, run_ids in index["jobs"].items():
         for run_id in run_ids:
-            run_dir = campaign_dir / run_id
+            run_dir = os.path.join(campaign_dir, run_id)
             record = run_record.read(run_dir)
             state = run_state(run_dir, index["stages"], record)
             counts[state] += 1
@@ -104,7 +108,7 @@ def campaign_status(campaign_dir: str | Path) -> dict:
         hours_left = (counts["pending"] + counts["running"]) / rate
     return {
         "campaign": index["campaign"],
-        "folder": str(campaign_dir),
+        "folder": os.fspath(campaign_dir),
         "runs": runs,
         **counts,
         "runs_per_hour": rate,

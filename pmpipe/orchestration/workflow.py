@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
-from pmpipe.orchestration import launch, resources, site
+from pmpipe.orchestration import launch, resources, run_index, site
 from pmpipe.run import config
 from pmpipe.runtime import backend, log
 from pmpipe.stages import status
@@ -38,7 +38,7 @@ LOG = log.get(__name__)
 
 DEFAULT_CAMPAIGN = Path("config/quickstart.yaml")
 RESULTS = Path("results")
-PLANS = campaigns.STATE_FOLDER  # folder of a campaign's plan files, beside its runs
+PLANS = run_index.STATE_FOLDER  # folder of a campaign's plan files, beside its runs
 
 
 @dataclasses.dataclass(frozen=True)

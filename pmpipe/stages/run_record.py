@@ -48,7 +48,8 @@ def write(
 def read(run_dir: str | Path) -> dict | None:
     """The run's record, or None when it has none (or it does not parse)."""
     try:
-        record = json.loads((Path(run_dir) / OUTCOME).read_text())
+        with open(os.path.join(run_dir, OUTCOME)) as fh:  # a string path: read for every run
+            record = json.load(fh)
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("state") in STATES else None
