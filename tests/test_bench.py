@@ -178,6 +178,8 @@ def test_bench_plan_resizes_sampled_designs_only(tmp_path):
     lh = REPO / "config/examples/latin_hypercube.yaml"
     assert config.read_mapping(plan.resized(lh, 24, tmp_path))["design"]["samples"] == 24
     assert plan.resized(lh, None, tmp_path) == lh
+    smaller = config.read_mapping(plan.resized(lh, None, tmp_path, particles=32))
+    assert smaller["base"]["box"]["particles"] == 32 and smaller["design"]["samples"] == 16
     with pytest.raises(config.ConfigError, match="resizes a latin_hypercube or sobol design"):
         plan.resized(REPO / "config/quickstart.yaml", 10, tmp_path)
 

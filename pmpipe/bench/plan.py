@@ -32,17 +32,23 @@ from pmpipe.run import config
 PLANNED = re.compile(r"campaign (\S+) planned in ([\d.]+) s: (\d+) runs, jobs to run: (\d+)")
 
 
-def resized(campaign_file: Path, samples: int | None, folder: Path) -> Path:
-    """The campaign file, or a copy in folder whose sampled design has ``samples`` points."""
-    if samples is None:
+def resized(
+    campaign_file: Path, samples: int | None, folder: Path, particles: int | None = None
+) -> Path:
+    """The campaign file, or a copy in folder whose sampled design (Latin hypercube or Sobol)
+    has ``samples`` points and whose runs have ``particles`` per side, where given."""
+    if samples is None and particles is None:
         return campaign_file
     data = config.read_mapping(campaign_file)
-    if (data.get("design") or {}).get("kind") not in ("latin_hypercube", "sobol"):
-        raise config.ConfigError(
-            f"{campaign_file}: --samples resizes a latin_hypercube or sobol design"
-        )
-    data["design"]["samples"] = samples
-    path = folder / f"{campaign_file.stem}-{samples}.yaml"
+    if samples is not None:
+        if (data.get("design") or {}).get("kind") not in ("latin_hypercube", "sobol"):
+            raise config.ConfigError(
+                f"{campaign_file}: --samples resizes a latin_hypercube or sobol design"
+            )
+        data["design"]["samples"] = samples
+    if particles is not None:
+        data.setdefault("base", {}).setdefault("box", {})["particles"] = particles
+    path = folder / f"{campaign_file.stem}-{samples}-{particles}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -105,12 +111,13 @@ def bench_plan(
     profile: str | Path = "profiles/local",
     samples: int | None = None,
     snakefile: str | Path | None = None,
+    particles: int | None = None,
 ) -> dict:
     """Plan the campaign with ``snakemake -n`` in a fresh folder; returns the record."""
     snakefile = Path(snakefile) if snakefile else bench_campaign.default_snakefile()
     with tempfile.TemporaryDirectory(prefix="pmpipe-bench-plan-") as tmp:
         workdir = Path(tmp)
-        path = resized(Path(campaign_file).absolute(), samples, workdir)
+        path = resized(Path(campaign_file).absolute(), samples, workdir, particles)
         seconds = {}
         for name, option in (("parse_s", "--list-rules"), ("dry_run_s", "-n")):
             seconds[name], out = bench_campaign.run_snakemake(

@@ -53,6 +53,12 @@ BENCH = (
                 type=int,
                 help="resize the campaign's latin_hypercube or sobol design to this many points",
             ),
+            arg(
+                "--particles",
+                type=int,
+                help="particles per side of the runs (smaller runs: less disk for the "
+                "free-space check of a large campaign)",
+            ),
             SNAKEFILE,
             JSON,
         ),

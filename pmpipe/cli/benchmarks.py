@@ -201,7 +201,9 @@ def plan(args) -> int:
     from pmpipe.bench import campaign, plan
 
     try:
-        record = plan.bench_plan(args.campaign, args.profile, args.samples, args.snakefile)
+        record = plan.bench_plan(
+            args.campaign, args.profile, args.samples, args.snakefile, args.particles
+        )
     except campaign.CampaignFailed as err:
         LOG.error("error: %s", err)
         return 1
