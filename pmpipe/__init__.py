@@ -7,3 +7,12 @@ try:
     __version__ = version("pmpipe")
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+
+def open_campaign(campaign_dir):
+    """A campaign's collected results (``results/<campaign>``) as an xarray Dataset whose
+    ``run`` dimension is indexed by the design parameters
+    (:func:`pmpipe.orchestration.export.open_campaign`)."""
+    from pmpipe.orchestration import export
+
+    return export.open_campaign(campaign_dir)

@@ -5,17 +5,19 @@ cluster's MaxArraySize; a Sobol design extended without moving the runs that exi
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 import sys
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import zarr
 from conftest import REPO, finished, run_snakemake
 
-from pmpipe import stages
+from pmpipe import cli, stages
 from pmpipe.orchestration import campaign, campaign_status, launch, report, run_index, site
 from pmpipe.stages import registry, run_record
 from pmpipe.storage import store
@@ -125,6 +127,27 @@ def test_a_rerun_after_the_cause_is_removed_computes_the_failed_runs_only(many):
     assert zarr.open_group(folder / "summaries.zarr", mode="r")["complete"][:].all()
     figures = sorted(p.relative_to(folder) for p in (folder / "report").rglob("*.png"))
     assert len(figures) == 2 * report.SAMPLED_RUNS + 1, figures  # pk and slice; pk_ratio
+
+
+@pytest.mark.slow
+def test_the_exported_table_and_the_docs_emulator_read_the_campaign(many):
+    workdir, runs, _ = many
+    folder = workdir / "results" / "many"
+    assert cli.main(["export", str(folder)]) == 0
+    frame = pd.read_parquet(folder / "many.parquet")
+    g = zarr.open_group(folder / "summaries.zarr", mode="r")
+    assert list(frame["run_id"]) == runs
+    for name in ("Omega_m", "sigma8", "seed", "complete"):
+        np.testing.assert_array_equal(frame[name].to_numpy(), g[name][:])
+    final = f"{g['a'][-1]:.6g}"
+    for j, k in enumerate(g["k"][:]):
+        np.testing.assert_array_equal(frame[f"pk[a={final}, k={k:.6g}]"], g["pk"][:, -1, j])
+    docs = (REPO / "docs/outputs.md").read_text()
+    block = re.search(r"```python\n(import numpy as np\nimport pmpipe\n.*?)```", docs, re.DOTALL)
+    script = workdir / "emulator.py"  # the docs' emulator, run as a user runs it
+    script.write_text(block.group(1).replace('"results/lh16"', repr(str(folder))))
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True)
+    assert "median |error| over the k bins of 20 runs held out" in out.stdout
 
 
 def test_the_report_samples_a_bounded_number_of_runs():

@@ -157,6 +157,15 @@ def collect(args) -> int:
     return 0
 
 
+def export(args) -> int:
+    """``pmpipe export results/<campaign>``: the campaign as one table (Parquet or npz)."""
+    from pmpipe.orchestration import export as exports
+
+    path = exports.export(args.folder, args.format, args.output)
+    print(f"wrote {path}")
+    return 0
+
+
 def status(args) -> int:
     """``pmpipe status results/<campaign>``: runs done, running, failed and pending."""
     from pmpipe.orchestration import campaign_status

@@ -144,6 +144,17 @@ COMMANDS = (
         ),
     ),
     Command(
+        "export",
+        "a collected campaign as one table for training code: a row per run (and draw), "
+        "a column per parameter and per element of every statistic",
+        campaigns.export,
+        (
+            arg("folder", type=Path, help="the campaign's results folder, results/<campaign>"),
+            arg("--format", choices=("parquet", "npz"), default="parquet", help="default parquet"),
+            arg("--output", type=Path, help="default <folder>/<campaign>.<format>"),
+        ),
+    ),
+    Command(
         "status",
         "how far a campaign is: runs done, running, failed and pending, throughput, time "
         "left, bytes written, the error of each failed run",
