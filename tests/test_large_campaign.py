@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -165,6 +164,15 @@ def test_job_arrays_stay_within_max_array_size_and_max_submit_jobs():
     first_wave = launch.split_arrays(groups, 300, 1000)
     assert [len(a) for a in first_wave] == [300, 300, 300, 100]
     assert first_wave[0][0] == [0] and first_wave[-1][-1] == [999]
+    assert launch.array_count(10_000, 1001, None) == 10
+    assert launch.array_count(10_000, 1001, 1500) == 6 * 2 + 1  # 6 waves of 1500, one of 1000
+    waves, left = 0, groups
+    while left:  # what pmpipe submit --wait submits, wave after wave
+        wave = launch.split_arrays(left, 1001, 1500)
+        waves, left = waves + len(wave), left[sum(map(len, wave)) :]
+    assert waves == 13
+    assert launch.array_count(10_000, 300, 1000) == 10 * 4
+    assert launch.parallel_share(64, 10) == 6 and launch.parallel_share(4, 10) == 1
 
 
 def test_max_array_size_from_the_site_then_scontrol_then_slurms_default():
@@ -211,23 +219,30 @@ def test_the_run_index_is_what_status_reads(tmp_path):
 
 
 def test_status_trusts_a_done_record_until_a_store_is_written_again(tmp_path):
-    """A run is done by its stores' markers; after its done record, a store's time alone
-    says so, until the store is written again (here: marked damaged, as pmpipe verify does)."""
+    """A run is done by its stores' markers; a done record's fingerprints of the stores' root
+    metadata spare reading them, until a store is written again (here: marked damaged, as
+    pmpipe verify does). A run left 'started' with no live lock was stopped: failed."""
     camp = sobol(8)
     campaign.write_run_files(camp, tmp_path)
     run_dir = tmp_path / "s" / camp.runs[0].run_id
-    for stage in stages.run_stages(camp.base):
-        group = store.create(stages.store_path(run_dir, stage), {"stage": stage})
-        store.mark_complete(group)
+    names = stages.run_stages(camp.base)
+    for stage in names:
+        store.mark_complete(store.create(stages.store_path(run_dir, stage), {"stage": stage}))
     state = campaign_status.campaign_status(tmp_path / "s")
     assert (state["done"], state["runs_per_hour"]) == (1, None)  # no record: markers read
-    run_record.write(run_dir, None, None, 12.0, 1000)
+    prints = {s: run_record.fingerprint(stages.store_path(run_dir, s)) for s in names}
+    run_record.write(run_dir, None, None, 12.0, 1000, prints)
     assert campaign_status.campaign_status(tmp_path / "s")["done"] == 1
-    time.sleep(0.01)
     store.invalidate(stages.store_path(run_dir, "nbody"), ["a shard is damaged"])
+    assert run_record.fingerprint(stages.store_path(run_dir, "nbody")) != prints["nbody"]
     state = campaign_status.campaign_status(tmp_path / "s")
     assert (state["done"], state["pending"]) == (0, 8)
     run_record.write(run_dir, "ValueError: bad", "nbody", 3.0, 0)
     state = campaign_status.campaign_status(tmp_path / "s")
     assert state["failed"] == 1 and state["failures"][0]["error"] == "ValueError: bad"
-    assert "failed: s-p0000-r0 in stage nbody" in campaign_status.status_text(state)
+    assert "failed: s-p0000-r0 in stage nbody at " in campaign_status.status_text(state)
+    stopped = tmp_path / "s" / camp.runs[1].run_id
+    run_record.write_started(stopped)  # its job was killed: no outcome, no lock
+    state = campaign_status.campaign_status(tmp_path / "s")
+    assert state["failed"] == 2 and state["failures"][1]["error"] == campaign_status.STOPPED
+    assert campaign_status.manifest_status(stopped, names).startswith("failed: stopped before")

@@ -37,9 +37,7 @@ class CampaignFailed(RuntimeError):
 
 def default_snakefile() -> Path:
     """The Snakefile of the checkout pmpipe is installed from."""
-    import pmpipe
-
-    return Path(next(iter(pmpipe.__path__))).resolve().parent / "Snakefile"
+    return Path(__file__).resolve().parents[2] / "Snakefile"  # pmpipe/bench/campaign.py
 
 
 def run_snakemake(

@@ -197,6 +197,8 @@ def submit(args) -> int:
         if not args.wait or args.dry_run:
             return 0
         if _failed(submitted):
+            if not args.stage and not args.run:
+                _collect_partial(args, left)
             return 1
         if not left:
             break
@@ -204,6 +206,22 @@ def submit(args) -> int:
         out = aggregate.collect(args.campaign, args.results)
         print(f"wrote {out / 'summaries.zarr'} and {out / 'manifest.csv'}")
     return 0
+
+
+def _collect_partial(args, left: int) -> None:
+    """After failed jobs: the runs complete so far collected, and what is left said."""
+    from pmpipe.orchestration import aggregate
+
+    out = aggregate.collect(args.campaign, args.results, partial=True)
+    LOG.error(
+        "error: jobs failed; the runs complete so far are in %s ('complete' says which), "
+        "`pmpipe status %s` names the failed runs%s",
+        out / "summaries.zarr",
+        out,
+        f"; {left} task(s) were not submitted: run this command again once the failures are fixed"
+        if left
+        else "",
+    )
 
 
 def _chosen_runs(args, camp) -> list:
@@ -266,25 +284,31 @@ def _submit_array(args, camp, specs, slurm_site, folder: Path) -> tuple[list[tup
         for group in campaign.job_groups(camp.runs, camp.execution.job_size()).values()
     ]
     groups = [g for g in groups if g]
-    for spec in specs:
-        if not any(spec in g for g in groups):
-            print(f"{spec.run_id}: complete, not submitted")
+    pending = {s.run_id for g in groups for s in g}
+    complete = [s.run_id for s in specs if s.run_id not in pending]
+    if complete:
+        shown = ", ".join(complete[:10]) + (
+            f" and {len(complete) - 10} more" if complete[10:] else ""
+        )
+        print(f"{len(complete)} run(s) complete, not submitted: {shown}")
     limit, source = site.max_array_size(slurm_site, site.scontrol_config())
     arrays = launch.split_arrays(groups, limit, slurm_site and slurm_site.max_submit_jobs)
+    share = launch.parallel_share(args.max_parallel, len(arrays))
     left = len(groups) - sum(map(len, arrays))
     if groups:
         LOG.info(
             "%d runs packed into %d task(s) of at most %d runs (execution.runs_per_job): %d "
             "SLURM array(s) of at most %d tasks (%s), at most %d task(s) of each at a time "
-            "(--max-parallel); a task runs every stage of its runs in one process, so its "
-            "--time and memory are for all of them",
+            "(--max-parallel %d over the arrays); a task runs every stage of its runs in one "
+            "process, so its --time and memory are for all of them",
             sum(map(len, groups)),
             len(groups),
             camp.execution.job_size(),
             len(arrays),
             limit,
             source,
-            min(args.max_parallel, len(groups)),
+            min(share, len(groups)),
+            args.max_parallel,
         )
     if left:
         LOG.warning(
@@ -303,7 +327,7 @@ def _submit_array(args, camp, specs, slurm_site, folder: Path) -> tuple[list[tup
                 folder,
                 python=launch.job_python(job, slurm_site) or sys.executable,
                 array_size=len(arrays[0]),
-                array_parallelism=args.max_parallel,
+                array_parallelism=share,
             )
             print(script)
         return [], left

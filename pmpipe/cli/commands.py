@@ -9,6 +9,7 @@ from pathlib import Path
 from pmpipe.cli import campaigns, machine, stores
 from pmpipe.cli.arguments import CAMPAIGN, RESULTS, SITE, Command, arg
 from pmpipe.cli.bench_commands import BENCH
+from pmpipe.orchestration import export
 from pmpipe.stages import STAGES
 
 SUBMIT = (
@@ -150,7 +151,7 @@ COMMANDS = (
         campaigns.export,
         (
             arg("folder", type=Path, help="the campaign's results folder, results/<campaign>"),
-            arg("--format", choices=("parquet", "npz"), default="parquet", help="default parquet"),
+            arg("--format", choices=export.FORMATS, default="parquet", help="default parquet"),
             arg("--output", type=Path, help="default <folder>/<campaign>.<format>"),
         ),
     ),
@@ -166,7 +167,7 @@ COMMANDS = (
     ),
     Command(
         "submit",
-        "submit runs to SLURM with submitit: a campaign as a job array (every stage of a run "
+        "submit runs to SLURM with submitit: a campaign as job arrays (every stage of a run "
         "in one job), or one stage of one run",
         campaigns.submit,
         SUBMIT,

@@ -266,10 +266,9 @@ def self_check() -> list[str]:
     import importlib
     import pkgutil
 
-    import pmpipe
-
     problems = []
-    for module in pkgutil.walk_packages(pmpipe.__path__, "pmpipe."):
+    package = str(Path(__file__).resolve().parents[1])  # pmpipe/
+    for module in pkgutil.walk_packages([package], "pmpipe."):
         if module.name.endswith(".__main__"):  # a command's entry point: importing runs it
             continue
         try:

@@ -9,7 +9,7 @@ import numpy as np
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign as campaigns
-from pmpipe.orchestration import campaign_status, manifest
+from pmpipe.orchestration import campaign_status, manifest, run_index
 from pmpipe.orchestration import design as designs
 from pmpipe.run import config
 from pmpipe.stages import run_record, status
@@ -79,7 +79,13 @@ def collect(
             **extra,
         )
     store.mark_complete(out)
-    manifest.write_manifest(camp, campaign_dir / "manifest.csv", campaign_status.manifest_status)
+    run_stages = stages.run_stages(camp.base)  # a design changes no stage
+    manifest.write_manifest(
+        camp,
+        campaign_dir / "manifest.csv",
+        lambda run_dir: campaign_status.manifest_status(run_dir, run_stages),
+    )
+    run_index.write(campaign_dir, camp.name, run_stages, campaigns.job_ids(camp))
     return campaign_dir
 
 
@@ -101,7 +107,7 @@ def _write_states(out, specs: list, campaign_dir: Path, complete: list[bool]) ->
         state = campaign_status.run_state(run_dir, stages.run_stages(spec.run), record)
         states.append(state)
         failed = state == "failed" and record is not None
-        failures.append(f"{record['stage']}: {record['error']}" if failed else "")
+        failures.append(campaign_status.failure_text(record) if failed else "")
     store.write_array(
         out, "complete", np.array(complete), ("run",), "1", "the run's statistics are collected"
     )

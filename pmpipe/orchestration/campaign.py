@@ -293,12 +293,11 @@ def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
     """Write results_dir/<campaign>/<run_id>/config.json for every run, leaving files whose
     content is unchanged untouched (Snakemake compares mtimes), and the campaign's run index
     (pmpipe.orchestration.run_index); returns the config.json paths."""
-    jobs = job_groups(camp.runs, camp.execution.job_size())
     run_index.write(
         Path(results_dir) / camp.name,
         camp.name,
-        stages.run_stages(camp.base),  # the design varies cosmology only
-        {name: [s.run_id for s in group] for name, group in jobs.items()},
+        stages.run_stages(camp.base),  # a design changes no stage
+        job_ids(camp),
     )
     paths = []
     for spec in camp.runs:
@@ -347,6 +346,12 @@ def _without_full_sky(run: config.Run, execution: resources.Execution) -> float:
     return resources.estimate(
         run.model_copy(update={"lensing": lensing}), execution
     ).memory_per_device_bytes
+
+
+def job_ids(camp: Campaign) -> dict[str, list[str]]:
+    """The run ids of each job of the campaign (:func:`job_groups`)."""
+    groups = job_groups(camp.runs, camp.execution.job_size())
+    return {name: [s.run_id for s in group] for name, group in groups.items()}
 
 
 def job_groups(specs: Sequence[RunSpec], size: int) -> dict[str, list[RunSpec]]:

@@ -10,28 +10,40 @@ system calls per run.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 from pathlib import Path
 
 from pmpipe import stages
 from pmpipe.orchestration import run_index
-from pmpipe.stages import run_record, status
-from pmpipe.storage import integrity, run_lock, store
+from pmpipe.stages import run_record
+from pmpipe.storage import run_lock, store
 
 STATES = ("done", "running", "failed", "pending")
 
 
+STOPPED = "stopped before its end (the job was killed: time limit, memory, node or preemption)"
+
+
 def run_state(run_dir: str | Path, run_stages, record: dict | None) -> str:
-    """One of STATES for the run in ``run_dir`` whose outcome record is ``record``."""
+    """One of STATES for the run in ``run_dir`` whose outcome record is ``record``: a run whose
+    record says 'started' and whose lock no live process holds was stopped, and counts as
+    failed (:func:`failure`)."""
     if all_marked(run_dir, run_stages, record):
         return "done"
     if run_lock.is_held(Path(run_dir)):
         return "running"
-    if record is not None and record["state"] == "failed":
+    if record is not None and record["state"] in ("failed", "started"):
         return "failed"
     return "pending"
+
+
+def failure(record: dict) -> dict:
+    """Stage, error and time of a failed run's record (of one stopped from outside: the
+    stage unknown, the error :data:`STOPPED`)."""
+    if record["state"] == "started":
+        return {"stage": None, "error": STOPPED, "when": record["started"]}
+    return {"stage": record["stage"], "error": record["error"], "when": record["finished"]}
 
 
 # the folder name of each stage's store in a run folder
@@ -39,39 +51,41 @@ STORE_NAMES = {stage: stages.store_path(Path(), stage).name for stage in stages.
 
 
 def all_marked(run_dir: str | Path, run_stages, record: dict | None) -> bool:
-    """Whether every stage store of the run carries its completion marker. A store whose
-    metadata was last written before a 'done' outcome record (which its job writes after the
-    markers) is not read again: a file's time is enough, unless the store was written since
-    or within the same tick of the file system's clock (a verification that found it
-    damaged, a run started again). Paths as strings: this runs for every run of a campaign."""
-    since = None
-    if record is not None and record["state"] == "done":
-        with contextlib.suppress(OSError):
-            since = os.stat(os.path.join(run_dir, run_record.OUTCOME)).st_mtime_ns
+    """Whether every stage store of the run carries its completion marker. A store whose root
+    metadata has the fingerprint (modification time, size, inode) a 'done' record took of it
+    is not read again; any other is. Paths as strings: this runs for every run of a
+    campaign."""
+    seen = record.get("stores", {}) if record is not None and record["state"] == "done" else {}
     for stage in run_stages:
         path = os.path.join(run_dir, STORE_NAMES[stage])
-        try:
-            written = os.stat(os.path.join(path, integrity.METADATA)).st_mtime_ns
-        except OSError:
+        now = run_record.fingerprint(path)
+        if now is None:
             return False
-        if (since is None or written >= since) and not store.has_marker(path):
+        if now != seen.get(stage) and not store.has_marker(path):
             return False
     return True
 
 
-def manifest_status(run_dir: str | Path) -> str:
-    """The manifest's status of a run: 'complete', 'running', 'failed in <stage>: <error>',
-    else how far it got ('<last complete stage> done' or 'planned';
-    pmpipe.stages.status.run_status)."""
-    progress = status.run_status(run_dir)
-    if progress == "complete":
-        return progress
-    if run_lock.is_held(run_dir):
-        return "running"
+def manifest_status(run_dir: str | Path, run_stages) -> str:
+    """The manifest's status of a run: its :func:`run_state`, with a failed run's stage and
+    error ('failed in nbody: ValueError: ...')."""
     record = run_record.read(run_dir)
-    if record is not None and record["state"] == "failed":
-        return f"failed in {record['stage']}: {record['error']}"
-    return progress
+    state = run_state(run_dir, run_stages, record)
+    if state == "failed" and record is not None:
+        return f"failed{_where(failure(record))}"
+    return state
+
+
+def failure_text(record: dict) -> str:
+    """'<stage>: <error>' of a failed run's record (the error alone when the stage is
+    unknown)."""
+    return _where(failure(record)).removeprefix(" in ")
+
+
+def _where(failed: dict) -> str:
+    """' in <stage>: <error>' of a failure (':' alone when its stage is unknown)."""
+    stage = f" in {failed['stage']}" if failed["stage"] else ""
+    return f"{stage}: {failed['error']}"
 
 
 def _seconds(iso: str) -> float:
@@ -82,8 +96,8 @@ def campaign_status(campaign_dir: str | Path) -> dict:
     """The campaign's state as JSON data: runs per state; throughput (runs an hour, from the
     first computed run's start to the last one's end, and of one job: an hour over the mean
     seconds of a run); hours left at that throughput for the runs pending or running (None
-    before two runs are done); bytes of the stores the done runs made; each failed run with its job,
-    stage and error."""
+    before two runs are done); bytes of the stores the done runs' last computations made; each
+    failed run with its job, SLURM job, stage and error."""
     index = run_index.read(campaign_dir)
     counts = dict.fromkeys(STATES, 0)
     failed, finished, seconds, written = [], [], [], 0
@@ -94,7 +108,14 @@ def campaign_status(campaign_dir: str | Path) -> dict:
             state = run_state(run_dir, index["stages"], record)
             counts[state] += 1
             if state == "failed" and record is not None:
-                failed.append({"run_id": run_id, "job": job, **_failure(record)})
+                failed.append(
+                    {
+                        "run_id": run_id,
+                        "job": job,
+                        "slurm_job": record["slurm_job"],
+                        **failure(record),
+                    }
+                )
             if state == "done" and record is not None and record["state"] == "done":
                 finished.append(_seconds(record["finished"]))
                 seconds.append(record["seconds"])
@@ -119,10 +140,6 @@ def campaign_status(campaign_dir: str | Path) -> dict:
     }
 
 
-def _failure(record: dict) -> dict:
-    return {"stage": record["stage"], "error": record["error"], "when": record["finished"]}
-
-
 def status_text(report: dict) -> str:
     """:func:`campaign_status` for the terminal: the counts, throughput and time left, bytes
     written, then a line per failed run with its job's log where the workflow wrote one."""
@@ -143,13 +160,17 @@ def status_text(report: dict) -> str:
                 else "no run pending or running"
             )
         )
-    lines.append(f"written: {report['bytes_written'] / 1e9:.3g} GB by the runs done")
+    lines.append(
+        f"written: {report['bytes_written'] / 1e9:.3g} GB, the stores of the runs done "
+        "(of each one's last computation)"
+    )
     for f in report["failures"]:
         log = Path(report["folder"]) / "logs" / f"{f['job']}.log"
         where = f"log {log}" if log.exists() else f"job {f['job']}"
-        lines.append(
-            f"failed: {f['run_id']} in stage {f['stage']} at {f['when']}: {f['error']} ({where})"
-        )
+        if f["slurm_job"]:
+            where += f", SLURM job {f['slurm_job']}"
+        stage = f" in stage {f['stage']}" if f["stage"] else ""
+        lines.append(f"failed: {f['run_id']}{stage} at {f['when']}: {f['error']} ({where})")
     return "\n".join(lines)
 
 

@@ -85,6 +85,11 @@ def flat_columns(name: str, values: np.ndarray, dims: tuple[str, ...], coords: d
         ):
             continue
         key = ", ".join(f"{d}={_label(labels[i][j])}" for i, (d, j) in enumerate(position.items()))
+        if f"{name}[{key}]" in columns:
+            raise ValueError(
+                f"{name}: two elements are both named {name}[{key}] (coordinates equal to 6 "
+                "significant digits): not exported"
+            )
         columns[f"{name}[{key}]"] = values[(slice(None), *where)]
     return columns
 

@@ -6,8 +6,8 @@ Snakemake SLURM plugin's resources (:func:`snakemake_resources`), and the sbatch
 submitit submits (:func:`submitit_parameters`, :func:`sbatch_script`).
 
 Submission with submitit: one stage of one run (:func:`submit_stage`, nodes x tasks_per_node
-processes), or a campaign as a job array, each element running every stage of a group of runs
-in one process (:func:`submit_campaign`). An element that is started again skips the runs
+processes), or a campaign as job arrays (:func:`split_arrays`), each element running every
+stage of a group of runs in one process (:func:`submit_campaign`). An element that is started again skips the runs
 and stages already complete.
 """
 
@@ -264,7 +264,7 @@ def array_job(
     camp: campaigns.Campaign, groups: list[list[campaigns.RunSpec]], site: Site | None
 ) -> SlurmJob:
     """The job of each element of a campaign's array, one element per group of runs that
-    run in one process (sized for the largest group; the design varies cosmology only)."""
+    run in one process (sized for the largest group: a design changes no size)."""
     largest = max(groups, key=len)
     res = resources.job_resources([s.run for s in largest], site_execution(camp.execution, site))
     return slurm_job(f"pmpipe-{camp.name}", res, site)
@@ -335,6 +335,19 @@ def split_arrays(groups: list, max_array_size: int, max_submit_jobs: int | None)
     tasks in all (the next wave is submitted when they are done)."""
     wave = groups if max_submit_jobs is None else groups[:max_submit_jobs]
     return [wave[i : i + max_array_size] for i in range(0, len(wave), max_array_size)]
+
+
+def array_count(tasks: int, max_array_size: int, max_submit_jobs: int | None) -> int:
+    """The job arrays :func:`split_arrays` makes of ``tasks``, over all its waves."""
+    wave = tasks if max_submit_jobs is None else max_submit_jobs
+    full, rest = divmod(tasks, wave)
+    return full * -(-wave // max_array_size) + -(-rest // max_array_size)
+
+
+def parallel_share(max_parallel: int, arrays: int) -> int:
+    """Tasks of each of ``arrays`` arrays that may run at once, so that together they run at
+    most ``max_parallel`` (at least one each)."""
+    return max(1, max_parallel // max(arrays, 1))
 
 
 def submit_campaign(

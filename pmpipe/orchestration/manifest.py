@@ -10,12 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pmpipe import stages
-from pmpipe.orchestration import decomposition
+from pmpipe.orchestration import decomposition, launch
 from pmpipe.orchestration import design as designs
 from pmpipe.orchestration import site as sites
 from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits, job_groups
 from pmpipe.orchestration.resources import calibration_factors, disk_bytes
-from pmpipe.orchestration.site import Site
 from pmpipe.physics import background
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config
@@ -83,20 +82,20 @@ def plan_table(camp: Campaign, rows: int | None = ROWS_SHOWN) -> str:
     return "\n".join(lines)
 
 
-def jobs_line(camp: Campaign, results_dir: str | Path, site: Site | None) -> str:
+def jobs_line(camp: Campaign, results_dir: str | Path, site: sites.Site | None) -> str:
     """The campaign's jobs (execution.runs_per_job), the SLURM arrays ``pmpipe submit`` makes
     of them (within the site's or the cluster's MaxArraySize, :func:`site.max_array_size`),
     and the files of a run, counted in the campaign's first complete run when there is one."""
     jobs = len(job_groups(camp.runs, camp.execution.job_size()))
     limit, source = sites.max_array_size(site, sites.scontrol_config())
+    most = site.max_submit_jobs if site is not None else None
     line = (
         f"{jobs} jobs of at most {camp.execution.job_size()} runs (execution.runs_per_job); "
-        f"pmpipe submit: {math.ceil(jobs / limit)} SLURM arrays of at most {limit} tasks "
-        f"({source})"
+        f"pmpipe submit: {launch.array_count(jobs, limit, most)} SLURM arrays of at most "
+        f"{limit} tasks ({source})"
     )
-    if site is not None and site.max_submit_jobs is not None and jobs > site.max_submit_jobs:
-        waves = math.ceil(jobs / site.max_submit_jobs)
-        line += f", in {waves} waves of at most {site.max_submit_jobs} tasks (max_submit_jobs)"
+    if most is not None and jobs > most:
+        line += f", in {math.ceil(jobs / most)} waves of at most {most} tasks (max_submit_jobs)"
     for spec in camp.runs[:COUNTED_RUNS]:
         run_dir = Path(results_dir) / camp.name / spec.run_id
         run_stages = stages.run_stages(spec.run)

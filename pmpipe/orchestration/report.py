@@ -211,8 +211,9 @@ def cosmology_labels(g) -> tuple[list[str], list[str]]:
         if str(g[p].attrs.get("long_name", "")).endswith(design.DESIGN_PARAMETER)
     ]
     runs = g["run"].shape[0]
+    values = {p: g[p][:] for p in params}  # each array read once
     return params, [
-        ", ".join(f"{p} = {g[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs)
+        ", ".join(f"{p} = {values[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs)
     ]
 
 

@@ -42,8 +42,3 @@ def derive_seeds(campaign_seed: int, indices) -> np.ndarray:
     key = threefry2x32((0, campaign_seed), (zero, index))
     high, low = threefry2x32(key, (zero, zero))
     return high ^ low
-
-
-def derive_seed(campaign_seed: int, index: int) -> int:
-    """:func:`derive_seeds` of one index."""
-    return int(derive_seeds(campaign_seed, [index])[0])

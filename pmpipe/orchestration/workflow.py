@@ -31,7 +31,7 @@ from pmpipe.orchestration import launch, resources, run_index, site
 from pmpipe.run import config
 from pmpipe.runtime import backend, log
 from pmpipe.stages import status
-from pmpipe.storage import disk, store
+from pmpipe.storage import disk, integrity, store
 
 LOG = log.get(__name__)
 
@@ -192,7 +192,7 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
         path,
         campaign_dir,
         tuple(s.run_id for s in camp.runs),
-        stages.run_stages(camp.base),  # the design varies cosmology only
+        stages.run_stages(camp.base),  # a design changes no stage
         camp.base.outputs,
         {name: tuple(s.run_id for s in group) for name, group in groups.items()},
         tuple(jobs),
@@ -251,20 +251,25 @@ def prepare_or_exit(snakemake_config: dict) -> Plan:
 
 def collect_partial(plan: Plan, results: Path = RESULTS) -> None:
     """The Snakefile's ``onerror``: when jobs failed, collect the runs complete so far
-    (aggregate.collect with partial) and say where the failures are told; a collection that
-    cannot be made is logged, the workflow's own error stays the one it reports."""
+    (aggregate.collect with partial) and say where the failures are told; nothing when the
+    campaign store already holds every run (a figure failed). Whatever goes wrong here is
+    logged: the workflow's own error stays the one it reports."""
     from pmpipe.orchestration import aggregate
-    from pmpipe.storage import store as stores
 
+    path = plan.campaign_dir / "summaries.zarr"
+    if store.is_complete(path):
+        attrs = integrity.root_attributes(path) or {}
+        if attrs.get("complete_runs") == len(plan.run_ids):
+            return
     try:
         aggregate.collect(plan.campaign_file, results, partial=True)
-    except (config.ConfigError, stores.IncompleteStoreError, OSError) as err:
+    except Exception as err:  # noqa: BLE001  the hook must not hide the workflow's own error
         LOG.error("pmpipe: the runs complete so far were not collected: %s", err)
         return
     LOG.error(
         "pmpipe: jobs failed; the runs complete so far are in %s (variable 'complete'), and "
         "`pmpipe status %s` names each failed run and its error",
-        plan.campaign_dir / "summaries.zarr",
+        path,
         plan.campaign_dir,
     )
 

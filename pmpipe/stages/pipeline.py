@@ -124,6 +124,8 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
             todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
             if not todo:
                 return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
+            if jax.process_index() == 0:
+                run_record.write_started(config_path.parent)
             # the run's setup, derived once for all of its stages
             run_setup = runner.setup(run_file, config_path, mesh_of(run_file.config.parallel.pdims))
             inputs = Inputs(config_path.parent, run_setup, keep=True)
@@ -284,15 +286,22 @@ def run_all(
 
 
 def record_outcome(outcome: Outcome) -> None:
-    """The run's outcome.json (pmpipe.stages.run_record); a record that cannot be written is
-    logged, not fatal: the stores are what the run made."""
+    """The run's outcome.json (pmpipe.stages.run_record; a failure before any stage is in
+    stage 'setup'); a record that cannot be written is logged, not fatal: the stores are what
+    the run made."""
+    run_dir = outcome.config_path.parent
+    stores = {
+        stage: run_record.fingerprint(stages.store_path(run_dir, stage))
+        for stage in (*outcome.skipped, *outcome.stages)
+    }
     try:
         run_record.write(
-            outcome.config_path.parent,
+            run_dir,
             outcome.error,
-            outcome.failed_stage,
+            outcome.failed_stage or ("setup" if outcome.error is not None else None),
             outcome.seconds,
             sum(r.store_bytes for r in outcome.computed),
+            stores if outcome.error is None else None,
         )
     except OSError as err:
         LOG.warning("[pmpipe run %s] its outcome.json was not written: %s", outcome.run_id, err)

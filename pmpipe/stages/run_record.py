@@ -1,8 +1,10 @@
-"""The record of a run's last computation, ``<run folder>/outcome.json``: whether it finished
-or failed (the stage and the error's first line), when, in how many seconds, and the bytes
-of the stores it made. Written by the job that ran it (pmpipe.stages.pipeline), read by
+"""The record of a run's last computation, ``<run folder>/outcome.json``: 'started' when a job
+begins to compute it, then 'done' or 'failed' (the stage and the error's first line), when, in
+how many seconds, the bytes of the stores it made, and for a done run the fingerprint of each
+store's root metadata. Written by the job that runs it (pmpipe.stages.pipeline), read by
 ``pmpipe status`` and the campaign's collection; the stores' completion markers stay the
-truth of what is complete."""
+truth of what is complete. A run left 'started' by a process that no longer holds its lock
+was stopped from outside (a time limit, memory, a node, a preemption)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,38 @@ import socket
 from pathlib import Path
 
 from pmpipe.runtime import slurm_job
-from pmpipe.storage import store
+from pmpipe.storage import integrity, store
 
 OUTCOME = "outcome.json"
-STATES = ("done", "failed")
+STATES = ("started", "done", "failed")
+
+
+def fingerprint(store_path: str | Path) -> list[int] | None:
+    """(modification time in ns, size, inode) of a store's root metadata file, or None when it
+    has none: the same three numbers later mean the file was not written since."""
+    try:
+        stat = os.stat(os.path.join(store_path, integrity.METADATA))
+    except OSError:
+        return None
+    return [stat.st_mtime_ns, stat.st_size, stat.st_ino]
+
+
+def _write(run_dir: str | Path, record: dict) -> Path:
+    """Replace the run's record at once (never half written)."""
+    path = Path(run_dir) / OUTCOME
+    partial = path.with_name(f".{OUTCOME}.{os.getpid()}")
+    partial.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(partial, path)
+    return path
+
+
+def _common() -> dict:
+    return {"host": socket.gethostname(), "slurm_job": slurm_job.this_job()}
+
+
+def write_started(run_dir: str | Path) -> Path:
+    """Record that a job begins to compute the run."""
+    return _write(run_dir, {"state": "started", "started": store.now(), **_common()})
 
 
 def write(
@@ -24,25 +54,22 @@ def write(
     stage: str | None,
     seconds: float,
     store_bytes: int,
+    stores: dict[str, list[int] | None] | None = None,
 ) -> Path:
-    """Write the run's record (replacing the file at once, never half written): 'failed' in
-    ``stage`` with ``error``, else 'done'; the run's ``seconds`` and the ``store_bytes`` its
-    stages wrote. Returns the path."""
-    path = Path(run_dir) / OUTCOME
+    """Write the run's outcome: 'failed' in ``stage`` with ``error``, else 'done'; the run's
+    ``seconds``, the ``store_bytes`` its stages wrote and, done, ``stores``: each stage's
+    store :func:`fingerprint`. Returns the path."""
     record = {
-        "state": STATES[error is not None],
+        "state": "failed" if error is not None else "done",
         "stage": stage,
         "error": error,
         "seconds": seconds,
         "bytes": store_bytes,
         "finished": store.now(),
-        "host": socket.gethostname(),
-        "slurm_job": slurm_job.this_job(),
+        "stores": stores or {},
+        **_common(),
     }
-    partial = path.with_name(f".{OUTCOME}.{os.getpid()}")
-    partial.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(partial, path)
-    return path
+    return _write(run_dir, record)
 
 
 def read(run_dir: str | Path) -> dict | None:
