@@ -71,7 +71,8 @@ def bench_bookkeeping(campaign_file: Path, workdir: Path) -> dict:
     """Wall seconds of ``pmpipe plan`` of the campaign, then of ``pmpipe status`` of its
     results folder with every run prepared and pending, then with every run done: each store
     of each run given root metadata with its completion marker (no arrays: status reads no
-    more) and the run its done record (pmpipe.stages.run_record)."""
+    more) and the run its done record with the stores' fingerprints, as a job writes it
+    (pmpipe.stages.run_record)."""
     from pmpipe.orchestration import campaign
     from pmpipe.stages import run_record, run_stages, store_path
     from pmpipe.storage import integrity, store
@@ -90,7 +91,8 @@ def bench_bookkeeping(campaign_file: Path, workdir: Path) -> dict:
             path = store_path(run_dir, stage)
             path.mkdir()
             (path / integrity.METADATA).write_text(metadata)
-        run_record.write(run_dir, None, None, 60.0, 0)
+        prints = {s: run_record.fingerprint(store_path(run_dir, s)) for s in run_stages(spec.run)}
+        run_record.write(run_dir, None, None, 60.0, 0, prints)
     done_s = timed_pmpipe(workdir, "status", folder)
     report = json.loads(
         subprocess.run(
