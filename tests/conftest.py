@@ -123,8 +123,9 @@ def pytest_unconfigure(config):
         shutil.rmtree(SHARED_PROGRAMS, ignore_errors=True)
 
 
-def snakemake_tiny(workdir, *args, check=True, share_programs=True):
-    """run_snakemake with the local profile on 2 cores and the campaign file tiny.yaml."""
+def snakemake_tiny(workdir, *args, check=True, share_programs=True, campaign="tiny.yaml"):
+    """run_snakemake with the local profile on 2 cores and the campaign file tiny.yaml (or
+    ``campaign``, in workdir)."""
     return run_snakemake(
         workdir,
         "--profile",
@@ -132,7 +133,7 @@ def snakemake_tiny(workdir, *args, check=True, share_programs=True):
         "--cores",
         "2",
         "--config",
-        "campaign=tiny.yaml",
+        f"campaign={campaign}",
         *args,
         check=check,
         share_programs=share_programs,

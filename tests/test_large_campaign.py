@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
-from conftest import REPO, finished, run_snakemake
+from conftest import REPO, finished, snakemake_tiny
 
 from pmpipe import cli, stages
 from pmpipe.orchestration import campaign, campaign_status, launch, report, run_index, site
@@ -46,16 +46,7 @@ def corrupt_ics(run_dir):
 
 
 def snakemake(workdir, check):
-    return run_snakemake(
-        workdir,
-        "--profile",
-        str(REPO / "profiles/local"),
-        "--cores",
-        "2",
-        "--config",
-        "campaign=many.yaml",
-        check=check,
-    )
+    return snakemake_tiny(workdir, check=check, campaign="many.yaml")
 
 
 def status(folder) -> dict:
