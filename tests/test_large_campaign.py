@@ -116,7 +116,7 @@ def test_a_rerun_after_the_cause_is_removed_computes_the_failed_runs_only(many):
     assert campaign_status.campaign_status(folder)["done"] == 200
     assert zarr.open_group(folder / "summaries.zarr", mode="r")["complete"][:].all()
     figures = sorted(p.relative_to(folder) for p in (folder / "report").rglob("*.png"))
-    assert len(figures) == 2 * report.SAMPLED_RUNS + 1, figures  # pk and slice; pk_ratio
+    assert len(figures) == 2 * report.SAMPLED_RUNS + 2, figures  # pk, slice; pk_ratio, design
 
 
 @pytest.mark.slow

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe.orchestration import design, report
+from pmpipe.orchestration import campaign_figures, design, plotting, report
 
 
 @pytest.fixture(autouse=True)
 def _close_figures():
     yield
-    report.pyplot().close("all")
+    plotting.pyplot().close("all")
 
 
 def summaries_group(tmp_path, omega_m):
@@ -37,29 +37,29 @@ def summaries_group(tmp_path, omega_m):
 
 def test_runs_are_labelled_by_their_design_parameters_only(tmp_path):
     g = summaries_group(tmp_path, [0.3, 0.28, 0.32, 0.3])
-    params, labels = report.cosmology_labels(g)
+    params, labels = campaign_figures.cosmology_labels(g)
     assert params == ["Omega_m"]
     assert labels == ["Omega_m = 0.3", "Omega_m = 0.28", "Omega_m = 0.32", "Omega_m = 0.3"]
 
 
 def test_few_cosmologies_get_a_colour_each_many_a_colour_scale():
-    colours, mappable = report.run_colours(["a", "b", "a"], np.array([1.0, 2.0, 1.0]))
+    colours, mappable = campaign_figures.run_colours(["a", "b", "a"], np.array([1.0, 2.0, 1.0]))
     assert mappable is None and colours[0] == colours[2] != colours[1]
-    labels = [f"x = {i}" for i in range(report.MAX_LEGEND_COSMOLOGIES + 1)]
+    labels = [f"x = {i}" for i in range(campaign_figures.MAX_LEGEND_COSMOLOGIES + 1)]
     values = np.arange(len(labels), dtype=float)
-    colours, mappable = report.run_colours(labels, values)
+    colours, mappable = campaign_figures.run_colours(labels, values)
     assert mappable is not None and mappable.norm.vmax == values.max()
     assert colours[0] != colours[-1]
 
 
 def test_the_campaign_power_figure_has_a_legend_per_cosmology_and_shades_what_no_run_resolves():
-    plt = report.pyplot()
+    plt = plotting.pyplot()
     k = np.geomspace(0.02, 2.0, 30)
     ratio = np.stack([1 + k * s for s in (1.0, 1.1, 1.0, 1.2)])
     ratio[:, k > 0.8] = 50.0  # beyond the resolved range: must not set the y range
     labels = ["Omega_m = 0.3", "Omega_m = 0.28", "Omega_m = 0.3", "Omega_m = 0.32"]
     _fig, ax = plt.subplots()
-    assert report.draw_power_ratios(ax, k, ratio, labels, None, 0.8) is None
+    assert campaign_figures.draw_power_ratios(ax, k, ratio, labels, None, 0.8) is None
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["Omega_m = 0.3", "Omega_m = 0.28", "Omega_m = 0.32", "not resolved"]
     low, high = ax.get_ylim()
@@ -69,12 +69,12 @@ def test_the_campaign_power_figure_has_a_legend_per_cosmology_and_shades_what_no
 
 
 def test_the_peaks_figure_fits_its_kappa_range_to_the_data_with_few_ticks():
-    plt = report.pyplot()
+    plt = plotting.pyplot()
     kappa = np.linspace(-0.05, 0.15, 41)
     bump = np.exp(-0.5 * ((kappa - 0.01) / 0.005) ** 2)
     peaks, pdf = np.stack([bump * 100, bump * 90]), np.stack([bump, bump])
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))  # as plot_peaks draws it
-    report.draw_peaks(left, right, kappa, peaks, pdf, ["fiducial", "fiducial"])
+    campaign_figures.draw_peaks(left, right, kappa, peaks, pdf, ["fiducial", "fiducial"])
     low, high = left.get_xlim()
     assert -0.02 < low < 0.0 and 0.02 < high < 0.04  # not the bins' -0.05 to 0.15
     assert right.get_xlim() == (low, high)
@@ -88,8 +88,8 @@ def test_the_peaks_figure_fits_its_kappa_range_to_the_data_with_few_ticks():
 
 def test_fitted_range_keeps_the_bins_with_data_and_one_beyond():
     x = np.arange(10.0)
-    assert report.fitted_range(x, [[0, 0, 0, 1, 5, 2, 0, 0, 0, 0]]) == (2.0, 6.0)
-    assert report.fitted_range(x, [np.zeros(10)]) == (0.0, 9.0)
+    assert plotting.fitted_range(x, [[0, 0, 0, 1, 5, 2, 0, 0, 0, 0]]) == (2.0, 6.0)
+    assert plotting.fitted_range(x, [np.zeros(10)]) == (0.0, 9.0)
 
 
 def test_the_slab_of_a_lattice_with_empty_rows_has_no_empty_cells_and_keeps_its_mean():
@@ -104,10 +104,37 @@ def test_the_slab_of_a_lattice_with_empty_rows_has_no_empty_cells_and_keeps_its_
 
 
 def test_the_campaign_power_figure_of_runs_that_resolve_no_bin_fits_every_bin():
-    plt = report.pyplot()
+    plt = plotting.pyplot()
     k = np.geomspace(0.5, 2.0, 8)
     ratio = np.stack([np.linspace(0.9, 1.4, 8), np.full(8, np.nan)])
     _fig, ax = plt.subplots()
-    report.draw_power_ratios(ax, k, ratio, ["fiducial", "fiducial"], None, 0.1)
+    campaign_figures.draw_power_ratios(ax, k, ratio, ["fiducial", "fiducial"], None, 0.1)
     low, high = ax.get_ylim()
     assert low < 0.9 and 1.4 < high < 1.5
+
+
+def test_the_design_figure_draws_each_pair_of_parameters_and_every_run_by_its_state(tmp_path):
+    from pmpipe.storage import store
+
+    g = store.create(tmp_path / "c" / "summaries.zarr", {"stage": "collect", "campaign": "c"})
+    runs = 30
+    store.write_coordinate(g, "run", np.array([f"c-p{i:04d}-r0" for i in range(runs)]), "1", "id")
+    rng = np.random.default_rng(2)
+    for name in ("Omega_m", "sigma8", "h"):
+        store.write_array(g, name, rng.random(runs), ("run",), "1", design.describe(name))
+    state = np.array(["done"] * 25 + ["failed"] * 3 + ["pending"] * 2)
+    store.write_array(g, "state", state, ("run",), "1", "state")
+    store.write_array(
+        g, "pk", np.ones((runs, 1, 4)), ("run", "a", "k"), "1", "P", coordinates="Omega_m sigma8 h"
+    )
+    store.mark_complete(g)
+    opened = store.open_complete(tmp_path / "c" / "summaries.zarr")
+    panels = campaign_figures.design_axes(opened)
+    assert [(x, y) for x, _, y, _ in panels] == [
+        ("Omega_m", "sigma8"),
+        ("Omega_m", "h"),
+        ("sigma8", "h"),
+    ]
+    out = tmp_path / "c" / "report" / "design.png"
+    campaign_figures.plot_design(tmp_path / "c" / "summaries.zarr", out)
+    assert out.stat().st_size > 5000

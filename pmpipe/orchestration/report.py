@@ -1,11 +1,13 @@
-"""Report figures (PNG) from complete stores: per run (of at most SAMPLED_RUNS runs), P(k) against linear theory and a density
-slice, and with lensing a κ map and C_ell against theory; per campaign, P(k) / linear theory
-of every run, and with lensing peak counts and the κ PDF per cosmology.
+"""Report figures (PNG) from complete stores: per run (of at most SAMPLED_RUNS runs sampled in
+design order), P(k) against linear theory and a density slice, and with lensing a κ map and
+C_ell against theory; per campaign (pmpipe.orchestration.campaign_figures), P(k) / linear
+theory of every run, the design with each run's state, and with lensing peak counts and the κ
+PDF per cosmology.
 
     python -m pmpipe.orchestration.report results/<campaign> results/<campaign>/report/<run>/pk.png ...
 
-draws every figure named (per run: pk, slice, kappa, cl; per campaign: pk_ratio, peaks) in one
-process.
+draws every figure named (per run: pk, slice, kappa, cl; per campaign: pk_ratio, design,
+peaks) in one process.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe.orchestration import design
+from pmpipe.orchestration import campaign_figures
+from pmpipe.orchestration.plotting import (
+    first_draw,
+    open_checked,
+    pyplot,
+    save_figure,
+    shade_outside,
+)
 from pmpipe.runtime import log
-from pmpipe.stages import status
 from pmpipe.storage import store
 
 SLAB_FRACTION = 0.1  # part of the box along z averaged in the density slice
@@ -46,7 +54,7 @@ RUN_FIGURES = {
     "kappa": ("lensing", "Convergence maps"),
     "cl": ("summaries", "Convergence C_ell"),
 }
-CAMPAIGN_FIGURES = {"pk_ratio": "Campaign", "peaks": "Campaign"}
+CAMPAIGN_FIGURES = {"pk_ratio": "Campaign", "design": "Campaign", "peaks": "Campaign"}
 SAMPLED_RUNS = 12  # runs with figures of their own, whatever the size of the campaign
 
 
@@ -82,17 +90,6 @@ def figures(campaign_dir: Path, run_ids, lensing: bool, outputs) -> list[Figure]
     ]
 
 
-def pyplot():
-    """matplotlib's pyplot on the Agg backend (imported when a figure is drawn, not when the
-    workflow lists the figures)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _ratio_panels():
     """A figure with a log-log panel above a ratio panel sharing the x axis."""
     plt = pyplot()
@@ -103,37 +100,10 @@ def _ratio_panels():
     return fig, top, bottom
 
 
-def _shade_outside(axes, low, high, label) -> None:
-    """Grey bands on every panel of ``axes`` below ``low`` and above ``high`` (x units); the
-    first band labelled."""
-    for ax in axes:
-        left, right = ax.get_xlim()
-        for lo, hi in ((left, low), (high, right)):
-            if hi > lo:
-                ax.axvspan(lo, hi, color="grey", alpha=0.2, lw=0, label=label)
-                label = None
-        ax.set_xlim(left, right)
-
-
-def _open_checked(path):
-    """A run's store, refused (IncompleteStoreError) unless it is complete, intact and made
-    from its run's config and stores as they are now: the report draws nothing stale."""
-    return store.open_complete(path, status.run_config_hash(path))
-
-
-def save_figure(fig, out_path) -> None:
-    """Write the figure to out_path (its folder made when missing) and close it."""
-    plt = pyplot()
-    fig.tight_layout()
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-
-
 def plot_power(summaries_path, out_path) -> None:
     """P(k) at each snapshot with linear theory and shot noise; ratio panel below."""
     plt = pyplot()
-    g = _open_checked(summaries_path)
+    g = open_checked(summaries_path)
     a, k_mean, pk, lin = g["a"][:], g["k_mean"][:], g["pk"][:], g["pk_linear"][:]
     fig, top, bottom = _ratio_panels()
     colours = plt.cm.viridis(np.linspace(0, 0.9, a.size))
@@ -142,7 +112,7 @@ def plot_power(summaries_path, out_path) -> None:
         top.loglog(k_mean, lin[i], color=c, ls="--")
         bottom.semilogx(k_mean, pk[i] / lin[i], color=c)
     top.axhline(g.attrs["shot_noise"], color="grey", ls=":", label="shot noise")
-    _shade_outside((top, bottom), 0.0, float(g["k_max_valid"][-1]), "not resolved")
+    shade_outside((top, bottom), 0.0, float(g["k_max_valid"][-1]), "not resolved")
     top.set_ylabel("P(k) [(Mpc/h)³]")
     top.legend(fontsize="small")
     top.set_title(f"{g.attrs['run_id']}: matter power spectrum (dashed: linear)")
@@ -176,7 +146,7 @@ def plot_slice(nbody_path, out_path) -> None:
     """log10 ρ/ρ̄ of the last snapshot in a slab (:func:`slab_density`); empty cells at the
     bottom of the colour scale."""
     plt = pyplot()
-    g = _open_checked(nbody_path)
+    g = open_checked(nbody_path)
     particles = int(g.attrs["config"]["box"]["particles"])
     slab = slab_density(g["density"], particles)
     low, high = log_density_limits(slab)
@@ -198,97 +168,11 @@ def plot_slice(nbody_path, out_path) -> None:
     save_figure(fig, out_path)
 
 
-MAX_LEGEND_COSMOLOGIES = 8  # above, campaign figures colour runs by their first parameter
-
-
-def cosmology_labels(g) -> tuple[list[str], list[str]]:
-    """The design parameters of a campaign's summaries ``g`` (its arrays whose long name says
-    so) and, per run, its cosmology's label ('Omega_m = 0.3111, sigma8 = 0.8'; 'fiducial'
-    when the design has none)."""
-    params = [
-        p
-        for p in str(g["pk"].attrs.get("coordinates", "")).split()
-        if str(g[p].attrs.get("long_name", "")).endswith(design.DESIGN_PARAMETER)
-    ]
-    runs = g["run"].shape[0]
-    values = {p: g[p][:] for p in params}  # each array read once
-    return params, [
-        ", ".join(f"{p} = {values[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs)
-    ]
-
-
-def run_colours(labels: list[str], first: np.ndarray | None):
-    """A colour per run: one per cosmology (label) when there are at most
-    MAX_LEGEND_COSMOLOGIES, else by ``first`` (the first parameter's value per run) on a
-    colour map; returns (colours, a ScalarMappable for a colour bar or None)."""
-    plt = pyplot()
-    cosmologies = list(dict.fromkeys(labels))
-    if len(cosmologies) <= MAX_LEGEND_COSMOLOGIES or first is None:
-        cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        return [cycle[cosmologies.index(lab) % len(cycle)] for lab in labels], None
-    norm = plt.Normalize(float(np.min(first)), float(np.max(first)))
-    mappable = plt.cm.ScalarMappable(norm=norm, cmap="viridis")
-    return [mappable.to_rgba(v) for v in first], mappable
-
-
-def draw_power_ratios(ax, k, ratio, labels, first, k_max: float):
-    """P/P_lin (run, k) on ``ax``, coloured by cosmology (:func:`run_colours`), one legend
-    entry per cosmology, k above ``k_max`` shaded, the y range fitted to the resolved k (to
-    every k when no bin is resolved);
-    returns the colour bar's mappable or None."""
-    colours, mappable = run_colours(labels, first)
-    shown = set()
-    for label, colour, r in zip(labels, colours, ratio):
-        legend = label if mappable is None and label not in shown else None
-        ax.semilogx(k, r, color=colour, lw=1, alpha=0.8, label=legend)
-        shown.add(label)
-    ax.axhline(1.0, color="grey", lw=0.5)
-    resolved = ratio[:, (k > 0) & (k <= k_max)]
-    shown = (
-        resolved[np.isfinite(resolved)]
-        if np.isfinite(resolved).any()
-        else ratio[np.isfinite(ratio)]
-    )
-    if shown.size:
-        margin = 0.05 * (shown.max() - shown.min()) + 1e-3
-        ax.set_ylim(shown.min() - margin, shown.max() + margin)
-    _shade_outside((ax,), 0.0, k_max, "not resolved")
-    ax.set_xlabel("k [h/Mpc]")
-    ax.set_ylabel("P(k) / D² P_lin(k)")
-    ax.legend(fontsize="small", loc="upper left")
-    return mappable
-
-
-def plot_campaign(summaries_path, out_path) -> None:
-    """P(k) / linear theory at the last snapshot of every run, coloured by cosmology; k beyond
-    what every run resolves shaded."""
-    plt = pyplot()
-    g = _open_checked(summaries_path)
-    params, labels = cosmology_labels(g)
-    k = g["k_mean"][0]
-    ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
-    k_max = float(np.min(np.asarray(g["k_max_valid"][:])[..., -1]))
-    first = g[params[0]][:] if params else None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    mappable = draw_power_ratios(ax, k, ratio, labels, first, k_max)
-    if mappable is not None:
-        fig.colorbar(mappable, ax=ax, label=params[0])
-    ax.set_title(f"{g.attrs['campaign']}: {len(labels)} runs, a = {g['a'][-1]:.3g}")
-    save_figure(fig, out_path)
-
-
-def first_draw(array) -> np.ndarray:
-    """A stored array's values, at the first draw when it has a ``draw`` dimension
-    (lensing.draws)."""
-    dims = tuple(array.metadata.dimension_names)
-    return np.asarray(array[:] if "draw" not in dims else np.take(array[:], 0, dims.index("draw")))
-
-
 def plot_kappa(lensing_path, out_path) -> None:
     """The flat-sky κ map of the last source (the HEALPix map in Mollweide when there is no
     flat-sky map), of the first draw with lensing.draws."""
     plt = pyplot()
-    g = _open_checked(lensing_path)
+    g = open_checked(lensing_path)
     sources = g["source"][:]
     if "kappa" in g:
         kappa, theta = np.asarray(first_draw(g["kappa"])[-1], np.float64), g["theta_x"][:]
@@ -318,7 +202,7 @@ def plot_kappa(lensing_path, out_path) -> None:
 def plot_cl(summaries_path, out_path) -> None:
     """C_ell of κ per source against the Limber prediction with linear P(k); ratio below (the
     first draw's with lensing.draws)."""
-    g = _open_checked(summaries_path)
+    g = open_checked(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
     ell = g["ell" + suffix + "_mean"][:]
     cl = np.diagonal(first_draw(g["cl" + suffix]), axis1=0, axis2=1).T  # auto-spectra (source, ell)
@@ -338,7 +222,7 @@ def plot_cl(summaries_path, out_path) -> None:
         top.loglog(ell, ell * (ell + 1) * lin[i] / (2 * np.pi), color=colour, ls="--")
         bottom.semilogx(ell, cl[i] / lin[i], color=colour, alpha=0.35)
         bottom.semilogx(ell[inside], (cl[i] / lin[i])[inside], color=colour)
-    _shade_outside((top, bottom), float(np.min(low)), float(np.max(high)), "resolved for no source")
+    shade_outside((top, bottom), float(np.min(low)), float(np.max(high)), "resolved for no source")
     top.set_ylabel("ℓ(ℓ+1) C_ℓ / 2π")
     top.legend(fontsize="small")
     top.set_title(
@@ -352,60 +236,6 @@ def plot_cl(summaries_path, out_path) -> None:
     save_figure(fig, out_path)
 
 
-def fitted_range(x, curves, fraction: float = 1e-3) -> tuple[float, float]:
-    """The x range (one bin beyond each end) where any of ``curves`` (C, X) exceeds
-    ``fraction`` of its maximum; all of x when none does."""
-    curves = np.atleast_2d(np.asarray(curves, np.float64))
-    above = np.any(curves > fraction * np.nanmax(curves, axis=1, keepdims=True), axis=0)
-    if not above.any():
-        return float(x[0]), float(x[-1])
-    where = np.flatnonzero(above)
-    step = float(x[1] - x[0]) if len(x) > 1 else 0.0
-    return float(x[where[0]]) - step, float(x[where[-1]]) + step
-
-
-def draw_peaks(left, right, kappa, peaks, pdf, labels) -> None:
-    """Peak counts and PDF (run, κ bin) averaged over the runs of each cosmology (``labels``
-    per run), κ range fitted to the data, at most 5 κ ticks."""
-    from matplotlib.ticker import MaxNLocator
-
-    curves = []
-    for label in dict.fromkeys(labels):
-        rows = [i for i, lab in enumerate(labels) if lab == label]
-        for ax, values in ((left, peaks), (right, pdf)):
-            mean = values[rows].mean(axis=0)
-            ax.plot(kappa, np.where(mean > 0, mean, np.nan) if ax is right else mean, label=label)
-            curves.append(mean)
-    low, high = fitted_range(kappa, curves)
-    for ax in (left, right):
-        ax.set_xlim(low, high)
-        ax.xaxis.set_major_locator(MaxNLocator(4))
-        ax.set_xlabel("κ")
-    left.set_ylabel("peaks per bin")
-    right.set_ylabel("PDF")
-    right.set_yscale("log")
-    left.legend(fontsize="small", loc="upper right")
-
-
-def plot_peaks(summaries_path, out_path) -> None:
-    """Peak counts and κ PDF of the last source at the first smoothing scale, averaged over
-    the runs of each cosmology (runs with the same design parameters), each run's first draw
-    with lensing.draws."""
-    plt = pyplot()
-    g = _open_checked(summaries_path)
-    suffix = "" if "peaks" in g else "_healpix"
-    _, labels = cosmology_labels(g)
-    peaks, pdf = (first_draw(g[name + suffix])[:, -1, 0, :] for name in ("peaks", "pdf"))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    draw_peaks(left, right, g["kappa"][:], peaks, pdf, labels)
-    scale = g["smoothing"][0]
-    sky = " (HEALPix)" if suffix else ""
-    fig.suptitle(
-        f"{g.attrs['campaign']}: source {g['source'][-1]}{sky}, smoothing {scale:g} arcmin"
-    )
-    save_figure(fig, out_path)
-
-
 def make_figures(campaign_dir: str | Path, paths) -> None:
     """Draw every figure of ``paths`` (files under <campaign_dir>/report/, named as in
     RUN_FIGURES and CAMPAIGN_FIGURES) in this one process."""
@@ -415,8 +245,9 @@ def make_figures(campaign_dir: str | Path, paths) -> None:
         "slice": plot_slice,
         "kappa": plot_kappa,
         "cl": plot_cl,
-        "pk_ratio": plot_campaign,
-        "peaks": plot_peaks,
+        "pk_ratio": campaign_figures.plot_campaign,
+        "design": campaign_figures.plot_design,
+        "peaks": campaign_figures.plot_peaks,
     }
     for path in map(Path, paths):
         if path.stem in CAMPAIGN_FIGURES and path.parent.name == "report":
@@ -440,7 +271,7 @@ def main(argv=None) -> int:
         "figures",
         nargs="+",
         help="PNG files to draw: <campaign_dir>/report/<run>/{pk,slice,kappa,cl}.png "
-        "and <campaign_dir>/report/{pk_ratio,peaks}.png",
+        "and <campaign_dir>/report/{pk_ratio,design,peaks}.png",
     )
     args = parser.parse_args(argv)
     log.configure()

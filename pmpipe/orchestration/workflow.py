@@ -251,25 +251,30 @@ def prepare_or_exit(snakemake_config: dict) -> Plan:
 
 def collect_partial(plan: Plan, results: Path = RESULTS) -> None:
     """The Snakefile's ``onerror``: when jobs failed, collect the runs complete so far
-    (aggregate.collect with partial) and say where the failures are told; nothing when the
+    (aggregate.collect with partial), draw the design figure with each run's state
+    (campaign_figures.plot_design) and say where the failures are told; nothing when the
     campaign store already holds every run (a figure failed). Whatever goes wrong here is
     logged: the workflow's own error stays the one it reports."""
-    from pmpipe.orchestration import aggregate
+    from pmpipe.orchestration import aggregate, campaign_figures
 
     path = plan.campaign_dir / "summaries.zarr"
     if store.is_complete(path):
         attrs = integrity.root_attributes(path) or {}
         if attrs.get("complete_runs") == len(plan.run_ids):
             return
+    design = plan.campaign_dir / "report" / "design.png"
     try:
         aggregate.collect(plan.campaign_file, results, partial=True)
+        campaign_figures.plot_design(path, design)
     except Exception as err:  # noqa: BLE001  the hook must not hide the workflow's own error
         LOG.error("pmpipe: the runs complete so far were not collected: %s", err)
         return
     LOG.error(
-        "pmpipe: jobs failed; the runs complete so far are in %s (variable 'complete'), and "
-        "`pmpipe status %s` names each failed run and its error",
+        "pmpipe: jobs failed; the runs complete so far are in %s (variable 'complete'), %s "
+        "shows where the failed runs lie in the design, and `pmpipe status %s` names each "
+        "failed run and its error",
         path,
+        design,
         plan.campaign_dir,
     )
 

@@ -1,0 +1,191 @@
+"""The campaign's report figures, from its summaries.zarr: P(k) / linear theory of every run
+(:func:`plot_campaign`), the design points with each run's state (:func:`plot_design`) and,
+with lensing, peak counts and the κ PDF per cosmology (:func:`plot_peaks`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pmpipe.orchestration import design
+from pmpipe.orchestration.plotting import (
+    first_draw,
+    fitted_range,
+    open_checked,
+    pyplot,
+    save_figure,
+    shade_outside,
+)
+
+MAX_LEGEND_COSMOLOGIES = 8  # above, campaign figures colour runs by their first parameter
+
+
+def cosmology_labels(g) -> tuple[list[str], list[str]]:
+    """The design parameters of a campaign's summaries ``g`` (its arrays whose long name says
+    so) and, per run, its cosmology's label ('Omega_m = 0.3111, sigma8 = 0.8'; 'fiducial'
+    when the design has none)."""
+    params = [
+        p
+        for p in str(g["pk"].attrs.get("coordinates", "")).split()
+        if str(g[p].attrs.get("long_name", "")).endswith(design.DESIGN_PARAMETER)
+    ]
+    runs = g["run"].shape[0]
+    values = {p: g[p][:] for p in params}  # each array read once
+    return params, [
+        ", ".join(f"{p} = {values[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs)
+    ]
+
+
+def run_colours(labels: list[str], first: np.ndarray | None):
+    """A colour per run: one per cosmology (label) when there are at most
+    MAX_LEGEND_COSMOLOGIES, else by ``first`` (the first parameter's value per run) on a
+    colour map; returns (colours, a ScalarMappable for a colour bar or None)."""
+    plt = pyplot()
+    cosmologies = list(dict.fromkeys(labels))
+    if len(cosmologies) <= MAX_LEGEND_COSMOLOGIES or first is None:
+        cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        return [cycle[cosmologies.index(lab) % len(cycle)] for lab in labels], None
+    norm = plt.Normalize(float(np.min(first)), float(np.max(first)))
+    mappable = plt.cm.ScalarMappable(norm=norm, cmap="viridis")
+    return [mappable.to_rgba(v) for v in first], mappable
+
+
+def draw_power_ratios(ax, k, ratio, labels, first, k_max: float):
+    """P/P_lin (run, k) on ``ax``, coloured by cosmology (:func:`run_colours`), one legend
+    entry per cosmology, k above ``k_max`` shaded, the y range fitted to the resolved k (to
+    every k when no bin is resolved);
+    returns the colour bar's mappable or None."""
+    colours, mappable = run_colours(labels, first)
+    shown = set()
+    for label, colour, r in zip(labels, colours, ratio):
+        legend = label if mappable is None and label not in shown else None
+        ax.semilogx(k, r, color=colour, lw=1, alpha=0.8, label=legend)
+        shown.add(label)
+    ax.axhline(1.0, color="grey", lw=0.5)
+    resolved = ratio[:, (k > 0) & (k <= k_max)]
+    shown = (
+        resolved[np.isfinite(resolved)]
+        if np.isfinite(resolved).any()
+        else ratio[np.isfinite(ratio)]
+    )
+    if shown.size:
+        margin = 0.05 * (shown.max() - shown.min()) + 1e-3
+        ax.set_ylim(shown.min() - margin, shown.max() + margin)
+    shade_outside((ax,), 0.0, k_max, "not resolved")
+    ax.set_xlabel("k [h/Mpc]")
+    ax.set_ylabel("P(k) / D² P_lin(k)")
+    ax.legend(fontsize="small", loc="upper left")
+    return mappable
+
+
+def plot_campaign(summaries_path, out_path) -> None:
+    """P(k) / linear theory at the last snapshot of every run, coloured by cosmology; k beyond
+    what every run resolves shaded."""
+    plt = pyplot()
+    g = open_checked(summaries_path)
+    params, labels = cosmology_labels(g)
+    k = g["k_mean"][0]
+    ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
+    k_max = float(np.min(np.asarray(g["k_max_valid"][:])[..., -1]))
+    first = g[params[0]][:] if params else None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    mappable = draw_power_ratios(ax, k, ratio, labels, first, k_max)
+    if mappable is not None:
+        fig.colorbar(mappable, ax=ax, label=params[0])
+    ax.set_title(f"{g.attrs['campaign']}: {len(labels)} runs, a = {g['a'][-1]:.3g}")
+    save_figure(fig, out_path)
+
+
+def draw_peaks(left, right, kappa, peaks, pdf, labels) -> None:
+    """Peak counts and PDF (run, κ bin) averaged over the runs of each cosmology (``labels``
+    per run), κ range fitted to the data, at most 5 κ ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    curves = []
+    for label in dict.fromkeys(labels):
+        rows = [i for i, lab in enumerate(labels) if lab == label]
+        for ax, values in ((left, peaks), (right, pdf)):
+            mean = values[rows].mean(axis=0)
+            ax.plot(kappa, np.where(mean > 0, mean, np.nan) if ax is right else mean, label=label)
+            curves.append(mean)
+    low, high = fitted_range(kappa, curves)
+    for ax in (left, right):
+        ax.set_xlim(low, high)
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.set_xlabel("κ")
+    left.set_ylabel("peaks per bin")
+    right.set_ylabel("PDF")
+    right.set_yscale("log")
+    left.legend(fontsize="small", loc="upper right")
+
+
+def plot_peaks(summaries_path, out_path) -> None:
+    """Peak counts and κ PDF of the last source at the first smoothing scale, averaged over
+    the runs of each cosmology (runs with the same design parameters), each run's first draw
+    with lensing.draws."""
+    plt = pyplot()
+    g = open_checked(summaries_path)
+    suffix = "" if "peaks" in g else "_healpix"
+    _, labels = cosmology_labels(g)
+    peaks, pdf = (first_draw(g[name + suffix])[:, -1, 0, :] for name in ("peaks", "pdf"))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    draw_peaks(left, right, g["kappa"][:], peaks, pdf, labels)
+    scale = g["smoothing"][0]
+    sky = " (HEALPix)" if suffix else ""
+    fig.suptitle(
+        f"{g.attrs['campaign']}: source {g['source'][-1]}{sky}, smoothing {scale:g} arcmin"
+    )
+    save_figure(fig, out_path)
+
+
+# how a run is drawn on the design, by its state when collected (campaign_status.STATES)
+STATE_STYLES = {
+    "done": {"marker": "o", "color": "tab:blue"},
+    "running": {"marker": "s", "color": "tab:green"},
+    "pending": {"marker": "o", "facecolors": "none", "edgecolors": "grey"},
+    "failed": {"marker": "x", "color": "tab:red"},
+}
+DESIGN_PANELS = 4  # design parameters drawn pairwise (the first four)
+
+
+def design_axes(g) -> list[tuple[str, np.ndarray, str, np.ndarray]]:
+    """The panels of the design figure: (x name, x, y name, y) of every pair of the first
+    DESIGN_PANELS design parameters; one parameter against the run's position; none: the
+    runs by position."""
+    params, _ = cosmology_labels(g)
+    position = np.arange(g["run"].shape[0])
+    values = {p: g[p][:] for p in params[:DESIGN_PANELS]}
+    if len(values) >= 2:
+        names = list(values)
+        return [(a, values[a], b, values[b]) for i, a in enumerate(names) for b in names[i + 1 :]]
+    if values:
+        ((name, x),) = values.items()
+        return [(name, x, "run position", position)]
+    return [("run position", position, "", np.zeros_like(position))]
+
+
+def plot_design(summaries_path, out_path) -> None:
+    """The design points of the campaign pairwise (:func:`design_axes`), each run marked by
+    its state when collected (STATE_STYLES: done, running, pending, failed), so that failed
+    runs show where in the design they lie."""
+    plt = pyplot()
+    g = open_checked(summaries_path)
+    runs = g["run"].shape[0]
+    state = np.array([str(s) for s in g["state"][:]]) if "state" in g else np.full(runs, "done")
+    panels = design_axes(g)
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.6 * rows), squeeze=False)
+    for ax, (xname, x, yname, y) in zip(axes.flat, panels):
+        for name, style in STATE_STYLES.items():
+            chosen = state == name
+            if chosen.any():
+                ax.scatter(
+                    x[chosen], y[chosen], s=12, lw=1, label=f"{name} ({chosen.sum()})", **style
+                )
+        ax.set_xlabel(xname)
+        ax.set_ylabel(yname)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize="small", loc="best")
+    fig.suptitle(f"{g.attrs['campaign']}: {runs} runs on the design")
+    save_figure(fig, out_path)
