@@ -138,3 +138,20 @@ def test_the_design_figure_draws_each_pair_of_parameters_and_every_run_by_its_st
     out = tmp_path / "c" / "report" / "design.png"
     campaign_figures.plot_design(tmp_path / "c" / "summaries.zarr", out)
     assert out.stat().st_size > 5000
+
+
+def test_a_large_campaign_shows_the_spread_of_its_runs_not_each_run():
+    rng = np.random.default_rng(3)
+    k = np.geomspace(0.05, 1.0, 12)
+    ratio = 1.0 + 0.1 * rng.standard_normal((campaign_figures.MAX_LINES + 50, k.size))
+    ratio[5] = np.nan  # a run not collected
+    plt = plotting.pyplot()
+    _, ax = plt.subplots()
+    campaign_figures.draw_power_spread(ax, k, ratio, k_max=0.5)
+    labels = set(ax.get_legend_handles_labels()[1])
+    assert labels == {"not resolved", "95 % of runs", "68 % of runs", "median"}
+    assert len(ax.lines) == 2  # the median and the line at 1, no line per run
+    low, high = ax.get_ylim()
+    resolved = ratio[:, k <= 0.5]
+    assert low < np.nanpercentile(resolved, 2.5) and high > np.nanpercentile(resolved, 97.5)
+    assert high < np.nanmax(resolved)  # fitted to the band, not to the most extreme run

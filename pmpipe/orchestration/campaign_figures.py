@@ -17,6 +17,7 @@ from pmpipe.orchestration.plotting import (
 )
 
 MAX_LEGEND_COSMOLOGIES = 8  # above, campaign figures colour runs by their first parameter
+MAX_LINES = 50  # above, the P(k) figure draws the runs' median and spread, not each run
 
 
 def cosmology_labels(g) -> tuple[list[str], list[str]]:
@@ -60,12 +61,31 @@ def draw_power_ratios(ax, k, ratio, labels, first, k_max: float):
         legend = label if mappable is None and label not in shown else None
         ax.semilogx(k, r, color=colour, lw=1, alpha=0.8, label=legend)
         shown.add(label)
+    _ratio_axes(ax, k, ratio, k_max)
+    return mappable
+
+
+def draw_power_spread(ax, k, ratio, k_max: float) -> None:
+    """The median over the runs of P/P_lin (run, k) and the bands that hold 68 % and 95 % of
+    the runs (runs not collected, NaN, left out), k above ``k_max`` shaded, the y range fitted
+    to the resolved k."""
+    collected = ratio[np.isfinite(ratio).all(axis=1)]
+    low95, low68, median, high68, high95 = np.percentile(collected, [2.5, 16, 50, 84, 97.5], 0)
+    ax.fill_between(k, low95, high95, color="tab:blue", alpha=0.2, lw=0, label="95 % of runs")
+    ax.fill_between(k, low68, high68, color="tab:blue", alpha=0.4, lw=0, label="68 % of runs")
+    ax.semilogx(k, median, color="tab:blue", lw=1.5, label="median")
+    _ratio_axes(ax, k, np.stack([low95, high95]), k_max)
+
+
+def _ratio_axes(ax, k, curves, k_max: float) -> None:
+    """Line at 1, y range fitted to ``curves`` (C, k) at the resolved k (every k when none
+    is), k above ``k_max`` shaded, labels and legend."""
     ax.axhline(1.0, color="grey", lw=0.5)
-    resolved = ratio[:, (k > 0) & (k <= k_max)]
+    resolved = curves[:, (k > 0) & (k <= k_max)]
     shown = (
         resolved[np.isfinite(resolved)]
         if np.isfinite(resolved).any()
-        else ratio[np.isfinite(ratio)]
+        else curves[np.isfinite(curves)]
     )
     if shown.size:
         margin = 0.05 * (shown.max() - shown.min()) + 1e-3
@@ -73,24 +93,28 @@ def draw_power_ratios(ax, k, ratio, labels, first, k_max: float):
     shade_outside((ax,), 0.0, k_max, "not resolved")
     ax.set_xlabel("k [h/Mpc]")
     ax.set_ylabel("P(k) / D² P_lin(k)")
-    ax.legend(fontsize="small", loc="upper left")
-    return mappable
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="upper left")
 
 
 def plot_campaign(summaries_path, out_path) -> None:
-    """P(k) / linear theory at the last snapshot of every run, coloured by cosmology; k beyond
-    what every run resolves shaded."""
+    """P(k) / linear theory at the last snapshot: of every run, coloured by cosmology, or for
+    a campaign of more than MAX_LINES runs their median and spread; k beyond what every run
+    resolves shaded."""
     plt = pyplot()
     g = open_checked(summaries_path)
     params, labels = cosmology_labels(g)
     k = g["k_mean"][0]
     ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
     k_max = float(np.min(np.asarray(g["k_max_valid"][:])[..., -1]))
-    first = g[params[0]][:] if params else None
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    mappable = draw_power_ratios(ax, k, ratio, labels, first, k_max)
-    if mappable is not None:
-        fig.colorbar(mappable, ax=ax, label=params[0])
+    if len(labels) > MAX_LINES:
+        draw_power_spread(ax, k, ratio, k_max)
+    else:
+        first = g[params[0]][:] if params else None
+        mappable = draw_power_ratios(ax, k, ratio, labels, first, k_max)
+        if mappable is not None:
+            fig.colorbar(mappable, ax=ax, label=params[0])
     ax.set_title(f"{g.attrs['campaign']}: {len(labels)} runs, a = {g['a'][-1]:.3g}")
     save_figure(fig, out_path)
 
