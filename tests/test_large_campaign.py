@@ -237,3 +237,23 @@ def test_status_trusts_a_done_record_until_a_store_is_written_again(tmp_path):
     state = campaign_status.campaign_status(tmp_path / "s")
     assert state["failed"] == 2 and state["failures"][1]["error"] == campaign_status.STOPPED
     assert campaign_status.manifest_status(stopped, names).startswith("failed: stopped before")
+
+
+def test_a_10000_run_campaign_is_submitted_as_arrays_within_max_array_size(tmp_path, capsys):
+    """pmpipe submit --dry-run of 10,000 runs, one a task, with a site MaxArraySize of 3000
+    and --max-parallel 100: 4 arrays, the first of 3000 tasks, 25 of each at a time."""
+    campaign_file = tmp_path / "lh.yaml"
+    campaign_file.write_text(
+        MANY.replace("name: many", "name: lh")
+        .replace("samples: 200", "samples: 10000")
+        .replace("runs_per_job: 100", "runs_per_job: 1")
+    )
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("site: {partition: gpu, max_array_size: 3000}\n")
+    args = ["submit", str(campaign_file), "--site", str(site_file), "--results", str(tmp_path)]
+    assert cli.main([*args, "--max-parallel", "100", "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert "10000 runs packed into 10000 task(s)" in out.err
+    assert "4 SLURM array(s) of at most 3000 tasks (site max_array_size)" in out.err
+    assert "#SBATCH --array=0-2999%25" in out.out
+    assert not (tmp_path / "lh").exists()  # a dry run writes nothing
