@@ -54,7 +54,7 @@ def test_first_run_writes_every_store_manifest_and_figures(campaign):
     assert (results / "report" / "peaks.png").exists()
     rows = list(csv.DictReader((results / "manifest.csv").open()))
     assert [r["run_id"] for r in rows] == runs
-    assert all(r["status"] == "complete" for r in rows)
+    assert all(r["status"] == "done" for r in rows)
     assert rows[0]["seed"] != rows[1]["seed"]
     import xarray as xr
 
