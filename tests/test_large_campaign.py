@@ -17,8 +17,16 @@ import zarr
 from conftest import REPO, finished, snakemake_tiny
 
 from pmpipe import cli, stages
-from pmpipe.orchestration import campaign, campaign_status, launch, report, run_index, site
-from pmpipe.stages import registry, run_record
+from pmpipe.orchestration import (
+    aggregate,
+    campaign,
+    campaign_status,
+    launch,
+    report,
+    run_index,
+    site,
+)
+from pmpipe.stages import registry, run_record, summary_parts
 from pmpipe.storage import store
 
 MANY = """\
@@ -94,6 +102,13 @@ def test_failed_runs_are_collected_as_failed_and_the_others_in_full(many):
     report_state = status(folder)
     assert (report_state["done"], report_state["failed"], report_state["pending"]) == (197, 3, 0)
     assert [f["run_id"] for f in report_state["failures"]] == failed
+    parts = {p.name: summary_parts.current_rows(p, folder) for p in (folder / "parts").iterdir()}
+    assert {name: len(rows) for name, rows in parts.items()} == {
+        "job0000.zarr": 99,
+        "job0001.zarr": 98,
+    }
+    row = parts["job0000.zarr"][runs[0]]
+    np.testing.assert_array_equal(row.part["pk"][row.index], done["pk"][:])
 
 
 @pytest.mark.slow
@@ -115,6 +130,9 @@ def test_a_rerun_after_the_cause_is_removed_computes_the_failed_runs_only(many):
             assert store.is_complete(folder / runs[i] / f"{stage}.zarr")
     assert campaign_status.campaign_status(folder)["done"] == 200
     assert zarr.open_group(folder / "summaries.zarr", mode="r")["complete"][:].all()
+    # each rerun job's part kept the rows of its runs done before and added the rerun ones
+    rows = [summary_parts.current_rows(p, folder) for p in (folder / "parts").iterdir()]
+    assert sorted(r for found in rows for r in found) == sorted(runs)
     figures = sorted(p.relative_to(folder) for p in (folder / "report").rglob("*.png"))
     assert len(figures) == 2 * report.SAMPLED_RUNS + 2, figures  # pk, slice; pk_ratio, design
 
@@ -138,6 +156,34 @@ def test_the_exported_table_and_the_docs_emulator_read_the_campaign(many):
     script.write_text(block.group(1).replace('"results/lh16"', repr(str(folder))))
     out = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True)
     assert "median |error| over the k bins of 20 runs held out" in out.stdout
+
+
+@pytest.mark.slow
+def test_collection_reads_a_run_written_since_its_part_from_its_own_store(many, capfd):
+    workdir, runs, _ = many
+    folder = workdir / "results" / "many"
+    part = folder / "parts" / "job0001.zarr"
+    assert runs[120] in summary_parts.current_rows(part, folder)
+    metadata = folder / runs[120] / "summaries.zarr" / "zarr.json"
+    metadata.write_bytes(metadata.read_bytes())  # written again: another fingerprint
+    assert runs[120] not in summary_parts.current_rows(part, folder)
+    aggregate.collect(workdir / "many.yaml", workdir / "results")
+    logged = capfd.readouterr().err
+    assert "200 of 200 runs collected: 199 from their jobs' parts, 1 from their own" in logged
+    g = zarr.open_group(folder / "summaries.zarr", mode="r")
+    own = store.open_complete(folder / runs[120] / "summaries.zarr")
+    np.testing.assert_array_equal(g["pk"][120], own["pk"][:])
+
+
+def test_statistics_stack_rows_of_parts_runs_own_stores_and_fills():
+    part = {"pk": np.arange(12.0).reshape(3, 4), "n": np.arange(3)}
+    own = {"pk": np.full(4, -1.0), "n": np.array(7)}
+    sources = [summary_parts.Row(part, 2), own, None, summary_parts.Row(part, 0)]
+    pk = summary_parts.stacked("pk", sources, (4,), np.dtype(float))
+    np.testing.assert_array_equal(pk[[0, 1, 3]], [part["pk"][2], own["pk"], part["pk"][0]])
+    assert np.isnan(pk[2]).all()
+    n = summary_parts.stacked("n", sources, (), np.dtype(int))
+    assert n.tolist() == [2, 7, 0, 0]
 
 
 def test_the_report_samples_a_bounded_number_of_runs():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pmpipe.stages import pipeline
+from pmpipe.stages import pipeline, progress
 from pmpipe.stages.progress import StepClock
 
 
@@ -54,13 +54,13 @@ def outcome(run_id: str, seconds: float, error: str | None = None, made: bool = 
 
 def test_the_job_line_after_each_run_says_what_is_left_and_where_the_log_is():
     done = [outcome("a-r0", 40.0), outcome("a-r1", 12.0)]
-    line = pipeline.job_progress_line(done, 6, "results/a/logs/job0000.log", bar=False)
+    line = progress.job_line(done, 6, "results/a/logs/job0000.log", bar=False)
     assert line == (
         "a-r1 done in 12.0 s; 2 of 6 runs, 4 left, about 48 s more "
         "(log: results/a/logs/job0000.log)"
     )
     done.append(outcome("a-r2", 3.0, error="boom"))
-    line = pipeline.job_progress_line(done, 3, "job.log", bar=True)
+    line = progress.job_line(done, 3, "job.log", bar=True)
     assert (
         line
         == "[####################] a-r2 FAILED in nbody; 3 of 3 runs, 1 failed, 0 left (log: job.log)"
@@ -74,10 +74,10 @@ def test_complete_and_failed_runs_do_not_lower_the_time_left():
         outcome("c", 10.0),
         outcome("d", 1.0, error="boom"),
     ]
-    assert "2 left, about 20 s more" in pipeline.job_progress_line(done, 6, "log", bar=False)
+    assert "2 left, about 20 s more" in progress.job_line(done, 6, "log", bar=False)
 
 
 @pytest.mark.parametrize(("seconds", "said"), [(45, "45 s"), (200, "3.3 min"), (9000, "2.5 h")])
 def test_durations_read_in_their_unit(seconds, said):
     done = [outcome("a", 1.0), outcome("b", seconds)]
-    assert f"about {said} more" in pipeline.job_progress_line(done, 3, "log", bar=False)
+    assert f"about {said} more" in progress.job_line(done, 3, "log", bar=False)

@@ -12,35 +12,47 @@ from pmpipe.orchestration import campaign as campaigns
 from pmpipe.orchestration import campaign_status, manifest, run_index
 from pmpipe.orchestration import design as designs
 from pmpipe.run import config
-from pmpipe.stages import run_record, status
+from pmpipe.runtime import log
+from pmpipe.stages import run_record, summary_parts
 from pmpipe.storage import provenance, store
+
+LOG = log.get(__name__)
 
 
 def collect(
     campaign_file: str | Path, results: str | Path = "results", partial: bool = False
 ) -> Path:
-    """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries stores
-    (complete and made from the run's configuration as the campaign makes it); returns the
-    folder. Every run must be complete, or with ``partial`` at least one: a run not complete
-    then has its statistics filled (NaN, 0 for integers) and ``complete`` false, and the store
-    says each run's state (done, running, failed, pending) and the error of a failed one
-    (pmpipe.orchestration.campaign_status)."""
+    """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries (complete
+    and made from the run's configuration as the campaign makes it); returns the folder. A
+    run's summaries are read from its job's part (pmpipe.stages.summary_parts) where the part
+    holds them as they are, else from the run's own store. Every run must be complete, or
+    with ``partial`` at least one: a run not complete then has its statistics filled (NaN, 0
+    for integers) and ``complete`` false, and the store says each run's state (done, running,
+    failed, pending) and the error of a failed one (pmpipe.orchestration.campaign_status)."""
     camp = campaigns.load(campaign_file)
     specs = list(camp.runs)
     campaign_dir = Path(results) / camp.name
-    paths = [stages.store_path(campaign_dir / s.run_id, "summaries") for s in specs]
     hashes = [config.config_hash(s.run) for s in specs]
-    if partial:
-        complete = [status.is_current(p, h) for p, h in zip(paths, hashes)]
-        if not any(complete):
-            raise store.IncompleteStoreError(
-                f"no run of campaign {camp.name} in {campaign_dir} is complete yet: nothing "
-                "to collect"
-            )
-    else:
-        complete = [True] * len(specs)
-    groups = [store.open_complete(p, h) if c else None for p, h, c in zip(paths, hashes, complete)]
-    first = next(g for g in groups if g is not None)
+    rows: dict = {}
+    wanted = {s.run_id: h for s, h in zip(specs, hashes)}
+    for part in sorted((campaign_dir / summary_parts.PARTS).glob("*.zarr")):
+        rows.update(summary_parts.current_rows(part, campaign_dir, wanted))
+    sources = [
+        rows.get(s.run_id) or _run_summaries(campaign_dir / s.run_id, h, partial)
+        for s, h in zip(specs, hashes)
+    ]
+    complete = [s is not None for s in sources]
+    if not any(complete):
+        raise store.IncompleteStoreError(
+            f"no run of campaign {camp.name} in {campaign_dir} is complete yet: nothing to collect"
+        )
+    LOG.info(
+        "%d of %d runs collected: %d from their jobs' parts, %d from their own stores",
+        sum(complete),
+        len(specs),
+        len(rows),
+        sum(complete) - len(rows),
+    )
     out = store.create(
         campaign_dir / "summaries.zarr",
         {
@@ -55,29 +67,9 @@ def collect(
         },
     )
     store.write_coordinate(out, "run", np.array([s.run_id for s in specs]), "1", "run id")
-    names = sorted(first.array_keys())
-    coordinates = [n for n in names if tuple(first[n].metadata.dimension_names) == (n,)]
-    for name in coordinates:
-        source = first[name]
-        store.write_coordinate(
-            out, name, source[:], source.attrs["units"], source.attrs["long_name"]
-        )
     per_run = _write_per_run(out, specs, campaign_dir)  # xarray reads them as coordinates
     per_run += _write_states(out, specs, campaign_dir, complete)
-    for name in (n for n in names if n not in coordinates):  # every statistic, stacked by run
-        source = first[name]
-        dims = ("run",) + tuple(source.metadata.dimension_names)
-        extra = {k: v for k, v in source.attrs.items() if k not in ("units", "long_name")}
-        store.write_array(
-            out,
-            name,
-            _stacked(name, groups, source),
-            dims,
-            source.attrs["units"],
-            source.attrs["long_name"],
-            coordinates=" ".join(per_run),
-            **extra,
-        )
+    summary_parts.write_statistics(out, sources, " ".join(per_run))
     store.mark_complete(out)
     run_stages = stages.run_stages(camp.base)  # a design changes no stage
     manifest.write_manifest(
@@ -89,11 +81,15 @@ def collect(
     return campaign_dir
 
 
-def _stacked(name: str, groups: list, source) -> np.ndarray:
-    """The array ``name`` of every run's store stacked along a first axis; a run without a
-    store (None) filled with NaN (0 for an integer or boolean array)."""
-    fill = np.full(source.shape, np.nan if source.dtype.kind in "fc" else 0, source.dtype)
-    return np.stack([fill if g is None else np.asarray(g[name][:]) for g in groups])
+def _run_summaries(run_dir: Path, config_hash: str, partial: bool):
+    """The run's own summaries store, opened; with ``partial``, None when it is not complete
+    and current (else that is an error)."""
+    try:
+        return store.open_complete(stages.store_path(run_dir, "summaries"), config_hash)
+    except store.IncompleteStoreError:
+        if partial:
+            return None
+        raise
 
 
 def _write_states(out, specs: list, campaign_dir: Path, complete: list[bool]) -> list[str]:

@@ -360,8 +360,13 @@ def job_groups(specs: Sequence[RunSpec], size: int) -> dict[str, list[RunSpec]]:
     new ones; no earlier run changes group."""
     groups: dict[str, list[RunSpec]] = {}
     for spec in specs:
-        groups.setdefault(f"job{spec.index // size:04d}", []).append(spec)
+        groups.setdefault(job_name(spec, size), []).append(spec)
     return groups
+
+
+def job_name(spec: RunSpec, size: int) -> str:
+    """The name of the job of ``size`` runs that holds the run (:func:`job_groups`)."""
+    return f"job{spec.index // size:04d}"
 
 
 def campaign_schema() -> dict:

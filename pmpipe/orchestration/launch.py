@@ -360,8 +360,9 @@ def submit_campaign(
 ):
     """Submit the groups of runs as one job array (at most ``max_parallel`` elements at a
     time); each element runs every stage of its runs in one process. Returns the submitit
-    jobs, in the order of ``groups``."""
-    from pmpipe.stages import pipeline
+    jobs, in the order of ``groups``. Each element writes its job's part of the campaign's
+    summaries (pmpipe.stages.summary_parts)."""
+    from pmpipe.stages import pipeline, summary_parts
 
     executor = _executor(
         folder, array_job(camp, groups, site), site, array_parallelism=max_parallel
@@ -370,4 +371,9 @@ def submit_campaign(
         [str(results / camp.name / spec.run_id / "config.json") for spec in group]
         for group in groups
     ]
-    return executor.map_array(RunsJob(pipeline.run_job), paths)
+    size = camp.execution.job_size()
+    parts = [
+        str(summary_parts.part_path(results / camp.name, campaigns.job_name(g[0], size)))
+        for g in groups
+    ]
+    return executor.map_array(RunsJob(pipeline.run_job), paths, parts)

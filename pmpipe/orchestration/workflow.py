@@ -30,7 +30,7 @@ from pmpipe.orchestration import campaign as campaigns
 from pmpipe.orchestration import launch, resources, run_index, site
 from pmpipe.run import config
 from pmpipe.runtime import backend, log
-from pmpipe.stages import status
+from pmpipe.stages import status, summary_parts
 from pmpipe.storage import disk, integrity, store
 
 LOG = log.get(__name__)
@@ -46,9 +46,10 @@ class Job:
     """One Snakemake job: the runs of a group (campaign.job_groups) whose stores are not all
     complete, run in one process; the stores it makes, (run id, stage) from each run's first
     incomplete stage on; its resources (SLURM plugin names with a site); the seconds
-    before its time limit at which it stops itself (launch.stop_ahead; 0: never); and the
+    before its time limit at which it stops itself (launch.stop_ahead; 0: never); the
     wrapper its pmpipe runs in (launch.wrapper_command: the site's environment variables and
-    image; empty: the job's own Python)."""
+    image; empty: the job's own Python); and where it writes its part of the campaign's
+    summaries (pmpipe.stages.summary_parts)."""
 
     name: str
     run_ids: tuple[str, ...]
@@ -56,6 +57,7 @@ class Job:
     resources: dict
     stop_ahead: int = 0
     wrapper: str = ""
+    part: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +155,7 @@ def plan_jobs(camp: campaigns.Campaign, campaign_dir: Path, slurm_site) -> list[
                     resources,
                     launch.stop_ahead(resources, slurm_site),
                     shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres")))),
+                    str(summary_parts.part_path(campaign_dir, name)),
                 )
             )
     return jobs

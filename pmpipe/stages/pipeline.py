@@ -30,9 +30,9 @@ from pmpipe import stages
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import derive
 from pmpipe.runtime import log, memory
-from pmpipe.stages import registry, run_record, runner, status
+from pmpipe.stages import registry, run_record, runner, status, summary_parts
 from pmpipe.stages.inputs import Inputs
-from pmpipe.stages.progress import Progress
+from pmpipe.stages.progress import Progress, job_line
 
 LOG = log.get(__name__)
 
@@ -206,7 +206,10 @@ def _await_ahead(ahead, path: Path, shared: bool) -> dict:
 
 
 def run_all(
-    config_paths, report: str | Path | None = None, progress_log: str | None = None
+    config_paths,
+    report: str | Path | None = None,
+    progress_log: str | None = None,
+    part: str | Path | None = None,
 ) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
     they must share their device mesh); returns one Outcome per run, in order. Process 0
@@ -217,7 +220,8 @@ def run_all(
     starts a run once its table is cached (or making it failed: the run's setup then makes it,
     or reports why). With ``report``, process 0 writes the job's record there as JSON
     (:func:`job_record`). With ``progress_log`` (the job's log file), process 0 also writes
-    :func:`job_progress_line` to stdout after each run."""
+    :func:`pmpipe.stages.progress.job_line` to stdout after each run. With ``part``, the job writes its part
+    of the campaign summaries there once its runs are done (pmpipe.stages.summary_parts)."""
     import jax
 
     from pmpipe.runtime import compilation, openmp, parallel
@@ -275,14 +279,17 @@ def run_all(
                 record_outcome(outcome)
             if progress_log is not None and jax.process_index() == 0:
                 bar = sys.stdout.isatty()
-                log.terminal().info(
-                    "%s", job_progress_line(outcomes, len(paths), progress_log, bar)
-                )
+                log.terminal().info("%s", job_line(outcomes, len(paths), progress_log, bar))
+    if part is not None:
+        summary_parts.write_part_or_warn(part, [p.parent for p in paths])
     if report is not None and jax.process_index() == 0:
-        record = job_record(outcomes, time.perf_counter() - start, made_ahead)
-        Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(json.dumps(record, indent=2) + "\n")
+        _write_report(report, job_record(outcomes, time.perf_counter() - start, made_ahead))
     return outcomes
+
+
+def _write_report(path: str | Path, record: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def record_outcome(outcome: Outcome) -> None:
@@ -355,10 +362,10 @@ def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict
     }
 
 
-def run_job(config_paths) -> list[str]:
-    """:func:`run_all` for a job array element (submitit): RuntimeError naming every failed
-    run when any failed; else the run ids."""
-    outcomes = run_all(config_paths)
+def run_job(config_paths, part: str | None = None) -> list[str]:
+    """:func:`run_all` for a job array element (submitit), writing its ``part``: RuntimeError
+    naming every failed run when any failed; else the run ids."""
+    outcomes = run_all(config_paths, part=part)
     failed = [o for o in outcomes if o.error is not None]
     if failed:
         raise RuntimeError(
@@ -379,40 +386,6 @@ def summary_line(outcome: Outcome) -> str:
         return f"{prefix} complete already: {', '.join(outcome.skipped)} skipped"
     skipped = f"; {', '.join(outcome.skipped)} complete already" if outcome.skipped else ""
     return f"{prefix} {', '.join(outcome.stages)} done in {outcome.seconds:.1f} s{skipped}"
-
-
-def job_progress_line(outcomes: list[Outcome], total: int, log_path: str, bar: bool) -> str:
-    """'<run> done in 14.4 s; 2 of 6 runs, 4 left, about 58 s more (log: <log_path>)' after the
-    newest of ``outcomes``; the time left from the runs computed here after the first (which
-    compiles) when there are any (complete runs and failures take no time to speak of);
-    with ``bar``, a bar of the runs done before it."""
-    newest, done = outcomes[-1], len(outcomes)
-    state = (
-        f"FAILED in {newest.failed_stage}"
-        if newest.error is not None
-        else f"done in {newest.seconds:.1f} s"
-    )
-    computed = [o for o in outcomes if o.computed and o.error is None]  # runs made here
-    timed = [o.seconds for o in computed[1:]] or [o.seconds for o in computed] or [0.0]
-    left = total - done
-    eta = f", about {_duration(left * sum(timed) / len(timed))} more" if left else ""
-    failed = sum(o.error is not None for o in outcomes)
-    failures = f", {failed} failed" if failed else ""
-    width = 20
-    drawn = f"[{'#' * (width * done // total):<{width}}] " if bar else ""
-    return (
-        f"{drawn}{newest.run_id} {state}; {done} of {total} runs{failures}, {left} left{eta} "
-        f"(log: {log_path})"
-    )
-
-
-def _duration(seconds: float) -> str:
-    """'45 s', '3.2 min' or '1.5 h'."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def main(argv=None) -> int:
@@ -444,6 +417,9 @@ def main(argv=None) -> int:
         help="after each run, write a line to stdout: the run's time, the runs left and an "
         "estimate of the time left, naming LOG, the job's log file (where stderr goes)",
     )
+    parser.add_argument(
+        "--part", metavar="ZARR", help="write the job's part of the campaign summaries here"
+    )
     args = parser.parse_args(argv)
     from pmpipe.runtime import slurm_job
     from pmpipe.storage import checkpoint, disk
@@ -461,7 +437,7 @@ def main(argv=None) -> int:
         )
 
     try:
-        outcomes = run_all(args.config, args.report, args.progress)
+        outcomes = run_all(args.config, args.report, args.progress, args.part)
     except checkpoint.Preempted as err:
         LOG.error("%s", runner.stopped(err))
         return checkpoint.PREEMPTED_EXIT

@@ -1,4 +1,5 @@
-"""Progress lines of a stage and the seconds it spends in each phase of the physics."""
+"""Progress lines of a stage and the seconds it spends in each phase of the physics; the
+progress line of a job of several runs."""
 
 from __future__ import annotations
 
@@ -75,3 +76,37 @@ class StepClock:
             f"about {per_step * (steps - step):.0f} s left"
         )
         self.last = now
+
+
+def job_line(outcomes: list, total: int, log_path: str, bar: bool) -> str:
+    """'<run> done in 14.4 s; 2 of 6 runs, 4 left, about 58 s more (log: <log_path>)' after the
+    newest of ``outcomes``; the time left from the runs computed here after the first (which
+    compiles) when there are any (complete runs and failures take no time to speak of);
+    with ``bar``, a bar of the runs done before it."""
+    newest, done = outcomes[-1], len(outcomes)
+    state = (
+        f"FAILED in {newest.failed_stage}"
+        if newest.error is not None
+        else f"done in {newest.seconds:.1f} s"
+    )
+    computed = [o for o in outcomes if o.computed and o.error is None]  # runs made here
+    timed = [o.seconds for o in computed[1:]] or [o.seconds for o in computed] or [0.0]
+    left = total - done
+    eta = f", about {_duration(left * sum(timed) / len(timed))} more" if left else ""
+    failed = sum(o.error is not None for o in outcomes)
+    failures = f", {failed} failed" if failed else ""
+    width = 20
+    drawn = f"[{'#' * (width * done // total):<{width}}] " if bar else ""
+    return (
+        f"{drawn}{newest.run_id} {state}; {done} of {total} runs{failures}, {left} left{eta} "
+        f"(log: {log_path})"
+    )
+
+
+def _duration(seconds: float) -> str:
+    """'45 s', '3.2 min' or '1.5 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
