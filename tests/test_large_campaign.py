@@ -219,7 +219,7 @@ def test_max_array_size_from_the_site_then_scontrol_then_slurms_default():
     assert site.max_array_size(None, None)[0] == site.DEFAULT_MAX_ARRAY_SIZE == 1001
 
 
-def sobol(samples: int):
+def sobol(samples: int, **extra):
     return campaign.Campaign.model_validate(
         {
             "name": "s",
@@ -231,6 +231,7 @@ def sobol(samples: int):
                 "samples": samples,
             },
             "execution": {"runs_per_job": 4},
+            **extra,
         }
     )
 
@@ -303,3 +304,20 @@ def test_a_10000_run_campaign_is_submitted_as_arrays_within_max_array_size(tmp_p
     assert "4 SLURM array(s) of at most 3000 tasks (site max_array_size)" in out.err
     assert "#SBATCH --array=0-2999%25" in out.out
     assert not (tmp_path / "lh").exists()  # a dry run writes nothing
+
+
+def test_more_points_and_realisations_keep_every_run_with_the_pairing_seed_index():
+    small = sobol(8, realisations=2, seed_index="pairing")
+    large = sobol(16, realisations=3, seed_index="pairing")
+    grown = {s.run_id: s for s in large.runs}
+    for a in small.runs:
+        b = grown[a.run_id]
+        assert (a.parameters, a.seed, a.run) == (b.parameters, b.seed, b.run)
+    assert len({s.seed for s in large.runs}) == 48
+    before = {s.run_id: s.seed for s in sobol(8, realisations=2).runs}  # point-major
+    after = {s.run_id: s.seed for s in sobol(8, realisations=3).runs}
+    assert sum(before[r] != after[r] for r in before) == 14  # all but point 0's
+    positions = campaign.seed_positions(3, 2, False, "pairing").tolist()
+    assert positions == [0, 2, 1, 4, 3, 7]  # (p + r)(p + r + 1)/2 + r
+    with pytest.raises(ValueError, match="seed_index pairing: 100000 points x 2"):
+        campaign.seed_positions(100_000, 2, False, "pairing")

@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import (
@@ -83,6 +84,12 @@ class Campaign(config.StrictModel):
     common_seeds: bool = Field(
         False,
         description="every design point uses the same realisation seeds (always so for derivatives)",
+    )
+    seed_index: Literal["point_major", "pairing"] = Field(
+        "point_major",
+        description="the position a run's seed derives from: point_major, point x realisations "
+        "+ realisation (more points keep every seed); pairing, (point + realisation)(point + "
+        "realisation + 1)/2 + realisation (more points or more realisations keep every seed)",
     )
     paired: bool = Field(
         False, description="each realisation also runs with inverted phases (Angulo & Pontzen 2016)"
@@ -254,9 +261,10 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
         _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
     root = campaign_seed(camp)
     points = designs.design_points(camp.design, camp.base, root)
-    positions = np.arange(len(points) * camp.realisations) % (
-        camp.realisations if common else len(points) * camp.realisations
-    )  # the seed's position: the realisation alone with common seeds
+    try:
+        positions = seed_positions(len(points), camp.realisations, common, camp.seed_index)
+    except ValueError as err:
+        raise config.ConfigError(f"{source}: {err}") from None
     run_seeds = seeds.derive_seeds(root, positions).tolist()
     for p, (label, parameters) in enumerate(points):
         run = _point_run(base, camp.base.cosmology.model_fields_set, label, parameters, source)
@@ -282,6 +290,25 @@ def expand(camp: Campaign, source: str = "campaign") -> list[RunSpec]:
     if duplicates:
         raise config.ConfigError(f"{source}: duplicate run ids {', '.join(duplicates)}")
     return specs
+
+
+def seed_positions(points: int, realisations: int, common: bool, index: str) -> np.ndarray:
+    """The position each run's seed derives from (seeds.derive_seeds), point-major: the
+    realisation alone with ``common`` seeds, else by ``index`` (Campaign.seed_index);
+    ValueError when a position passes 2**32 - 1."""
+    p, r = np.divmod(np.arange(points * realisations, dtype=np.int64), realisations)
+    if common:
+        positions = r
+    elif index == "pairing":  # Cantor's pairing: a place for every (point, realisation)
+        positions = (p + r) * (p + r + 1) // 2 + r
+    else:
+        positions = p * realisations + r
+    if positions.size and positions.max() > np.iinfo(np.uint32).max:
+        raise ValueError(
+            f"seed_index {index}: {points} points x {realisations} realisations need seed "
+            "positions beyond 2**32 - 1; use seed_index point_major"
+        )
+    return positions
 
 
 def run_file(camp: Campaign, spec: RunSpec) -> config.RunFile:
