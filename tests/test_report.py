@@ -155,3 +155,54 @@ def test_a_large_campaign_shows_the_spread_of_its_runs_not_each_run():
     resolved = ratio[:, k <= 0.5]
     assert low < np.nanpercentile(resolved, 2.5) and high > np.nanpercentile(resolved, 97.5)
     assert high < np.nanmax(resolved)  # fitted to the band, not to the most extreme run
+
+
+def lensing_campaign(tmp_path, omega_m, base_omega_m):
+    """A collected lensing campaign's store: two sources, C_ℓ 5 % above Limber with scatter."""
+    from pmpipe.storage import store
+
+    runs, ell = len(omega_m), np.geomspace(20, 2000, 10)
+    g = store.create(
+        tmp_path / "c" / "summaries.zarr",
+        {
+            "stage": "collect",
+            "campaign": "c",
+            "campaign_config": {"base": {"cosmology": {"Omega_m": base_omega_m}}},
+        },
+    )
+    store.write_coordinate(g, "run", np.array([f"c-p{i:04d}-r0" for i in range(runs)]), "1", "id")
+    store.write_coordinate(g, "source", np.array(["z0.5", "z1"]), "1", "source")
+    store.write_array(g, "Omega_m", np.asarray(omega_m), ("run",), "1", design.describe("Omega_m"))
+    lin = np.broadcast_to(1e-9 / ell, (runs, 2, 2, ell.size))
+    rng = np.random.default_rng(4)
+    cl = lin * (1.05 + 0.02 * rng.standard_normal((runs, 1, 1, ell.size)))
+    dims = ("run", "source", "source2", "ell")
+    for name, values in (("cl", cl), ("cl_linear", lin)):
+        store.write_array(g, name, np.array(values), dims, "sr", name, coordinates="Omega_m")
+    store.write_array(g, "ell_mean", np.tile(ell, (runs, 1)), ("run", "ell"), "1", "ℓ")
+    pk = np.ones((runs, 1, 4))
+    store.write_array(g, "pk", pk, ("run", "a", "k"), "1", "P", coordinates="Omega_m")
+    for name, value in (("ell_min_valid", 30.0), ("ell_max_valid", 1000.0)):
+        store.write_array(g, name, np.full((runs, 2), value), ("run", "source"), "1", name)
+    store.mark_complete(g)
+    return store.open_complete(tmp_path / "c" / "summaries.zarr")
+
+
+def test_the_fiducial_runs_are_those_at_the_base_cosmology_else_the_nearest(tmp_path):
+    g = lensing_campaign(tmp_path, [0.3, 0.28, 0.32, 0.3], base_omega_m=0.3)
+    every = np.ones(4, bool)
+    nearest, exact = campaign_figures.fiducial_runs(g, every)
+    assert nearest.tolist() == [0, 3] and exact
+    nearest, exact = campaign_figures.fiducial_runs(g, np.array([False, True, True, True]))
+    assert nearest.tolist() == [3] and exact  # a run not collected is left out
+    g = lensing_campaign(tmp_path, [0.3, 0.28, 0.33, 0.3], base_omega_m=0.32)
+    nearest, exact = campaign_figures.fiducial_runs(g, every)
+    assert nearest.tolist() == [2] and not exact
+
+
+@pytest.mark.parametrize("runs", [4, campaign_figures.MAX_LINES + 10])
+def test_the_campaign_cl_figure_draws_a_panel_per_source(tmp_path, runs):
+    lensing_campaign(tmp_path, np.linspace(0.28, 0.32, runs), base_omega_m=0.3)
+    out = tmp_path / "c" / "report" / "cl_ratio.png"
+    campaign_figures.plot_cl_spread(tmp_path / "c" / "summaries.zarr", out)
+    assert out.stat().st_size > 10_000

@@ -52,6 +52,7 @@ def test_first_run_writes_every_store_manifest_and_figures(campaign):
     assert store.is_complete(results / "summaries.zarr")
     assert (results / "report" / "pk_ratio.png").exists()
     assert (results / "report" / "peaks.png").exists()
+    assert (results / "report" / "cl_ratio.png").stat().st_size > 10_000
     rows = list(csv.DictReader((results / "manifest.csv").open()))
     assert [r["run_id"] for r in rows] == runs
     assert all(r["status"] == "done" for r in rows)

@@ -1,6 +1,8 @@
 """The campaign's report figures, from its summaries.zarr: P(k) / linear theory of every run
 (:func:`plot_campaign`), the design points with each run's state (:func:`plot_design`) and,
-with lensing, peak counts and the κ PDF per cosmology (:func:`plot_peaks`)."""
+with lensing, C_ℓ / Limber of every run (:func:`plot_cl_spread`) and peak counts and the κ PDF
+per cosmology (:func:`plot_peaks`). The P(k) and C_ℓ figures mark the fiducial cosmology's runs
+(:func:`fiducial_runs`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pmpipe.orchestration.plotting import (
     save_figure,
     shade_outside,
 )
+from pmpipe.run import config
 
 MAX_LEGEND_COSMOLOGIES = 8  # above, campaign figures colour runs by their first parameter
 MAX_LINES = 50  # above, the P(k) figure draws the runs' median and spread, not each run
@@ -34,6 +37,30 @@ def cosmology_labels(g) -> tuple[list[str], list[str]]:
     return params, [
         ", ".join(f"{p} = {values[p][i]:.4g}" for p in params) or "fiducial" for i in range(runs)
     ]
+
+
+def fiducial_runs(g, collected: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The positions of the collected runs (``collected``, bool per run) whose design point is
+    nearest the campaign's base configuration (its fiducial cosmology; distance in units of
+    each design parameter's spread over the campaign), and whether they are at it (every
+    run, at it, when the design has no parameter)."""
+    params, _ = cosmology_labels(g)
+    base = config.Run.model_validate(g.attrs["campaign_config"]["base"])
+    distance = np.zeros(g["run"].shape[0])
+    for name in params:
+        values, at = g[name][:], design.run_value(base, name)
+        if at is not None:
+            spread = np.ptp(values[np.isfinite(values)]) or 1.0
+            distance += ((values - at) / spread) ** 2
+    distance = np.where(collected & np.isfinite(distance), distance, np.inf)
+    nearest = np.flatnonzero(distance == distance.min())
+    return nearest, bool(distance.min() < 1e-12)
+
+
+def draw_fiducial(ax, x, curves, exact: bool) -> None:
+    """The mean of the fiducial runs' ``curves`` (run, x), in black."""
+    label = "fiducial" if exact else "runs nearest the fiducial"
+    ax.semilogx(x, np.mean(curves, axis=0), color="black", lw=1.5, ls="--", label=label)
 
 
 def run_colours(labels: list[str], first: np.ndarray | None):
@@ -106,8 +133,10 @@ def plot_campaign(summaries_path, out_path) -> None:
     params, labels = cosmology_labels(g)
     k = g["k_mean"][0]
     ratio = g["pk"][:, -1, :] / g["pk_linear"][:, -1, :]
-    k_max = float(np.min(np.asarray(g["k_max_valid"][:])[..., -1]))
+    k_max = float(np.nanmin(np.asarray(g["k_max_valid"][:])[..., -1]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    fiducial, exact = fiducial_runs(g, np.isfinite(ratio).all(axis=1))
+    draw_fiducial(ax, k, ratio[fiducial], exact)
     if len(labels) > MAX_LINES:
         draw_power_spread(ax, k, ratio, k_max)
     else:
@@ -116,6 +145,56 @@ def plot_campaign(summaries_path, out_path) -> None:
         if mappable is not None:
             fig.colorbar(mappable, ax=ax, label=params[0])
     ax.set_title(f"{g.attrs['campaign']}: {len(labels)} runs, a = {g['a'][-1]:.3g}")
+    save_figure(fig, out_path)
+
+
+def plot_cl_spread(summaries_path, out_path) -> None:
+    """C_ℓ / C_ℓ,lin (Limber with the linear P(k)) of each source's convergence over the
+    campaign, a panel per source: every run, or for more than MAX_LINES runs their median and
+    the bands of 68 % and 95 % of them; the fiducial runs' mean dashed; ℓ outside the range
+    every run resolves shaded (the first draw of each run with lensing.draws)."""
+    plt = pyplot()
+    g = open_checked(summaries_path)
+    suffix = "" if "cl" in g else "_healpix"
+    ell = np.nanmax(g["ell" + suffix + "_mean"][:], axis=0)
+    cl, lin = (
+        np.diagonal(first_draw(g[name + suffix]), axis1=1, axis2=2)  # (run, ell, source)
+        for name in ("cl", "cl_linear")
+    )
+    ratio = np.moveaxis(cl / lin, 2, 1)  # (run, source, ell)
+    low = np.nanmax(g["ell_min_valid" + suffix][:], axis=0)
+    high = np.nanmin(g["ell_max_valid" + suffix][:], axis=0)
+    sources = [str(s) for s in g["source"][:]]
+    columns = min(3, len(sources))
+    rows = -(-len(sources) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.6 * rows), squeeze=False)
+    fiducial, exact = fiducial_runs(g, np.isfinite(ratio).all(axis=(1, 2)))
+    for i, (ax, source) in enumerate(zip(axes.flat, sources)):
+        collected = ratio[np.isfinite(ratio[:, i]).all(axis=1), i]
+        if len(collected) > MAX_LINES:
+            bands = np.percentile(collected, [2.5, 16, 50, 84, 97.5], axis=0)
+            ax.fill_between(
+                ell, bands[0], bands[4], color="tab:blue", alpha=0.2, lw=0, label="95 % of runs"
+            )
+            ax.fill_between(
+                ell, bands[1], bands[3], color="tab:blue", alpha=0.4, lw=0, label="68 % of runs"
+            )
+            ax.semilogx(ell, bands[2], color="tab:blue", label="median")
+        else:
+            for r in collected:
+                ax.semilogx(ell, r, color="tab:blue", lw=0.8, alpha=0.5)
+        draw_fiducial(ax, ell, ratio[fiducial, i], exact)
+        ax.axhline(1.0, color="grey", lw=0.5)
+        shade_outside((ax,), float(low[i]), float(high[i]), "not resolved")
+        ax.set_title(f"source {source}", fontsize="medium")
+        ax.set_xlabel("ℓ")
+        ax.set_ylabel("C_ℓ / C_ℓ,lin")
+    for ax in axes.flat[len(sources) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize="small", loc="best")
+    fig.suptitle(
+        f"{g.attrs['campaign']}: convergence C_ℓ of {len(ratio)} runs{' (HEALPix)' if suffix else ''}"
+    )
     save_figure(fig, out_path)
 
 

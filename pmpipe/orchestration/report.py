@@ -54,7 +54,12 @@ RUN_FIGURES = {
     "kappa": ("lensing", "Convergence maps"),
     "cl": ("summaries", "Convergence C_ell"),
 }
-CAMPAIGN_FIGURES = {"pk_ratio": "Campaign", "design": "Campaign", "peaks": "Campaign"}
+CAMPAIGN_FIGURES = {
+    "pk_ratio": "Campaign",
+    "design": "Campaign",
+    "cl_ratio": "Campaign",
+    "peaks": "Campaign",
+}
 SAMPLED_RUNS = 12  # runs with figures of their own, whatever the size of the campaign
 
 
@@ -86,7 +91,7 @@ def figures(campaign_dir: Path, run_ids, lensing: bool, outputs) -> list[Figure]
     ] + [
         Figure(Path(campaign_dir) / "report" / f"{f}.png", f, category, None)
         for f, category in CAMPAIGN_FIGURES.items()
-        if f != "peaks" or lensing
+        if f not in ("cl_ratio", "peaks") or lensing
     ]
 
 
@@ -247,6 +252,7 @@ def make_figures(campaign_dir: str | Path, paths) -> None:
         "cl": plot_cl,
         "pk_ratio": campaign_figures.plot_campaign,
         "design": campaign_figures.plot_design,
+        "cl_ratio": campaign_figures.plot_cl_spread,
         "peaks": campaign_figures.plot_peaks,
     }
     for path in map(Path, paths):
@@ -271,7 +277,7 @@ def main(argv=None) -> int:
         "figures",
         nargs="+",
         help="PNG files to draw: <campaign_dir>/report/<run>/{pk,slice,kappa,cl}.png "
-        "and <campaign_dir>/report/{pk_ratio,design,peaks}.png",
+        "and <campaign_dir>/report/{pk_ratio,design,cl_ratio,peaks}.png",
     )
     args = parser.parse_args(argv)
     log.configure()
