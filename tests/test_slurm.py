@@ -14,7 +14,7 @@ from conftest import REPO, TINY, run_snakemake, same_store
 
 from pmpipe import stages
 from pmpipe.orchestration import campaign
-from pmpipe.stages import registry
+from pmpipe.stages import registry, summary_parts
 from pmpipe.storage import store
 
 pytestmark = pytest.mark.slow
@@ -126,7 +126,7 @@ def test_second_invocation_does_nothing(quickstart):
     assert job_count() == before
 
 
-def _submit(workdir, *args):
+def _submit(workdir, *args, wait=True):
     out = subprocess.run(
         [
             sys.executable,
@@ -134,7 +134,7 @@ def _submit(workdir, *args):
             "pmpipe.cli",
             "submit",
             "tiny.yaml",
-            "--wait",
+            *(["--wait"] if wait else []),
             "--site",
             str(REPO / "profiles/slurm/site.yaml"),
             *args,
@@ -146,7 +146,7 @@ def _submit(workdir, *args):
         env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out.stdout
+    return out.stdout + out.stderr
 
 
 def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tmp_path):
@@ -173,6 +173,8 @@ def test_submit_one_stage_then_the_campaign_as_a_job_array(slurm, tiny_local, tm
         for stage in stages.STAGES:
             same_store(local / run / f"{stage}.zarr", results / run / f"{stage}.zarr")
     same_store(local / "summaries.zarr", results / "summaries.zarr")
+    parts = [summary_parts.current_rows(p, results) for p in (results / "parts").iterdir()]
+    assert sorted(r for rows in parts for r in rows) == ["tiny-fiducial-r0", "tiny-fiducial-r1"]
 
 
 def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
@@ -203,3 +205,23 @@ def test_failing_job_fails_the_workflow_naming_its_log(slurm, tmp_path):
     assert f"log: {log.relative_to(tmp_path)}" in block, block
     assert ".snakemake/slurm_logs/rule_runs_job0000/" in block, block
     assert "[pmpipe run tiny-fiducial-r0] FAILED in stage nbody" in log.read_text()
+
+
+def test_a_second_submit_leaves_out_the_runs_of_jobs_still_queued(slurm, tmp_path):
+    data = yaml.safe_load(TINY)
+    data["execution"] = {**data.get("execution", {}), "runs_per_job": 1}  # an array of 2 tasks
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
+    first = _submit(tmp_path, wait=False)
+    (array,) = {
+        line.split("SLURM job ")[1].split(",")[0].split("_")[0]
+        for line in first.splitlines()
+        if "SLURM job " in line
+    }
+    env = slurm_env()
+    subprocess.run(["scontrol", "hold", array], check=True, env=env)  # its task waits
+    try:
+        again = _submit(tmp_path, wait=False)
+        assert "2 run(s) are in SLURM jobs still queued or running" in again
+        assert "SLURM job " not in again  # nothing submitted twice
+    finally:
+        subprocess.run(["scancel", array], check=True, env=env)

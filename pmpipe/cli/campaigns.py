@@ -262,35 +262,53 @@ def _submit_stage(args, camp, spec, slurm_site, folder: Path) -> list[tuple[str,
     return [(spec.run_id, job)]
 
 
-def _submit_array(args, camp, specs, slurm_site, folder: Path) -> tuple[list[tuple[str, Any]], int]:
-    """The chosen runs that are not complete, or whose stores were made from another
-    configuration than the campaign's now, packed as the campaign packs them
-    (execution.runs_per_job), as job arrays within the cluster's MaxArraySize, at most the
-    site's max_submit_jobs tasks (their sbatch script printed with --dry-run). Returns the
-    submitted jobs and the number of tasks left for a next wave."""
-    from pmpipe.orchestration import campaign, launch, site
+def _groups_to_submit(camp, specs, campaign_dir: Path, dry_run: bool) -> list[list]:
+    """The runs of ``specs`` to submit, packed as the campaign packs them: those not complete
+    (or made from another configuration) and in no SLURM job still queued or running
+    (pmpipe.orchestration.submissions; not asked with ``dry_run``). Says which are left out."""
+    from pmpipe.orchestration import campaign, submissions
     from pmpipe.run import config
-    from pmpipe.runtime import parallel
     from pmpipe.stages import status
 
-    campaign_dir, chosen = args.results / camp.name, {s.run_id for s in specs}
+    chosen = {s.run_id for s in specs}
+    queued = set() if dry_run else submissions.queued_runs(campaign_dir) & chosen
+    if queued:
+        LOG.warning(
+            "%d run(s) are in SLURM jobs still queued or running (%s): not submitted again",
+            len(queued),
+            ", ".join(sorted(queued)[:5]) + (" ..." if len(queued) > 5 else ""),
+        )
     groups = [
         [
             s
             for s in group
-            if s.run_id in chosen
+            if s.run_id in chosen - queued
             and status.pending_stages(s.run, config.config_hash(s.run), campaign_dir / s.run_id)
         ]
         for group in campaign.job_groups(camp.runs, camp.execution.job_size()).values()
     ]
     groups = [g for g in groups if g]
     pending = {s.run_id for g in groups for s in g}
-    complete = [s.run_id for s in specs if s.run_id not in pending]
+    complete = [s.run_id for s in specs if s.run_id not in pending | queued]
     if complete:
         shown = ", ".join(complete[:10]) + (
             f" and {len(complete) - 10} more" if complete[10:] else ""
         )
         print(f"{len(complete)} run(s) complete, not submitted: {shown}")
+    return groups
+
+
+def _submit_array(args, camp, specs, slurm_site, folder: Path) -> tuple[list[tuple[str, Any]], int]:
+    """The chosen runs that are not complete, or whose stores were made from another
+    configuration than the campaign's now, packed as the campaign packs them
+    (execution.runs_per_job), as job arrays within the cluster's MaxArraySize, at most the
+    site's max_submit_jobs tasks (their sbatch script printed with --dry-run). Returns the
+    submitted jobs and the number of tasks left for a next wave."""
+    from pmpipe.orchestration import campaign, launch, site, submissions
+    from pmpipe.runtime import parallel
+
+    campaign_dir = args.results / camp.name
+    groups = _groups_to_submit(camp, specs, campaign_dir, args.dry_run)
     limit, source = site.max_array_size(slurm_site, site.scontrol_config())
     arrays = launch.split_arrays(groups, limit, slurm_site and slurm_site.max_submit_jobs)
     share = launch.parallel_share(args.max_parallel, len(arrays))
@@ -335,10 +353,10 @@ def _submit_array(args, camp, specs, slurm_site, folder: Path) -> tuple[list[tup
     parallel.use_compilation_cache(args.results / ".jax_cache")  # the jobs inherit it
     submitted = []
     for array in arrays:
-        jobs = launch.submit_campaign(
-            camp, array, args.results, folder, slurm_site, args.max_parallel
-        )
+        jobs = launch.submit_campaign(camp, array, args.results, folder, slurm_site, share)
         submitted += [(", ".join(s.run_id for s in g), job) for g, job in zip(array, jobs)]
+        tasks = [[s.run_id for s in g] for g in array]
+        submissions.record(campaign_dir, str(jobs[0].job_id).split("_")[0], tasks)
     return submitted, left
 
 

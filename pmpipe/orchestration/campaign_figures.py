@@ -30,7 +30,7 @@ def cosmology_labels(g) -> tuple[list[str], list[str]]:
     params = [
         p
         for p in str(g["pk"].attrs.get("coordinates", "")).split()
-        if str(g[p].attrs.get("long_name", "")).endswith(design.DESIGN_PARAMETER)
+        if design.holds_design_parameter(g[p].attrs)
     ]
     runs = g["run"].shape[0]
     values = {p: g[p][:] for p in params}  # each array read once

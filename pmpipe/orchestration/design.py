@@ -117,6 +117,12 @@ def run_value(run: config.Run, name: str) -> float | None:
 DESIGN_PARAMETER = "(design parameter)"  # ends the long name of an array of a design parameter
 
 
+def holds_design_parameter(attrs) -> bool:
+    """Whether a stored array's attributes (its long name) say it holds a design parameter
+    (:func:`describe`)."""
+    return str(attrs.get("long_name", "")).endswith(DESIGN_PARAMETER)
+
+
 def describe(name: str) -> str:
     """What a design parameter is, for the long names of the arrays that hold it."""
     if name in PHYSICAL_DENSITIES:

@@ -41,8 +41,7 @@ def design_parameters(ds) -> list[str]:
     return [
         name
         for name in ds.variables
-        if ds[name].dims == ("run",)
-        and str(ds[name].attrs.get("long_name", "")).endswith(design.DESIGN_PARAMETER)
+        if ds[name].dims == ("run",) and design.holds_design_parameter(ds[name].attrs)
     ]
 
 

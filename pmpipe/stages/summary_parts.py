@@ -127,6 +127,8 @@ def write_part(path: str | Path, run_dirs: list[Path]) -> Path | None:
     """Write (every process of the job together, process 0 writing) the part at ``path`` from the runs of ``run_dirs`` whose summaries are complete and
     current, and the rows of the earlier part there still current for other runs; replaces
     the earlier part at once. Returns the path, or None when there is no run to write."""
+    from pmpipe.runtime import parallel
+
     path = Path(path)
     campaign_dir = path.parent.parent
     sources: dict[str, Any] = {}
@@ -153,7 +155,6 @@ def write_part(path: str | Path, run_dirs: list[Path]) -> Path | None:
         names = tuple(next(iter(sources.values())).part.attrs["stages"])
     runs = sorted(sources)
     written = path.with_name(f".{path.name}.writing")  # the same on every process
-    store.remove(written)
     out: Any = store.create(
         written,
         {
@@ -182,6 +183,7 @@ def write_part(path: str | Path, run_dirs: list[Path]) -> Path | None:
     )
     write_statistics(out, [sources[r] for r in runs], "config_hash")
     store.mark_complete(out)
+    parallel.barrier("part complete")  # every process has checked it before it moves
     if _writer():
         earlier = path.with_name(f".{path.name}.old")
         if path.exists():
@@ -202,7 +204,7 @@ def write_part_or_warn(path: str | Path, run_dirs: list[Path]) -> None:
     logged, not fatal (the collection reads the runs' own stores instead)."""
     try:
         written = write_part(path, run_dirs)
-    except (OSError, ValueError, KeyError, store.IncompleteStoreError) as err:
+    except Exception as err:  # noqa: BLE001  the part saves the collection reads; the runs are done
         LOG.warning(
             "[pmpipe] the job's part of the campaign summaries, %s, not written: %s", path, err
         )
