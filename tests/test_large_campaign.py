@@ -173,6 +173,8 @@ def test_collection_reads_a_run_written_since_its_part_from_its_own_store(many, 
     g = zarr.open_group(folder / "summaries.zarr", mode="r")
     own = store.open_complete(folder / runs[120] / "summaries.zarr")
     np.testing.assert_array_equal(g["pk"][120], own["pk"][:])
+    zarr.open_group(part, mode="r+").attrs["layout"] = 0  # another summaries layout
+    assert summary_parts.current_rows(part, folder) == {}
 
 
 def test_statistics_stack_rows_of_parts_runs_own_stores_and_fills():

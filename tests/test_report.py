@@ -201,8 +201,14 @@ def test_the_fiducial_runs_are_those_at_the_base_cosmology_else_the_nearest(tmp_
 
 
 @pytest.mark.parametrize("runs", [4, campaign_figures.MAX_LINES + 10])
-def test_the_campaign_cl_figure_draws_a_panel_per_source(tmp_path, runs):
-    lensing_campaign(tmp_path, np.linspace(0.28, 0.32, runs), base_omega_m=0.3)
+def test_the_campaign_cl_figure_draws_a_panel_per_source_with_the_fiducial(tmp_path, runs):
+    g = lensing_campaign(tmp_path, np.linspace(0.28, 0.32, runs), base_omega_m=0.3)
+    fig = campaign_figures.cl_spread_figure(g)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["source z0.5", "source z1"]
+    legend = set(panels[0].get_legend_handles_labels()[1])
+    assert "runs nearest the fiducial" in legend and "not resolved" in legend
+    assert ("median" in legend) == (runs > campaign_figures.MAX_LINES)
     out = tmp_path / "c" / "report" / "cl_ratio.png"
     campaign_figures.plot_cl_spread(tmp_path / "c" / "summaries.zarr", out)
     assert out.stat().st_size > 10_000

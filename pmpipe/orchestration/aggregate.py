@@ -24,7 +24,7 @@ def collect(
 ) -> Path:
     """Write the campaign's summaries.zarr and manifest.csv from its runs' summaries (complete
     and made from the run's configuration as the campaign makes it); returns the folder. A
-    run's summaries are read from its job's part (pmpipe.stages.summary_parts) where the part
+    run's summaries are read from a job's part (pmpipe.stages.summary_parts) where a part
     holds them as they are, else from the run's own store. Every run must be complete, or
     with ``partial`` at least one: a run not complete then has its statistics filled (NaN, 0
     for integers) and ``complete`` false, and the store says each run's state (done, running,

@@ -42,25 +42,32 @@ def cosmology_labels(g) -> tuple[list[str], list[str]]:
 def fiducial_runs(g, collected: np.ndarray) -> tuple[np.ndarray, bool]:
     """The positions of the collected runs (``collected``, bool per run) whose design point is
     nearest the campaign's base configuration (its fiducial cosmology; distance in units of
-    each design parameter's spread over the campaign), and whether they are at it (every
-    run, at it, when the design has no parameter)."""
+    each design parameter's spread over the campaign), and whether they are at it: every
+    collected run, at it, when the design has no parameter; none when the base leaves a
+    design parameter to be derived (as σ8 of a base normalised by A_s)."""
     params, _ = cosmology_labels(g)
     base = config.Run.model_validate(g.attrs["campaign_config"]["base"])
     distance = np.zeros(g["run"].shape[0])
     for name in params:
         values, at = g[name][:], design.run_value(base, name)
-        if at is not None:
-            spread = np.ptp(values[np.isfinite(values)]) or 1.0
-            distance += ((values - at) / spread) ** 2
+        if at is None:
+            return np.array([], int), False
+        spread = np.ptp(values[np.isfinite(values)]) if np.isfinite(values).any() else 0.0
+        distance += ((values - at) / (spread or 1.0)) ** 2
     distance = np.where(collected & np.isfinite(distance), distance, np.inf)
+    if not np.isfinite(distance).any():
+        return np.array([], int), False
     nearest = np.flatnonzero(distance == distance.min())
     return nearest, bool(distance.min() < 1e-12)
 
 
 def draw_fiducial(ax, x, curves, exact: bool) -> None:
-    """The mean of the fiducial runs' ``curves`` (run, x), in black."""
-    label = "fiducial" if exact else "runs nearest the fiducial"
-    ax.semilogx(x, np.mean(curves, axis=0), color="black", lw=1.5, ls="--", label=label)
+    """The mean of the fiducial runs' ``curves`` (run, x), dashed black above the other
+    lines; nothing without fiducial runs."""
+    if len(curves):
+        label = "fiducial" if exact else "runs nearest the fiducial"
+        mean = np.mean(curves, axis=0)
+        ax.semilogx(x, mean, color="black", lw=1.5, ls="--", label=label, zorder=3)
 
 
 def run_colours(labels: list[str], first: np.ndarray | None):
@@ -149,12 +156,17 @@ def plot_campaign(summaries_path, out_path) -> None:
 
 
 def plot_cl_spread(summaries_path, out_path) -> None:
+    """The campaign's C_ℓ figure (:func:`cl_spread_figure`) of its summaries, saved."""
+    save_figure(cl_spread_figure(open_checked(summaries_path)), out_path)
+
+
+def cl_spread_figure(g):
     """C_ℓ / C_ℓ,lin (Limber with the linear P(k)) of each source's convergence over the
-    campaign, a panel per source: every run, or for more than MAX_LINES runs their median and
-    the bands of 68 % and 95 % of them; the fiducial runs' mean dashed; ℓ outside the range
-    every run resolves shaded (the first draw of each run with lensing.draws)."""
+    campaign's summaries ``g``, a panel per source: every run, or for more than MAX_LINES runs
+    their median and the bands of 68 % and 95 % of them; the fiducial runs' mean dashed; ℓ
+    outside the range every run resolves shaded (the first draw of each run with
+    lensing.draws)."""
     plt = pyplot()
-    g = open_checked(summaries_path)
     suffix = "" if "cl" in g else "_healpix"
     ell = np.nanmax(g["ell" + suffix + "_mean"][:], axis=0)
     cl, lin = (
@@ -195,7 +207,7 @@ def plot_cl_spread(summaries_path, out_path) -> None:
     fig.suptitle(
         f"{g.attrs['campaign']}: convergence C_ℓ of {len(ratio)} runs{' (HEALPix)' if suffix else ''}"
     )
-    save_figure(fig, out_path)
+    return fig
 
 
 def draw_peaks(left, right, kappa, peaks, pdf, labels) -> None:

@@ -373,7 +373,7 @@ def submit_campaign(
     ]
     size = camp.execution.job_size()
     parts = [
-        str(summary_parts.part_path(results / camp.name, campaigns.job_name(g[0], size)))
+        str(summary_parts.job_part(results / camp.name, campaigns.job_name(g[0], size)))
         for g in groups
     ]
     return executor.map_array(RunsJob(pipeline.run_job), paths, parts)

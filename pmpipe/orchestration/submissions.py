@@ -1,12 +1,14 @@
 """The SLURM job arrays ``pmpipe submit`` sent for a campaign,
 ``<results>/<campaign>/.pmpipe/submitted.json``: each array's job id and the run ids of each
 of its tasks. A later ``pmpipe submit`` asks squeue which of those tasks are still pending or
-running and leaves their runs out, so that a campaign submitted in waves, or submitted again
-while its jobs wait, never has one run in two jobs."""
+running and leaves their runs out, so that a campaign submitted again while its arrays wait
+does not put their runs in a second array (where squeue answers; jobs of the Snakemake
+workflow are not recorded here)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -28,9 +30,12 @@ def read(campaign_dir: str | Path) -> dict[str, list[list[str]]]:
 
 
 def write(campaign_dir: str | Path, arrays: dict[str, list[list[str]]]) -> None:
+    """Replace the record at once (never half written)."""
     path = Path(campaign_dir) / SUBMITTED
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(arrays, indent=1) + "\n")
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(arrays, indent=1) + "\n")
+    os.replace(partial, path)
 
 
 def record(campaign_dir: str | Path, job_id: str, tasks: list[list[str]]) -> None:

@@ -45,19 +45,19 @@ PLANS = run_index.STATE_FOLDER  # folder of a campaign's plan files, beside its 
 class Job:
     """One Snakemake job: the runs of a group (campaign.job_groups) whose stores are not all
     complete, run in one process; the stores it makes, (run id, stage) from each run's first
-    incomplete stage on; its resources (SLURM plugin names with a site); the seconds
+    incomplete stage on; its resources (SLURM plugin names with a site); where it writes its
+    part of the campaign's summaries (pmpipe.stages.summary_parts); the seconds
     before its time limit at which it stops itself (launch.stop_ahead; 0: never); the
     wrapper its pmpipe runs in (launch.wrapper_command: the site's environment variables and
-    image; empty: the job's own Python); and where it writes its part of the campaign's
-    summaries (pmpipe.stages.summary_parts)."""
+    image; empty: the job's own Python)."""
 
     name: str
     run_ids: tuple[str, ...]
     stores: tuple[tuple[str, str], ...]
     resources: dict
+    part: str
     stop_ahead: int = 0
     wrapper: str = ""
-    part: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +153,9 @@ def plan_jobs(camp: campaigns.Campaign, campaign_dir: Path, slurm_site) -> list[
                     tuple(s.run_id for s in pending),
                     tuple((s.run_id, stage) for s in pending for stage in todo[s.run_id]),
                     resources,
+                    str(summary_parts.job_part(campaign_dir, name)),
                     launch.stop_ahead(resources, slurm_site),
                     shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres")))),
-                    str(summary_parts.part_path(campaign_dir, name)),
                 )
             )
     return jobs

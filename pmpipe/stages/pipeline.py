@@ -220,8 +220,8 @@ def run_all(
     starts a run once its table is cached (or making it failed: the run's setup then makes it,
     or reports why). With ``report``, process 0 writes the job's record there as JSON
     (:func:`job_record`). With ``progress_log`` (the job's log file), process 0 also writes
-    :func:`pmpipe.stages.progress.job_line` to stdout after each run. With ``part``, the job writes its part
-    of the campaign summaries there once its runs are done (pmpipe.stages.summary_parts)."""
+    :func:`pmpipe.stages.progress.job_line` to stdout after each run. With ``part``, process 0 writes the job's
+    part of the campaign summaries there once its runs are done (pmpipe.stages.summary_parts)."""
     import jax
 
     from pmpipe.runtime import compilation, openmp, parallel
@@ -280,7 +280,7 @@ def run_all(
             if progress_log is not None and jax.process_index() == 0:
                 bar = sys.stdout.isatty()
                 log.terminal().info("%s", job_line(outcomes, len(paths), progress_log, bar))
-    if part is not None:
+    if part is not None and jax.process_index() == 0:
         summary_parts.write_part_or_warn(part, [p.parent for p in paths])
     if report is not None and jax.process_index() == 0:
         _write_report(report, job_record(outcomes, time.perf_counter() - start, made_ahead))

@@ -1,15 +1,20 @@
 """Each job's part of its campaign's summaries, ``<campaign>/parts/<job>.zarr``: the summaries
 stores of the job's complete runs stacked along ``run``, with each run's config hash and the
-:func:`pmpipe.stages.run_record.fingerprint` of each of its stores when they were read. A job
-writes its part when its runs are done (pmpipe.stages.pipeline), keeping the rows of its earlier
-part that are still current, so that the campaign's collection reads one store per job instead
-of one per run; a row whose run's stores were written since is not used (the collection reads
-that run's own store instead)."""
+:func:`pmpipe.stages.run_record.fingerprint` of each of its stores when they were read. Process 0
+of a job writes its part once the job's runs are done (pmpipe.stages.pipeline), keeping the
+rows of its earlier part that are still current, so that the campaign's collection reads one
+store per job instead of one per run. A part is written under a name of its own, then put in
+place of the earlier one by a rename; a reader takes it whole into memory and uses it only
+when it was not replaced meanwhile, and a row only while its run's stores keep the recorded
+fingerprints, the run's config hash is the campaign's and the part has the summaries layout
+this pmpipe writes (else the collection reads that run's own store)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,19 +31,32 @@ from pmpipe.storage import provenance, store
 
 LOG = log.get(__name__)
 PARTS = "parts"
-BOOKKEEPING = ("config_hash", "fingerprint")  # a part's arrays that are not statistics
+BOOKKEEPING = ("run", "config_hash", "fingerprint")  # a part's arrays that are not summaries
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part read into memory: each array (run first) with its dimension names and
+    attributes; the stages whose stores each row's fingerprints are of."""
+
+    arrays: dict[str, np.ndarray]
+    labels: dict[str, tuple[tuple[str, ...], dict]]
+    stages: tuple[str, ...]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
 
 
 @dataclass(frozen=True)
 class Row:
-    """A run's row in a part: the part's store and the row's index."""
+    """A run's row in a part."""
 
-    part: Any  # zarr.Group
+    part: Part
     index: int
 
 
-def part_path(campaign_dir: str | Path, job: str) -> Path:
-    """Where the job's part is."""
+def job_part(campaign_dir: str | Path, job: str) -> Path:
+    """Where the job's part of the campaign's summaries is."""
     return Path(campaign_dir) / PARTS / f"{job}.zarr"
 
 
@@ -48,20 +66,39 @@ def fingerprints(run_dir: str | Path, names: tuple[str, ...]) -> list[list[int]]
     return [run_record.fingerprint(stages.store_path(run_dir, s)) or [0, 0, 0] for s in names]
 
 
-def layout(group: Any) -> tuple[list[str], list[str]]:
-    """The coordinates (1-D arrays named like their dimension) and the statistics (the other
-    arrays) of a run's summaries store or of a part (without its run and bookkeeping arrays),
-    each sorted."""
-    names = sorted(n for n in group.array_keys() if n not in ("run", *BOOKKEEPING))
-    coordinates = [n for n in names if tuple(group[n].metadata.dimension_names) == (n,)]
-    return coordinates, [n for n in names if n not in coordinates]
+def labels(source) -> dict[str, tuple[tuple[str, ...], dict, tuple[int, ...], np.dtype]]:
+    """Each summary array of one run, by name: dimension names, attributes, shape and type, as
+    a run's summaries store (a zarr group) or a :class:`Row`'s part (without its run axis)
+    holds it."""
+    if isinstance(source, Row):
+        return {
+            name: (dims[1:], attrs, source.part[name].shape[1:], source.part[name].dtype)
+            if dims[:1] == ("run",)
+            else (dims, attrs, source.part[name].shape, source.part[name].dtype)
+            for name, (dims, attrs) in source.part.labels.items()
+            if name not in BOOKKEEPING
+        }
+    return {
+        name: (
+            tuple(source[name].metadata.dimension_names),
+            dict(source[name].attrs),
+            source[name].shape,
+            source[name].dtype,
+        )
+        for name in source.array_keys()
+    }
+
+
+def axis(source, name: str) -> np.ndarray:
+    """The axis ``name`` (a 1-D array named like its dimension) of a run's summaries store or
+    of a :class:`Row`'s part."""
+    return np.asarray(source.part[name] if isinstance(source, Row) else source[name][...])
 
 
 def stacked(name: str, sources: list, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """The array ``name`` (of ``shape`` and ``dtype`` for one run) of each run stacked along a
-    first axis, each run read from its source: a :class:`Row` (one read of the part's array
-    for all its rows), a run's summaries store, or None (filled with NaN; 0 for an integer or
-    boolean array)."""
+    first axis, each run read from its source: a :class:`Row` (its part in memory), a run's
+    summaries store, or None (filled with NaN; 0 for an integer or boolean array)."""
     fill = np.nan if dtype.kind in "fc" else 0
     out = np.full((len(sources), *shape), fill, dtype)
     rows: dict[int, list[tuple[int, Row]]] = defaultdict(list)
@@ -71,137 +108,161 @@ def stacked(name: str, sources: list, shape: tuple[int, ...], dtype: np.dtype) -
         elif source is not None:
             out[i] = source[name][...]
     for found in rows.values():
-        data = found[0][1].part[name][:]
+        data = found[0][1].part[name]
         out[[i for i, _ in found]] = data[[row.index for _, row in found]]
     return out
 
 
-def write_statistics(out: Any, sources: list, coordinates: str) -> None:
-    """Write into ``out`` the coordinates of the runs' summaries and each statistic stacked
-    along ``run`` from ``sources`` (:func:`stacked`; at least one not None), each statistic
-    naming ``coordinates`` (the arrays of dims (run) that label it)."""
-    found = next(s for s in sources if s is not None)
-    first, lead = (found.part, 1) if isinstance(found, Row) else (found, 0)
-    names, statistics = layout(first)
-    for name in names:
-        source = first[name]
-        store.write_coordinate(
-            out, name, source[:], source.attrs["units"], source.attrs["long_name"]
-        )
-    for name in statistics:
-        source = first[name]
-        labels = ("units", "long_name", "coordinates")
-        extra = {k: v for k, v in source.attrs.items() if k not in labels}
+def write_statistics(out, sources: list, labelled_by: str) -> None:
+    """Write into the store ``out`` the axes of the runs' summaries (1-D arrays named like
+    their dimension) and each other summary array stacked along ``run`` from ``sources``
+    (:func:`stacked`; at least one not None), each naming ``labelled_by``: the arrays of dims
+    (run) that label it."""
+    first = next(s for s in sources if s is not None)
+    for name, (dims, attrs, shape, dtype) in sorted(labels(first).items()):
+        if dims == (name,):  # an axis: the same for every run
+            values = axis(first, name)
+            store.write_coordinate(out, name, values, attrs["units"], attrs["long_name"])
+            continue
+        extra = {k: v for k, v in attrs.items() if k not in ("units", "long_name", "coordinates")}
         store.write_array(
             out,
             name,
-            stacked(name, sources, source.shape[lead:], source.dtype),
-            ("run", *source.metadata.dimension_names[lead:]),
-            source.attrs["units"],
-            source.attrs["long_name"],
-            coordinates=coordinates,
+            stacked(name, sources, shape, dtype),
+            ("run", *dims),
+            attrs["units"],
+            attrs["long_name"],
+            coordinates=labelled_by,
             **extra,
         )
 
 
+def read_part(path: str | Path) -> Part | None:
+    """The complete part at ``path`` in memory, or None when there is none, it has another
+    summaries layout than this pmpipe writes, it does not read, or it was replaced while it
+    was read."""
+    before = run_record.fingerprint(path)
+    try:
+        group: Any = zarr.open_group(Path(path), mode="r")
+        attrs = dict(group.attrs)
+        if store.COMPLETE not in attrs or attrs.get("layout") != provenance.layout("summaries"):
+            return None
+        arrays = dict(group.arrays())
+        part = Part(
+            {n: np.asarray(a[...]) for n, a in arrays.items()},
+            {n: (tuple(a.metadata.dimension_names), dict(a.attrs)) for n, a in arrays.items()},
+            tuple(attrs["stages"]),
+        )
+    except (OSError, KeyError, ValueError, TypeError):  # zarr's errors included
+        return None
+    return part if before is not None and run_record.fingerprint(path) == before else None
+
+
 def current_rows(path: str | Path, campaign_dir: str | Path, hashes: dict | None = None) -> dict:
-    """The rows of the part at ``path`` that still hold their run's summaries, by run id: the
-    part complete and intact, the run's stores unwritten since (same fingerprints) and, with
+    """The rows of the part at ``path`` (:func:`read_part`) that still hold their run's
+    summaries, by run id: the run's stores unwritten since (same fingerprints) and, with
     ``hashes`` (run id -> config hash), the run's config hash the one given."""
-    if not store.is_complete(path) or store.problems(path):
+    part = read_part(path)
+    if part is None:
         return {}
-    part: Any = zarr.open_group(Path(path), mode="r")
-    names = tuple(part.attrs["stages"])
-    runs, recorded = part["run"][:], part["config_hash"][:]
-    prints = part["fingerprint"][:].tolist()
     rows = {}
-    for i, run in enumerate(str(r) for r in runs):
-        if hashes is not None and hashes.get(run) != recorded[i]:
+    for i, run in enumerate(str(r) for r in part["run"]):
+        if hashes is not None and hashes.get(run) != part["config_hash"][i]:
             continue
-        if fingerprints(Path(campaign_dir) / run, names) == prints[i]:
+        if fingerprints(Path(campaign_dir) / run, part.stages) == part["fingerprint"][i].tolist():
             rows[run] = Row(part, i)
     return rows
 
 
 def write_part(path: str | Path, run_dirs: list[Path]) -> Path | None:
-    """Write (every process of the job together, process 0 writing) the part at ``path`` from the runs of ``run_dirs`` whose summaries are complete and
-    current, and the rows of the earlier part there still current for other runs; replaces
-    the earlier part at once. Returns the path, or None when there is no run to write."""
-    from pmpipe.runtime import parallel
-
+    """Write the part at ``path`` from the runs of ``run_dirs`` whose summaries are complete and
+    current, and the rows of the earlier part there still current for other runs; returns the
+    path, or None when there is no run to write. One process writes it (no other process of
+    the job takes part)."""
     path = Path(path)
     campaign_dir = path.parent.parent
     sources: dict[str, Any] = {}
     hashes: dict[str, str] = {}
-    if path.exists():
-        for run, row in current_rows(path, campaign_dir).items():
-            sources[run] = row
-            hashes[run] = str(row.part["config_hash"][row.index])
+    prints: dict[str, list] = {}
     names: tuple[str, ...] = ()
+    for run, row in current_rows(path, campaign_dir).items():
+        sources[run], names = row, row.part.stages
+        hashes[run] = str(row.part["config_hash"][row.index])
+        prints[run] = row.part["fingerprint"][row.index].tolist()
     for run_dir in run_dirs:
         try:
             run_file = validation.load_run_file(run_dir / "config.json")
         except (OSError, config.ConfigError, ValueError):
             continue
+        run_stages = stages.run_stages(run_file.config)
+        taken = fingerprints(run_dir, run_stages)  # before the check: a later write shows
         summaries = stages.store_path(run_dir, "summaries")
-        if not status.is_current(summaries, run_file.config_hash):
-            continue
-        sources[run_dir.name] = zarr.open_group(summaries, mode="r")
-        hashes[run_dir.name] = run_file.config_hash
-        names = stages.run_stages(run_file.config)
+        if "summaries" in run_stages and status.is_current(summaries, run_file.config_hash):
+            sources[run_dir.name] = zarr.open_group(summaries, mode="r")
+            hashes[run_dir.name], prints[run_dir.name] = run_file.config_hash, taken
+            names = run_stages
     if not sources:
         return None
-    if not names:  # only rows of the earlier part
-        names = tuple(next(iter(sources.values())).part.attrs["stages"])
-    runs = sorted(sources)
-    written = path.with_name(f".{path.name}.writing")  # the same on every process
-    out: Any = store.create(
-        written,
-        {
+    runs = sorted(r for r in sources if len(prints[r]) == len(names))
+    _write_new(path, names, runs, [sources[r] for r in runs], hashes, prints)
+    return path
+
+
+def _write_new(path: Path, names, runs: list[str], sources: list, hashes, prints) -> None:
+    """Write the part under a name of its own, mark it complete, then rename it to ``path``
+    (the earlier part moved aside first, then deleted)."""
+    unique = f"{os.getpid()}-{time.monotonic_ns()}"
+    writing = path.with_name(f".{path.name}.{unique}")
+    group: Any = zarr.open_group(
+        writing,
+        mode="w",
+        zarr_format=3,
+        attributes={
             "format": provenance.FORMAT,
             "stage": "summary_part",
+            "layout": provenance.layout("summaries"),
             "stages": list(names),
             "started": store.now(),
         },
     )
-    store.write_coordinate(out, "run", np.array(runs), "1", "run id")
-    store.write_array(
-        out,
-        "config_hash",
-        np.array([hashes[r] for r in runs]),
-        ("run",),
-        "1",
-        "config hash of the run",
-    )
-    store.write_array(
-        out,
-        "fingerprint",
-        np.array([fingerprints(campaign_dir / r, names) for r in runs], np.int64),
-        ("run", "stage", "stat"),
-        "1",
-        "mtime (ns), size and inode of the root metadata of each stage's store when read",
-    )
-    write_statistics(out, [sources[r] for r in runs], "config_hash")
-    store.mark_complete(out)
-    parallel.barrier("part complete")  # every process has checked it before it moves
-    if _writer():
-        earlier = path.with_name(f".{path.name}.old")
-        if path.exists():
-            os.replace(path, earlier)
-        os.replace(written, path)
-        shutil.rmtree(earlier, ignore_errors=True)
-    return path
-
-
-def _writer() -> bool:
-    import jax
-
-    return jax.process_index() == 0
+    run_axis = ("run",)
+    arrays: dict[str, Any] = {
+        "run": (np.array(runs), run_axis, {"long_name": "run id"}),
+        "config_hash": (np.array([hashes[r] for r in runs]), run_axis, {}),
+        "fingerprint": (
+            np.array([prints[r] for r in runs], np.int64),
+            ("run", "stage", "stat"),
+            {"long_name": "mtime (ns), size, inode of each stage's store's root metadata"},
+        ),
+    }
+    for name, (dims, attrs, shape, dtype) in labels(sources[0]).items():
+        if dims == (name,):
+            arrays[name] = (axis(sources[0], name), dims, attrs)
+        else:
+            arrays[name] = (stacked(name, sources, shape, dtype), ("run", *dims), attrs)
+    for name, (data, dims, attrs) in arrays.items():
+        array = group.create_array(
+            name,
+            shape=data.shape,
+            dtype=str if data.dtype.kind == "U" else data.dtype,
+            dimension_names=dims,
+            attributes=attrs,
+        )
+        array[...] = data
+    group.update_attributes({store.COMPLETE: store.now()})
+    with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(writing)  # a reader opens every array in one read
+    earlier = path.with_name(f".{path.name}.old-{unique}")
+    if path.exists():
+        os.replace(path, earlier)
+    os.replace(writing, path)
+    shutil.rmtree(earlier, ignore_errors=True)
 
 
 def write_part_or_warn(path: str | Path, run_dirs: list[Path]) -> None:
-    """:func:`write_part`, every process of the job together; a part that cannot be written is
-    logged, not fatal (the collection reads the runs' own stores instead)."""
+    """:func:`write_part`; a part that cannot be written is logged, not fatal (the collection
+    reads the runs' own stores instead)."""
     try:
         written = write_part(path, run_dirs)
     except Exception as err:  # noqa: BLE001  the part saves the collection reads; the runs are done
