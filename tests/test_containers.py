@@ -21,7 +21,7 @@ from pmpipe.orchestration import campaign
 from pmpipe.storage import store
 
 GOLDEN = Path(__file__).parent / "golden"
-IMAGES = {"pmpipe-cpu.def": "run.txt", "pmpipe-gpu.def": "gpu.txt"}  # definition: its export
+IMAGES = {"pmpipe-cpu.def": "run.txt", "pmpipe-gpu.def": "gpu-cuda13.txt"}  # definition: its export
 VENV_PYTHON = "/opt/pmpipe/venv/bin/python"
 SOURCE = "/opt/pmpipe/src"
 
@@ -79,13 +79,22 @@ def test_a_definition_installs_exactly_its_locked_export_then_pmpipe_alone(name)
 
 
 def test_the_exports_give_each_image_what_it_runs_on():
-    cpu, gpu, test = locked("run.txt"), locked("gpu.txt"), locked("test.txt")
+    cpu, gpu, test = locked("run.txt"), locked("gpu-cuda13.txt"), locked("test.txt")
     assert {"jax", "jaxlib", "jaxdecomp", "zarr", "snakemake", "submitit"} <= set(cpu)
     assert not {"jax-cuda13-plugin", "mpi4py", "pytest"} & set(cpu)
     assert {"jax-cuda13-plugin", "nvidia-nccl-cu13", "mpi4py"} <= set(gpu)
     # one resolution: a package in two exports has one version
     for other in (gpu, test):
         assert {k: v for k, v in other.items() if k in cpu} == cpu
+
+
+def test_the_cuda12_export_is_the_gpu_image_s_with_cuda_12_wheels():
+    cuda12, cuda13 = locked("gpu-cuda12.txt"), locked("gpu-cuda13.txt")
+    assert {"jax-cuda12-plugin", "nvidia-nccl-cu12", "mpi4py"} <= set(cuda12)
+    assert not {n for n in cuda12 if "cu13" in n or "cuda13" in n}
+    same = set(cuda12) & set(cuda13)
+    assert {"jax", "jaxlib", "jaxdecomp", "mpi4py"} <= same
+    assert {k: cuda12[k] for k in same} == {k: cuda13[k] for k in same}
 
 
 def test_the_gpu_image_s_base_matches_the_locked_cuda_wheels():
@@ -95,7 +104,7 @@ def test_the_gpu_image_s_base_matches_the_locked_cuda_wheels():
         r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu24\.04", definition.header["From"]
     )
     assert base, definition.header["From"]
-    gpu = locked("gpu.txt")
+    gpu = locked("gpu-cuda13.txt")
     runtime = gpu["nvidia-cuda-runtime"].split(".")
     assert [base[1], base[2]] == runtime[:2]
     assert f"jax-cuda{base[1]}-plugin" in gpu

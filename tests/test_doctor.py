@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
 from pmpipe.cli import doctor
 
@@ -117,6 +118,10 @@ def test_warnings_name_the_setting_to_change():
     )
     (old,) = doctor.warnings(_facts(gpus, 1, "470.82.01"), {})
     assert "470.82.01" in old and "525.60.13" in old and "CUDA 12" in old
+    assert "use a node with a newer one" in old
+    cuda13 = gpus | {"cuda_plugin": "jax-cuda13-plugin 0.10.2"}
+    (older,) = doctor.warnings(_facts(cuda13, 1, "570.86.10"), {})
+    assert "580.65.6" in older and "-r requirements/gpu-cuda12.txt" in older
     flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     assert doctor.warnings(_facts(CPU, 1), flags) == []
     (devices,) = doctor.warnings(_facts(CPU, 2), flags)
@@ -160,7 +165,7 @@ def test_a_backend_jax_cannot_start_is_diagnosed_without_a_traceback(tmp_path):
     report = run("doctor")
     assert report.returncode == 2 and "Traceback" not in report.stderr
     assert "backend None" in report.stdout
-    for text in ("JAX_PLATFORMS='cuda'", "requirements/gpu.txt", "export JAX_PLATFORMS=cpu"):
+    for text in ("JAX_PLATFORMS='cuda'", "requirements/gpu-cuda13.txt", "export JAX_PLATFORMS=cpu"):
         assert text in report.stdout, report.stdout  # the table's warnings
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps({"name": "nogpu", "base": {"box": {"particles": 16}}}))
@@ -182,3 +187,12 @@ def test_the_diagnosis_names_what_is_installed_and_the_fix():
     assert "(no CUDA devices found)" in no_gpu and "jax-cuda13-plugin 0.10.2" in no_gpu
     assert "nvidia-smi" in no_gpu and backend.GPU_LOCK not in no_gpu
     assert backend.failure(ValueError("not JAX's")) is None  # other errors stay as they are
+
+
+def test_each_driver_is_told_the_lock_of_the_newest_cuda_it_runs():
+    assert doctor.lock_for_driver((580, 65, 6)) == "requirements/gpu-cuda13.txt"
+    assert doctor.lock_for_driver((570, 86, 10)) == "requirements/gpu-cuda12.txt"
+    assert doctor.lock_for_driver((525, 60, 13)) == "requirements/gpu-cuda12.txt"
+    assert doctor.lock_for_driver((525, 60, 12)) is None and doctor.lock_for_driver(None) is None
+    for major in doctor.MIN_DRIVER:
+        assert (REPO / f"requirements/gpu-cuda{major}.txt").is_file()

@@ -136,6 +136,13 @@ def report(environ: Mapping[str, str] | None = None) -> dict:
     return facts
 
 
+def lock_for_driver(driver: tuple[int, ...] | None) -> str | None:
+    """The export of the lock with JAX's wheels for the newest CUDA that an NVIDIA driver of
+    version ``driver`` runs (MIN_DRIVER), or None when it runs none of them."""
+    fits = [major for major, need in MIN_DRIVER.items() if driver is not None and driver >= need]
+    return f"requirements/gpu-cuda{max(fits)}.txt" if fits else None
+
+
 def _version_tuple(text: str | None) -> tuple[int, ...] | None:
     numbers = re.findall(r"\d+", text or "")
     return tuple(int(n) for n in numbers) if numbers else None
@@ -170,10 +177,15 @@ def warnings(facts: dict, environ: Mapping[str, str]) -> list[str]:
     major = int(found.group(1)) if found else None
     if major in MIN_DRIVER and driver is not None and driver < MIN_DRIVER[major]:
         need = ".".join(map(str, MIN_DRIVER[major]))
+        fits = lock_for_driver(driver)
         out.append(
             f"NVIDIA driver {facts['cuda_driver']} is older than {need}, the oldest "
             f"that the CUDA {major} wheels of JAX ({plugin}) run on: update the driver or "
-            "install JAX's wheels for an older CUDA"
+            + (
+                f"install the wheels for it: python -m pip install --require-hashes -r {fits}"
+                if fits
+                else "use a node with a newer one"
+            )
         )
     if (
         facts["processes"]["count"] > 1
@@ -234,7 +246,13 @@ def table(facts: dict) -> str:
             if cont["inside"]
             else "not in an Apptainer image",
         ),
-        ("cuda driver", facts["cuda_driver"] or "no nvidia-smi"),
+        (
+            "cuda driver",
+            f"{facts['cuda_driver']} (JAX's CUDA wheels for it: "
+            f"{lock_for_driver(_version_tuple(facts['cuda_driver'])) or 'none'})"
+            if facts["cuda_driver"]
+            else "no nvidia-smi",
+        ),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]

@@ -12,7 +12,10 @@ from pathlib import Path
 from pmpipe.runtime import versions
 
 PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin", "jax-rocm7-plugin", "libtpu")
-GPU_LOCK = "python -m pip install --require-hashes -r requirements/gpu.txt"
+GPU_LOCK = (
+    "python -m pip install --require-hashes -r requirements/gpu-cuda13.txt (NVIDIA driver "
+    ">= 580; requirements/gpu-cuda12.txt for drivers >= 525.60.13)"
+)
 
 
 class BackendError(RuntimeError):
