@@ -106,7 +106,7 @@ def test_store_without_marker_is_recomputed(campaign):
 
 
 @pytest.mark.slow
-def test_damaged_stores_are_found_by_verify_and_recomputed(campaign):
+def test_damaged_stores_are_found_by_verify_and_recomputed(campaign, capsys):
     """A deleted chunk is found when the workflow plans; a changed byte by `pmpipe verify`,
     which takes the store's marker off: the next snakemake makes both stores again, alone."""
     from pmpipe import cli
@@ -129,6 +129,13 @@ def test_damaged_stores_are_found_by_verify_and_recomputed(campaign):
         ("tiny-fiducial-r0", "summaries"),
         ("tiny-fiducial-r1", "summaries"),
     }
+    part = runs_dir / "parts" / "job0000.zarr"  # verify reads a job's part whole
+    chunk = next(f for f in (part / "pk" / "c").rglob("*") if f.is_file())
+    chunk.write_bytes(b"x" * chunk.stat().st_size)
+    capsys.readouterr()
+    assert cli.main(["verify", "--report-only", str(part)]) == 1
+    assert "does not read as a job's part of the campaign summaries" in capsys.readouterr().out
+    shutil.rmtree(part)  # collection reads the runs' own stores
 
 
 @pytest.mark.slow

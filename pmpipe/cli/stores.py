@@ -34,12 +34,30 @@ def show(args) -> int:
     return 0
 
 
+def _problems(path) -> list[str]:
+    """What is wrong with a store (store.problems with checksums, against its run's config),
+    or with a job's part of the campaign summaries (it reads whole: summary_parts.read_part)."""
+    from pmpipe.stages import status, summary_parts
+    from pmpipe.storage import store
+
+    if path.parent.name == summary_parts.PARTS:
+        if summary_parts.read_part(path) is None:
+            reason = (
+                "does not read as a job's part of the campaign summaries (collect reads "
+                "its runs' own stores instead; remove it)"
+            )
+            return [reason]
+        return []
+    return store.problems(path, checksums=True, config_hash=status.run_config_hash(path))
+
+
 def verify(args) -> int:
     """``pmpipe verify PATH...``: every store's shards against its manifest and its config
-    and upstream stores against its run's; a store that fails loses its completion marker
-    (unless --report-only or the file system refuses), and every store is checked whatever
+    and upstream stores against its run's, and each job's part of the campaign summaries
+    (it reads whole); a store that fails loses its completion marker (unless --report-only
+    or the file system refuses; a part is left as it is), and every store is checked whatever
     the others gave."""
-    from pmpipe.stages import status
+    from pmpipe.stages import summary_parts
     from pmpipe.storage import store
 
     paths = [p for given in args.paths for p in store.stores_under(given)]
@@ -48,13 +66,14 @@ def verify(args) -> int:
     failed = kept = 0
     for path in paths:
         try:
-            found = store.problems(path, checksums=True, config_hash=status.run_config_hash(path))
+            found = _problems(path)
         except OSError as err:
             found = [f"cannot be read ({err.strerror or err})"]
         note = ""
         if found:
             failed += 1
-            if store.has_marker(path) and not args.report_only:
+            is_part = path.parent.name == summary_parts.PARTS
+            if store.has_marker(path) and not args.report_only and not is_part:
                 try:
                     store.invalidate(path, found)
                 except OSError as err:

@@ -153,7 +153,7 @@ def read_part(path: str | Path) -> Part | None:
             {n: (tuple(a.metadata.dimension_names), dict(a.attrs)) for n, a in arrays.items()},
             tuple(attrs["stages"]),
         )
-    except (OSError, KeyError, ValueError, TypeError):  # zarr's errors included
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError):  # zarr's, a codec's
         return None
     return part if before is not None and run_record.fingerprint(path) == before else None
 
