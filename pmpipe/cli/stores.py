@@ -34,13 +34,13 @@ def show(args) -> int:
     return 0
 
 
-def _problems(path) -> list[str]:
+def _problems(path, is_part: bool) -> list[str]:
     """What is wrong with a store (store.problems with checksums, against its run's config),
     or with a job's part of the campaign summaries (it reads whole: summary_parts.read_part)."""
     from pmpipe.stages import status, summary_parts
     from pmpipe.storage import store
 
-    if path.parent.name == summary_parts.PARTS:
+    if is_part:
         if summary_parts.read_part(path) is None:
             reason = (
                 "does not read as a job's part of the campaign summaries (collect reads "
@@ -65,14 +65,14 @@ def verify(args) -> int:
         raise store.IncompleteStoreError(f"no zarr store in {', '.join(map(str, args.paths))}")
     failed = kept = 0
     for path in paths:
+        is_part = path.parent.name == summary_parts.PARTS
         try:
-            found = _problems(path)
+            found = _problems(path, is_part)
         except OSError as err:
             found = [f"cannot be read ({err.strerror or err})"]
         note = ""
         if found:
             failed += 1
-            is_part = path.parent.name == summary_parts.PARTS
             if store.has_marker(path) and not args.report_only and not is_part:
                 try:
                     store.invalidate(path, found)

@@ -113,23 +113,33 @@ def stacked(name: str, sources: list, shape: tuple[int, ...], dtype: np.dtype) -
     return out
 
 
-def write_statistics(out, sources: list, labelled_by: str) -> None:
-    """Write into the store ``out`` the axes of the runs' summaries (1-D arrays named like
-    their dimension) and each other summary array stacked along ``run`` from ``sources``
-    (:func:`stacked`; at least one not None), each naming ``labelled_by``: the arrays of dims
-    (run) that label it."""
+def summary_arrays(sources: list) -> dict[str, tuple[np.ndarray, tuple[str, ...], dict]]:
+    """Each summary array of the runs of ``sources`` (at least one not None), by name: (data,
+    dimension names, attributes), an axis (a 1-D array named like its dimension) as one run
+    has it, every other array stacked along ``run`` (:func:`stacked`)."""
     first = next(s for s in sources if s is not None)
-    for name, (dims, attrs, shape, dtype) in sorted(labels(first).items()):
-        if dims == (name,):  # an axis: the same for every run
-            values = axis(first, name)
-            store.write_coordinate(out, name, values, attrs["units"], attrs["long_name"])
+    return {
+        name: (axis(first, name), dims, attrs)
+        if dims == (name,)
+        else (stacked(name, sources, shape, dtype), ("run", *dims), attrs)
+        for name, (dims, attrs, shape, dtype) in sorted(labels(first).items())
+    }
+
+
+def write_statistics(out, sources: list, labelled_by: str) -> None:
+    """Write into the store ``out`` the runs' summary arrays (:func:`summary_arrays`), each
+    array stacked along ``run`` naming ``labelled_by``: the arrays of dims (run) that label
+    it."""
+    for name, (data, dims, attrs) in summary_arrays(sources).items():
+        if dims == (name,):
+            store.write_coordinate(out, name, data, attrs["units"], attrs["long_name"])
             continue
         extra = {k: v for k, v in attrs.items() if k not in ("units", "long_name", "coordinates")}
         store.write_array(
             out,
             name,
-            stacked(name, sources, shape, dtype),
-            ("run", *dims),
+            data,
+            dims,
             attrs["units"],
             attrs["long_name"],
             coordinates=labelled_by,
@@ -235,12 +245,7 @@ def _write_new(path: Path, names, runs: list[str], sources: list, hashes, prints
             {"long_name": "mtime (ns), size, inode of each stage's store's root metadata"},
         ),
     }
-    for name, (dims, attrs, shape, dtype) in labels(sources[0]).items():
-        if dims == (name,):
-            arrays[name] = (axis(sources[0], name), dims, attrs)
-        else:
-            arrays[name] = (stacked(name, sources, shape, dtype), ("run", *dims), attrs)
-    for name, (data, dims, attrs) in arrays.items():
+    for name, (data, dims, attrs) in (arrays | summary_arrays(sources)).items():
         array = group.create_array(
             name,
             shape=data.shape,
