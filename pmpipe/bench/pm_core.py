@@ -150,8 +150,11 @@ def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
     """Measure one configuration; returns the JSON-ready record. compare='jaxpm' adds the
     JaxPM peer and the accuracy of both against a converged JaxPM reference; compare='pmwd'
     adds pmwd's run of the same job (from the Python path or ``pmwd_path``)."""
-    mesh = parallel.make_mesh(pdims)
     domain.check_divisible(particles, pdims)
+    # pmwd's process first, while this one holds nothing on the device: otherwise the two
+    # together can exceed it (512^3 at B = 2 on one 141 GB GPU)
+    peer = compare_pmwd(particles, oversample, steps, pmwd_path) if compare == "pmwd" else None
+    mesh = parallel.make_mesh(pdims)
     cosmo = COSMOLOGY
     grid = Grid(mesh, particles, oversample, BOX_SIZE, halo)
     noise = ics.white_noise(seed, particles, mesh)
@@ -200,6 +203,7 @@ def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
         peak_rss_bytes=peak,
         rss_bytes_per_particle=peak / particles**3,
         device_peak_bytes=memory.device_peak_bytes(),
+        device_bytes_limit=memory.device_bytes_limit(),
         evolution_memory=evolution_memory(particles, oversample, steps, mesh, halo),
     )
     if record["device_peak_bytes"] is not None:
@@ -207,8 +211,8 @@ def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
     if compare == "jaxpm":
         record.update(compare_jaxpm(init.delta_linear, res.disp, mesh, steps, halo))
         record["vs_jaxpm"] = _versus(record, record["jaxpm"])
-    if compare == "pmwd":
-        peer = record["pmwd"] = compare_pmwd(particles, oversample, steps, pmwd_path)
+    if peer is not None:
+        record["pmwd"] = peer
         record["vs_pmwd"] = _versus(record, peer)
     return record
 

@@ -22,6 +22,41 @@ from pmpipe.physics.timesteps import STEP_SPACINGS
 
 BENCH = (
     Command(
+        "suite",
+        "the device figures of docs/performance.md in one command, each measurement in a "
+        "process of its own: PM jobs against pmwd and JaxPM, the largest N that fits, a "
+        "campaign with lensing, scaling over the local devices",
+        benchmarks.suite,
+        (
+            arg("--sizes", type=int, nargs="+", default=[128, 256, 512], help="particles per side"),
+            arg("--oversamples", type=int, nargs="+", default=[1, 2], help="force meshes B"),
+            arg(
+                "--peers",
+                nargs="*",
+                choices=["pmwd", "jaxpm"],
+                default=["pmwd", "jaxpm"],
+                help="peers compared (default both; JaxPM at B = 1)",
+            ),
+            arg("--campaign-runs", type=int, default=16, help="runs of the campaign (default 16)"),
+            arg(
+                "--scaling-particles",
+                type=int,
+                default=256,
+                help="particles per side of the scaling (default 256)",
+            ),
+            arg("--pmwd", metavar="DIR", help="folder that holds the pmwd package"),
+            arg(
+                "--budget",
+                type=float,
+                default=3600.0,
+                help="seconds after which no measurement starts and the running one stops "
+                "(default 3600)",
+            ),
+            arg("--dry-run", action="store_true", help="print what it would measure"),
+            JSON,
+        ),
+    ),
+    Command(
         "campaign",
         "a campaign end to end through Snakemake in a fresh working directory: wall time, "
         "runs per hour, physics time and duty, compilations, bytes written, memory",

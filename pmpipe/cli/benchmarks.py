@@ -20,6 +20,27 @@ def _emit(record: dict, path) -> None:
     sys.stdout.write("\n")
 
 
+def suite(args) -> int:
+    """``pmpipe bench suite``: the device figures of docs/performance.md in one command."""
+    from pmpipe.bench import campaign, suite
+
+    plan = suite.Suite(
+        tuple(args.sizes),
+        tuple(args.oversamples),
+        tuple(args.peers),
+        args.campaign_runs,
+        args.scaling_particles,
+        args.pmwd,
+    )
+    if args.dry_run:
+        for line in suite.describe(plan, max(suite.local_gpus(), 1)):
+            print(line)
+        return 0
+    record = suite.run(plan, args.budget, args.json, campaign.default_snakefile().parent)
+    print(suite.table(record))
+    return 0 if all(e["status"] == "done" for e in record["entries"]) else 1
+
+
 def nbody(args) -> int:
     """``pmpipe bench nbody``: the PM core of one simulation."""
     from pmpipe.bench import pm_core

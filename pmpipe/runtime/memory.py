@@ -27,3 +27,12 @@ def device_peak_bytes() -> int | None:
 
     stats = jax.local_devices()[0].memory_stats() or {}
     return stats.get("peak_bytes_in_use")
+
+
+def device_bytes_limit() -> int | None:
+    """Bytes XLA's allocator may use on the first local device (its memory fraction of the
+    card; GPUs; None on CPU)."""
+    import jax
+
+    stats = jax.local_devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
