@@ -20,6 +20,7 @@ def plan(args) -> int:
     camp = campaign.load(args.campaign)
     print(manifest.plan_table(camp, None if args.all_runs else manifest.ROWS_SHOWN))
     print(manifest.jobs_line(camp, args.results, _plan_site(args)))
+    print(manifest.halo_line(camp))
     if camp.decomposition is not None:
         print(manifest.decomposition_line(camp))
     linear = manifest.linear_power_line(camp, args.results)
@@ -110,7 +111,7 @@ def tune(args) -> int:
     """``pmpipe tune CAMPAIGN``: time the decompositions of its devices, record the fastest."""
     from pmpipe.bench import tune
     from pmpipe.orchestration import campaign, decomposition, manifest
-    from pmpipe.run import config
+    from pmpipe.run import config, halo
     from pmpipe.runtime import parallel
 
     wanted = (config.read_mapping(args.campaign).get("decomposition") or {}).get("devices")
@@ -126,9 +127,7 @@ def tune(args) -> int:
     import jax
 
     box = camp.base.box
-    sweep = tune.sweep(
-        d.devices, box.particles, box.oversample, camp.base.parallel.halo_cells, args.repeat
-    )
+    sweep = tune.sweep(d.devices, box.particles, box.oversample, halo.cells(camp.base), args.repeat)
     decomposition.record(d.file, jax.devices()[0].device_kind, sweep)
     print(
         f"recorded in {d.file}: "

@@ -33,7 +33,7 @@ from pydantic import (
 from pmpipe import stages
 from pmpipe.orchestration import decomposition, resources, run_index, seeds
 from pmpipe.orchestration import design as designs
-from pmpipe.run import config, draws, validation
+from pmpipe.run import config, draws, halo, validation
 
 
 class Decomposition(config.StrictModel):
@@ -101,6 +101,7 @@ class Campaign(config.StrictModel):
         "sweeps (pmpipe tune) instead of giving them",
     )
     _pdims_source: str = PrivateAttr("given")
+    _halo_source: str = PrivateAttr("given")
     _runs: tuple[RunSpec, ...] = PrivateAttr(())
 
     @property
@@ -108,6 +109,11 @@ class Campaign(config.StrictModel):
         """Every run of the campaign in design order (:func:`expand`), expanded once when the
         campaign is validated."""
         return self._runs
+
+    @property
+    def halo_source(self) -> str:
+        """How base.parallel.halo_cells was set: 'given', or 'auto' (:meth:`_choose_halo`)."""
+        return self._halo_source
 
     @property
     def pdims_source(self) -> str:
@@ -143,6 +149,8 @@ class Campaign(config.StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo):
+        if self.base.parallel.halo_cells == "auto":
+            self._choose_halo()
         if self.decomposition is not None:
             self._choose_pdims()
         if self.base.ic.seed != 0:
@@ -163,16 +171,35 @@ class Campaign(config.StrictModel):
         self._runs = tuple(expand(self, (info.context or {}).get("source", "campaign")))
         return self
 
+    def _choose_halo(self) -> None:
+        """base.parallel.halo_cells 'auto': the halo the design's largest displacements need
+        (pmpipe.run.halo.auto_cells), one for every run, so that runs of a size share one
+        compiled program."""
+        given = self.base.cosmology.model_fields_set
+        base = self.base.cosmology.model_dump()
+        points = designs.bounding_points(self.design, self.base, campaign_seed(self))
+        cosmologies = [
+            _point_cosmology(
+                base, given, {k: v for k, v in p.items() if not designs.is_nuisance(k)}
+            )
+            for p in points
+        ]
+        cells = halo.auto_cells(self.base, cosmologies)
+        run = self.base.model_dump(exclude_unset=True)
+        run.setdefault("parallel", {})["halo_cells"] = cells
+        object.__setattr__(self, "base", self._simulable(config.Run.model_validate(run)))
+        self._halo_source = "auto"
+
     def _choose_pdims(self) -> None:
         if "pdims" in self.base.parallel.model_fields_set:
             raise ValueError(
                 "base.parallel.pdims are given and so is a decomposition section: "
                 "set base.parallel.pdims to 'auto' or remove the section"
             )
-        box, par = self.base.box, self.base.parallel
+        box = self.base.box
         chosen = config.section(self.decomposition, "decomposition")
         pdims, source = decomposition.choose(
-            chosen.devices, box.particles, box.oversample, par.halo_cells, chosen.file
+            chosen.devices, box.particles, box.oversample, halo.cells(self.base), chosen.file
         )
         base = self.base.model_dump(exclude_unset=True)  # what the file sets stays told apart
         base.setdefault("parallel", {})["pdims"] = pdims

@@ -253,6 +253,16 @@ def range_ends(design: Design) -> list[tuple[str, dict]]:
     ]
 
 
+def bounding_points(design: Design, base: config.Run, seed: int) -> list[dict]:
+    """Parameters of the points that bound, over the design, a quantity monotonic in each
+    cosmological parameter: a sampled design's corners of its cosmological ranges (more
+    samples change none of them), else its points."""
+    if design.kind not in ("latin_hypercube", "sobol"):
+        return [parameters for _, parameters in design_points(design, base, seed)]
+    ranges = {n: bounds for n, bounds in design.parameters.items() if not is_nuisance(n)}
+    return [dict(zip(ranges, ends)) for ends in itertools.product(*ranges.values())]
+
+
 def design_points(design: Design, base: config.Run, seed: int) -> list[tuple[str, dict]]:
     """(label, parameters) of each point of ``design`` around the run ``base`` (the fiducial
     of derivatives), in a fixed order; samples drawn with the campaign ``seed``."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pmpipe import stages
-from pmpipe.orchestration import decomposition, launch
+from pmpipe.orchestration import decomposition, launch, resources
 from pmpipe.orchestration import design as designs
 from pmpipe.orchestration import site as sites
 from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits, job_groups
@@ -103,6 +103,19 @@ def jobs_line(camp: Campaign, results_dir: str | Path, site: sites.Site | None) 
             files = sum(1 for p in run_dir.rglob("*") if p.is_file())
             return f"{line}; {files} files a run, {files * len(camp.runs)} in all (counted in {run_dir})"
     return f"{line}; files a run: counted once a run is complete"
+
+
+def halo_line(camp: Campaign) -> str:
+    """The campaign's halo and what it costs, for ``pmpipe plan``."""
+    par = camp.base.parallel
+    how = " (auto: the design's largest linear displacement)" if camp.halo_source == "auto" else ""
+    if par.pdims == (1, 1):
+        return f"halo: {par.halo_cells} force-mesh cells{how}, unused on one device"
+    padding = resources.halo_padding(camp.base)
+    return (
+        f"halo: {par.halo_cells} force-mesh cells{how}: each device's force-mesh block "
+        f"{padding:.2f} x its own cells on pdims {tuple(par.pdims)}"
+    )
 
 
 def decomposition_line(camp: Campaign) -> str | None:

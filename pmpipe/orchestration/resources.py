@@ -14,6 +14,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from pmpipe.physics import sky
 from pmpipe.run import config, draws, validation
+from pmpipe.run import halo as halos
 from pmpipe.stages import STAGES
 
 # Runs per job by platform. One process compiles once for all its runs, so larger groups
@@ -231,9 +232,9 @@ def full_sky_raytrace(run: config.Run, planes: int, cores: int) -> tuple[float, 
     return memory, seconds * RAYTRACE_MEASURED_CORES / cores
 
 
-def _halo_padding(run: config.Run) -> float:
+def halo_padding(run: config.Run) -> float:
     """Padded / unpadded size of a device's force-mesh block (halos on the split axes)."""
-    mesh_n, halo = run.box.particles * run.box.oversample, run.parallel.halo_cells
+    mesh_n, halo = run.box.particles * run.box.oversample, halos.cells(run)
     return math.prod(1 + 2 * halo / (mesh_n // p) if p > 1 else 1 for p in run.parallel.pdims)
 
 
@@ -289,7 +290,7 @@ def _model(
     field_bytes = itemsize * (
         particle_words * particles
         + plane_cells
-        + (mesh_words * _halo_padding(run) + snapshots) * cells
+        + (mesh_words * halo_padding(run) + snapshots) * cells
     )
     shells = itemsize * _shell_words(run, planes, devices) * (1 if gpu else devices)
     memory = (

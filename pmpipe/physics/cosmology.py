@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe.physics import background
+from pmpipe.physics import background, eisenstein_hu
 from pmpipe.physics.background import E2, FIDUCIAL, HUBBLE_DISTANCE, omega_de, omega_radiation
 
 # Growth tables: RK4 in ln a from A_TABLE_MIN to 1.
@@ -267,83 +267,14 @@ def on_host(function, cosmo: Cosmology, x) -> np.ndarray:
 
 
 def transfer_eisenstein_hu(cosmo: Cosmology, k, wiggles: bool = True):
-    """Eisenstein & Hu (1998) matter transfer function; k in h/Mpc.
-
-    wiggles=True: the full fit with baryon acoustic oscillations (their eqs. 16-24);
-    wiggles=False: the smooth "zero-baryon shape" fit with the effective shape Γ_eff (eqs. 29-31).
-    """
-    h = cosmo.h
-    om = cosmo.Omega_m * h**2
-    ob = cosmo.Omega_b * h**2
-    fb = cosmo.Omega_b / cosmo.Omega_m
-    fc = 1.0 - fb
-    theta = cosmo.T_cmb / 2.7
-    kmpc = k * h  # 1/Mpc
-    if not wiggles:
-        s = 44.5 * jnp.log(9.83 / om) / jnp.sqrt(1.0 + 10.0 * ob**0.75)
-        alpha = 1.0 - 0.328 * jnp.log(431.0 * om) * fb + 0.38 * jnp.log(22.3 * om) * fb**2
-        gamma_eff = cosmo.Omega_m * h * (alpha + (1.0 - alpha) / (1.0 + (0.43 * kmpc * s) ** 4))
-        q = k * theta**2 / gamma_eff
-        L0 = jnp.log(2.0 * jnp.e + 1.8 * q)
-        C0 = 14.2 + 731.0 / (1.0 + 62.5 * q)
-        return L0 / (L0 + C0 * q * q)
-
-    z_eq = 2.50e4 * om * theta**-4
-    k_eq = 7.46e-2 * om * theta**-2
-    b1 = 0.313 * om**-0.419 * (1.0 + 0.607 * om**0.674)
-    b2 = 0.238 * om**0.223
-    z_d = 1291.0 * om**0.251 / (1.0 + 0.659 * om**0.828) * (1.0 + b1 * ob**b2)
-    R_d = 31.5 * ob * theta**-4 * (1e3 / z_d)
-    R_eq = 31.5 * ob * theta**-4 * (1e3 / z_eq)
-    s = (
-        2.0
-        / (3.0 * k_eq)
-        * jnp.sqrt(6.0 / R_eq)
-        * jnp.log((jnp.sqrt(1.0 + R_d) + jnp.sqrt(R_d + R_eq)) / (1.0 + jnp.sqrt(R_eq)))
-    )
-    k_silk = 1.6 * ob**0.52 * om**0.73 * (1.0 + (10.4 * om) ** -0.95)
-    q = kmpc / (13.41 * k_eq)
-
-    def t0_tilde(alpha, beta):
-        L = jnp.log(jnp.e + 1.8 * beta * q)
-        C = 14.2 / alpha + 386.0 / (1.0 + 69.9 * q**1.08)
-        return L / (L + C * q * q)
-
-    a1 = (46.9 * om) ** 0.670 * (1.0 + (32.1 * om) ** -0.532)
-    a2 = (12.0 * om) ** 0.424 * (1.0 + (45.0 * om) ** -0.582)
-    alpha_c = a1**-fb * a2 ** (-(fb**3))
-    bb1 = 0.944 / (1.0 + (458.0 * om) ** -0.708)
-    bb2 = (0.395 * om) ** -0.0266
-    beta_c = 1.0 / (1.0 + bb1 * (fc**bb2 - 1.0))
-    f = 1.0 / (1.0 + (kmpc * s / 5.4) ** 4)
-    T_c = f * t0_tilde(1.0, beta_c) + (1.0 - f) * t0_tilde(alpha_c, beta_c)
-
-    y = (1.0 + z_eq) / (1.0 + z_d)
-    sq = jnp.sqrt(1.0 + y)
-    G = y * (-6.0 * sq + (2.0 + 3.0 * y) * jnp.log((sq + 1.0) / (sq - 1.0)))
-    alpha_b = 2.07 * k_eq * s * (1.0 + R_d) ** -0.75 * G
-    beta_b = 0.5 + fb + (3.0 - 2.0 * fb) * jnp.sqrt((17.2 * om) ** 2 + 1.0)
-    beta_node = 8.41 * om**0.435
-    s_tilde = s / (1.0 + (beta_node / (kmpc * s)) ** 3) ** (1.0 / 3.0)
-    ks = kmpc * s_tilde
-    T_b = (
-        t0_tilde(1.0, 1.0) / (1.0 + (kmpc * s / 5.2) ** 2)
-        + alpha_b / (1.0 + (beta_b / (kmpc * s)) ** 3) * jnp.exp(-((kmpc / k_silk) ** 1.4))
-    ) * jnp.sinc(ks / jnp.pi)
-    return fb * T_b + fc * T_c
-
-
-def tophat_window(x):
-    """Fourier transform of a unit-volume spherical top hat, W(x) = 3 (sin x - x cos x) / x^3."""
-    x = jnp.maximum(x, 1e-4)
-    return 3.0 * (jnp.sin(x) - x * jnp.cos(x)) / x**3
+    """Eisenstein & Hu (1998) matter transfer function; k in h/Mpc
+    (:func:`pmpipe.physics.eisenstein_hu.transfer`)."""
+    return eisenstein_hu.transfer(cosmo, k, wiggles, jnp)
 
 
 def sigma_r(k, pk, radius):
     """rms of a field with power pk(k) (log-spaced k, h/Mpc) in top-hat spheres of radius Mpc/h."""
-    lnk = jnp.log(k)
-    integrand = k**3 * pk * tophat_window(k * radius) ** 2 / (2.0 * jnp.pi**2)
-    return jnp.sqrt(jnp.trapezoid(integrand, lnk))
+    return eisenstein_hu.sigma_r(k, pk, radius, jnp)
 
 
 _SIGMA8_K = (1e-5, 1e2, 4096)  # k range (h/Mpc) and points for the σ8 integral

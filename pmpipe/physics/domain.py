@@ -5,6 +5,7 @@ checked and again by the physics that relies on them."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,6 +30,22 @@ def check_halo_fits(mesh_n: int, pdims: tuple[int, int], halo: int) -> None:
                 f"parallel.halo_cells = {halo} must be between 1 and the block width "
                 f"{mesh_n // p} cells along {name} (mesh {mesh_n} over {p} devices)"
             )
+
+
+# The largest excursion of any particle beyond its domain, less the one cell CIC adds, over the
+# linear rms displacement per component at a = 1 (cosmology.linear_rms_displacement), was
+# 3.0-4.2 with 32^3 particles and 3.0-4.6 with 64^3 (boxes 64-1000 Mpc/h, B = 1 and 2, 10 PM
+# steps from a = 0.1, pdims (2, 4), the fiducial cosmology): like the largest of N^3 Gaussian
+# values, sqrt(2 ln N^3) = 4.6 and 5.0 rms. The halo allows HALO_MARGIN times that.
+HALO_MARGIN = 1.1
+
+
+def halo_for_displacement(rms: float, cell_size: float, particles: int) -> int:
+    """Force-mesh cells of halo that particles displaced by ``rms`` (Mpc/h, one component,
+    linear) need on a mesh of ``cell_size`` (Mpc/h): HALO_MARGIN sqrt(2 ln N^3) rms, plus the
+    cell CIC paints into."""
+    extreme = HALO_MARGIN * math.sqrt(2 * math.log(particles**3)) * rms
+    return math.ceil(extreme / cell_size) + 1
 
 
 @dataclasses.dataclass(frozen=True)

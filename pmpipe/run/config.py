@@ -136,8 +136,11 @@ class Parallel(StrictModel):
             "decomposition section)",
         )
     )
-    halo_cells: int = Field(
-        8, ge=1, description="halo width in force-mesh cells for particles that left their block"
+    halo_cells: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto",
+        description="halo width in force-mesh cells for particles that left their block; "
+        "'auto': from the run's linear rms displacement at nbody.a_final (a campaign: the "
+        "largest over its design)",
     )
 
     @model_validator(mode="after")
@@ -430,6 +433,9 @@ HASHED_UNLESS: dict[str, dict[str, object]] = {
 }
 
 
+HALO_HASHED = 8  # the halo changes no result: hashed as the fixed halo runs had before 'auto'
+
+
 def config_hash(run: Run) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
     left out, so is the baryons section while it is null, and each field of HASHED_UNLESS
@@ -450,9 +456,9 @@ def config_hash(run: Run) -> str:
                 where = where.setdefault(part, {})
             if owner is not None and getattr(owner, field) == value:
                 where[field] = True
-    text = json.dumps(
-        run.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":")
-    )
+    data = run.model_dump(mode="json", exclude=exclude)
+    data["parallel"]["halo_cells"] = HALO_HASHED
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 

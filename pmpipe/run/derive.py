@@ -29,7 +29,7 @@ from pmpipe.physics import (
 from pmpipe.physics.boltzmann_tables import LinearTable, table_wavenumbers
 from pmpipe.physics.cosmology import Cosmology, LinearPower
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
-from pmpipe.run import config, validation
+from pmpipe.run import config, halo, validation
 from pmpipe.run import draws as nuisance_draws
 from pmpipe.run.validation import k_range
 
@@ -134,7 +134,7 @@ def grid(run: config.Run, mesh) -> domain.Grid:
         run.box.particles,
         run.box.oversample,
         run.box.box_size,
-        run.parallel.halo_cells,
+        halo.cells(run),
         run.nbody.dtype,
     )
 

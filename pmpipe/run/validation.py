@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pmpipe.physics import background, boltzmann, domain, power_table, sky, timesteps
-from pmpipe.run import config, draws, files
+from pmpipe.run import config, draws, files, halo
 
 
 def k_range(run: config.Run) -> tuple[float, float]:
@@ -59,7 +59,7 @@ def check_run(run: config.Run) -> None:
     """Raise ValueError, naming the fields, when the run cannot be simulated as configured."""
     n, pdims = run.box.particles, run.parallel.pdims
     domain.check_divisible(n, pdims)
-    domain.check_halo_fits(run.force_cells(), pdims, run.parallel.halo_cells)
+    domain.check_halo_fits(run.force_cells(), pdims, halo.cells(run))
     _step_boundaries(run)
     if run.power.kind == "table":
         load_power_table(run.power.table, *k_range(run))

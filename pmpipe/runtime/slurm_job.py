@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 
 def this_job(environ=None) -> str | None:
@@ -18,9 +19,14 @@ def this_job(environ=None) -> str | None:
     return environ.get("SLURM_JOB_ID") or None
 
 
-def requeue_this_job(environ=None) -> str | None:
-    """``scontrol requeue`` of the SLURM job this process runs in; what happened, or None
-    outside a SLURM job."""
+# The longest a process waits for SLURM to end its requeued job (SIGTERM to every process of
+# the job at once, SIGKILL after the cluster's KillWait, 30 s by default).
+REQUEUE_END_S = 300.0
+
+
+def requeue_this_job(environ=None) -> tuple[bool, str] | None:
+    """``scontrol requeue`` of the SLURM job this process runs in: whether SLURM took it and
+    what happened, or None outside a SLURM job."""
     job = this_job(environ)
     if not job:
         return None
@@ -29,10 +35,18 @@ def requeue_this_job(environ=None) -> str | None:
             ["scontrol", "requeue", job], capture_output=True, text=True, check=False
         )
     except OSError as err:  # no SLURM client here, e.g. in an image without the site's binds
-        return f"SLURM job {job} could not be requeued: scontrol: {err.strerror}"
+        return False, f"SLURM job {job} could not be requeued: scontrol: {err.strerror}"
     if done.returncode:
-        return f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
-    return f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"
+        return False, f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
+    return True, f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"
+
+
+def await_requeued_end(seconds: float = REQUEUE_END_S) -> None:
+    """Wait, after this job was requeued, for SLURM to end this process (its SIGTERM, with the
+    default action, ends it): a job whose processes all exit first is recorded as failed (or
+    completed) in the accounting before the requeue, and the Snakemake SLURM executor reports
+    that record. Returns after ``seconds`` if no signal came."""
+    time.sleep(seconds)
 
 
 def slurm_seconds(text: str) -> int | None:

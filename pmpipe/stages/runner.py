@@ -161,18 +161,20 @@ def stopped(err: Preempted) -> str:
     """What a command line says when a signal stopped it: the error and, after SLURM's signal
     ahead of the time limit (SIGUSR2), the job's own requeue. Process 0 asks for it while the
     others wait: a process that ended first would end the srun step, and with it the job, as
-    failed before the requeue."""
+    failed before the requeue. Once SLURM took the requeue, every process logs the text and
+    waits for SLURM to end it (slurm_job.await_requeued_end)."""
     import jax
 
     from pmpipe.runtime import parallel, slurm_job
 
     text = f"preempted: {err}"
     if err.signum == signal.SIGUSR2:
-        if jax.process_index() == 0:
-            requeued = slurm_job.requeue_this_job()
-            if requeued:
-                text += f"; {requeued}"
-        parallel.barrier("job requeued")
+        requeued = slurm_job.requeue_this_job() if jax.process_index() == 0 else None
+        if requeued:
+            text += f"; {requeued[1]}"
+        if parallel.largest(int(bool(requeued and requeued[0]))):  # every process learns it
+            LOG.error("%s; waiting for SLURM to end the job", text)
+            slurm_job.await_requeued_end()
     return text
 
 

@@ -20,6 +20,7 @@ from pmpipe.physics import baryons, cosmology, neutrinos, painting, resolution, 
 from pmpipe.physics.domain import Grid
 from pmpipe.run import config, derive
 from pmpipe.run import draws as nuisance_draws
+from pmpipe.run import halo as halos
 from pmpipe.stages import map_statistics, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
@@ -182,7 +183,7 @@ def write_initial_correlation(
     linear = inputs.field("ic", "linear_density")
     disp = inputs.field("nbody", "displacement")
     n, box_size = cfg.box.particles, cfg.box.box_size
-    halo = max(1, cfg.parallel.halo_cells // cfg.box.oversample)
+    halo = max(1, halos.cells(cfg) // cfg.box.oversample)
     rho, needed = painting.paint(disp, Grid(mesh, n, 1, box_size, halo, cfg.nbody.dtype))
     painting.check_halo(needed, halo)
     delta = rho - 1.0

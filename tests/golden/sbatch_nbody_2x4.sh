@@ -7,7 +7,7 @@
 #SBATCH --exclusive
 #SBATCH --gpus-per-node=4
 #SBATCH --job-name=pmpipe-nbody-big-fiducial-r0
-#SBATCH --mem=24583M
+#SBATCH --mem=26089M
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --open-mode=append

@@ -1,0 +1,139 @@
+"""parallel.halo_cells 'auto': the halo from the linear displacements, one for every run of a
+campaign, enough for the particles of runs of several boxes and force meshes on 8 devices; the
+quick start on 8 devices with its default halo equals the one-device run; a run that needs more
+halo than given stops at the step where it does."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+import zarr
+from conftest import REPO, same_store
+
+from pmpipe import cli
+from pmpipe.bench import pm_core
+from pmpipe.orchestration import campaign
+from pmpipe.physics import cosmology, domain, eisenstein_hu, ics, simulation, timesteps
+from pmpipe.run import config, halo
+from pmpipe.runtime import parallel
+from pmpipe.stages import pipeline
+
+
+def _run(box_size, particles, oversample, sigma8=0.8102, **parallel_section):
+    return config.Run.model_validate(
+        {
+            "box": {"box_size": box_size, "particles": particles, "oversample": oversample},
+            "parallel": {"pdims": [2, 4], **parallel_section},
+            "cosmology": {"sigma8": sigma8},
+        }
+    )
+
+
+def test_the_auto_halo_grows_with_the_force_mesh_and_the_displacements():
+    coarse, fine = halo.cells(_run(256.0, 64, 1)), halo.cells(_run(256.0, 64, 2))
+    assert _run(256.0, 64, 1).parallel.halo_cells == "auto"
+    assert fine in (2 * coarse - 1, 2 * coarse, 2 * coarse + 1)  # the same Mpc/h
+    assert halo.cells(_run(256.0, 64, 2, halo_cells=3)) == 3
+    assert halo.cells(_run(256.0, 64, 2, sigma8=1.2)) > fine
+    # normalised by A_s: the estimate's σ8 from A_s is within 3 % of CAMB's 0.810
+    cosmo = dataclasses.replace(cosmology.Cosmology(), sigma8=0.0)
+    k = np.logspace(-4, 2, 600)
+    p = eisenstein_hu.linear_power(cosmo, k, A_s=2.105e-9)
+    assert eisenstein_hu.sigma_r(k, p, 8.0) == pytest.approx(0.810, rel=0.03)
+
+
+def test_a_campaign_gives_its_runs_one_halo_that_more_sobol_samples_keep(tmp_path):
+    data = {
+        "name": "sobol",
+        "base": {"box": {"box_size": 256.0, "particles": 32}, "parallel": {"pdims": [1, 2]}},
+        "design": {
+            "kind": "sobol",
+            "parameters": {"Omega_m": [0.25, 0.35], "sigma8": [0.7, 0.9]},
+            "samples": 8,
+        },
+        "execution": {"devices_per_node": 2},
+    }
+    small = campaign.Campaign.model_validate(data)
+    data["design"]["samples"] = 16
+    large = campaign.Campaign.model_validate(data)
+    cells = small.base.parallel.halo_cells
+    assert small.halo_source == "auto" and isinstance(cells, int)
+    assert {spec.run.parallel.halo_cells for spec in large.runs} == {cells}
+    assert large.base.parallel.halo_cells == cells
+    data["design"]["parameters"]["sigma8"] = [0.7, 1.3]
+    assert campaign.Campaign.model_validate(data).base.parallel.halo_cells > cells
+    # the halo changes no result, and no run's hash
+    run = small.runs[0].run
+    wider = run.model_copy(update={"parallel": run.parallel.model_copy(update={"halo_cells": 16})})
+    assert config.config_hash(wider) == config.config_hash(run)
+
+
+def test_the_plan_shows_the_halo_and_what_it_costs(tmp_path, capsys):
+    data = yaml.safe_load((REPO / "config" / "quickstart.yaml").read_text())
+    data["base"]["parallel"] = {"pdims": [2, 4]}
+    data["execution"]["devices_per_node"] = 8
+    (tmp_path / "q8.yaml").write_text(yaml.safe_dump(data))
+    assert cli.main(["plan", str(tmp_path / "q8.yaml"), "--results", str(tmp_path / "r")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("halo:"))
+    cells = campaign.load(tmp_path / "q8.yaml").base.parallel.halo_cells
+    assert line.startswith(f"halo: {cells} force-mesh cells (auto") and "pdims (2, 4)" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("box_size, oversample", [(128.0, 2), (256.0, 1), (512.0, 2)])
+def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(box_size, oversample):
+    """N = 32 on 8 devices, 10 steps to a = 1: no particle leaves the auto halo, which is at
+    most twice what they need, plus 3 cells."""
+    cells = halo.cells(_run(box_size, 32, oversample))
+    mesh = parallel.make_mesh((2, 4))
+    grid = domain.Grid(mesh, 32, oversample, box_size, cells)
+    noise = ics.white_noise(3, 32, mesh)
+    times = timesteps.timeline(0.1, 1.0, 10)
+    _, res = simulation.simulate(pm_core.COSMOLOGY, noise, grid, times, pm_core.POWER)
+    needed = int(res.needed_halo)
+    assert needed <= cells <= 2 * needed + 3, (needed, cells)
+
+
+def _one_run(folder, pdims, **parallel_section) -> Path:
+    """The quick start's fiducial first run, on pdims, written under folder/results."""
+    data = yaml.safe_load((REPO / "config" / "quickstart.yaml").read_text())
+    data["base"]["parallel"] = {"pdims": list(pdims), **parallel_section}
+    data["design"], data["realisations"] = {"kind": "fiducial"}, 1
+    data["execution"]["devices_per_node"] = 8
+    (folder / "q.yaml").write_text(yaml.safe_dump(data))
+    return campaign.write_run_files(campaign.load(folder / "q.yaml"), folder / "results")[0]
+
+
+@pytest.mark.slow
+def test_the_quick_start_on_8_devices_with_its_default_halo_equals_one_device(tmp_path):
+    runs = {}
+    for pdims in [(2, 4), (1, 1)]:
+        folder = tmp_path / f"{pdims[0]}x{pdims[1]}"
+        folder.mkdir()
+        path = _one_run(folder, pdims)
+        (outcome,) = pipeline.run_all([path])
+        assert outcome.error is None, outcome.error
+        runs[pdims] = path.parent
+    for stage in ("nbody", "lensing"):  # the density, planes and maps
+        same_store(runs[2, 4] / f"{stage}.zarr", runs[1, 1] / f"{stage}.zarr", tolerance=1e-5)
+    # bin means of |k| and the κ PDF's counts sum in another order: 1e-4
+    one, eight = (zarr.open_group(runs[p] / "summaries.zarr", mode="r") for p in [(1, 1), (2, 4)])
+    same_store(one.store.root, eight.store.root, tolerance=1e-4)
+    spectra = [name for name in one.array_keys() if name.startswith(("pk", "cl"))]
+    assert {"pk", "cl_healpix"} <= set(spectra)
+    for name in spectra:  # NaN where a bin holds no mode; B modes of Born maps are all 0
+        x, y = (np.asarray(g[name][:], np.float64) for g in (eight, one))
+        assert np.array_equal(np.isnan(x), np.isnan(y)), name
+        assert np.nanmax(np.abs(x - y)) <= 1e-5 * np.nanmax(np.abs(y)), name
+
+
+@pytest.mark.slow
+def test_a_run_that_needs_more_halo_stops_at_that_step(tmp_path):
+    path = _one_run(tmp_path, (2, 4), halo_cells=1)
+    (outcome,) = pipeline.run_all([path])
+    assert outcome.error is not None and outcome.error.startswith("HaloError")
+    step, steps = (int(x) for x in outcome.error.split(" at step ")[1].split(" (")[0].split(" of "))
+    assert 0 <= step < steps  # it stopped there, before the last step
+    assert not (path.parent / "nbody.zarr").exists()
