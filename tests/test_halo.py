@@ -4,6 +4,7 @@ quick start on 8 devices with its default halo equals the one-device run; a run 
 halo than given stops at the step where it does."""
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -96,14 +97,14 @@ def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(box_size, ov
     assert needed <= cells <= 2 * needed + 3, (needed, cells)
 
 
-def _one_run(folder, pdims, **parallel_section) -> Path:
-    """The quick start's fiducial first run, on pdims, written under folder/results."""
+def _runs(folder, pdims, realisations=1, **parallel_section) -> list[Path]:
+    """The quick start's fiducial runs, on pdims, written under folder/results."""
     data = yaml.safe_load((REPO / "config" / "quickstart.yaml").read_text())
     data["base"]["parallel"] = {"pdims": list(pdims), **parallel_section}
-    data["design"], data["realisations"] = {"kind": "fiducial"}, 1
+    data["design"], data["realisations"] = {"kind": "fiducial"}, realisations
     data["execution"]["devices_per_node"] = 8
     (folder / "q.yaml").write_text(yaml.safe_dump(data))
-    return campaign.write_run_files(campaign.load(folder / "q.yaml"), folder / "results")[0]
+    return campaign.write_run_files(campaign.load(folder / "q.yaml"), folder / "results")
 
 
 @pytest.mark.slow
@@ -112,7 +113,7 @@ def test_the_quick_start_on_8_devices_with_its_default_halo_equals_one_device(tm
     for pdims in [(2, 4), (1, 1)]:
         folder = tmp_path / f"{pdims[0]}x{pdims[1]}"
         folder.mkdir()
-        path = _one_run(folder, pdims)
+        (path,) = _runs(folder, pdims)
         (outcome,) = pipeline.run_all([path])
         assert outcome.error is None, outcome.error
         runs[pdims] = path.parent
@@ -130,10 +131,18 @@ def test_the_quick_start_on_8_devices_with_its_default_halo_equals_one_device(tm
 
 
 @pytest.mark.slow
-def test_a_run_that_needs_more_halo_stops_at_that_step(tmp_path):
-    path = _one_run(tmp_path, (2, 4), halo_cells=1)
-    (outcome,) = pipeline.run_all([path])
-    assert outcome.error is not None and outcome.error.startswith("HaloError")
-    step, steps = (int(x) for x in outcome.error.split(" at step ")[1].split(" (")[0].split(" of "))
+def test_a_run_that_needs_more_halo_stops_at_that_step_and_its_job_goes_on(tmp_path):
+    """The second run of the same size fails without evolving, naming the first."""
+    paths = _runs(tmp_path, (2, 4), realisations=2, halo_cells=1)
+    first, second = pipeline.run_all(paths)
+    assert first.error is not None and first.error.startswith("HaloError")
+    step, steps = (int(x) for x in first.error.split(" at step ")[1].split(" (")[0].split(" of "))
     assert 0 <= step < steps  # it stopped there, before the last step
-    assert not (path.parent / "nbody.zarr").exists()
+    assert not (paths[0].parent / "nbody.zarr").exists()
+    assert (
+        second.error
+        == f"HaloError: not run: run {first.run_id} of this job, of the same size, failed: {first.error}"
+    )
+    assert second.seconds == 0.0 and not (paths[1].parent / "ic.zarr").exists()
+    recorded = json.loads((paths[1].parent / "outcome.json").read_text())
+    assert "not run" in json.dumps(recorded)

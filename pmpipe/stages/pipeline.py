@@ -71,6 +71,44 @@ class Outcome:
         return tuple(r.stage for r in self.computed)
 
 
+class HaloShortfalls:
+    """The runs of a job whose particles needed more halo than given, by size (particles,
+    oversampling, box, a_final, halo, device mesh): a later run of that size fails at once with
+    their reason instead of evolving to about the same step (a job's runs share the halo)."""
+
+    def __init__(self) -> None:
+        self.by_size: dict[tuple, str] = {}
+
+    @staticmethod
+    def _size(path: Path) -> tuple:
+        run = runner.load(path).config
+        box, par = run.box, run.parallel
+        return (
+            box.particles,
+            box.oversample,
+            box.box_size,
+            run.nbody.a_final,
+            par.halo_cells,
+            par.pdims,
+        )
+
+    def seen(self, outcome: Outcome) -> Outcome:
+        """Record the outcome's halo shortfall, if it is one; returns the outcome."""
+        if outcome.error is not None and outcome.error.startswith("HaloError"):
+            reason = f"run {outcome.run_id} of this job, of the same size, failed: {outcome.error}"
+            self.by_size[self._size(outcome.config_path)] = reason
+        return outcome
+
+    def repeated(self, path: Path) -> Outcome | None:
+        """The failed outcome of the run at ``path`` when a run of its size fell short."""
+        try:
+            reason = self.by_size.get(self._size(path)) if self.by_size else None
+        except Exception:  # noqa: BLE001  the run's own setup reports a bad config
+            return None
+        error = f"HaloError: not run: {reason}"
+        return None if reason is None else Outcome(path, path.parent.name, (), (), 0.0, error)
+
+
 def directory_bytes(path: Path) -> int:
     """Bytes of the files under path."""
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
@@ -218,10 +256,10 @@ def run_all(
     OpenMP leaves spare (:func:`pmpipe.runtime.openmp.spare_cores`, at least 1; CAMB's calls
     take turns, CLASS's run in processes of their own), each distinct table once. Every process
     starts a run once its table is cached (or making it failed: the run's setup then makes it,
-    or reports why). With ``report``, process 0 writes the job's record there as JSON
-    (:func:`job_record`). With ``progress_log`` (the job's log file), process 0 also writes
-    :func:`pmpipe.stages.progress.job_line` to stdout after each run. With ``part``, process 0 writes the job's
-    part of the campaign summaries there once its runs are done (pmpipe.stages.summary_parts)."""
+    or reports why). Process 0 writes the job's record to ``report`` as JSON (:func:`job_record`),
+    with ``progress_log`` (the job's log) :func:`pmpipe.stages.progress.job_line` to stdout after
+    each run, and the job's part of the campaign summaries to ``part`` (pmpipe.stages.summary_parts).
+    A run of the size of one that needed more halo fails without evolving (:class:`HaloShortfalls`)."""
     import jax
 
     from pmpipe.runtime import compilation, openmp, parallel
@@ -254,7 +292,7 @@ def run_all(
             meshes[pdims] = parallel.make_mesh(pdims)
         return meshes[pdims]
 
-    outcomes, made_ahead = [], []
+    outcomes, made_ahead, shortfalls = [], [], HaloShortfalls()
     guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
     at_once = max(1, openmp.spare_cores(openmp.usable_cores()))
     with (
@@ -272,7 +310,7 @@ def run_all(
                 shared = keys[i] in keys[:i]  # awaited for an earlier run
                 made_ahead.append(_await_ahead(ahead[keys[i]], path, shared))
             parallel.barrier("run's linear power cached")  # the others wait for process 0's
-            outcome = run_one(path, mesh_of, guard)
+            outcome = shortfalls.repeated(path) or shortfalls.seen(run_one(path, mesh_of, guard))
             outcomes.append(outcome)
             LOG.info("%s", summary_line(outcome))
             if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
