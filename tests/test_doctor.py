@@ -196,3 +196,42 @@ def test_each_driver_is_told_the_lock_of_the_newest_cuda_it_runs():
     assert doctor.lock_for_driver((525, 60, 12)) is None and doctor.lock_for_driver(None) is None
     for major in doctor.MIN_DRIVER:
         assert (REPO / f"requirements/gpu-cuda{major}.txt").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 4])
+def test_doctor_distributed_under_mpiexec_checks_the_collectives_of_every_process(processes):
+    assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
+    out = _doctor(shutil.which("mpiexec"), "-n", str(processes), args=("--distributed",))
+    assert f"{processes} processes (mpi), {processes} devices" in out
+    ranks = [line for line in out.splitlines() if line.startswith("rank ")]
+    assert [line.split()[1] for line in ranks] == [str(r) for r in range(processes)]
+    assert all("gloo" in line and "memory fraction n/a" in line for line in ranks)
+    assert "all-to-all: ok; psum: ok" in out and out.count("GB/s per device") == 3
+    assert "no disagreement between the processes" in out
+
+
+@pytest.mark.slow
+def test_srun_doctor_distributed_passes_in_the_slurm_cluster(slurm):
+    out = _doctor("srun", "-n", "2", "-p", "pmpipe", "-t", "5", args=("--distributed",))
+    assert "2 processes (slurm), 2 devices" in out and "all-to-all: ok; psum: ok" in out
+    assert "no disagreement between the processes" in out
+
+
+def test_processes_that_differ_are_named_with_their_ranks():
+    from pmpipe.cli import distributed_check
+
+    same = {"pmpipe": "0.1.0", "jax": "0.10.2", "platform": "gpu", "device_kind": "H100"}
+    same |= {"local_devices": 4, "fraction": "0.75, preallocate false"}
+    every = [
+        {**same, "rank": 0, "transport": "NCCL 2.27.3 (/a/libnccl.so.2)"},
+        {**same, "rank": 1, "transport": "NCCL 2.27.3 (/b/libnccl.so.2)"},
+        {**same, "rank": 2, "transport": "NCCL 2.21.5 (/c/libnccl.so.2)", "local_devices": 2},
+    ]
+    assert distributed_check.disagreements(every) == [
+        "local_devices: 4 on ranks [0, 1]; 2 on ranks [2]",
+        "transport: NCCL 2.27.3 on ranks [0, 1]; NCCL 2.21.5 on ranks [2]",
+    ]
+    assert distributed_check.disagreements(every[:2]) == []
+    assert distributed_check.memory_fraction("gpu", {}) == "0.75, preallocate true"
+    assert distributed_check.nccl_loaded("/nonexistent/maps") is None

@@ -127,6 +127,14 @@ COMMANDS = (
                 help="also import every pmpipe module and compare a distributed FFT on "
                 "the local devices with numpy's; exit 1 on a problem",
             ),
+            arg(
+                "--distributed",
+                action="store_true",
+                help="under srun or mpiexec: every process joins jax.distributed, checks an "
+                "all-to-all and a psum over all devices and times the psum; process 0 prints "
+                "each process's devices, transport and memory fraction and where they "
+                "disagree; exit 1 on a problem",
+            ),
         ),
     ),
     Command(

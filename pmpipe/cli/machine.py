@@ -13,8 +13,10 @@ LOG = log.get(__name__)
 
 def doctor(args) -> int:
     """``pmpipe doctor``: the report of this process's machine, and with --check its self-check."""
-    from pmpipe.cli import doctor
+    from pmpipe.cli import distributed_check, doctor
 
+    if args.distributed:
+        return distributed_check.run()
     facts = doctor.report()
     if args.json:
         json.dump(facts, sys.stdout, indent=2)
