@@ -83,14 +83,20 @@ def test_the_plan_shows_the_halo_and_what_it_costs(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("box_size, oversample", [(128.0, 2), (256.0, 1), (512.0, 2)])
-def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(box_size, oversample):
-    """N = 32 on 8 devices, 10 steps to a = 1: no particle leaves the auto halo, which is at
-    most twice what they need, plus 3 cells."""
-    cells = halo.cells(_run(box_size, 32, oversample))
+@pytest.mark.parametrize(
+    "particles, box_size, oversample",
+    [(32, 128.0, 2), (32, 256.0, 1), (32, 512.0, 2), (64, 256.0, 2)],
+)
+def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(
+    particles, box_size, oversample
+):
+    """8 devices, 10 steps to a = 1: no particle leaves the auto halo, which is at most twice
+    what they need, plus 3 cells."""
+    run = _run(box_size, particles, oversample)
+    cells = halo.cells(run)
     mesh = parallel.make_mesh((2, 4))
-    grid = domain.Grid(mesh, 32, oversample, box_size, cells)
-    noise = ics.white_noise(3, 32, mesh)
+    grid = domain.Grid(mesh, particles, oversample, box_size, cells)
+    noise = ics.white_noise(3, particles, mesh)
     times = timesteps.timeline(0.1, 1.0, 10)
     _, res = simulation.simulate(pm_core.COSMOLOGY, noise, grid, times, pm_core.POWER)
     needed = int(res.needed_halo)
@@ -124,10 +130,13 @@ def test_the_quick_start_on_8_devices_with_its_default_halo_equals_one_device(tm
     same_store(one.store.root, eight.store.root, tolerance=1e-4)
     spectra = [name for name in one.array_keys() if name.startswith(("pk", "cl"))]
     assert {"pk", "cl_healpix"} <= set(spectra)
-    for name in spectra:  # NaN where a bin holds no mode; B modes of Born maps are all 0
+    for name in spectra:  # bin by bin; NaN where a bin holds no mode, Born's B modes are 0
         x, y = (np.asarray(g[name][:], np.float64) for g in (eight, one))
         assert np.array_equal(np.isnan(x), np.isnan(y)), name
-        assert np.nanmax(np.abs(x - y)) <= 1e-5 * np.nanmax(np.abs(y)), name
+        scale = np.nanmax(np.abs(y))
+        assert np.nanmax(np.abs(x - y)) <= 1e-5 * scale, name  # relative to the largest bin
+        ok = np.abs(x - y) <= 1e-4 * np.abs(y) + 1e-12 * scale  # and bin by bin (5e-5 seen)
+        assert ok[~np.isnan(y)].all(), (name, np.nanmax(np.abs(x - y) / np.abs(y)))
 
 
 @pytest.mark.slow

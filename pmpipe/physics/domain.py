@@ -32,11 +32,10 @@ def check_halo_fits(mesh_n: int, pdims: tuple[int, int], halo: int) -> None:
             )
 
 
-# The largest excursion of any particle beyond its domain, less the one cell CIC adds, over the
-# linear rms displacement per component at a = 1 (cosmology.linear_rms_displacement), was
-# 3.0-4.2 with 32^3 particles and 3.0-4.6 with 64^3 (boxes 64-1000 Mpc/h, B = 1 and 2, 10 PM
-# steps from a = 0.1, pdims (2, 4), the fiducial cosmology): like the largest of N^3 Gaussian
-# values, sqrt(2 ln N^3) = 4.6 and 5.0 rms. The halo allows HALO_MARGIN times that.
+# The largest excursion of any particle beyond its block grows with N like the largest of N^3
+# Gaussian values, sqrt(2 ln N^3) times the linear rms displacement of one component
+# (eisenstein_hu.linear_rms_displacement); the halo allows HALO_MARGIN times that
+# (tests/test_halo.py: runs of 32^3 and 64^3 particles, boxes 128-512 Mpc/h, B = 1 and 2).
 HALO_MARGIN = 1.1
 
 

@@ -59,7 +59,15 @@ def check_run(run: config.Run) -> None:
     """Raise ValueError, naming the fields, when the run cannot be simulated as configured."""
     n, pdims = run.box.particles, run.parallel.pdims
     domain.check_divisible(n, pdims)
-    domain.check_halo_fits(run.force_cells(), pdims, halo.cells(run))
+    try:
+        domain.check_halo_fits(run.force_cells(), pdims, halo.cells(run))
+    except ValueError as err:
+        if run.parallel.halo_cells != "auto":
+            raise
+        raise ValueError(
+            f"{err}: the halo 'auto' chose for the run's displacements; use fewer devices "
+            "along that axis, more particles, or set parallel.halo_cells"
+        ) from None
     _step_boundaries(run)
     if run.power.kind == "table":
         load_power_table(run.power.table, *k_range(run))

@@ -32,81 +32,10 @@ from pmpipe.run import derive
 from pmpipe.runtime import log, memory
 from pmpipe.stages import registry, run_record, runner, status, summary_parts
 from pmpipe.stages.inputs import Inputs
+from pmpipe.stages.outcomes import HaloShortfalls, Outcome, StageRecord
 from pmpipe.stages.progress import Progress, job_line
 
 LOG = log.get(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class StageRecord:
-    """One stage computed in this process: wall seconds, seconds per physics phase
-    (Progress.physics), XLA programs it compiled or loaded from the persistent cache
-    (pmpipe.runtime.compilation), array bytes this process wrote with the seconds from the first write
-    to the last one done (writes.write_totals), and bytes of its store on disk."""
-
-    stage: str
-    seconds: float
-    physics: dict
-    compilation: dict
-    write: dict
-    store_bytes: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What happened to one run of a job: the stages computed (with their records), those
-    found complete, and the error (one line, None when the run succeeded) with the stage it
-    happened in."""
-
-    config_path: Path
-    run_id: str
-    computed: tuple[StageRecord, ...]
-    skipped: tuple[str, ...]
-    seconds: float
-    error: str | None = None
-    failed_stage: str | None = None
-
-    @property
-    def stages(self) -> tuple[str, ...]:
-        return tuple(r.stage for r in self.computed)
-
-
-class HaloShortfalls:
-    """The runs of a job whose particles needed more halo than given, by size (particles,
-    oversampling, box, a_final, halo, device mesh): a later run of that size fails at once with
-    their reason instead of evolving to about the same step (a job's runs share the halo)."""
-
-    def __init__(self) -> None:
-        self.by_size: dict[tuple, str] = {}
-
-    @staticmethod
-    def _size(path: Path) -> tuple:
-        run = runner.load(path).config
-        box, par = run.box, run.parallel
-        return (
-            box.particles,
-            box.oversample,
-            box.box_size,
-            run.nbody.a_final,
-            par.halo_cells,
-            par.pdims,
-        )
-
-    def seen(self, outcome: Outcome) -> Outcome:
-        """Record the outcome's halo shortfall, if it is one; returns the outcome."""
-        if outcome.error is not None and outcome.error.startswith("HaloError"):
-            reason = f"run {outcome.run_id} of this job, of the same size, failed: {outcome.error}"
-            self.by_size[self._size(outcome.config_path)] = reason
-        return outcome
-
-    def repeated(self, path: Path) -> Outcome | None:
-        """The failed outcome of the run at ``path`` when a run of its size fell short."""
-        try:
-            reason = self.by_size.get(self._size(path)) if self.by_size else None
-        except Exception:  # noqa: BLE001  the run's own setup reports a bad config
-            return None
-        error = f"HaloError: not run: {reason}"
-        return None if reason is None else Outcome(path, path.parent.name, (), (), 0.0, error)
 
 
 def directory_bytes(path: Path) -> int:
