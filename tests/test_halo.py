@@ -69,6 +69,13 @@ def test_a_campaign_gives_its_runs_one_halo_that_more_sobol_samples_keep(tmp_pat
     run = small.runs[0].run
     wider = run.model_copy(update={"parallel": run.parallel.model_copy(update={"halo_cells": 16})})
     assert config.config_hash(wider) == config.config_hash(run)
+    # a run file hashed with its own halo (a halo other than 8, before 'auto') still loads
+    data = json.loads(config.RunFile.build("c", "r", 0, {}, wider).to_json())
+    data["config_hash"] = config.config_hash(wider, 16)
+    assert config.RunFile.model_validate(data).config.parallel.halo_cells == 16
+    data["config_hash"] = config.config_hash(wider, 17)
+    with pytest.raises(ValueError, match="edited by hand"):
+        config.RunFile.model_validate(data)
 
 
 def test_the_plan_shows_the_halo_and_what_it_costs(tmp_path, capsys):

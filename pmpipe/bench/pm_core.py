@@ -231,8 +231,8 @@ def _versus(record: dict, peer: dict) -> dict:
 def _peer_env() -> dict:
     """The environment of a peer's process: this process's platform, by the name that
     JAX_PLATFORMS takes ('cuda', not 'gpu', which makes JAX try ROCm too)."""
-    backend = jax.default_backend()
-    return dict(os.environ, JAX_PLATFORMS={"gpu": "cuda"}.get(backend, backend))
+    backend = "cuda" if parallel.gpu_platform() else "cpu"  # without starting this one's backend
+    return dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS") or backend)
 
 
 def compare_pmwd(particles: int, oversample: int, steps: int, pmwd_path: str | None) -> dict:

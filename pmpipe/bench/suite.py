@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -153,18 +154,26 @@ def measure(m: Measurement, folder: Path, timeout_s: float) -> dict:
         "command": "pmpipe bench " + " ".join([*m.argv, "--json", path.name]),
     }
     start = time.perf_counter()
+    process = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_environment(),
+        start_new_session=True,  # a campaign's Snakemake and jobs end with it
+    )
     try:
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, env=_environment(), timeout=max(timeout_s, 1)
-        )
+        _, stderr = process.communicate(timeout=max(timeout_s, 1))
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         entry.update(status="stopped at the budget", seconds=time.perf_counter() - start)
         return entry
     entry["seconds"] = time.perf_counter() - start
-    if out.returncode == 0 and path.exists():
+    if process.returncode == 0 and path.exists():
         entry.update(status="done", record=json.loads(path.read_text()))
     else:
-        entry.update(status="failed", returncode=out.returncode, output=out.stderr[-2000:])
+        entry.update(status="failed", returncode=process.returncode, output=stderr[-2000:])
     LOG.info("%s: %s in %.0f s", m.name, entry["status"], entry["seconds"])
     return entry
 

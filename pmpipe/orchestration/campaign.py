@@ -174,17 +174,21 @@ class Campaign(config.StrictModel):
     def _choose_halo(self) -> None:
         """base.parallel.halo_cells 'auto': the halo the design's largest displacements need
         (pmpipe.run.halo.auto_cells), one for every run, so that runs of a size share one
-        compiled program."""
+        compiled program. A design that makes no estimate leaves it to each run, whose
+        check then names what is wrong (:func:`expand`)."""
         given = self.base.cosmology.model_fields_set
         base = self.base.cosmology.model_dump()
-        points = designs.bounding_points(self.design, self.base, campaign_seed(self))
-        cosmologies = [
-            _point_cosmology(
-                base, given, {k: v for k, v in p.items() if not designs.is_nuisance(k)}
-            )
-            for p in points
-        ]
-        cells = halo.auto_cells(self.base, cosmologies)
+        try:
+            points = designs.bounding_points(self.design, self.base, campaign_seed(self))
+            cosmologies = [
+                _point_cosmology(
+                    base, given, {k: v for k, v in p.items() if not designs.is_nuisance(k)}
+                )
+                for p in points
+            ]
+            cells = halo.auto_cells(self.base, cosmologies)
+        except ValueError:
+            return
         run = self.base.model_dump(exclude_unset=True)
         run.setdefault("parallel", {})["halo_cells"] = cells
         object.__setattr__(self, "base", self._simulable(config.Run.model_validate(run)))

@@ -436,7 +436,7 @@ HASHED_UNLESS: dict[str, dict[str, object]] = {
 HALO_HASHED = 8  # the halo changes no result: hashed as the fixed halo runs had before 'auto'
 
 
-def config_hash(run: Run) -> str:
+def config_hash(run: Run, halo: object = HALO_HASHED) -> str:
     """sha256 of the run's canonical JSON (sorted keys, no spaces; the checkpoints section
     left out, so is the baryons section while it is null, and each field of HASHED_UNLESS
     while it holds the value given there, a dotted name reaching into a subsection: a run
@@ -457,7 +457,7 @@ def config_hash(run: Run) -> str:
             if owner is not None and getattr(owner, field) == value:
                 where[field] = True
     data = run.model_dump(mode="json", exclude=exclude)
-    data["parallel"]["halo_cells"] = HALO_HASHED
+    data["parallel"]["halo_cells"] = halo  # a file hashed with its own halo: RunFile
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -477,8 +477,8 @@ class RunFile(StrictModel):
 
     @model_validator(mode="after")
     def _hash_matches(self):
-        expected = config_hash(self.config)
-        if self.config_hash != expected:
+        expected, own = config_hash(self.config), self.config.parallel.halo_cells
+        if self.config_hash not in (expected, config_hash(self.config, own)):
             raise ValueError(
                 f"config_hash {self.config_hash!r} does not match the config ({expected}); "
                 "the file was edited by hand: regenerate it from the campaign"
