@@ -24,13 +24,21 @@ import time
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from pmpipe import stages
-from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import derive
 from pmpipe.runtime import log, memory
-from pmpipe.stages import registry, run_record, runner, status, summary_parts
+from pmpipe.stages import (
+    agreed_steps,
+    power_ahead,
+    registry,
+    run_record,
+    runner,
+    status,
+    summary_parts,
+)
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.outcomes import HaloShortfalls, Outcome, StageRecord
 from pmpipe.stages.progress import Progress, job_line
@@ -71,50 +79,32 @@ def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRe
     )
 
 
-def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
+def run_one(  # parameters: the run, its mesh, the job's guard and the run's place in the job
+    config_path: Path,
+    mesh_of,
+    guard=None,
+    index: int = 0,
+    partner_timeout_s: float | None = None,
+) -> Outcome:
     """Every pending stage of one run, its fields kept on the devices between stages; a
     preemption (checkpoint.Preempted) is not one run's failure and goes up. ``guard`` (a
     listening checkpoint.Schedule): a signal that arrived outside the N-body stops the job
-    before the next stage."""
+    before the next stage. The run's setup and each stage end with the processes' agreement
+    (:func:`pmpipe.stages.agreed_steps.agreed_step`, points ``<index>/<run_id>/<stage>``): a failure on any process is the run's
+    failure on every process, and they go on together to the next run; agreed_steps.JobStopped when some
+    process does not arrive within ``partner_timeout_s`` (default
+    agreement.PARTNER_TIMEOUT_S)."""
     import jax
 
+    from pmpipe.runtime import agreement
     from pmpipe.storage import checkpoint
 
     start = time.perf_counter()
+    timeout_s = agreement.PARTNER_TIMEOUT_S if partner_timeout_s is None else partner_timeout_s
     run_id, stage = config_path.parent.name, None
     computed: list[StageRecord] = []
-    try:
-        run_file = runner.load(config_path)
-        run_id = run_file.run_id
-        names = stages.run_stages(run_file.config)
-        with runner.writing(config_path.parent):  # what is to do, found by the one writer
-            todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
-            if not todo:
-                return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
-            if jax.process_index() == 0:
-                run_record.write_started(config_path.parent)
-            # the run's setup, derived once for all of its stages
-            run_setup = runner.setup(run_file, config_path, mesh_of(run_file.config.parallel.pdims))
-            inputs = Inputs(config_path.parent, run_setup, keep=True)
-            for stage in todo:
-                if guard is not None and guard.stop_requested():
-                    raise checkpoint.Preempted(
-                        f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
-                        f"{stage} of run {run_id}, which resumes there when started again",
-                        guard.signalled,
-                    )
-                computed.append(compute_stage(stage, run_setup, inputs))
-        inputs.forget()
-        skipped = tuple(s for s in names if s not in todo)
-        return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
-    except checkpoint.Preempted:  # the job is about to end: so does this process
-        raise
-    except Exception as err:  # noqa: BLE001  one run's failure must not stop the other runs of the job
-        line = f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
-        if jax.process_index() == 0:
-            LOG.error("[pmpipe run %s] traceback:\n%s", run_id, traceback.format_exc())
-        else:  # the reason, should this process be the only one that failed
-            LOG.error("[pmpipe run %s] process %d: %s", run_id, jax.process_index(), line)
+
+    def failed(line: str) -> Outcome:
         return Outcome(
             config_path,
             run_id,
@@ -125,70 +115,114 @@ def run_one(config_path: Path, mesh_of, guard=None) -> Outcome:
             failed_stage=stage,
         )
 
-
-def _boltzmann_run(config_path: Path):
-    """The run at ``config_path`` when its power.kind takes a Boltzmann table, else None (also
-    when its run file does not load: its own run reports that)."""
-    from pmpipe.run import files, validation
-
-    try:  # not runner.load: the run in progress keeps its JAX settings
-        run = validation.load_run_file(config_path).config
-    except (files.ConfigError, OSError):
-        return None
-    return run if run.power.kind in BOLTZMANN_KINDS else None
-
-
-def linear_power_ahead(config_path: Path) -> float:
-    """Put the Boltzmann table of the run at ``config_path`` (power.kind 'camb' or 'class') into the cache
-    of its results folder, computed on a miss; the seconds taken (0 for any other run)."""
-    from pmpipe.storage import power_cache
-
-    start = time.perf_counter()
-    run = _boltzmann_run(config_path)
-    if run is not None:
-        power_cache.linear_table(derive.boltzmann_inputs(run), power_cache.folder_of(config_path))
-    return time.perf_counter() - start
-
-
-def table_key(config_path: Path) -> str | None:
-    """The cache key of the Boltzmann table of the run at ``config_path`` (None when it takes
-    none)."""
-    from pmpipe.storage import power_cache
-
-    run = _boltzmann_run(config_path)
-    return None if run is None else power_cache.key(derive.boltzmann_inputs(run))
-
-
-def _await_ahead(ahead, path: Path, shared: bool) -> dict:
-    """The record of the run's table made ahead (seconds to make it, 0 when an earlier run of
-    the job shared it; seconds waited for it here); a failure is logged and left to the run's
-    own setup, which makes it again."""
-    start = time.perf_counter()
     try:
-        made = 0.0 if shared else ahead.result()
-    except Exception as err:  # noqa: BLE001  the run's setup computes the table itself and reports
-        LOG.warning("[pmpipe] linear P(k) of %s not made ahead: %s", path.parent.name, err)
-        made = None
-    return {"run": path.parent.name, "seconds": made, "waited_s": time.perf_counter() - start}
+        run_file = runner.load(config_path)
+        run_id = run_file.run_id
+        names = stages.run_stages(run_file.config)
+        with runner.writing(config_path.parent):  # what is to do, found by the one writer
+            todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
+            if not todo:
+                return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
+            _started(config_path.parent)
+            # the run's setup, derived once for all of its stages
+            pdims = run_file.config.parallel.pdims
+            run_setup = agreed_steps.agreed_step(
+                f"{index}/{run_id}/setup",
+                lambda: runner.setup(run_file, config_path, mesh_of(pdims)),
+                timeout_s,
+            )
+            inputs = Inputs(config_path.parent, run_setup, keep=True)
+            for stage in todo:
+                _stop_if_signalled(guard, stage, run_id)
+                step = partial(compute_stage, stage, run_setup, inputs)
+                computed.append(
+                    agreed_steps.agreed_step(f"{index}/{run_id}/{stage}", step, timeout_s)
+                )
+        inputs.forget()
+        skipped = tuple(s for s in names if s not in todo)
+        return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
+    except checkpoint.Preempted:  # the job is about to end: so does this process
+        raise
+    except agreed_steps.StepLost as err:
+        raise agreed_steps.JobStopped(failed(str(err))) from err
+    except agreed_steps.StepFailed as err:
+        return failed(str(err))
+    except Exception as err:  # noqa: BLE001  one run's failure must not stop the other runs of the job
+        if jax.process_index() == 0:
+            LOG.error("[pmpipe run %s] traceback:\n%s", run_id, traceback.format_exc())
+        else:  # the reason, should this process be the only one that failed
+            LOG.error(
+                "[pmpipe run %s] process %d: %s",
+                run_id,
+                jax.process_index(),
+                agreed_steps.error_line(err),
+            )
+        return failed(agreed_steps.error_line(err))
 
 
-def run_all(
+def _stop_if_signalled(guard, stage: str, run_id: str) -> None:
+    """checkpoint.Preempted when ``guard`` (a listening checkpoint.Schedule, or None) caught a
+    signal: the job stops before ``stage`` of the run."""
+    from pmpipe.storage import checkpoint
+
+    if guard is not None and guard.stop_requested():
+        raise checkpoint.Preempted(
+            f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
+            f"{stage} of run {run_id}, which resumes there when started again",
+            guard.signalled,
+        )
+
+
+def _started(run_dir: Path) -> None:
+    """Process 0 records that the run started (pmpipe.stages.run_record)."""
+    import jax
+
+    if jax.process_index() == 0:
+        run_record.write_started(run_dir)
+
+
+def job_mesh():
+    """``mesh_of(pdims)``: the one device mesh of a job, made for its first run; ValueError
+    for a run whose parallel.pdims differ."""
+    from pmpipe.runtime import parallel
+
+    meshes: dict[tuple[int, ...], object] = {}
+
+    def mesh_of(pdims):
+        pdims = tuple(pdims)
+        if meshes and pdims not in meshes:
+            raise ValueError(
+                f"parallel.pdims {list(pdims)} differs from {list(next(iter(meshes)))} "
+                "of the job's first run: the runs of one job share their device mesh"
+            )
+        if pdims not in meshes:
+            meshes[pdims] = parallel.make_mesh(pdims)
+        return meshes[pdims]
+
+    return mesh_of
+
+
+def run_all(  # parameters: the runs, what to write besides their stores, the partners' timeout
     config_paths,
     report: str | Path | None = None,
     progress_log: str | None = None,
     part: str | Path | None = None,
+    partner_timeout_s: float | None = None,
 ) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
     they must share their device mesh); returns one Outcome per run, in order. Process 0
     makes the first run's Boltzmann table before it starts, and the next runs' while a run
-    evolves, on CPU threads (:func:`linear_power_ahead`): as many tables at once as the cores
+    evolves, on CPU threads (:func:`pmpipe.stages.power_ahead.linear_power_ahead`): as many tables at once as the cores
     OpenMP leaves spare (:func:`pmpipe.runtime.openmp.spare_cores`, at least 1; CAMB's calls
     take turns, CLASS's run in processes of their own), each distinct table once. Every process
     starts a run once its table is cached (or making it failed: the run's setup then makes it,
     or reports why). Process 0 writes the job's record to ``report`` as JSON (:func:`job_record`),
     with ``progress_log`` (the job's log) :func:`pmpipe.stages.progress.job_line` to stdout after
     each run, and the job's part of the campaign summaries to ``part`` (pmpipe.stages.summary_parts).
-    A run of the size of one that needed more halo fails without evolving (:class:`HaloShortfalls`)."""
+    A run of the size of one that needed more halo fails without evolving (:class:`HaloShortfalls`).
+    The processes agree after each step of a run (:func:`run_one`, ``partner_timeout_s``); when
+    they cannot, each process that can records the run's failure in its outcome.json and the
+    job stops (agreed_steps.JobStopped)."""
     import jax
 
     from pmpipe.runtime import compilation, openmp, parallel
@@ -208,19 +242,7 @@ def run_all(
             jax.device_count(),
             extra=log.EVERY_PROCESS,
         )
-    meshes: dict[tuple[int, ...], object] = {}  # the one device mesh of the job, by pdims
-
-    def mesh_of(pdims):
-        pdims = tuple(pdims)
-        if meshes and pdims not in meshes:
-            raise ValueError(
-                f"parallel.pdims {list(pdims)} differs from {list(next(iter(meshes)))} "
-                "of the job's first run: the runs of one job share their device mesh"
-            )
-        if pdims not in meshes:
-            meshes[pdims] = parallel.make_mesh(pdims)
-        return meshes[pdims]
-
+    mesh_of = job_mesh()
     outcomes, made_ahead, shortfalls = [], [], HaloShortfalls()
     guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
     at_once = max(1, openmp.spare_cores(openmp.usable_cores()))
@@ -229,17 +251,24 @@ def run_all(
         ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="linear-power") as pool,
     ):
         # each run's table by its cache key (the run's path when it needs none), made once
-        keys = [table_key(p) or p for p in paths] if jax.process_index() == 0 else []
+        keys = [power_ahead.table_key(p) or p for p in paths] if jax.process_index() == 0 else []
         ahead: dict = {}
         for i, path in enumerate(paths):
             if jax.process_index() == 0:  # this run's table, and those of the next at_once
                 for j in range(i, min(i + 1 + at_once, len(paths))):
                     if keys[j] not in ahead:
-                        ahead[keys[j]] = pool.submit(linear_power_ahead, paths[j])
+                        ahead[keys[j]] = pool.submit(power_ahead.linear_power_ahead, paths[j])
                 shared = keys[i] in keys[:i]  # awaited for an earlier run
-                made_ahead.append(_await_ahead(ahead[keys[i]], path, shared))
+                made_ahead.append(power_ahead.await_ahead(ahead[keys[i]], path, shared))
             parallel.barrier("run's linear power cached")  # the others wait for process 0's
-            outcome = shortfalls.repeated(path) or shortfalls.seen(run_one(path, mesh_of, guard))
+            try:
+                outcome = shortfalls.repeated(path) or shortfalls.seen(
+                    run_one(path, mesh_of, guard, i, partner_timeout_s)
+                )
+            except agreed_steps.JobStopped as stop:  # every process that can says why
+                LOG.error("%s", summary_line(stop.outcome), extra=log.EVERY_PROCESS)
+                record_outcome(stop.outcome)
+                raise
             outcomes.append(outcome)
             LOG.info("%s", summary_line(outcome))
             if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
@@ -295,7 +324,7 @@ def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict
     """The job as JSON data: wall seconds of the process (start-up of JAX included), the
     OMP_NUM_THREADS it ran with, its compilations and peak memory, per run the stages computed
     with their records, and the Boltzmann tables made ahead of their runs (``made_ahead``,
-    :func:`_await_ahead`)."""
+    :func:`pmpipe.stages.power_ahead.await_ahead`)."""
     import jax
 
     from pmpipe.runtime import compilation, openmp
@@ -355,9 +384,18 @@ def summary_line(outcome: Outcome) -> str:
     return f"{prefix} {', '.join(outcome.stages)} done in {outcome.seconds:.1f} s{skipped}"
 
 
-def main(argv=None) -> int:
-    """Run the runs; exit status 1 when any run failed (each failure named on stderr),
-    checkpoint.PREEMPTED_EXIT when a signal stopped the job (its checkpoint written)."""
+def stop_now(status: int) -> None:
+    """End this process at once with ``status``, its log flushed: not through
+    jax.distributed's shutdown, which waits for partners that may never come."""
+    import logging
+    import os
+
+    logging.shutdown()
+    os._exit(status)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     parser = argparse.ArgumentParser(
         prog="python -m pmpipe.stages.pipeline",
         description="run every stage of one or more runs in one process",
@@ -387,6 +425,25 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--part", metavar="ZARR", help="write the job's part of the campaign summaries here"
     )
+    parser.add_argument(
+        "--partner-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="with several processes, how long a process waits for the others at the end of "
+        "each step of a run before it stops the job (default: "
+        "pmpipe.runtime.agreement.PARTNER_TIMEOUT_S)",
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the runs; exit status 1 when any run failed (each failure named on stderr),
+    checkpoint.PREEMPTED_EXIT when a signal stopped the job (its checkpoint written); when
+    the processes of the job could not agree on a step (agreed_steps.JobStopped), this process ends at
+    once with status 1 and the others end with it (srun or mpiexec end them, else the
+    coordination service once this process's heartbeat stops)."""
+    parser = _parser()
     args = parser.parse_args(argv)
     from pmpipe.runtime import slurm_job
     from pmpipe.storage import checkpoint, disk
@@ -404,10 +461,13 @@ def main(argv=None) -> int:
         )
 
     try:
-        outcomes = run_all(args.config, args.report, args.progress, args.part)
+        outcomes = run_all(args.config, args.report, args.progress, args.part, args.partner_timeout)
     except checkpoint.Preempted as err:
         LOG.error("%s", runner.stopped(err))
         return checkpoint.PREEMPTED_EXIT
+    except agreed_steps.JobStopped as err:
+        LOG.error("error: the job stops: %s", err)
+        stop_now(1)
     except Exception as err:  # before any run: JAX's backend, the disk
         problem = disk.known_failure(err)
         if problem is None:
