@@ -123,3 +123,26 @@ def test_config_hash_is_stable_and_ignores_a_null_A_s():
     camb = config.Run.model_validate({"power": {"kind": "camb"}})
     by_A_s = config.Run.model_validate({"power": {"kind": "camb"}, "cosmology": {"A_s": 2e-9}})
     assert len({config.config_hash(r) for r in (run, camb, by_A_s)}) == 3
+
+
+def test_a_cudecomp_request_on_a_build_without_it_is_refused_with_the_fix():
+    from jaxdecomplib import _jaxdecomp
+
+    assert not _jaxdecomp.registrations(), "this jaxdecomp has cuDecomp: not the build tested"
+    with pytest.raises(config.ConfigError) as err:
+        validation.validate_run({"parallel": {"backend": "cudecomp"}}, "run.yaml")
+    text = str(err.value)
+    assert "run.yaml" in text and "parallel.backend 'cudecomp'" in text
+    assert "built without NVIDIA cuDecomp" in text
+    assert "docs/slurm.md" in text and "parallel.backend: jax" in text
+    default = config.Run()
+    assert default.parallel.backend == "jax"
+    assert config.config_hash(default) == config.config_hash(
+        config.Run.model_validate({"parallel": {"backend": "jax"}})
+    )
+
+
+def test_a_build_with_cudecomp_is_refused_too_since_no_fft_calls_it():
+    from pmpipe.runtime import backend
+
+    assert "calls no cuDecomp operation" in backend.cudecomp_refusal({"cudecomp_fft": object()})

@@ -17,13 +17,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import (
-    BeforeValidator,
-    Field,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from pmpipe.physics.boltzmann_tables import NU_A_MIN
 from pmpipe.physics.power_table import BOLTZMANN_KINDS, PowerKind
@@ -141,6 +135,12 @@ class Parallel(StrictModel):
         description="halo width in force-mesh cells for particles that left their block; "
         "'auto': from the run's linear rms displacement at nbody.a_final (a campaign: the "
         "largest over its design)",
+    )
+    backend: Literal["jax", "cudecomp"] = Field(
+        "jax",
+        description="jaxdecomp's backend of the distributed FFTs: 'jax' (JAX's collectives, any "
+        "build); 'cudecomp' (NVIDIA cuDecomp's transposes) is refused unless jaxdecomp was built "
+        "with it",
     )
 
     @model_validator(mode="after")
@@ -282,18 +282,13 @@ class Run(StrictModel):
         "not what it computes",
     )
 
-    def _check_massive_neutrinos(self):
-        problems = _massive_neutrino_problems(self)
-        if problems:
-            raise ValueError(
-                f"cosmology.m_nu = {self.cosmology.m_nu} eV needs " + "; ".join(problems)
-            )
-
     @model_validator(mode="after")
     def _consistent(self):
         n, pdims = self.box.particles, self.parallel.pdims
-        if self.cosmology.m_nu > 0:
-            self._check_massive_neutrinos()
+        if self.cosmology.m_nu > 0 and (problems := _massive_neutrino_problems(self)):
+            raise ValueError(
+                f"cosmology.m_nu = {self.cosmology.m_nu} eV needs {'; '.join(problems)}"
+            )
         if self.cosmology.A_s is not None and self.power.kind not in BOLTZMANN_KINDS:
             raise ValueError(
                 f"cosmology.A_s needs power.kind 'camb' or 'class' (power.kind "
@@ -414,6 +409,7 @@ def _massive_neutrino_problems(run: Run) -> list[str]:
 HASHED_UNLESS: dict[str, dict[str, object]] = {
     "cosmology": {"A_s": None, "m_nu": 0.0, "neutrino_hierarchy": "degenerate"},
     "lightcone": {"copy_every": "plane"},
+    "parallel": {"backend": "jax"},
     "lensing": {
         "method": "born",
         "reduced_shear": False,

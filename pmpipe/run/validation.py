@@ -12,6 +12,7 @@ import numpy as np
 
 from pmpipe.physics import background, boltzmann, domain, power_table, sky, timesteps
 from pmpipe.run import config, draws, files, halo
+from pmpipe.runtime import backend
 
 
 def k_range(run: config.Run) -> tuple[float, float]:
@@ -68,6 +69,8 @@ def check_run(run: config.Run) -> None:
             f"{err}: the halo 'auto' chose for the run's displacements; use fewer devices "
             "along that axis, more particles, or set parallel.halo_cells"
         ) from None
+    if run.parallel.backend == "cudecomp":
+        raise ValueError(f"parallel.backend 'cudecomp': {backend.cudecomp_refusal()}")
     _step_boundaries(run)
     if run.power.kind == "table":
         load_power_table(run.power.table, *k_range(run))

@@ -99,3 +99,28 @@ def failure(error: BaseException) -> str | None:
     except BackendError as err:
         return str(err)
     return None
+
+
+CUDECOMP_BUILD_DOC = "docs/slurm.md, 'jaxdecomp with cuDecomp'"
+
+
+def cudecomp_refusal(registrations: Mapping | None = None) -> str:
+    """Why a run cannot ask for jaxdecomp's cuDecomp backend here, with the fix.
+    ``registrations``: the cuDecomp operations the installed jaxdecomp registers with XLA
+    (default: ``jaxdecomplib._jaxdecomp.registrations()``, empty in a build without cuDecomp,
+    such as the PyPI wheels)."""
+    if registrations is None:
+        from jaxdecomplib import _jaxdecomp
+
+        registrations = _jaxdecomp.registrations()
+    if not registrations:
+        return (
+            "the installed jaxdecomp was built without NVIDIA cuDecomp (it registers no "
+            "cuDecomp operations, as the PyPI wheels and a source build without the NVIDIA HPC "
+            f"SDK do): build jaxdecomp with cuDecomp at your site ({CUDECOMP_BUILD_DOC}), or "
+            "set parallel.backend: jax"
+        )
+    return (
+        "pmpipe lays out its distributed FFTs as jaxdecomp's JAX backend does and calls "
+        "no cuDecomp operation, even where the build has them: set parallel.backend: jax"
+    )
