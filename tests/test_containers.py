@@ -350,3 +350,30 @@ def test_the_quickstart_completes_through_the_slurm_apptainer_profile(
     ) in out.stdout + out.stderr
     attrs = small_quickstart_stores(tmp_path / "results" / "quickstart")
     assert {(a["image"], a["git_commit"]) for a in attrs.values()} == {(str(image), commit)}
+
+
+def test_the_gpu_image_builds_jaxdecomp_from_its_locked_source_on_aarch64():
+    """On aarch64 the GPU definition installs what building jaxdecomp's source distribution
+    needs, and the export pins that source distribution's hash (the lock's sdist)."""
+    post = parse(REPO / "containers" / "pmpipe-gpu.def").commands("post")
+    assert [
+        "[",
+        "$(uname -m)",
+        "!=",
+        "aarch64",
+        "]",
+        "||",
+        "apt-get",
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "g++",
+        "cmake",
+        "python3-dev",
+    ] in post
+    lock = (REPO / "uv.lock").read_text()
+    package = lock[lock.index('name = "jaxdecomp"') :]
+    sdist_hash = re.search(r'sdist = \{[^}]*hash = "sha256:([0-9a-f]+)"', package)[1]
+    export = (REPO / "requirements" / "gpu-cuda13.txt").read_text()
+    entry = export[export.index("jaxdecomp==") :].split("# via")[0]
+    assert f"--hash=sha256:{sdist_hash}" in entry and "aarch64" in entry
