@@ -5,8 +5,11 @@ import importlib.metadata
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -377,3 +380,76 @@ def test_the_gpu_image_builds_jaxdecomp_from_its_locked_source_on_aarch64():
     export = (REPO / "requirements" / "gpu-cuda13.txt").read_text()
     entry = export[export.index("jaxdecomp==") :].split("# via")[0]
     assert f"--hash=sha256:{sdist_hash}" in entry and "aarch64" in entry
+
+
+TIME_LIMITED = {
+    "name": "limit",
+    "seed": 3,
+    "base": {
+        "box": {"box_size": 128.0, "particles": 64, "oversample": 2},
+        "nbody": {"steps": 400},  # about 60 s of PM steps on one core of this machine
+        "parallel": {"pdims": [1, 1]},
+        "checkpoints": {"every_steps": 50},
+    },
+    "design": {"kind": "fiducial"},
+    "execution": {
+        "platform": "cpu",
+        "devices_per_node": 1,
+        "processes_per_node": 1,
+        "cpus_per_task": 1,
+        "device_memory_gb": 2,
+    },
+}
+
+
+@pytest.mark.slow
+def test_a_containerised_single_process_job_checkpoints_before_its_time_limit_and_is_requeued(
+    slurm, apptainer, cpu_image, tmp_path
+):
+    """What the slurm-apptainer profile's rule runs for a single-process job, submitted with a
+    2-minute limit: `python -m pmpipe.runtime.host_requeue -- apptainer exec <image> python -m
+    pmpipe.stages.pipeline --stop-ahead 70 CONFIG`. The image has no squeue or scontrol; the host
+    side passes the job's end time in, pmpipe in the image signals itself 70 s before the
+    limit, writes an N-body checkpoint and exits 3, the host side requeues the job, and the
+    requeued job resumes from the checkpoint and completes the run (after more requeues, on a
+    slower machine)."""
+    from test_preemption import _release_when_requeued
+    from test_slurm import slurm_env
+
+    image, _ = cpu_image
+    no_client = in_image(
+        apptainer, image, "sh", "-c", "command -v squeue || command -v scontrol", cwd=tmp_path
+    )
+    assert no_client.returncode != 0, no_client.stdout
+    (tmp_path / "limit.yaml").write_text(yaml.safe_dump(TIME_LIMITED))
+    campaign.write_run_files(campaign.load(tmp_path / "limit.yaml"), tmp_path / "results")
+    run_dir = tmp_path / "results" / "limit" / "limit-fiducial-r0"
+    command = [sys.executable, "-m", "pmpipe.runtime.host_requeue", "--", *apptainer, "exec"]
+    command += ["--userns", str(image), "python", "-m", "pmpipe.stages.pipeline"]
+    command += ["--stop-ahead", "70", str(run_dir / "config.json")]
+    log = tmp_path / "job.log"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--time=2", "--requeue", "--open-mode=append"]
+        + [f"--output={log}", f"--wrap={shlex.join(command)}"],
+        cwd=tmp_path,
+        env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    job = submitted.stdout.strip().split(";")[0]
+    end = time.monotonic() + 480
+    while time.monotonic() < end and not store.is_complete(run_dir / "summaries.zarr"):
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True, check=False
+        ).stdout.split()
+        if state == ["PENDING", "BeginTime"]:  # requeued: held about 2 minutes unless released
+            _release_when_requeued(job, timeout=60)
+        time.sleep(1)
+    text = log.read_text()
+    for stage in ("ic", "nbody", "summaries"):
+        assert store.is_complete(run_dir / f"{stage}.zarr"), (stage, text[-4000:])
+    assert "SIGUSR2" in text and "could not be requeued from here: scontrol" in text, text[-4000:]
+    assert f"SLURM job {job} requeued" in text, text[-4000:]
+    assert "resumed after step" in text, text[-4000:]

@@ -4,6 +4,7 @@ environment; `pmpipe submit --dry-run`."""
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from conftest import golden
 
 from pmpipe.orchestration import campaign, launch, resources, site
 from pmpipe.run import config
-from pmpipe.runtime import parallel, slurm_job
+from pmpipe.runtime import host_requeue, parallel, slurm_job
 
 GOLDEN = Path(__file__).parent / "golden"
 LOGS = "/scratch/pmpipe/logs"
@@ -143,6 +144,38 @@ def test_slurm_durations_and_the_job_of_this_process():
     )
     assert slurm_job.this_job({}) is None and slurm_job.time_left({}) is None
     assert slurm_job.signal_before_time_limit(60, {}) is None  # outside a SLURM job: no signal
+
+
+def test_the_time_left_comes_from_the_job_s_end_time_where_it_is_given():
+    job = {"SLURM_JOB_ID": "12", "SLURM_JOB_END_TIME": "1000"}
+    assert slurm_job.time_left(job, now=900) == 100
+    assert slurm_job.time_left(job, now=1100) == 0
+    assert slurm_job.time_left({**job, "SLURM_JOB_ID": ""}, now=900) is None  # no job
+    assert host_requeue.job_environment(job) == job  # SLURM's own end time is kept
+    assert "SLURM_JOB_END_TIME" not in host_requeue.job_environment({"PATH": "/bin"})
+
+
+def test_the_host_side_passes_signals_in_and_returns_the_command_s_status(tmp_path):
+    """Outside a SLURM job: the command's status (a stopped one's 3 too, with no job to
+    requeue), SIGUSR2 to the host side reaching the command."""
+    stops_on_usr2 = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGUSR2, lambda *a: sys.exit(3))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    host = [sys.executable, "-m", "pmpipe.runtime.host_requeue", "--", sys.executable, "-c"]
+    proc = subprocess.Popen(
+        [*host, stops_on_usr2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGUSR2)
+    assert proc.wait(timeout=30) == 3, proc.stderr.read()
+    done = subprocess.run([*host, "raise SystemExit(5)"], env=env, timeout=60, check=False)
+    assert done.returncode == 5
+    usage = subprocess.run(host[:4], env=env, capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "give the command after --" in usage.stderr
 
 
 def test_site_gpus_per_node_replaces_the_campaign_s():

@@ -120,6 +120,15 @@ def wrapper_command(site: Site | None, gpus: bool) -> list[str]:
     ]
 
 
+def host_command(site: Site | None) -> list[str]:
+    """What a Snakemake job's command runs in on the host, before the launcher: with a site
+    image, pmpipe.runtime.host_requeue (the job's end time passed into the image, the job
+    requeued from the host when pmpipe in the image stopped for a checkpoint); else nothing."""
+    if site is None or site.image is None:
+        return []
+    return ["python", "-m", "pmpipe.runtime.host_requeue", "--"]
+
+
 def job_python(job: SlurmJob, site: Site | None) -> str | None:
     """The Python a submitit job runs: the image's (``[env ...] apptainer exec ... <image>
     python``) with a site image, this process's interpreter behind the site's ``env ...``

@@ -49,7 +49,8 @@ class Job:
     part of the campaign's summaries (pmpipe.stages.summary_parts); the seconds
     before its time limit at which it stops itself (launch.stop_ahead; 0: never); the
     wrapper its pmpipe runs in (launch.wrapper_command: the site's environment variables and
-    image; empty: the job's own Python)."""
+    image; empty: the job's own Python); and what the whole command runs in on the host
+    (launch.host_command; empty without an image)."""
 
     name: str
     run_ids: tuple[str, ...]
@@ -58,6 +59,7 @@ class Job:
     part: str
     stop_ahead: int = 0
     wrapper: str = ""
+    host: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +158,7 @@ def plan_jobs(camp: campaigns.Campaign, campaign_dir: Path, slurm_site) -> list[
                     str(summary_parts.job_part(campaign_dir, name)),
                     launch.stop_ahead(resources, slurm_site),
                     shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres")))),
+                    shlex.join(launch.host_command(slurm_site)),
                 )
             )
     return jobs

@@ -19,6 +19,8 @@ def this_job(environ=None) -> str | None:
     return environ.get("SLURM_JOB_ID") or None
 
 
+PREEMPTED_EXIT = 3  # exit status of a process that a signal stopped, its checkpoint written
+
 # The longest a process waits for SLURM to end its requeued job (SIGTERM to every process of
 # the job at once, SIGKILL after the cluster's KillWait, 30 s by default).
 REQUEUE_END_S = 300.0
@@ -35,7 +37,10 @@ def requeue_this_job(environ=None) -> tuple[bool, str] | None:
             ["scontrol", "requeue", job], capture_output=True, text=True, check=False
         )
     except OSError as err:  # no SLURM client here, e.g. in an image without the site's binds
-        return False, f"SLURM job {job} could not be requeued: scontrol: {err.strerror}"
+        return False, (
+            f"SLURM job {job} could not be requeued from here: scontrol: {err.strerror} (in an "
+            "image, pmpipe.runtime.host_requeue requeues it from the host)"
+        )
     if done.returncode:
         return False, f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
     return True, f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"
@@ -66,12 +71,18 @@ def slurm_seconds(text: str) -> int | None:
     return seconds + 86400 * int(days or 0)
 
 
-def time_left(environ=None) -> int | None:
-    """Seconds until the time limit of the SLURM job this process runs in (squeue's %L), or
-    None outside a job, without a limit, or when squeue does not answer."""
+def time_left(environ=None, now: float | None = None) -> int | None:
+    """Seconds until the time limit of the SLURM job this process runs in: from
+    SLURM_JOB_END_TIME (Unix seconds; ``now`` default time.time()) where it is set (by SLURM, or
+    by pmpipe.runtime.host_requeue for a process in an image), else squeue's %L; None outside
+    a job, without a limit, or when squeue does not answer."""
+    environ = os.environ if environ is None else environ
     job = this_job(environ)
     if not job:
         return None
+    end = environ.get("SLURM_JOB_END_TIME", "")
+    if end.isdigit() and int(end) > 0:
+        return max(0, int(end) - int(time.time() if now is None else now))
     try:
         done = subprocess.run(
             ["squeue", "-h", "-j", job, "-o", "%L"],

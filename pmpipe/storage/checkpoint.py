@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from pmpipe.physics import lightcone
 from pmpipe.physics.nbody import State
-from pmpipe.runtime import log, parallel
+from pmpipe.runtime import log, parallel, slurm_job
 from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.storage import encoding, provenance, store
 
@@ -37,7 +37,9 @@ FOLDER = "checkpoints"
 STAGE = "nbody-checkpoint"
 SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 KEEP = 2  # complete checkpoints kept: the newest, and the one before should it be damaged
-PREEMPTED_EXIT = 3  # exit status of a stage or job that a signal stopped, its checkpoint written
+PREEMPTED_EXIT = (
+    slurm_job.PREEMPTED_EXIT
+)  # a stage or job that a signal stopped, its checkpoint written
 
 
 class Preempted(RuntimeError):

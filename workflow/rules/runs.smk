@@ -42,12 +42,13 @@ for job in PLAN.jobs:
             report=PLAN.campaign_dir / f"benchmarks/{job.name}.json",  # pmpipe bench campaign reads it
             stop_ahead=job.stop_ahead,  # a single-process SLURM job signals itself (launch.stop_ahead)
             wrapper=job.wrapper,  # env ... apptainer exec ... <image> by the site (launch.wrapper_command)
+            host=job.host,  # with an image: python -m pmpipe.runtime.host_requeue -- (launch.host_command)
             part=job.part,  # the job's part of the campaign summaries (pmpipe.stages.summary_parts)
         threads: job.resources["cpus_per_task"]
         resources:
             **job.resources,
         shell:
-            "{resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report "
+            "{params.host} {resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report "
             "{params.report:q} --stop-ahead {params.stop_ahead} --progress {log:q} --part {params.part:q} "
             "{params.configs:q} "
             "2> {log:q}"
