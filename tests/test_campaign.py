@@ -323,13 +323,37 @@ def test_resources():
         resources.resources(spec.run, "raytrace", resources.Execution())
 
 
+def test_a_gpu_run_fits_the_share_of_device_memory_xla_takes(monkeypatch):
+    """XLA's allocator takes 75 % of a GPU by default, XLA_PYTHON_CLIENT_MEM_FRACTION else: a
+    run that needs 85 % of the device is refused by default and fits at 0.9. Its runtimes
+    are said to be a guess without a calibration."""
+    base = {"name": "frac", "base": {"box": {"particles": 128}}}
+    probe = campaign.Campaign.model_validate({**base, "execution": {"platform": "gpu"}})
+    need = resources.estimate(probe.runs[0].run, probe.execution).memory_per_device_bytes
+    memory = round(need / 0.85 / 1e9, 3)
+    camp = campaign.Campaign.model_validate(
+        {**base, "execution": {"platform": "gpu", "device_memory_gb": memory}}
+    )
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    with pytest.raises(config.ConfigError) as err:
+        campaign.check_fits(camp)
+    assert f"may use 75% of execution.device_memory_gb = {memory}" in str(err.value)
+    assert "XLA's default; XLA_PYTHON_CLIENT_MEM_FRACTION unset" in str(err.value)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
+    assert len(campaign.check_fits(camp)) == 1
+    assert "GPU runtimes are a guess" in manifest.plan_table(camp)  # no calibration given
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "most")
+    with pytest.raises(config.ConfigError, match="XLA_PYTHON_CLIENT_MEM_FRACTION='most'"):
+        campaign.check_fits(camp)
+
+
 def test_check_fits_and_plan():
     huge = campaign.Campaign.model_validate(
         {"name": "big", "base": {"box": {"particles": 512}}, "execution": {"device_memory_gb": 1}}
     )
     with pytest.raises(
         config.ConfigError,
-        match=r"big-fiducial-r0 needs about .* GB per device but "
+        match=r"big-fiducial-r0 needs about .* GB per device but may use "
         r"execution.device_memory_gb = 1\.0; on cpu .* fewer particles",
     ):
         campaign.check_fits(huge)

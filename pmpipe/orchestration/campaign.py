@@ -370,18 +370,23 @@ def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
 
 def check_fits(camp: Campaign) -> list[resources.Estimate]:
     """The estimate of every run (resources.estimate, in campaign order); ConfigError naming
-    the first run whose memory estimate exceeds the device memory."""
+    the first run whose memory estimate exceeds what a device gives it (on gpu the share XLA's
+    allocator takes: resources.memory_fraction)."""
     hint = (
         "use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
         if camp.execution.platform == "gpu"
         else "on cpu all devices share one process: use fewer particles (base.box.particles) or "
         "raise execution.device_memory_gb if the machine has that memory"
     )
+    try:
+        fraction, source = resources.memory_fraction(camp.execution)
+    except ValueError as err:
+        raise config.ConfigError(f"{err} (the memory a GPU run may use)") from None
     estimates = []
     for spec in camp.runs:
         estimates.append(resources.estimate(spec.run, camp.execution))
         need = estimates[-1].memory_per_device_bytes
-        if need > camp.execution.device_memory_gb * 1e9:
+        if need > fraction * camp.execution.device_memory_gb * 1e9:
             full_sky = need - _without_full_sky(spec.run, camp.execution)
             sky = (
                 f"the full-sky maps take {full_sky / 1e9:.2f} GB of it (lower "
@@ -389,9 +394,15 @@ def check_fits(camp: Campaign) -> list[resources.Estimate]:
                 if full_sky > 0.5 * need
                 else ""
             )
+            usable = (
+                f"{fraction:.0%} of execution.device_memory_gb = "
+                f"{camp.execution.device_memory_gb} ({source})"
+                if fraction < 1
+                else f"execution.device_memory_gb = {camp.execution.device_memory_gb}"
+            )
             raise config.ConfigError(
-                f"run {spec.run_id} needs about {need / 1e9:.2f} GB per device but "
-                f"execution.device_memory_gb = {camp.execution.device_memory_gb}; {sky}{hint}"
+                f"run {spec.run_id} needs about {need / 1e9:.2f} GB per device but may use "
+                f"{usable}; {sky}{hint}"
             )
     return estimates
 

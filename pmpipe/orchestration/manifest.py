@@ -14,7 +14,7 @@ from pmpipe.orchestration import decomposition, launch, resources
 from pmpipe.orchestration import design as designs
 from pmpipe.orchestration import site as sites
 from pmpipe.orchestration.campaign import Campaign, RunSpec, check_fits, job_groups
-from pmpipe.orchestration.resources import calibration_factors, disk_bytes
+from pmpipe.orchestration.resources import GPU_SPEEDUP, calibration_factors, disk_bytes
 from pmpipe.physics import background
 from pmpipe.physics.power_table import BOLTZMANN_KINDS
 from pmpipe.run import config
@@ -69,6 +69,12 @@ def plan_table(camp: Campaign, rows: int | None = ROWS_SHOWN) -> str:
         lines.append(
             f"model calibrated by {camp.execution.calibration}: runtime x{time:.3g}, "
             f"memory beyond the process overhead x{memory:.3g}"
+        )
+    elif camp.execution.platform == "gpu":
+        lines.append(
+            f"GPU runtimes are a guess ({GPU_SPEEDUP:g}x the 2-core CPU model per GPU): measure "
+            "them with `pmpipe bench nbody --json FILE` on a GPU and give FILE as "
+            "execution.calibration"
         )
     nbody = sum(est.runtime_s["nbody"] for est in estimates)
     device_hours = sum(est.devices * sum(est.runtime_s.values()) for est in estimates) / 3600

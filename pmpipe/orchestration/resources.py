@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -181,6 +182,30 @@ STARTUP_SECONDS = 10.0
 BARYON_TABLE_SECONDS = 6.0  # CAMB's S(k, z) of one log_T_AGN: 2-6 s on the 2-core CPU
 MIN_RUNTIME_MINUTES = 10  # least wall time asked for: queue start, imports, compilation, file
 # system latency vary by site and are not in the model
+
+
+XLA_MEMORY_FRACTION = 0.75  # share of a GPU's memory XLA's allocator takes by default
+MEMORY_FRACTION_VARIABLE = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+
+
+def memory_fraction(execution: Execution, environ=None) -> tuple[float, str]:
+    """The share of a device's memory a run may use, and where it comes from: on gpu the
+    MEMORY_FRACTION_VARIABLE of ``environ`` (default os.environ: where the campaign is planned,
+    as jobs inherit it) or XLA's default; on cpu 1. ValueError naming the variable when its
+    value is not a number in (0, 1]."""
+    if execution.platform != "gpu":
+        return 1.0, "a CPU process"
+    env = os.environ if environ is None else environ
+    text = env.get(MEMORY_FRACTION_VARIABLE)
+    if text is None:
+        return XLA_MEMORY_FRACTION, f"XLA's default; {MEMORY_FRACTION_VARIABLE} unset"
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = -1.0
+    if not 0 < fraction <= 1:
+        raise ValueError(f"{MEMORY_FRACTION_VARIABLE}={text!r}: must be a number in (0, 1]")
+    return fraction, f"{MEMORY_FRACTION_VARIABLE}={text}"
 
 
 @dataclasses.dataclass(frozen=True)
