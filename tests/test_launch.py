@@ -155,6 +155,17 @@ def test_the_time_left_comes_from_the_job_s_end_time_where_it_is_given():
     assert "SLURM_JOB_END_TIME" not in host_requeue.job_environment({"PATH": "/bin"})
 
 
+def test_a_process_without_scontrol_asks_the_host_side_to_requeue_its_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol
+    ask = tmp_path / "ask"
+    job = {"SLURM_JOB_ID": "7", slurm_job.REQUEUE_FILE_VARIABLE: str(ask)}
+    ok, text = slurm_job.requeue_this_job(job)
+    assert not ok and "host side (pmpipe.runtime.host_requeue) requeues it" in text
+    assert ask.read_text() == "7\n"
+    ok, text = slurm_job.requeue_this_job({"SLURM_JOB_ID": "7"})
+    assert not ok and text.startswith("SLURM job 7 could not be requeued: scontrol")
+
+
 def test_the_host_side_passes_signals_in_and_returns_the_command_s_status(tmp_path):
     """Outside a SLURM job: the command's status (a stopped one's 3 too, with no job to
     requeue), SIGUSR2 to the host side reaching the command."""
@@ -174,6 +185,11 @@ def test_the_host_side_passes_signals_in_and_returns_the_command_s_status(tmp_pa
     assert proc.wait(timeout=30) == 3, proc.stderr.read()
     done = subprocess.run([*host, "raise SystemExit(5)"], env=env, timeout=60, check=False)
     assert done.returncode == 5
+    asks = "import os; open(os.environ['PMPIPE_REQUEUE_FILE'], 'w').write('7'); raise SystemExit(3)"
+    done = subprocess.run([*host, asks], env=env, cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode == 3 and not list(
+        tmp_path.glob(".pmpipe-requeue-*")
+    )  # no job: no requeue
     usage = subprocess.run(host[:4], env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "give the command after --" in usage.stderr
 

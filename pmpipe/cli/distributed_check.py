@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe.runtime import log, parallel, versions
+from pmpipe.runtime import log, memory, parallel, versions
 
 LOG = log.get(__name__)
 SIZES_BYTES = (1 << 16, 1 << 20, 1 << 24)  # float32 operand of the timed psum, per device
 FACTS_BYTES = 8192  # the most one process's facts take as JSON
-XLA_DEFAULT_FRACTION = 0.75  # of a GPU's memory that XLA's allocator takes when not told
 AGREED = ("pmpipe", "jax", "platform", "device_kind", "local_devices", "transport", "fraction")
 
 
@@ -60,7 +59,7 @@ def memory_fraction(platform_name: str, environ: Mapping[str, str]) -> str:
     start; 'n/a' on CPU."""
     if platform_name != "gpu":
         return "n/a"
-    fraction = environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", str(XLA_DEFAULT_FRACTION))
+    fraction = environ.get(memory.MEMORY_FRACTION_VARIABLE, str(memory.XLA_DEFAULT_FRACTION))
     allocate = environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
     return f"{fraction}, preallocate {allocate}"
 

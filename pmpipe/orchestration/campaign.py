@@ -368,10 +368,11 @@ def write_run_files(camp: Campaign, results_dir: str | Path) -> list[Path]:
     return paths
 
 
-def check_fits(camp: Campaign) -> list[resources.Estimate]:
+def check_fits(camp: Campaign, environ=None) -> list[resources.Estimate]:
     """The estimate of every run (resources.estimate, in campaign order); ConfigError naming
     the first run whose memory estimate exceeds what a device gives it (on gpu the share XLA's
-    allocator takes: resources.memory_fraction)."""
+    allocator takes: resources.memory_fraction, from ``environ``, default os.environ; the
+    workflow adds its site's ``env``, which its jobs run with)."""
     hint = (
         "use more devices (base.parallel.pdims) or fewer particles (base.box.particles)"
         if camp.execution.platform == "gpu"
@@ -379,7 +380,7 @@ def check_fits(camp: Campaign) -> list[resources.Estimate]:
         "raise execution.device_memory_gb if the machine has that memory"
     )
     try:
-        fraction, source = resources.memory_fraction(camp.execution)
+        fraction, source = resources.memory_fraction(camp.execution, environ)
     except ValueError as err:
         raise config.ConfigError(f"{err} (the memory a GPU run may use)") from None
     estimates = []

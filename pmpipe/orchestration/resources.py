@@ -16,6 +16,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from pmpipe.physics import sky
 from pmpipe.run import config, draws, validation
 from pmpipe.run import halo as halos
+from pmpipe.runtime.memory import MEMORY_FRACTION_VARIABLE, XLA_DEFAULT_FRACTION
 from pmpipe.stages import STAGES
 
 # Runs per job by platform. One process compiles once for all its runs, so larger groups
@@ -184,10 +185,6 @@ MIN_RUNTIME_MINUTES = 10  # least wall time asked for: queue start, imports, com
 # system latency vary by site and are not in the model
 
 
-XLA_MEMORY_FRACTION = 0.75  # share of a GPU's memory XLA's allocator takes by default
-MEMORY_FRACTION_VARIABLE = "XLA_PYTHON_CLIENT_MEM_FRACTION"
-
-
 def memory_fraction(execution: Execution, environ=None) -> tuple[float, str]:
     """The share of a device's memory a run may use, and where it comes from: on gpu the
     MEMORY_FRACTION_VARIABLE of ``environ`` (default os.environ: where the campaign is planned,
@@ -198,7 +195,7 @@ def memory_fraction(execution: Execution, environ=None) -> tuple[float, str]:
     env = os.environ if environ is None else environ
     text = env.get(MEMORY_FRACTION_VARIABLE)
     if text is None:
-        return XLA_MEMORY_FRACTION, f"XLA's default; {MEMORY_FRACTION_VARIABLE} unset"
+        return XLA_DEFAULT_FRACTION, f"XLA's default; {MEMORY_FRACTION_VARIABLE} unset"
     try:
         fraction = float(text)
     except ValueError:

@@ -174,9 +174,10 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
     holds the runs of its group that are not complete, so a finished run is never redone."""
     path = campaign_file(snakemake_config)
     camp = campaigns.load(path)
-    campaigns.check_fits(camp)
+    env = os.environ if environ is None else environ
+    slurm_site = site_settings(snakemake_config, env)
+    campaigns.check_fits(camp, {**env, **(slurm_site.env if slurm_site is not None else {})})
     campaign_dir = results / camp.name
-    slurm_site = site_settings(snakemake_config, os.environ if environ is None else environ)
     jobs = plan_jobs(camp, campaign_dir, slurm_site)
     if slurm_site is None and jobs:
         check_local_devices(camp, path, backend.gpu_device_files(), os.cpu_count() or 1)

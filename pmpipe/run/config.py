@@ -139,8 +139,8 @@ class Parallel(StrictModel):
     backend: Literal["jax", "cudecomp"] = Field(
         "jax",
         description="jaxdecomp's backend of the distributed FFTs: 'jax' (JAX's collectives, any "
-        "build); 'cudecomp' (NVIDIA cuDecomp's transposes) is refused unless jaxdecomp was built "
-        "with it",
+        "build); 'cudecomp' (NVIDIA cuDecomp's transposes) is refused, with why and what a site "
+        "build needs (docs/slurm.md)",
     )
 
     @model_validator(mode="after")

@@ -6,10 +6,11 @@ client (``squeue``, ``scontrol``):
 runs the command with the job's end time in SLURM_JOB_END_TIME (Apptainer passes the
 variable in; SLURM sets it in newer versions, else squeue's time left gives it here), so that
 pmpipe in the image stops ahead of the time limit (``--stop-ahead``, pmpipe.runtime.slurm_job).
-SIGTERM, SIGUSR2 and SIGINT that reach this process are passed to the command. When the
-command ends with slurm_job.PREEMPTED_EXIT (stopped by a signal, its checkpoint written), this
-process requeues the job with the host's ``scontrol`` and waits for SLURM to end it, as pmpipe
-does where it has a SLURM client. Its exit status is the command's."""
+SIGTERM, SIGUSR2 and SIGINT that reach this process are passed to the command. pmpipe in the
+image, stopped by SIGUSR2 with its checkpoint written, asks for the job's requeue in a file
+of the working directory (slurm_job.REQUEUE_FILE_VARIABLE) instead of running scontrol;
+this process then requeues the job with the host's ``scontrol`` and waits for SLURM to end
+it, as pmpipe does where it has a SLURM client. Its exit status is the command's."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from pmpipe.runtime import log, slurm_job
 
@@ -42,20 +44,35 @@ def job_environment(environ=None, now: float | None = None) -> dict[str, str]:
 def run(command: list[str], environ=None) -> int:
     """Run ``command`` as the module's docstring says; returns its exit status (128 + the
     signal's number when a signal ended it)."""
-    child = subprocess.Popen(command, env=job_environment(environ))
-    for signum in FORWARDED:
-        signal.signal(signum, lambda sig, _frame: child.send_signal(sig))
-    status = child.wait()
+    asked = Path.cwd() / f".pmpipe-requeue-{os.getpid()}"  # the cwd is bound into the image
+    env = job_environment(environ)
+    env[slurm_job.REQUEUE_FILE_VARIABLE] = str(asked)
+    child: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def forward(signum, _frame):
+        if child:
+            child[0].send_signal(signum)
+        else:
+            pending.append(signum)
+
+    for forwarded in FORWARDED:
+        signal.signal(forwarded, forward)
+    child.append(subprocess.Popen(command, env=env))
+    for early in pending:  # arrived before the command started
+        child[0].send_signal(early)
+    status = child[0].wait()
     status = 128 - status if status < 0 else status
-    if status != slurm_job.PREEMPTED_EXIT:
+    if not asked.exists():
         return status
+    asked.unlink()
     requeued = slurm_job.requeue_this_job(environ)
     if requeued is None:
         return status
     LOG.error("[pmpipe] %s", requeued[1])
     if requeued[0]:
-        for signum in FORWARDED:
-            signal.signal(signum, signal.SIG_DFL)  # SLURM's SIGTERM now ends this process
+        for forwarded in FORWARDED:
+            signal.signal(forwarded, signal.SIG_DFL)  # SLURM's SIGTERM now ends this process
         slurm_job.await_requeued_end()
     return status
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import resource
 import sys
 
+XLA_DEFAULT_FRACTION = 0.75  # of a GPU's memory that XLA's allocator takes when not told
+MEMORY_FRACTION_VARIABLE = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # what tells it
+
 
 def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far, bytes: VmHWM on Linux (ru_maxrss there

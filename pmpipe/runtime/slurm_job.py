@@ -20,6 +20,9 @@ def this_job(environ=None) -> str | None:
 
 
 PREEMPTED_EXIT = 3  # exit status of a process that a signal stopped, its checkpoint written
+# Set by pmpipe.runtime.host_requeue for a command in an image without a SLURM client: the
+# file in which the command's process 0 asks the host side to requeue the job.
+REQUEUE_FILE_VARIABLE = "PMPIPE_REQUEUE_FILE"
 
 # The longest a process waits for SLURM to end its requeued job (SIGTERM to every process of
 # the job at once, SIGKILL after the cluster's KillWait, 30 s by default).
@@ -28,7 +31,8 @@ REQUEUE_END_S = 300.0
 
 def requeue_this_job(environ=None) -> tuple[bool, str] | None:
     """``scontrol requeue`` of the SLURM job this process runs in: whether SLURM took it and
-    what happened, or None outside a SLURM job."""
+    what happened, or None outside a SLURM job. Without scontrol, the job's host side is asked
+    to requeue it where there is one (REQUEUE_FILE_VARIABLE)."""
     job = this_job(environ)
     if not job:
         return None
@@ -37,13 +41,29 @@ def requeue_this_job(environ=None) -> tuple[bool, str] | None:
             ["scontrol", "requeue", job], capture_output=True, text=True, check=False
         )
     except OSError as err:  # no SLURM client here, e.g. in an image without the site's binds
-        return False, (
-            f"SLURM job {job} could not be requeued from here: scontrol: {err.strerror} (in an "
-            "image, pmpipe.runtime.host_requeue requeues it from the host)"
-        )
+        if _ask_host_side(job, environ):
+            return False, (
+                f"SLURM job {job}: no scontrol here ({err.strerror}); its host side "
+                "(pmpipe.runtime.host_requeue) requeues it"
+            )
+        return False, f"SLURM job {job} could not be requeued: scontrol: {err.strerror}"
     if done.returncode:
         return False, f"SLURM job {job} could not be requeued: {done.stderr.strip()}"
     return True, f"SLURM job {job} requeued: it resumes from the checkpoint when it starts again"
+
+
+def _ask_host_side(job: str, environ=None) -> bool:
+    """Ask the host side of the job (pmpipe.runtime.host_requeue) to requeue it: write the
+    job's id to the file that REQUEUE_FILE_VARIABLE names. Whether it was asked."""
+    path = (os.environ if environ is None else environ).get(REQUEUE_FILE_VARIABLE)
+    if not path:
+        return False
+    try:
+        with open(path, "w") as fh:
+            fh.write(job + "\n")
+    except OSError:
+        return False
+    return True
 
 
 def await_requeued_end(seconds: float = REQUEUE_END_S) -> None:

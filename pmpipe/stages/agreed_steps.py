@@ -37,9 +37,10 @@ def error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}".splitlines()[0] if str(err) else type(err).__name__
 
 
-def agreed_step(point: str, step, timeout_s: float):
-    """``step()`` on every process, then their agreement at ``point``
-    (pmpipe.runtime.agreement): its value when it succeeded everywhere, else StepFailed with
+def agreed_step(index: int, run_id: str, stage: str, step, timeout_s: float):
+    """``step()`` (``stage`` of run ``run_id``, the ``index``-th run of the job: 'setup' or a
+    stage) on every process, then their agreement on it (pmpipe.runtime.agreement, at point
+    ``<index>/<run_id>/<stage>``): its value when it succeeded everywhere, else StepFailed with
     the agreed line on every process (a failing process logs its traceback first); StepLost
     when the others do not arrive within ``timeout_s``; preemption
     (checkpoint.Preempted) goes up at once."""
@@ -57,14 +58,15 @@ def agreed_step(point: str, step, timeout_s: float):
         failure = error_line(err)
         where = f" on process {jax.process_index()}" if jax.process_count() > 1 else ""
         LOG.error(
-            "[pmpipe] step %s failed%s; traceback:\n%s",
-            point,
+            "[pmpipe run %s] %s failed%s; traceback:\n%s",
+            run_id,
+            stage,
             where,
             traceback.format_exc(),
             extra=log.EVERY_PROCESS,
         )
     try:
-        failures = agreement.agree(point, failure, timeout_s)
+        failures = agreement.agree(f"{index}/{run_id}/{stage}", failure, timeout_s)
     except agreement.PartnerLost as lost:
         mine = f"process {jax.process_index()}: {failure}; " if failure is not None else ""
         raise StepLost(f"{mine}{lost}") from lost

@@ -90,10 +90,10 @@ def run_one(  # parameters: the run, its mesh, the job's guard and the run's pla
     preemption (checkpoint.Preempted) is not one run's failure and goes up. ``guard`` (a
     listening checkpoint.Schedule): a signal that arrived outside the N-body stops the job
     before the next stage. The run's setup and each stage end with the processes' agreement
-    (:func:`pmpipe.stages.agreed_steps.agreed_step`, points ``<index>/<run_id>/<stage>``): a failure on any process is the run's
-    failure on every process, and they go on together to the next run; agreed_steps.JobStopped when some
-    process does not arrive within ``partner_timeout_s`` (default
-    agreement.PARTNER_TIMEOUT_S)."""
+    (:func:`pmpipe.stages.agreed_steps.agreed_step`): a failure on any process is the run's
+    failure on every process, and they go on together to the next run (this is the
+    ``index``-th run of the job); agreed_steps.JobStopped when some process does not arrive
+    within ``partner_timeout_s`` (default agreement.PARTNER_TIMEOUT_S)."""
     import jax
 
     from pmpipe.runtime import agreement
@@ -127,7 +127,9 @@ def run_one(  # parameters: the run, its mesh, the job's guard and the run's pla
             # the run's setup, derived once for all of its stages
             pdims = run_file.config.parallel.pdims
             run_setup = agreed_steps.agreed_step(
-                f"{index}/{run_id}/setup",
+                index,
+                run_id,
+                "setup",
                 lambda: runner.setup(run_file, config_path, mesh_of(pdims)),
                 timeout_s,
             )
@@ -135,9 +137,7 @@ def run_one(  # parameters: the run, its mesh, the job's guard and the run's pla
             for stage in todo:
                 _stop_if_signalled(guard, stage, run_id)
                 step = partial(compute_stage, stage, run_setup, inputs)
-                computed.append(
-                    agreed_steps.agreed_step(f"{index}/{run_id}/{stage}", step, timeout_s)
-                )
+                computed.append(agreed_steps.agreed_step(index, run_id, stage, step, timeout_s))
         inputs.forget()
         skipped = tuple(s for s in names if s not in todo)
         return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
@@ -268,6 +268,7 @@ def run_all(  # parameters: the runs, what to write besides their stores, the pa
             except agreed_steps.JobStopped as stop:  # every process that can says why
                 LOG.error("%s", summary_line(stop.outcome), extra=log.EVERY_PROCESS)
                 record_outcome(stop.outcome)
+                pool.shutdown(wait=False, cancel_futures=True)  # no table made for later runs
                 raise
             outcomes.append(outcome)
             LOG.info("%s", summary_line(outcome))
@@ -360,8 +361,13 @@ def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict
 
 def run_job(config_paths, part: str | None = None) -> list[str]:
     """:func:`run_all` for a job array element (submitit), writing its ``part``: RuntimeError
-    naming every failed run when any failed; else the run ids."""
-    outcomes = run_all(config_paths, part=part)
+    naming every failed run when any failed; else the run ids. When the job's processes could
+    not agree (agreed_steps.JobStopped), this process ends at once (:func:`stop_now`)."""
+    try:
+        outcomes = run_all(config_paths, part=part)
+    except agreed_steps.JobStopped as err:
+        LOG.error("error: the job stops: %s", err)
+        stop_now(1)
     failed = [o for o in outcomes if o.error is not None]
     if failed:
         raise RuntimeError(

@@ -54,7 +54,8 @@ def start(config_paths) -> tuple[str, int]:
 def setup(run_file, config_path: str | Path, mesh):
     """The run's setup (:func:`pmpipe.run.derive.setup`) on ``mesh``, its Boltzmann table
     from the cache of its results folder (pmpipe.storage.power_cache), made there on a miss:
-    by process 0 first when there are several, the others then read it."""
+    by process 0 first when there are several, the others then read it (its failure is every
+    process's)."""
     from functools import partial
 
     import jax
@@ -65,9 +66,14 @@ def setup(run_file, config_path: str | Path, mesh):
 
     tables = partial(power_cache.linear_table, folder=power_cache.folder_of(config_path))
     if run_file.config.power.kind in BOLTZMANN_KINDS and jax.process_count() > 1:
+        failure = None
         if jax.process_index() == 0:
-            tables(derive.boltzmann_inputs(run_file.config))
-        parallel.barrier("linear power cached")
+            try:
+                tables(derive.boltzmann_inputs(run_file.config))
+            except Exception as err:  # noqa: BLE001  every process must learn it, below
+                failure = err
+        if parallel.largest(failure is not None):  # every process passes here
+            raise failure or RuntimeError("process 0 could not make the run's linear P(k) table")
     return derive.setup(run_file, mesh, tables)
 
 
