@@ -33,11 +33,11 @@ def job_environment(environ=None, now: float | None = None) -> dict[str, str]:
     SLURM_JOB_END_TIME (Unix seconds) added inside a SLURM job with a time limit where SLURM
     did not set it."""
     env = dict(os.environ if environ is None else environ)
-    if env.get("SLURM_JOB_END_TIME", "").isdigit():
+    if env.get(slurm_job.END_TIME_VARIABLE, "").isdigit():  # SLURM's own
         return env
     left = slurm_job.time_left(env)
     if left is not None:
-        env["SLURM_JOB_END_TIME"] = str(int(time.time() if now is None else now) + left)
+        env[slurm_job.END_TIME_VARIABLE] = str(int(time.time() if now is None else now) + left)
     return env
 
 

@@ -19,6 +19,7 @@ def this_job(environ=None) -> str | None:
     return environ.get("SLURM_JOB_ID") or None
 
 
+END_TIME_VARIABLE = "SLURM_JOB_END_TIME"  # the job's end, Unix seconds: SLURM's, or host_requeue's
 PREEMPTED_EXIT = 3  # exit status of a process that a signal stopped, its checkpoint written
 # Set by pmpipe.runtime.host_requeue for a command in an image without a SLURM client: the
 # file in which the command's process 0 asks the host side to requeue the job.
@@ -100,7 +101,7 @@ def time_left(environ=None, now: float | None = None) -> int | None:
     job = this_job(environ)
     if not job:
         return None
-    end = environ.get("SLURM_JOB_END_TIME", "")
+    end = environ.get(END_TIME_VARIABLE, "")
     if end.isdigit() and int(end) > 0:
         return max(0, int(end) - int(time.time() if now is None else now))
     try:
