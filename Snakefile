@@ -8,7 +8,7 @@
 #   snakemake --profile profiles/slurm --config campaign=config/examples/grid.yaml   # GPU nodes
 #   snakemake --profile profiles/local --report results/quickstart/report.html
 #
-# Rules stay thin: the logic lives in the pmpipe package (pmpipe.orchestration.workflow).
+# Rules stay thin: the logic lives in the pmpipe package (pmpipe.cluster.workflow).
 #
 # `snakemake --lint` asks for a conda environment or container per rule; it is the one finding
 # left, on purpose: every rule runs pmpipe from the environment Snakemake itself runs in (the

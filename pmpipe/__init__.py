@@ -12,7 +12,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 def open_campaign(campaign_dir):
     """A campaign's collected results (``results/<campaign>``) as an xarray Dataset whose
     ``run`` dimension is indexed by the design parameters
-    (:func:`pmpipe.orchestration.export.open_campaign`)."""
-    from pmpipe.orchestration import export
+    (:func:`pmpipe.results.export.open_campaign`)."""
+    from pmpipe.results import export
 
     return export.open_campaign(campaign_dir)

@@ -1,4 +1,4 @@
-"""``python -m pmpipe.stages.pipeline`` with failures injected into one process of the job:
+"""``python -m pmpipe.job.pipeline`` with failures injected into one process of the job:
 
     python tests/inject_failure.py PROCESS WHEN RUN:STAGE[,RUN:STAGE...] -- PIPELINE ARGS
 
@@ -11,7 +11,7 @@ import sys
 
 import jax
 
-from pmpipe.stages import pipeline
+from pmpipe.job import pipeline
 
 
 def main(argv: list[str]) -> int:

@@ -1,13 +1,16 @@
 """Accuracy of the time stepping and of the force mesh against converged references, and the
-resolved ranges pmpipe derives from them (pmpipe.bench.accuracy, pmpipe.physics.resolution)."""
+resolved ranges pmpipe derives from them (pmpipe.bench.validation.accuracy, pmpipe.physics.statistics.resolution)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from pmpipe.bench import accuracy
-from pmpipe.physics import cosmology, lensing, resolution, simulation, timesteps
+from pmpipe.bench.validation import accuracy
+from pmpipe.physics.evolution import simulation, timesteps
+from pmpipe.physics.lensing import projection
+from pmpipe.physics.statistics import resolution
+from pmpipe.physics.theory import cosmology
 
 STEP_TOLERANCE = 0.01  # docs/validation.md: measured 0.37-0.56 % for 10 steps at 32^3, 128 Mpc/h
 
@@ -77,7 +80,7 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
             edges,
             box,
             transfer,
-            lensing.single_plane(chi_s),
+            projection.single_plane(chi_s),
             resolution.MultipoleRange(10, 3000, "lo", "hi"),
         )
 
@@ -87,8 +90,8 @@ def test_resolved_multipoles_shrink_with_the_force_resolution():
     coarse, fine = ranges(0.2, 1e5), ranges(0.4, 1e5)
     assert coarse.ell_max < fine.ell_max < 3000 and coarse.max_reason.startswith("resolution:")
     # at ell_max the modes above k_high carry at most LIMBER_TOLERANCE of the integral
-    chi, integrand, _ = lensing.limber_integrand(
-        cosmo, [fine.ell_max], lensing.single_plane(chi_s), power
+    chi, integrand, _ = projection.limber_integrand(
+        cosmo, [fine.ell_max], projection.single_plane(chi_s), power
     )
     above = (fine.ell_max + 0.5) / chi > 0.4
     assert integrand[0, above].sum() / integrand.sum() <= resolution.LIMBER_TOLERANCE

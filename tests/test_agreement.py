@@ -17,8 +17,7 @@ from test_multiprocess import RUN  # 16^3 on (1, 2) devices, lensing and summari
 
 from pmpipe.run import config
 from pmpipe.runtime import agreement
-from pmpipe.stages import run_record
-from pmpipe.storage import store
+from pmpipe.storage import run_record, store
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -72,51 +72,94 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_of_the_package_imports_itself_through_others():
     graph = import_graph()
-    assert len(graph) > 40 and "pmpipe.run.config" in graph["pmpipe.orchestration.campaign"]
+    assert len(graph) > 40 and "pmpipe.run.config" in graph["pmpipe.campaigns.campaign"]
     assert circles(graph) == []
 
 
 def test_the_circle_finder_finds_a_circle():
     graph = import_graph()
-    graph["pmpipe.run.config"] = graph["pmpipe.run.config"] | {"pmpipe.orchestration.campaign"}
-    assert any(
-        {"pmpipe.run.config", "pmpipe.orchestration.campaign"} <= set(c) for c in circles(graph)
-    )
+    graph["pmpipe.run.config"] = graph["pmpipe.run.config"] | {"pmpipe.campaigns.campaign"}
+    assert any({"pmpipe.run.config", "pmpipe.campaigns.campaign"} <= set(c) for c in circles(graph))
 
 
 # The wings of the package, top to bottom (docs/architecture.md): a module imports only from
 # its own wing and the wings below it; ``pmpipe`` itself, the Python API (pmpipe.open_campaign),
-# is above them all: no module imports it.
-WINGS = ("cli", "bench", "orchestration", "stages", "storage", "run", "physics", "runtime")
+# is above them all: no module imports it. The physics wing is itself stacked in sub-wings.
+WINGS = (
+    "cli",
+    "diagnostics",
+    "bench",
+    "cluster",
+    "job",
+    "results",
+    "campaigns",
+    "stages",
+    "storage",
+    "run",
+    "physics",
+    "runtime",
+)
+PHYSICS = ("statistics", "lensing", "evolution", "theory", "mesh")
+MAX_MODULES_PER_FOLDER = 16
 
 
 def wing(module: str) -> str:
-    """'physics' for pmpipe.physics.nbody, 'pmpipe' for the package itself."""
+    """'physics.evolution' for pmpipe.physics.evolution.particle_mesh, 'stages' for
+    pmpipe.stages.nbody, 'pmpipe' for the package itself."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "physics":
+        return f"physics.{parts[2]}"
     return parts[1] if len(parts) > 1 else "pmpipe"
+
+
+def rank(name: str) -> tuple[int, int]:
+    """(wing, sub-wing) position of a wing's name, top first; the package itself above all."""
+    if name == "pmpipe":
+        return (-1, 0)
+    top, _, sub = name.partition(".")
+    return (WINGS.index(top), PHYSICS.index(sub) if sub else 0)
 
 
 def upward_arrows(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     """(importer, imported) pairs where a module imports from a wing above its own."""
-    rank = {name: i for i, name in enumerate(WINGS)} | {"pmpipe": -1}
     return sorted(
         (module, target)
         for module, imported in graph.items()
         for target in imported
-        if rank[wing(target)] < rank[wing(module)]
+        if rank(wing(target)) < rank(wing(module))
     )
 
 
 def test_every_module_lives_in_a_wing_and_imports_only_its_own_and_those_below():
     graph = import_graph()
-    assert {wing(m) for m in graph} == set(WINGS) | {"pmpipe"}, sorted({wing(m) for m in graph})
+    wings = {wing(m) for m in graph}
+    assert wings == set(WINGS) - {"physics"} | {f"physics.{s}" for s in PHYSICS} | {
+        "physics",
+        "pmpipe",
+    }, sorted(wings)
     assert upward_arrows(graph) == []
+
+
+def test_no_folder_holds_too_many_modules_and_no_two_modules_share_a_name():
+    folders = {p.parent for p in PACKAGE.rglob("*.py")}
+    crowded = {
+        str(f.relative_to(REPO)): n
+        for f in folders
+        if (n := len(list(f.glob("*.py")))) > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}, crowded
+    names: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            names.setdefault(path.stem, []).append(str(path.relative_to(REPO)))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
 
 
 def test_the_wing_check_finds_an_upward_arrow():
     graph = import_graph()
-    graph["pmpipe.physics.nbody"] = graph["pmpipe.physics.nbody"] | {"pmpipe.run.config"}
-    assert upward_arrows(graph) == [("pmpipe.physics.nbody", "pmpipe.run.config")]
+    mesh, cosmology = "pmpipe.physics.mesh.painting", "pmpipe.physics.theory.cosmology"
+    graph[mesh] = graph[mesh] | {"pmpipe.run.config", cosmology}
+    assert upward_arrows(graph) == [(mesh, cosmology), (mesh, "pmpipe.run.config")]
 
 
 def test_stage_dispatch_is_an_import_the_graph_shows():
@@ -136,17 +179,18 @@ def test_stage_dispatch_is_an_import_the_graph_shows():
 CONFIGURATION = [
     "pmpipe.run.config",
     "pmpipe.run.validation",
-    "pmpipe.orchestration.campaign",
-    "pmpipe.orchestration.seeds",
-    "pmpipe.orchestration.site",
-    "pmpipe.orchestration.workflow",
+    "pmpipe.campaigns.campaign",
+    "pmpipe.campaigns.seeds",
+    "pmpipe.cluster.site",
+    "pmpipe.cluster.workflow",
     "pmpipe.runtime.compilation_cache",
 ]
 
 LOAD_EVERY_CAMPAIGN = """
 import json, sys
 from pathlib import Path
-from pmpipe.orchestration import campaign, workflow
+from pmpipe.campaigns import campaign
+from pmpipe.cluster import workflow
 loaded = {str(p): len(campaign.load(p).runs) for p in sorted(Path("config").rglob("*.yaml"))}
 expansions, expand = [], campaign.expand
 campaign.expand = lambda *args, **kwargs: expansions.append(1) or expand(*args, **kwargs)
@@ -245,5 +289,7 @@ def test_the_architecture_page_names_every_wing_and_only_what_exists():
     assert {f"pmpipe/{w}" for w in WINGS} <= named, sorted(named)
     missing = sorted(n for n in named if not (REPO / n).exists())
     assert missing == [], f"docs/architecture.md names what the tree lacks: {missing}"
-    packages = {p.parent.relative_to(REPO).as_posix() for p in PACKAGE.glob("*/__init__.py")}
-    assert packages == {f"pmpipe/{w}" for w in WINGS}, sorted(packages)
+    packages = {p.parent.relative_to(REPO).as_posix() for p in PACKAGE.glob("**/__init__.py")}
+    wings = {f"pmpipe/{w}" for w in WINGS} | {f"pmpipe/physics/{s}" for s in PHYSICS}
+    assert packages - {"pmpipe"} - wings <= {"pmpipe/bench/peers", "pmpipe/bench/validation"}
+    assert wings <= packages and wings <= named, sorted(packages)

@@ -11,8 +11,9 @@ import zarr
 from conftest import run_every_stage
 from jax.sharding import NamedSharding
 
-from pmpipe.orchestration import campaign
-from pmpipe.physics import baryons, cosmology, lensing
+from pmpipe.campaigns import campaign
+from pmpipe.physics.lensing import projection
+from pmpipe.physics.theory import baryons, cosmology
 from pmpipe.run import config, derive
 from pmpipe.runtime import parallel
 from pmpipe.runtime.parallel import FIELD_SPEC
@@ -102,7 +103,7 @@ def _limber_suppression(run: config.Run, table, ell) -> np.ndarray:
     """Limber's C_ℓ with the suppression over that without, for the run's source."""
     cosmo, power = derive.cosmology_params(run), derive.linear_power(run)
     ((_, _, source),) = derive.sources(run, cosmo)
-    chi, integrand, _ = lensing.limber_integrand(cosmo, ell, source, power, samples=1024)
+    chi, integrand, _ = projection.limber_integrand(cosmo, ell, source, power, samples=1024)
     z = 1.0 / cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, chi) - 1.0
     k = (np.asarray(ell)[:, None] + 0.5) / chi[None, :]
     s = np.stack([baryons.factor(table, k[:, i], z[i]) for i in range(chi.size)], axis=1)

@@ -5,7 +5,9 @@ import pytest
 from conftest import REPO
 
 from pmpipe.bench import pm_core
-from pmpipe.physics import domain, ics, simulation
+from pmpipe.campaigns import step_timing
+from pmpipe.physics.evolution import ics, simulation
+from pmpipe.physics.mesh import domain
 from pmpipe.run import config
 from pmpipe.runtime import parallel
 
@@ -14,8 +16,8 @@ def _final_like(n=16):
     """A 2LPT displacement field at a = 0.5: structure on all scales, no PM needed."""
     mesh = parallel.make_mesh((1, 1))
     noise = ics.white_noise(3, n, mesh)
-    grid = domain.Grid(mesh, n, box_size=pm_core.BOX_SIZE)
-    init = simulation.initial_conditions(pm_core.COSMOLOGY, noise, pm_core.POWER, grid, 0.5)
+    grid = domain.Grid(mesh, n, box_size=step_timing.BOX_SIZE)
+    init = simulation.initial_conditions(step_timing.COSMOLOGY, noise, step_timing.POWER, grid, 0.5)
     return np.asarray(init.disp), mesh
 
 
@@ -318,7 +320,7 @@ def test_bench_raytrace_on_the_full_sky_times_tracing_and_analysis(tmp_path):
 
 @pytest.mark.slow
 def test_bench_postborn_compares_the_methods_in_the_resolved_range():
-    from pmpipe.bench import postborn
+    from pmpipe.bench.validation import postborn
 
     record = postborn.bench_postborn(32, 64, 1)
     assert len(record["runs"]) == 2 and record["largest_cl_difference"] < 0.02
@@ -332,7 +334,7 @@ def test_bench_postborn_compares_the_methods_in_the_resolved_range():
 def test_postborn_smoothed_statistics_of_a_known_map():
     """Equal maps give equal statistics; a Gaussian field has no skewness or excess kurtosis;
     a positive spike adds a peak above 4 σ to one map only."""
-    from pmpipe.bench import postborn
+    from pmpipe.bench.validation import postborn
 
     gauss = np.random.default_rng(3).standard_normal((256, 256)).astype(np.float32)
     same = postborn.smoothed_statistics(gauss, gauss, 4.0)
@@ -348,7 +350,7 @@ def test_postborn_smoothed_statistics_of_a_known_map():
 def test_bench_nuisances_measures_each_comparison_against_pyccl_as_a_deviation():
     """The comparisons of `pmpipe bench nuisances` are 0 where the maps' spectra are pyccl's,
     and move with a measured change: 10 % more alignment part, a 10 % larger shift."""
-    from pmpipe.bench import nuisances
+    from pmpipe.bench.validation import nuisances
 
     rng = np.random.default_rng(4)
     names = ("plain", "alignments", "photo_z_shift", "baryons")
@@ -377,7 +379,7 @@ def test_bench_nuisances_measures_each_comparison_against_pyccl_as_a_deviation()
 def test_bench_nuisances_runs_paired_draws_and_baryons_in_the_resolved_range():
     """One seed at 80^3: the resolved range holds one multipole bin, where the baryons'
     suppression of the maps is within 5 % of pyccl's (their difference: docs/validation.md)."""
-    from pmpipe.bench import nuisances
+    from pmpipe.bench.validation import nuisances
 
     record = nuisances.bench_nuisances(80, 128, 1)
     assert record["ell"] and 240 <= record["ell"][0] and record["ell"][-1] <= 330

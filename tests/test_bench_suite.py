@@ -48,8 +48,8 @@ def test_each_measurement_is_recorded_done_failed_or_not_started(tmp_path):
 
 @pytest.mark.parametrize("runs", [2, 16])
 def test_the_campaign_packs_its_runs_into_one_job_on_the_platform_found(tmp_path, runs):
-    from pmpipe.bench import campaign as bench_campaign
-    from pmpipe.orchestration import campaign
+    from pmpipe.bench import campaign_timing as bench_campaign
+    from pmpipe.campaigns import campaign
 
     repo = bench_campaign.default_snakefile().parent
     camp = campaign.load(suite.campaign_file(tmp_path, runs, repo, "cpu"))

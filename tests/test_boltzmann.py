@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe.physics import boltzmann
+from pmpipe.physics.theory import boltzmann
 from pmpipe.run import config, derive
 from pmpipe.stages import registry
 from pmpipe.storage import power_cache
@@ -187,7 +187,7 @@ def test_normalisation_is_exactly_one_of_sigma8_and_A_s():
 def test_power_beyond_the_table_follows_camb_to_thirty_times_its_end():
     """Limber integrals and finer meshes ask for k beyond a run's table: its extrapolation
     (cosmology.interp_power) stays within 1 % of a table that reaches that far."""
-    from pmpipe.physics import cosmology
+    from pmpipe.physics.theory import cosmology
 
     spec = derive.boltzmann_inputs(_run({}))
     short, far = (boltzmann.camb_power({**spec, "k_max": k}) for k in (2.0, 64.0))

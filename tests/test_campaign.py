@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from pmpipe import cli
-from pmpipe.orchestration import campaign, manifest, resources, seeds
-from pmpipe.physics import lightcone, sky
+from pmpipe.campaigns import campaign, resources, seeds
+from pmpipe.cluster import plan_table
+from pmpipe.physics.evolution import lightcone, sky
+from pmpipe.results import manifest
 from pmpipe.run import config, validation
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,9 +108,9 @@ def test_plan_counts_the_camb_tables_and_those_cached(tmp_path):
     camb = {**SMALL, "power": {"kind": "camb"}}
     grid = {"kind": "grid", "parameters": {"A_s": [1.9e-9, 2.2e-9]}}
     camp = make(base=camb, design=grid, realisations=3)
-    line = manifest.linear_power_line(camp, tmp_path)
+    line = plan_table.linear_power_line(camp, tmp_path)
     assert line.startswith("linear P(k): 2 CAMB tables for 6 runs, 0 of them cached in")
-    assert manifest.linear_power_line(make(), tmp_path) is None
+    assert plan_table.linear_power_line(make(), tmp_path) is None
 
 
 def test_pairs_and_common_seeds():
@@ -341,7 +343,7 @@ def test_a_gpu_run_fits_the_share_of_device_memory_xla_takes(monkeypatch):
     assert "XLA's default; XLA_PYTHON_CLIENT_MEM_FRACTION unset" in str(err.value)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
     assert len(campaign.check_fits(camp)) == 1
-    assert "GPU runtimes are a guess" in manifest.plan_table(camp)  # no calibration given
+    assert "GPU runtimes are a guess" in plan_table.plan_table(camp)  # no calibration given
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "most")
     with pytest.raises(config.ConfigError, match="XLA_PYTHON_CLIENT_MEM_FRACTION='most'"):
         campaign.check_fits(camp)
@@ -377,7 +379,7 @@ def test_check_fits_and_plan():
         match=r"the full-sky maps take .* GB of it \(lower base\.lensing\.full_sky\.nside\)",
     ):
         campaign.check_fits(sky)
-    table = manifest.plan_table(
+    table = plan_table.plan_table(
         make(design={"kind": "grid", "parameters": {"Omega_m": [0.3, 0.32]}})
     )
     assert "c-p0001-r0" in table and "GB/device" in table and "2 runs" in table
@@ -428,7 +430,7 @@ def test_schema_command_writes_the_schema(tmp_path):
 def test_shipped_campaigns_load_and_expand(path):
     camp = campaign.load(path)
     assert campaign.expand(camp)
-    manifest.plan_table(camp)
+    plan_table.plan_table(camp)
 
 
 GOOD = {

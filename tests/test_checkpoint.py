@@ -230,7 +230,7 @@ def test_a_signal_outside_the_n_body_stops_a_packed_job_before_its_next_stage(tm
         for i in range(2)
     ]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    job = [sys.executable, "-m", "pmpipe.stages.pipeline", *map(str, paths)]
+    job = [sys.executable, "-m", "pmpipe.job.pipeline", *map(str, paths)]
     first = subprocess.Popen(job, env=env, stderr=subprocess.PIPE, text=True)
     ics = stages.store_path(paths[0].parent, "ic")
     end = time.monotonic() + 300
@@ -258,7 +258,7 @@ def test_a_checkpoint_holds_the_state_it_was_written_from(tmp_path):
     a stage finds it (the newest complete one of its config), equals that state."""
     import jax
 
-    from pmpipe.physics import nbody
+    from pmpipe.physics.evolution import particle_mesh
     from pmpipe.run import derive, validation
     from pmpipe.runtime import parallel
 
@@ -267,7 +267,9 @@ def test_a_checkpoint_holds_the_state_it_was_written_from(tmp_path):
     run_file = validation.load_run_file(_write_run(run_dir, **small))
     setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
     init = derive.initial_conditions(setup)
-    state = nbody.start_state(setup.cosmology, init.disp, init.mom, setup.timeline, setup.grid)
+    state = particle_mesh.start_state(
+        setup.cosmology, init.disp, init.mom, setup.timeline, setup.grid
+    )
     written = checkpoint.write(run_dir, run_file, setup.grid.mesh, state, 1, 0.55)
     assert checkpoint.newest(run_dir, run_file.config_hash) == written
     assert checkpoint.newest(run_dir, "sha256:another") is None
@@ -283,7 +285,7 @@ def test_a_checkpoint_holds_the_state_it_was_written_from(tmp_path):
 def test_a_checkpoint_written_with_nan_stops_the_run_naming_it(tmp_path):
     """A checkpoint whose particles hold a NaN (written so: its checksums match) stops the
     N-body before any step, naming the checkpoint rather than a step it never made."""
-    from pmpipe.physics import nbody
+    from pmpipe.physics.evolution import particle_mesh
     from pmpipe.run import derive, validation
     from pmpipe.runtime import parallel
 
@@ -294,12 +296,16 @@ def test_a_checkpoint_written_with_nan_stops_the_run_naming_it(tmp_path):
     run_file = validation.load_run_file(path)
     setup = derive.setup(run_file, parallel.make_mesh(run_file.config.parallel.pdims))
     init = derive.initial_conditions(setup)
-    state = nbody.start_state(setup.cosmology, init.disp, init.mom, setup.timeline, setup.grid)
+    state = particle_mesh.start_state(
+        setup.cosmology, init.disp, init.mom, setup.timeline, setup.grid
+    )
     state = state._replace(mom=state.mom.at[1, 2, 3, 0].set(np.nan))
     a = float(setup.timeline.bounds[2])
     written = checkpoint.write(run_dir, run_file, setup.grid.mesh, state, 2, a)
     assert store.problems(written, checksums=True) == []
-    with pytest.raises(nbody.NumericalError, match="holds NaN or Inf before the evolution") as err:
+    with pytest.raises(
+        particle_mesh.NumericalError, match="holds NaN or Inf before the evolution"
+    ) as err:
         registry.run_stage("nbody", path)
     assert str(written) in str(err.value) and f"a = {a:.4g}" in str(err.value)
     assert not store.has_marker(run_dir / "nbody.zarr")

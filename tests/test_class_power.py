@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from pmpipe.physics import background, boltzmann, class_power, neutrinos
+from pmpipe.physics.theory import background, boltzmann, class_power, neutrinos
 from pmpipe.run import config, derive, validation
 from pmpipe.runtime import versions
 from pmpipe.storage import power_cache

@@ -32,7 +32,7 @@ def test_plan_prints_a_table_and_fails_early_when_a_run_does_not_fit(tmp_path, c
 
 
 def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
-    from pmpipe.orchestration import campaign
+    from pmpipe.campaigns import campaign
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "c.yaml"
@@ -51,7 +51,7 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
     manifest = (tmp_path / "results/cli/manifest.csv").read_text()
     assert manifest.count(",done\n") == 2
     # the report's figures of a run and of the campaign, as the workflow's rules draw them
-    from pmpipe.orchestration import report
+    from pmpipe.results import report
 
     campaign_dir = tmp_path / "results/cli"
     drawn = [campaign_dir / "report/cli-fiducial-r0/pk.png", campaign_dir / "report/pk_ratio.png"]
@@ -166,7 +166,8 @@ def test_campaigns_without_a_seed_get_their_names_and_plan_warns_of_shared_seeds
     """Two campaigns that differ only in name get different run seeds; plan says where the
     seed came from and warns when another campaign's runs in the results folder share seeds,
     unless the file says it means it."""
-    from pmpipe.orchestration import campaign, manifest
+    from pmpipe.campaigns import campaign
+    from pmpipe.results import manifest
 
     def write(name: str, **extra) -> Path:
         data = {"name": name, "base": {"box": {"particles": 16}}, "realisations": 2, **extra}

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from pmpipe.bench.collectives import in_program
-from pmpipe.physics import fft, lightcone, painting, stats
+from pmpipe.physics.evolution import lightcone
+from pmpipe.physics.mesh import fft, painting
+from pmpipe.physics.statistics import stats
 from pmpipe.runtime import parallel
 
 N, BOX = 32, 128.0

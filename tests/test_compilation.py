@@ -32,7 +32,11 @@ parallel.use_compilation_cache(sys.argv[1])
 from pmpipe.runtime import compilation
 counter = compilation.CompileCounter().start()
 import numpy as np
-from pmpipe.physics import cosmology, domain, ics, lightcone, nbody, simulation, stats, timesteps
+from pmpipe.physics.evolution import ics, lightcone, simulation, timesteps
+from pmpipe.physics.evolution import particle_mesh
+from pmpipe.physics.mesh import domain
+from pmpipe.physics.statistics import stats
+from pmpipe.physics.theory import cosmology
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
 mesh = parallel.make_mesh((1, 2))
@@ -48,7 +52,7 @@ def run(params, seed, a_init):
     transforms = lightcone.plane_transforms(seed, len(planes), grid.force_cells, True)
     capture = lightcone.capture_plan(planes, transforms, OBSERVER, grid, 16, 1, 0.5)
     times = timesteps.timeline(a_init, 1.0, 3, (0.5,))
-    res = nbody.evolve(cosmo, init.disp, init.mom, times, grid, capture)
+    res = particle_mesh.evolve(cosmo, init.disp, init.mom, times, grid, capture)
     flat, shells = np.asarray(res.planes)[:len(planes)], np.asarray(res.shells)[:len(planes)]
     k, pk, _ = stats.power_spectrum(res.snapshots[1.0], mesh, BOX, compensate_cic=True)
     _, cross, _ = stats.power_spectrum(res.snapshots[0.5], mesh, BOX, field2=res.snapshots[1.0])
@@ -169,7 +173,7 @@ def _run_files(results):
 
 
 def _start_job(paths, report, cache):
-    """The job process (pmpipe.stages.pipeline) of the runs ``paths``, started; its output
+    """The job process (pmpipe.job.pipeline) of the runs ``paths``, started; its output
     goes to ``report`` with the suffix .log."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     with open(report.with_suffix(".log"), "w") as log:
@@ -177,7 +181,7 @@ def _start_job(paths, report, cache):
             [
                 sys.executable,
                 "-m",
-                "pmpipe.stages.pipeline",
+                "pmpipe.job.pipeline",
                 "--report",
                 str(report),
                 *map(str, paths),

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from pmpipe.physics import cosmology as C
+from pmpipe.physics.theory import cosmology as C
 from pmpipe.run import config, derive, validation
 
 

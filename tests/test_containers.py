@@ -19,8 +19,8 @@ from conftest import REPO, TINY, golden, run_snakemake, same_store
 from deffile import parse
 
 from pmpipe import stages
-from pmpipe.cli import doctor
-from pmpipe.orchestration import campaign
+from pmpipe.campaigns import campaign
+from pmpipe.diagnostics import doctor
 from pmpipe.storage import store
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -206,7 +206,7 @@ def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
     assert (
         "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=8 --gres=gpu:4 --kill-on-bad-exit=1 "
         "env NCCL_DEBUG=WARN NCCL_NET_GDR_LEVEL=PHB apptainer exec --nv --bind=/scratch --bind=/opt/aws-ofi-nccl/lib:/opt/site/lib "
-        "/images/pmpipe-gpu.sif python -m pmpipe.stages.pipeline" in text
+        "/images/pmpipe-gpu.sif python -m pmpipe.job.pipeline" in text
     )
 
 
@@ -283,7 +283,7 @@ def test_the_cpu_image_passes_its_test_and_doctor_reports_it_with_its_labels(
 
 @pytest.mark.slow
 def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny_local, tmp_path):
-    """Every stage of one run by `apptainer exec <image> python -m pmpipe.stages.pipeline`."""
+    """Every stage of one run by `apptainer exec <image> python -m pmpipe.job.pipeline`."""
     image, commit = cpu_image
     (tmp_path / "tiny.yaml").write_text(TINY)
     campaign.write_run_files(campaign.load(tmp_path / "tiny.yaml"), tmp_path / "results")
@@ -293,7 +293,7 @@ def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny
         image,
         "python",
         "-m",
-        "pmpipe.stages.pipeline",
+        "pmpipe.job.pipeline",
         f"results/tiny/{run}/config.json",
         cwd=tmp_path,
     )
@@ -349,7 +349,7 @@ def test_the_quickstart_completes_through_the_slurm_apptainer_profile(
     )
     assert (
         f"srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 "
-        f"{apptainer[0]} exec --userns {image} python -m pmpipe.stages.pipeline"
+        f"{apptainer[0]} exec --userns {image} python -m pmpipe.job.pipeline"
     ) in out.stdout + out.stderr
     attrs = small_quickstart_stores(tmp_path / "results" / "quickstart")
     assert {(a["image"], a["git_commit"]) for a in attrs.values()} == {(str(image), commit)}
@@ -408,7 +408,7 @@ def test_a_containerised_single_process_job_checkpoints_before_its_time_limit_an
 ):
     """What the slurm-apptainer profile's rule runs for a single-process job, submitted with a
     2-minute limit: `python -m pmpipe.runtime.host_requeue -- apptainer exec <image> python -m
-    pmpipe.stages.pipeline --stop-ahead 70 CONFIG`. The image has no squeue or scontrol; the host
+    pmpipe.job.pipeline --stop-ahead 70 CONFIG`. The image has no squeue or scontrol; the host
     side passes the job's end time in, pmpipe in the image signals itself 70 s before the
     limit, writes an N-body checkpoint and exits 3, the host side requeues the job, and the
     requeued job resumes from the checkpoint and completes the run (after more requeues, on a
@@ -425,7 +425,7 @@ def test_a_containerised_single_process_job_checkpoints_before_its_time_limit_an
     campaign.write_run_files(campaign.load(tmp_path / "limit.yaml"), tmp_path / "results")
     run_dir = tmp_path / "results" / "limit" / "limit-fiducial-r0"
     command = [sys.executable, "-m", "pmpipe.runtime.host_requeue", "--", *apptainer, "exec"]
-    command += ["--userns", str(image), "python", "-m", "pmpipe.stages.pipeline"]
+    command += ["--userns", str(image), "python", "-m", "pmpipe.job.pipeline"]
     command += ["--stop-ahead", "70", str(run_dir / "config.json")]
     log = tmp_path / "job.log"
     submitted = subprocess.run(

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from astropy.cosmology import FlatLambdaCDM, Flatw0waCDM
 
-from pmpipe.physics import cosmology as C
-from pmpipe.physics import power_table
+from pmpipe.physics.theory import cosmology as C
+from pmpipe.physics.theory import power_table
 from pmpipe.run import config, files, validation
 
 PLANCK = C.Cosmology()

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from pmpipe import cli
-from pmpipe.orchestration import campaign, decomposition, manifest
+from pmpipe.campaigns import campaign, decomposition
+from pmpipe.cluster import plan_table
 from pmpipe.run import config
 
 
@@ -47,7 +48,7 @@ def test_tune_records_the_fastest_and_plan_shows_it(tmp_path, capsys):
     path = _campaign(tmp_path, file)
     guessed = campaign.load(path)
     assert (guessed.base.parallel.pdims, guessed.pdims_source) == ((8, 1), "guessed")
-    assert "guessed (no decomposition file" in manifest.decomposition_line(guessed)
+    assert "guessed (no decomposition file" in plan_table.decomposition_line(guessed)
 
     assert cli.main(["tune", str(path), "--repeat", "1"]) == 0
     table = decomposition.load(file)
@@ -141,7 +142,7 @@ def test_one_machine_kind_per_file_and_pdims_given_once(tmp_path):
 
 
 def test_a_sweep_times_every_candidate_and_keeps_the_fastest():
-    from pmpipe.bench import tune
+    from pmpipe.campaigns import tune
 
     sweep = tune.sweep(2, 8, 1, 2, repeat=1)
     assert set(sweep.step_seconds) == {"2x1", "1x2"}

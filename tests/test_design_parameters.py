@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from test_campaign import SMALL, make, run
 
-from pmpipe.orchestration import campaign, manifest, resources
+from pmpipe.campaigns import campaign, resources
+from pmpipe.results import manifest
 from pmpipe.run import config
 
 
@@ -57,7 +58,7 @@ def test_manifest_and_summaries_fill_a_design_parameter_a_point_leaves_out(tmp_p
     at one point only: each column holds the point's own value, else the run's (Omega_m of the
     base), else the one its Boltzmann code derived (here stood in for); manifest.csv and
     summaries.zarr agree."""
-    from pmpipe.orchestration import aggregate
+    from pmpipe.results import aggregate
     from pmpipe.storage import store
 
     points = [

@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from pmpipe.cli import doctor
+from pmpipe.diagnostics import doctor
 
 CPU = {
     "backend": "cpu",
@@ -129,7 +129,7 @@ def test_warnings_name_the_setting_to_change():
 
 
 def test_the_check_imports_every_module_and_catches_a_wrong_fft(monkeypatch):
-    from pmpipe.physics import fft
+    from pmpipe.physics.mesh import fft
 
     assert doctor.self_check() == []
     right = fft.r2c
@@ -151,7 +151,7 @@ def test_a_backend_jax_cannot_start_is_diagnosed_without_a_traceback(tmp_path):
     """JAX_PLATFORMS=cuda with JAX for the CPU only: doctor reports it with the fix and exits
     2; a stage exits 2 with the same one message; PMPIPE_DEBUG=1 shows the traceback."""
     _without_cuda_jax()
-    from pmpipe.orchestration import campaign
+    from pmpipe.campaigns import campaign
 
     env = {**os.environ, "JAX_PLATFORMS": "cuda"}
     env.pop("XLA_FLAGS", None)
@@ -219,7 +219,7 @@ def test_srun_doctor_distributed_passes_in_the_slurm_cluster(slurm):
 
 
 def test_processes_that_differ_are_named_with_their_ranks():
-    from pmpipe.cli import distributed_check
+    from pmpipe.diagnostics import distributed_check
 
     same = {"pmpipe": "0.1.0", "jax": "0.10.2", "platform": "gpu", "device_kind": "H100"}
     same |= {"local_devices": 4, "fraction": "0.75, preallocate false"}

@@ -9,8 +9,9 @@ import pytest
 import zarr
 from conftest import run_every_stage
 
-from pmpipe.bench import draws as bench_draws
-from pmpipe.orchestration import campaign, manifest, resources
+from pmpipe.bench import draw_cost as bench_draws
+from pmpipe.campaigns import campaign, resources
+from pmpipe.results import manifest
 from pmpipe.run import config, draws, validation
 from pmpipe.stages.inputs import Inputs
 

@@ -10,19 +10,17 @@ import numpy as np
 import pytest
 from conftest import rel_diff
 
-from pmpipe.physics import (
-    cosmology,
-    domain,
-    fft,
+from pmpipe.physics.evolution import (
     ics,
     lightcone,
-    nbody,
-    painting,
+    particle_mesh,
     schedule,
     simulation,
     sky,
     timesteps,
 )
+from pmpipe.physics.mesh import domain, fft, painting
+from pmpipe.physics.theory import cosmology
 from pmpipe.runtime import compilation, parallel
 
 N, BOX, OBSERVER = 16, 64.0, (32.0, 32.0, 32.0)
@@ -63,7 +61,8 @@ def _step_by_step(cosmo, init, planes, transforms, times, mesh):
     kicks of every step and the planes made by the public single-plane functions."""
     bounds = times.bounds
     kick1, drift, kick2 = (
-        np.asarray(f) for f in nbody.kdk_coefficients(cosmo, jnp.asarray(bounds, jnp.float32))
+        np.asarray(f)
+        for f in particle_mesh.kdk_coefficients(cosmo, jnp.asarray(bounds, jnp.float32))
     )
     disp, mom = init.disp, init.mom
     acc, rho = _forces(disp, cosmo.Omega_m, mesh)
@@ -71,7 +70,7 @@ def _step_by_step(cosmo, init, planes, transforms, times, mesh):
     for i in range(len(bounds) - 1):
         mom = mom + kick1[i] * acc
         for j in np.flatnonzero((planes.a > bounds[i]) & (planes.a <= bounds[i + 1])):
-            factor = nbody.partial_drift(cosmo, bounds[i], bounds[i + 1], planes.a[j])
+            factor = particle_mesh.partial_drift(cosmo, bounds[i], bounds[i + 1], planes.a[j])
             rho_j, _ = painting.paint(
                 disp + jnp.float32(factor) * mom, domain.Grid(mesh, **GRID_SIZES), mass=8.0
             )
@@ -107,7 +106,7 @@ def _step_by_step(cosmo, init, planes, transforms, times, mesh):
 def _one_program(cosmo, init, planes, transforms, times, mesh):
     grid = domain.Grid(mesh, **GRID_SIZES)
     capture = lightcone.capture_plan(planes, transforms, OBSERVER, grid, 16, RAYS_NSIDE, K_MAX)
-    res = nbody.evolve(
+    res = particle_mesh.evolve(
         cosmo,
         init.disp,
         init.mom,
@@ -155,7 +154,7 @@ def test_memory_of_the_evolution_per_particle():
     cosmo = cosmology.Cosmology()
     plan = schedule.build(timesteps.timeline(0.1, 1.0, steps), None, np.float32)
     state = jax.ShapeDtypeStruct((n, n, n, 3), jnp.float32)
-    compiled = nbody.evolution.lower(
+    compiled = particle_mesh.evolution.lower(
         cosmology.tabulated(cosmo), state, state, plan, None, grid=grid
     ).compile()
     stats = compiled.memory_analysis()

@@ -8,7 +8,8 @@ import pytest
 
 import pmpipe
 from pmpipe import cli
-from pmpipe.orchestration import design, export
+from pmpipe.campaigns import design
+from pmpipe.results import export
 from pmpipe.run import config
 from pmpipe.storage import store
 
@@ -17,7 +18,7 @@ RUNS = np.array(["c-p0000-r0", "c-p0001-r0", "c-p0002-r0"])
 
 @pytest.fixture
 def campaign_dir(tmp_path):
-    """A campaign store as pmpipe.orchestration.aggregate writes one: 3 runs (the last not
+    """A campaign store as pmpipe.results.aggregate writes one: 3 runs (the last not
     complete), a design parameter, a statistic of (run, a, k), one of (run, draw, source,
     source2) and a drawn nuisance of (run, draw)."""
     rng = np.random.default_rng(1)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TINY, mount_tmpfs, run_snakemake
 
-from pmpipe.orchestration import campaign, workflow
+from pmpipe.campaigns import campaign
+from pmpipe.cluster import workflow
 from pmpipe.run import config
 from pmpipe.storage import disk
 
@@ -120,7 +121,7 @@ def test_a_job_whose_backend_cannot_start_is_one_message(tmp_path):
     path.write_text(TINY)
     config_json = campaign.write_run_files(campaign.load(path), tmp_path / "results")[0]
     out = subprocess.run(
-        [sys.executable, "-m", "pmpipe.stages.pipeline", str(config_json)],
+        [sys.executable, "-m", "pmpipe.job.pipeline", str(config_json)],
         env={**os.environ, "JAX_PLATFORMS": "cuda"},
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ import yaml
 import zarr
 from conftest import REPO, run_snakemake
 
-from pmpipe.orchestration import campaign, resources
+from pmpipe.campaigns import campaign, resources
 
 QUICKSTART = REPO / "config" / "quickstart.yaml"
 
@@ -60,7 +60,7 @@ def _job(configs, report, platform) -> dict:
         [
             sys.executable,
             "-m",
-            "pmpipe.stages.pipeline",
+            "pmpipe.job.pipeline",
             "--report",
             str(report),
             *map(str, configs),

@@ -14,12 +14,13 @@ import zarr
 from conftest import REPO, same_store
 
 from pmpipe import cli
-from pmpipe.bench import pm_core
-from pmpipe.orchestration import campaign
-from pmpipe.physics import cosmology, domain, eisenstein_hu, ics, simulation, timesteps
-from pmpipe.run import config, halo
+from pmpipe.campaigns import campaign, step_timing
+from pmpipe.job import pipeline
+from pmpipe.physics.evolution import ics, simulation, timesteps
+from pmpipe.physics.mesh import domain
+from pmpipe.physics.theory import cosmology, eisenstein_hu
+from pmpipe.run import config, ghost_cells
 from pmpipe.runtime import parallel
-from pmpipe.stages import pipeline
 
 
 def _run(box_size, particles, oversample, sigma8=0.8102, **parallel_section):
@@ -33,11 +34,11 @@ def _run(box_size, particles, oversample, sigma8=0.8102, **parallel_section):
 
 
 def test_the_auto_halo_grows_with_the_force_mesh_and_the_displacements():
-    coarse, fine = halo.cells(_run(256.0, 64, 1)), halo.cells(_run(256.0, 64, 2))
+    coarse, fine = ghost_cells.cells(_run(256.0, 64, 1)), ghost_cells.cells(_run(256.0, 64, 2))
     assert _run(256.0, 64, 1).parallel.halo_cells == "auto"
     assert fine in (2 * coarse - 1, 2 * coarse, 2 * coarse + 1)  # the same Mpc/h
-    assert halo.cells(_run(256.0, 64, 2, halo_cells=3)) == 3
-    assert halo.cells(_run(256.0, 64, 2, sigma8=1.2)) > fine
+    assert ghost_cells.cells(_run(256.0, 64, 2, halo_cells=3)) == 3
+    assert ghost_cells.cells(_run(256.0, 64, 2, sigma8=1.2)) > fine
     # normalised by A_s: the estimate's σ8 from A_s is within 3 % of CAMB's 0.810
     cosmo = dataclasses.replace(cosmology.Cosmology(), sigma8=0.0)
     k = np.logspace(-4, 2, 600)
@@ -100,12 +101,12 @@ def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(
     """8 devices, 10 steps to a = 1: no particle leaves the auto halo, which is at most twice
     what they need, plus 3 cells."""
     run = _run(box_size, particles, oversample)
-    cells = halo.cells(run)
+    cells = ghost_cells.cells(run)
     mesh = parallel.make_mesh((2, 4))
     grid = domain.Grid(mesh, particles, oversample, box_size, cells)
     noise = ics.white_noise(3, particles, mesh)
     times = timesteps.timeline(0.1, 1.0, 10)
-    _, res = simulation.simulate(pm_core.COSMOLOGY, noise, grid, times, pm_core.POWER)
+    _, res = simulation.simulate(step_timing.COSMOLOGY, noise, grid, times, step_timing.POWER)
     needed = int(res.needed_halo)
     assert needed <= cells <= 2 * needed + 3, (needed, cells)
 

@@ -12,8 +12,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pmpipe.orchestration import campaign, manifest
-from pmpipe.physics import cosmology, power_table
+from pmpipe.campaigns import campaign
+from pmpipe.cluster import plan_table
+from pmpipe.physics.theory import cosmology, power_table
 from pmpipe.run import config, derive, validation
 
 BASE_RUN = {
@@ -175,7 +176,7 @@ def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(
     except config.ConfigError as err:
         assert "execution.device_memory_gb" in str(err)
         return
-    table = manifest.plan_table(camp, rows=None)
+    table = plan_table.plan_table(camp, rows=None)
     assert all(s.run_id in table for s in specs)
 
 

@@ -3,8 +3,10 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe.physics import cosmology as C
-from pmpipe.physics import fft, ics, stats
+from pmpipe.physics.evolution import ics
+from pmpipe.physics.mesh import fft
+from pmpipe.physics.statistics import stats
+from pmpipe.physics.theory import cosmology as C
 from pmpipe.runtime import parallel
 
 N, L = 32, 256.0

@@ -17,17 +17,11 @@ import zarr
 from conftest import REPO, finished, snakemake_tiny
 
 from pmpipe import cli, stages
-from pmpipe.orchestration import (
-    aggregate,
-    campaign,
-    campaign_status,
-    launch,
-    report,
-    run_index,
-    site,
-)
-from pmpipe.stages import registry, run_record, summary_parts
-from pmpipe.storage import store
+from pmpipe.campaigns import campaign, run_index
+from pmpipe.cluster import launch, site
+from pmpipe.results import aggregate, campaign_status, report, summary_parts
+from pmpipe.stages import registry
+from pmpipe.storage import run_record, store
 
 MANY = """\
 name: many

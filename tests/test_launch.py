@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import golden
 
-from pmpipe.orchestration import campaign, launch, resources, site
+from pmpipe.campaigns import campaign, resources
+from pmpipe.cluster import launch, site
 from pmpipe.run import config
 from pmpipe.runtime import host_requeue, parallel, slurm_job
 

@@ -12,7 +12,10 @@ import numpy as np
 import pyccl
 import pytest
 
-from pmpipe.physics import cosmology, domain, lensing, lightcone, painting, sky
+from pmpipe.physics.evolution import lightcone, sky
+from pmpipe.physics.lensing import projection
+from pmpipe.physics.mesh import domain, painting
+from pmpipe.physics.theory import cosmology
 from pmpipe.run import config, derive, validation
 from pmpipe.runtime import parallel
 
@@ -42,17 +45,17 @@ def test_thin_plane_matches_the_born_formula():
     z_s, chi_p, box, m = 1.0, 1000.0, 400.0, 64
     chi_s = float(cosmology.comoving_distance(cosmo, 1 / (1 + z_s)))
     assert abs(chi_s / (pyccl.comoving_radial_distance(ccl, 1 / (1 + z_s)) * cfg.h) - 1) < 1e-4
-    weights = lensing.plane_weights(cosmo, [chi_p - 0.5, chi_p + 0.5], lensing.single_plane(chi_s))[
-        None, :
-    ]
+    weights = projection.plane_weights(
+        cosmo, [chi_p - 0.5, chi_p + 0.5], projection.single_plane(chi_s)
+    )[None, :]
     x = np.arange(m) * box / m
     sigma = (
         3.0 * np.cos(2 * np.pi * 2 * x[:, None] / box) * np.sin(2 * np.pi * x[None, :] / box) + 1.5
     )
-    theta = lensing.pixel_centres(10.0, 48)
+    theta = projection.pixel_centres(10.0, 48)
     offsets = (17.0, -5.0)
     mesh = parallel.make_mesh((1, 1))
-    kappa = lensing.flat_sky_convergence(
+    kappa = projection.flat_sky_convergence(
         [lambda: jnp.asarray(sigma)],
         weights,
         [chi_p],
@@ -80,11 +83,11 @@ def test_source_distributions_weight_planes_by_lensing_efficiency():
     cosmo = derive.cosmology_params(config.Run())
     edges = np.linspace(0, 2400, 13)
     z = np.linspace(0, 1.2, 400)
-    chi, w = lensing.source_distribution(cosmo, z, lensing.smail(z, 0.5, 2.0, 1.5))
+    chi, w = projection.source_distribution(cosmo, z, projection.smail(z, 0.5, 2.0, 1.5))
     assert abs(w.sum() - 1) < 1e-12 and np.all(w >= 0)
-    nz = lensing.plane_weights(cosmo, edges, lensing.Source(chi, w))
+    nz = projection.plane_weights(cosmo, edges, projection.Source(chi, w))
     chi_1 = float(cosmology.comoving_distance(cosmo, 0.7))
-    single = lensing.plane_weights(cosmo, edges, lensing.single_plane(chi_1))
+    single = projection.plane_weights(cosmo, edges, projection.single_plane(chi_1))
     assert single[edges[1:] > chi_1 + 200].max() == 0  # no lensing by matter behind the source
     assert np.all(nz > 0) and np.argmax(nz) < np.argmax(single) + 2
 
@@ -93,8 +96,8 @@ def test_source_distributions_weight_planes_by_lensing_efficiency():
 def test_sources_at_the_observer_lens_nothing_and_warn_nothing():
     cosmo = derive.cosmology_params(config.Run())
     chi = np.array([0.0, 500.0, 1500.0])
-    q_both = lensing.lensing_efficiency(cosmo, chi, [0.0, 1000.0], [0.5, 0.5])
-    q_far = lensing.lensing_efficiency(cosmo, chi, [1000.0], [1.0])
+    q_both = projection.lensing_efficiency(cosmo, chi, [0.0, 1000.0], [0.5, 0.5])
+    q_far = projection.lensing_efficiency(cosmo, chi, [1000.0], [1.0])
     np.testing.assert_allclose(q_both, 0.5 * q_far, rtol=1e-12)
     assert q_far[1] > 0 and q_far[2] == 0 and q_far[0] == 0
 
@@ -105,13 +108,13 @@ def test_kaiser_squires_round_trip_and_sign():
     ell = np.hypot(np.fft.fftfreq(n)[:, None], np.fft.fftfreq(n)[None, :])
     kappa = np.fft.ifft2(np.fft.fft2(rng.normal(size=(n, n))) * np.exp(-((ell * 20) ** 2))).real
     kappa = jnp.asarray(kappa - kappa.mean(), jnp.float32)
-    g1, g2 = lensing.shear_from_convergence(kappa)
-    back = lensing.convergence_from_shear(g1, g2)
+    g1, g2 = projection.shear_from_convergence(kappa)
+    back = projection.convergence_from_shear(g1, g2)
     inner = slice(8, n - 8)
     assert np.abs(np.asarray(back - kappa)[inner, inner]).max() <= 1e-4 * np.abs(kappa).max()
     x = np.arange(n)
     mode = jnp.asarray(np.cos(2 * np.pi * 4 * x / n)[:, None] * np.ones(n)[None, :])
-    g1, g2 = lensing.shear_from_convergence(mode)  # a mode along x: γ1 = κ, γ2 = 0
+    g1, g2 = projection.shear_from_convergence(mode)  # a mode along x: γ1 = κ, γ2 = 0
     np.testing.assert_allclose(np.asarray(g1), np.asarray(mode), atol=1e-5)
     assert np.abs(np.asarray(g2)).max() < 1e-5
 
@@ -124,14 +127,14 @@ def test_full_sky_shear_round_trip():
     cl = np.where(np.arange(lmax + 1) >= 2, 1.0 / (np.arange(lmax + 1) + 10.0) ** 2, 0.0)
     np.random.seed(2)
     alm = healpy.synalm(cl, lmax=lmax, new=True)
-    g1, g2 = lensing.healpix_shear(alm, nside)
-    back = lensing.healpix_convergence_from_shear(g1, g2, lmax)
+    g1, g2 = projection.healpix_shear(alm, nside)
+    back = projection.healpix_convergence_from_shear(g1, g2, lmax)
     ell = healpy.Alm.getlm(lmax)[0]
     low = ell <= 2 * nside  # a map's analysis is exact enough only there
     assert np.abs(back - alm)[low].max() < 0.02 * np.abs(alm[low]).max()
     zonal = np.zeros_like(alm)
     zonal[healpy.Alm.getidx(lmax, 10, 0)] = 1.0
-    _, g2 = lensing.healpix_shear(zonal, nside)
+    _, g2 = projection.healpix_shear(zonal, nside)
     assert np.abs(g2).max() < 1e-6
 
 
@@ -325,7 +328,8 @@ def test_full_sky_shells_recover_the_field_up_to_their_band_limit():
     multipoles up to about 900, within 4σ (cosmic variance of the bin) and 3 % of the same
     shell sampled on an nside-512 grid that resolves all of them, in every bin up to the band
     limit ℓ = 95."""
-    from pmpipe.physics import ics, simulation, stats
+    from pmpipe.physics.evolution import ics, simulation
+    from pmpipe.physics.statistics import stats
 
     n, box, nside = 64, 256.0, 32
     mesh = parallel.make_mesh((1, 1))
@@ -366,12 +370,12 @@ def test_fourier_matrix_on_the_device_matches_float64_phases(mesh_n):
     """exp(i k x) from the float32 phase split, for positions far outside the box, is within
     1e-6 of numpy's in float64 at any grid size (float32 phases k x alone are off by up to
     1.4e-2 at M = 8192)."""
-    from pmpipe.physics import fft
+    from pmpipe.physics.mesh import fft
 
     x = np.random.default_rng(1).uniform(-5000.0, 5000.0, 200)
     k = fft.angular_frequencies(mesh_n, 1000.0 / mesh_n)
-    phases = lensing.fourier_phases(x, mesh_n, 1000.0, np.float32)
-    matrix = jax.jit(lensing.fourier_matrix, static_argnums=1)(phases, mesh_n)
+    phases = projection.fourier_phases(x, mesh_n, 1000.0, np.float32)
+    matrix = jax.jit(projection.fourier_matrix, static_argnums=1)(phases, mesh_n)
     assert matrix.dtype == jnp.complex64
     np.testing.assert_allclose(np.asarray(matrix), np.exp(1j * x[:, None] * k), rtol=0, atol=1e-6)
 
@@ -384,12 +388,12 @@ def test_flat_maps_hold_no_plane_modes_above_their_nyquist_multipole():
     mesh = parallel.make_mesh((1, 1))
     x = np.arange(n) * box / n
     k_low, k_high = 2 * np.pi * 10 / box, 2 * np.pi * 30 / box
-    theta = lensing.pixel_centres(5.0, 16)
+    theta = projection.pixel_centres(5.0, 16)
     assert k_low < np.pi / (theta[1] - theta[0]) / chi < k_high
     plane = (np.cos(k_low * x) + np.cos(k_high * x))[:, None] * np.ones(n)[None, :]
-    window = lensing._cic_window_2d(n, box)  # the planes carry it; the map divides it out
+    window = projection._cic_window_2d(n, box)  # the planes carry it; the map divides it out
     painted = np.fft.ifft2(np.fft.fft2(plane) * window).real
-    kappa = lensing.flat_sky_convergence(
+    kappa = projection.flat_sky_convergence(
         [lambda: jnp.asarray(painted)],
         np.ones((1, 1)),
         [chi],

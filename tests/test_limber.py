@@ -3,7 +3,7 @@ prediction with a nonlinear (halofit) P(k), averaged over six fixed-amplitude ru
 0-5; each seed also sets the planes' rotations, so six seeds sample six lightcone geometries
 where inverted-phase pairs would repeat three). The spectra are pmpipe's own products
 (summaries.zarr: cl, cl_healpix and the mean multipole of each bin), compared inside the
-resolved ranges pmpipe stores with them (ell_min_valid, ell_max_valid; pmpipe.physics.resolution):
+resolved ranges pmpipe stores with them (ell_min_valid, ell_max_valid; pmpipe.physics.statistics.resolution):
 every bin whose edges lie inside the range is within 10 % of halofit at the bin's mean ℓ.
 With massive neutrinos, the ratio of paired runs' C_ℓ against pyccl's ratio (HMcode-2020).
 """
@@ -16,7 +16,7 @@ import pyccl
 import pytest
 import zarr
 
-from pmpipe.physics import background
+from pmpipe.physics.theory import background
 from pmpipe.run import config
 from pmpipe.stages import registry
 

@@ -4,18 +4,10 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe.physics import cosmology as C
-from pmpipe.physics import (
-    domain,
-    ics,
-    lpt,
-    nbody,
-    painting,
-    schedule,
-    simulation,
-    stats,
-    timesteps,
-)
+from pmpipe.physics.evolution import ics, lpt, particle_mesh, schedule, simulation, timesteps
+from pmpipe.physics.mesh import domain, painting
+from pmpipe.physics.statistics import stats
+from pmpipe.physics.theory import cosmology as C
 from pmpipe.runtime import parallel
 
 COSMO = C.Cosmology()
@@ -126,12 +118,14 @@ def test_nan_in_the_state_stops_the_run_naming_step_and_a():
     disp = jnp.zeros((n, n, n, 3), jnp.float32)
     mom = disp.at[3, 4, 5, 0].set(jnp.nan)
     bounds = timesteps.step_boundaries(0.1, 1.0, 3)
-    with pytest.raises(nbody.NumericalError, match=r"after step 0 of 3 \(a = 0\.1\).*nbody\.steps"):
-        nbody.evolve(COSMO, disp, mom, timesteps.Timeline(bounds), grid)
+    with pytest.raises(
+        particle_mesh.NumericalError, match=r"after step 0 of 3 \(a = 0\.1\).*nbody\.steps"
+    ):
+        particle_mesh.evolve(COSMO, disp, mom, timesteps.Timeline(bounds), grid)
     trouble = np.array([2, -1])  # a halo shortfall first, then nothing else
     with pytest.raises(painting.HaloError, match=r"at step 2 of 3 \(a = 0\.7\)"):
-        nbody.check_state(trouble, 9, bounds, 4)
-    nbody.check_state(np.array([-1, -1]), 3, bounds, 4)  # nothing went wrong
+        particle_mesh.check_state(trouble, 9, bounds, 4)
+    particle_mesh.check_state(np.array([-1, -1]), 3, bounds, 4)  # nothing went wrong
 
 
 def test_step_boundaries():
@@ -152,7 +146,7 @@ def test_fastpm_factors_exact_for_linear_growth():
     """One KDK step of a pure growing mode with the exact linear force reproduces D1."""
     cosmo = C.tabulated(COSMO)
     a = jnp.array([0.1, 0.6])
-    k1, dr, _k2 = nbody.kdk_coefficients(cosmo, a)
+    k1, dr, _k2 = particle_mesh.kdk_coefficients(cosmo, a)
     d = lambda x: C.growth_factor(cosmo, x)
     s = 1.0
     x = d(0.1) * s
@@ -214,12 +208,12 @@ def test_a_halo_overflow_stops_the_evolution_at_its_step():
     plan = schedule.build(timesteps.Timeline(bounds), None, np.float32)
     # both programs take the same tables (each computing its own may round differently)
     cosmo = C.tabulated(COSMO)
-    state = nbody.evolution(cosmo, disp, mom, plan, None, grid=grid, stop_early=True)
+    state = particle_mesh.evolution(cosmo, disp, mom, plan, None, grid=grid, stop_early=True)
     beyond = int(state.trouble[0])
     assert 0 < beyond < steps - 1  # stopped before the end
     shorter = bounds[: beyond + 1]
     plan = schedule.build(timesteps.Timeline(shorter), None, np.float32)
-    upto = nbody.evolution(cosmo, disp, mom, plan, None, grid=grid)
+    upto = particle_mesh.evolution(cosmo, disp, mom, plan, None, grid=grid)
     np.testing.assert_array_equal(np.asarray(state.disp), np.asarray(upto.disp))
     with pytest.raises(painting.HaloError, match=rf"at step {beyond} of {steps} \(a = "):
-        nbody.check_state(state.trouble, state.needed, bounds, grid.halo)
+        particle_mesh.check_state(state.trouble, state.needed, bounds, grid.halo)

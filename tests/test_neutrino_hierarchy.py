@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from pmpipe.physics import background, boltzmann, ics, simulation, stats
-from pmpipe.physics import cosmology as C
+from pmpipe.physics.evolution import ics, simulation
+from pmpipe.physics.statistics import stats
+from pmpipe.physics.theory import background, boltzmann
+from pmpipe.physics.theory import cosmology as C
 from pmpipe.run import config, derive
 from pmpipe.runtime import parallel
 

@@ -13,8 +13,10 @@ import zarr
 from conftest import rel_diff
 from scipy import integrate
 
-from pmpipe.physics import background, boltzmann, ics, neutrinos, simulation, stats
-from pmpipe.physics import cosmology as C
+from pmpipe.physics.evolution import ics, simulation
+from pmpipe.physics.statistics import stats
+from pmpipe.physics.theory import background, boltzmann, neutrinos
+from pmpipe.physics.theory import cosmology as C
 from pmpipe.run import config, derive
 from pmpipe.runtime import parallel
 from pmpipe.stages import registry

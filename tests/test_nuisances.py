@@ -8,7 +8,7 @@ import pytest
 import zarr
 from conftest import run_every_stage
 
-from pmpipe.physics import intrinsic_alignment, lensing
+from pmpipe.physics.lensing import intrinsic_alignment, projection
 from pmpipe.run import config, derive
 
 Z = np.linspace(0.0, 1.9, 400)
@@ -56,7 +56,7 @@ def _limber(run: config.Run, ell) -> np.ndarray:
     return np.array(
         [
             [
-                lensing.limber_convergence_cl(cosmo, ell, a, power, samples=2048, other=b)
+                projection.limber_convergence_cl(cosmo, ell, a, power, samples=2048, other=b)
                 for b in srcs
             ]
             for a in srcs

@@ -9,9 +9,10 @@ import pytest
 import zarr
 
 from pmpipe import stages
-from pmpipe.orchestration import resources
+from pmpipe.campaigns import resources
+from pmpipe.job import pipeline
 from pmpipe.run import config, validation
-from pmpipe.stages import pipeline, registry
+from pmpipe.stages import registry
 from pmpipe.storage import store
 
 RUN = {

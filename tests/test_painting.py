@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from conftest import PDIMS_8, rel_diff
 
-from pmpipe.physics import painting
-from pmpipe.physics.domain import Grid
+from pmpipe.physics.mesh import painting
+from pmpipe.physics.mesh.domain import Grid
 from pmpipe.runtime import parallel
 
 N, L = 16, 64.0
@@ -109,7 +109,7 @@ def test_halo_wider_than_block_is_rejected():
 
 
 def test_cic_compensation_flattens_window():
-    from pmpipe.physics import stats
+    from pmpipe.physics.statistics import stats
 
     mesh = parallel.make_mesh((1, 1))
     n = 32

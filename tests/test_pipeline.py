@@ -1,4 +1,4 @@
-"""Packed jobs: every stage of several runs in one process (pmpipe.stages.pipeline), equal to
+"""Packed jobs: every stage of several runs in one process (pmpipe.job.pipeline), equal to
 the stages run one by one; complete runs skipped; a failing run reported without stopping the
 others; Snakemake then reruns only that run."""
 
@@ -13,9 +13,10 @@ from conftest import TINY, finished, same_store
 from conftest import snakemake_tiny as snakemake
 
 from pmpipe import stages
-from pmpipe.orchestration import campaign
+from pmpipe.campaigns import campaign
+from pmpipe.job import pipeline
 from pmpipe.runtime import log
-from pmpipe.stages import pipeline, registry
+from pmpipe.stages import registry
 from pmpipe.storage import store
 
 RUNS = [f"tiny-fiducial-r{i}" for i in range(4)]
@@ -132,7 +133,7 @@ def test_a_job_skips_complete_runs_and_stages(packed):
         [
             sys.executable,
             "-m",
-            "pmpipe.stages.pipeline",
+            "pmpipe.job.pipeline",
             *(str(results / run / "config.json") for run in RUNS),
         ],
         capture_output=True,
@@ -153,9 +154,10 @@ def test_a_packed_job_derives_each_run_once(tmp_path, monkeypatch):
     computed once per run of a job (pmpipe.run.derive.setup), not once per stage."""
     from collections import Counter
 
-    from pmpipe.physics import cosmology, lightcone
+    from pmpipe.job import pipeline
+    from pmpipe.physics.evolution import lightcone
+    from pmpipe.physics.theory import cosmology
     from pmpipe.run import derive
-    from pmpipe.stages import pipeline
 
     (tmp_path / "tiny.yaml").write_text(TINY)
     camp = campaign.load(tmp_path / "tiny.yaml")
@@ -202,9 +204,9 @@ def test_a_packed_job_makes_the_next_runs_linear_power_while_a_run_evolves(tmp_p
     import json
     import threading
 
-    from pmpipe.physics import boltzmann
+    from pmpipe.job import pipeline
+    from pmpipe.physics.theory import boltzmann
     from pmpipe.runtime import openmp
-    from pmpipe.stages import pipeline
 
     monkeypatch.setattr(openmp, "usable_cores", lambda: 8)
     monkeypatch.setenv(openmp.THREADS_VARIABLE, "2")  # this machine's, not 8 cores' team
@@ -234,7 +236,7 @@ def test_a_packed_job_makes_the_next_runs_linear_power_while_a_run_evolves(tmp_p
 @pytest.mark.slow
 def test_a_packed_job_of_class_runs_makes_their_tables_in_processes_of_their_own(tmp_path):
     """Two runs with power.kind class and massive neutrinos as a job runs them
-    (`python -m pmpipe.stages.pipeline`): their tables come from CLASS in spawned processes
+    (`python -m pmpipe.job.pipeline`): their tables come from CLASS in spawned processes
     (classy holds Python's lock while it computes), are cached, and record CLASS; the job set
     OMP_NUM_THREADS (pmpipe.runtime.openmp)."""
     import json
@@ -250,7 +252,7 @@ def test_a_packed_job_of_class_runs_makes_their_tables_in_processes_of_their_own
     (tmp_path / "nu.yaml").write_text(text.replace("name: amp", "name: nu"))
     paths = campaign.write_run_files(campaign.load(tmp_path / "nu.yaml"), tmp_path / "results")
     report = tmp_path / "job.json"
-    command = [sys.executable, "-m", "pmpipe.stages.pipeline", "--report", str(report)]
+    command = [sys.executable, "-m", "pmpipe.job.pipeline", "--report", str(report)]
     environ = {k: v for k, v in os.environ.items() if k != openmp.THREADS_VARIABLE}
     subprocess.run([*command, *map(str, paths)], check=True, cwd=tmp_path, env=environ, timeout=600)
     record = json.loads(report.read_text())

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from pmpipe.stages import pipeline, progress
+from pmpipe.job import pipeline
+from pmpipe.stages import progress
 from pmpipe.stages.progress import StepClock
 
 

@@ -1,4 +1,4 @@
-"""The masked-sky estimator (pmpipe.physics.pseudo_cl): its coupling matrices against sums of
+"""The masked-sky estimator (pmpipe.physics.statistics.pseudo_cl): its coupling matrices against sums of
 Wigner 3j symbols (sympy), the full sky, and Gaussian realisations of a known spectrum."""
 
 import healpy
@@ -9,9 +9,9 @@ import zarr
 from conftest import run_every_stage
 from sympy.physics.wigner import wigner_3j
 
-from pmpipe.bench import pseudo_cl as bench
-from pmpipe.orchestration import campaign
-from pmpipe.physics import pseudo_cl, pseudo_cl_flat, stats
+from pmpipe.bench.validation import pseudo_cl_gaussian as bench
+from pmpipe.campaigns import campaign
+from pmpipe.physics.statistics import pseudo_cl, pseudo_cl_flat, stats
 from pmpipe.run import config, files
 
 

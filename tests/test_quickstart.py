@@ -10,8 +10,8 @@ import pytest
 from conftest import REPO
 
 from pmpipe import cli
-from pmpipe.orchestration import campaign
-from pmpipe.physics import sky
+from pmpipe.campaigns import campaign
+from pmpipe.physics.evolution import sky
 from pmpipe.run import derive
 from pmpipe.stages import lensing, sky_maps
 

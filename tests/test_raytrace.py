@@ -9,7 +9,10 @@ import pytest
 import zarr
 
 from pmpipe import stages
-from pmpipe.physics import domain, lensing, raytrace, sky, stats
+from pmpipe.physics.evolution import sky
+from pmpipe.physics.lensing import projection, raytrace_flat
+from pmpipe.physics.mesh import domain
+from pmpipe.physics.statistics import stats
 from pmpipe.run import config, derive
 from pmpipe.runtime import parallel
 from pmpipe.stages import registry
@@ -17,7 +20,7 @@ from pmpipe.stages import registry
 
 def _painted(plane, box):
     """A plane as the lightcone holds it: its CIC window applied (the maps divide it out)."""
-    window = lensing._cic_window_2d(plane.shape[0], box)
+    window = projection._cic_window_2d(plane.shape[0], box)
     return np.fft.ifft2(np.fft.fft2(plane) * window).real
 
 
@@ -26,7 +29,7 @@ def _grid(mesh_n, box, pdims=(1, 1), dtype="float64"):
 
 
 def _trace(planes, weights, lens, chi, theta, offsets, grid):
-    out = raytrace.trace(
+    out = raytrace_flat.trace(
         [lambda p=p: jnp.asarray(p) for p in planes], weights, lens, chi, theta, offsets, grid
     )
     return {k: np.asarray(v) for k, v in out.items()}
@@ -57,7 +60,7 @@ def test_a_gaussian_mass_and_its_periodic_images_deflect_and_shear_as_analytic()
         plane = _gaussian_lens(
             (gx + box / 2) % box - box / 2, (gy + box / 2) % box - box / 2, mass, sigma
         )[0]
-        theta = lensing.pixel_centres(4.0, 48)
+        theta = projection.pixel_centres(4.0, 48)
         maps = _trace(
             [_painted(plane, box)], [[w]], [1e-5], [chi], theta, [axis], _grid(mesh_n, box)
         )
@@ -96,10 +99,10 @@ def test_one_plane_is_born_exactly():
     rng = np.random.default_rng(5)
     mesh_n, box = 32, 128.0
     plane = rng.normal(size=(mesh_n, mesh_n)) * 20.0
-    theta = lensing.pixel_centres(5.0, 32)
+    theta = projection.pixel_centres(5.0, 32)
     grid = _grid(mesh_n, box, dtype="float32")
     weights = np.array([[3e-4], [1e-4]])
-    born = lensing.flat_sky_convergence(
+    born = projection.flat_sky_convergence(
         [lambda: jnp.asarray(plane, jnp.float32)], weights, [900.0], theta, [(3.0, 50.0)], grid
     )
     maps = _trace([plane.astype(np.float32)], weights, [2e-5], [900.0], theta, [(3.0, 50.0)], grid)
@@ -114,7 +117,7 @@ def test_a_sheet_focuses_the_rays_that_read_a_wave_behind_it():
     cells = np.arange(mesh_n) * box / mesh_n
     k = 2 * np.pi * 3 / box
     wave = np.cos(k * cells)[:, None] * np.cos(2 * k * cells)[None, :]
-    theta = lensing.pixel_centres(5.0, 32)
+    theta = projection.pixel_centres(5.0, 32)
     w1, w2 = 2e-4, 3e-4
     maps = _trace(
         [np.full((mesh_n, mesh_n), mean), _painted(wave, box)],
@@ -150,7 +153,7 @@ def test_ray_traced_maps_do_not_depend_on_the_device_mesh(pdims):
     weights = np.array([[3e-4, 4e-4, 3e-4, 0.0], [2e-4, 4e-4, 5e-4, 4e-4]])
     lens = np.full(4, 1.5e-5)
     offsets = rng.uniform(0, box, size=(4, 2))
-    theta = lensing.pixel_centres(6.0, 32)
+    theta = projection.pixel_centres(6.0, 32)
     one = _trace(planes, weights, lens, chi, theta, offsets, _grid(mesh_n, box, (1, 1), "float32"))
     many = _trace(planes, weights, lens, chi, theta, offsets, _grid(mesh_n, box, pdims, "float32"))
     for name in ("kappa", "gamma1", "gamma2", "omega", "deflection"):
@@ -158,7 +161,7 @@ def test_ray_traced_maps_do_not_depend_on_the_device_mesh(pdims):
         assert scale > 0, name
         np.testing.assert_allclose(many[name], one[name], atol=1e-5 * scale, err_msg=name)
     born = np.asarray(
-        lensing.flat_sky_convergence(
+        projection.flat_sky_convergence(
             [lambda p=p: jnp.asarray(p) for p in planes],
             weights,
             chi,
@@ -212,7 +215,7 @@ def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
     omega_cl = stats.flat_sky_cl(lens["omega"][1], 6.0, edges)[1]
     np.testing.assert_allclose(summ["cl_bb"][1, 1], omega_cl, rtol=1e-5)
     assert np.all(summ["cl_bb"][1, 1] > 0) and not np.any(summ["cl_bb_born"][:])
-    chi_s = lensing.source_distribution(derive.cosmology_params(run), [0.7, 1.0], [1.0, 1.0])[0]
+    chi_s = projection.source_distribution(derive.cosmology_params(run), [0.7, 1.0], [1.0, 1.0])[0]
     for s in range(2):
         kappa, born = np.asarray(lens["kappa"][s]), np.asarray(lens["kappa_born"][s])
         assert np.std(kappa - born) > 0.01 * np.std(born)
@@ -252,13 +255,13 @@ def _full_sky_b_modes_are_the_rotation_above_the_floor(run_dir, run, lens):
     it; and to second order the rotation's, C^BB / C^ωω within 15 % of 1 beyond ℓ = 8."""
     import healpy
 
-    from pmpipe.physics import raytrace_healpix
+    from pmpipe.physics.lensing import raytrace_healpix
 
     nb = zarr.open_group(run_dir / "nbody.zarr", mode="r")
     shells = nb["lightcone_healpix_alm"][:].astype(np.complex128)
     chi = nb["plane"][:].astype(np.float64)
     weights = lens["plane_weight"][:].astype(np.float64)
-    factors = raytrace.deflection_factors(derive.cosmology_params(run), chi)
+    factors = raytrace_flat.deflection_factors(derive.cosmology_params(run), chi)
     nside = run.lensing.full_sky.nside
     rays, ell_max = sky.traced_rays_nside(nside), sky.healpix_ell_max(nside)
     spectra = {}
@@ -295,7 +298,7 @@ def test_rays_deflected_beyond_the_fields_grid_stop_the_tracing():
     clipped values."""
     mesh_n, box = 32, 400.0
     plane = np.full((mesh_n, mesh_n), -160.0)
-    theta = lensing.pixel_centres(5.0, 32)
+    theta = projection.pixel_centres(5.0, 32)
     with pytest.raises(ValueError, match="beyond the margin"):
         _trace(
             [plane, plane], [[1e-4, 1e-4]], [1e-5, 1e-5], [500.0, 1000.0], theta,
@@ -309,7 +312,7 @@ def _plane_spectrum(planes, box):
     mesh_n = planes.shape[-1]
     k = np.fft.fftfreq(mesh_n, box / mesh_n) * 2 * np.pi
     ring = np.hypot(k[:, None], k[None, :]).ravel()
-    modes = np.fft.fft2(planes) / lensing._cic_window_2d(mesh_n, box)
+    modes = np.fft.fft2(planes) / projection._cic_window_2d(mesh_n, box)
     power = (np.abs(modes) ** 2).mean(axis=0).ravel() * box**2 / mesh_n**4
     edges = np.linspace(0, ring.max() + 1e-9, 61)
     index = np.digitize(ring, edges) - 1
@@ -329,7 +332,7 @@ def test_the_rotation_power_is_the_lens_lens_coupling_of_the_planes(tmp_path):
 
     with C_i(l) = P_Σi(l / χ_i) / χ_i² from the planes' own measured power, band-limited as
     the maps read them. Asserted within a factor 2 in the resolved bins."""
-    from pmpipe.bench import postborn
+    from pmpipe.bench.validation import postborn
 
     seeds, edges = 3, np.array([180.0, 250.0, 350.0, 450.0])
     runs = []
@@ -345,7 +348,7 @@ def test_the_rotation_power_is_the_lens_lens_coupling_of_the_planes(tmp_path):
     lens = zarr.open_group(runs[0] / "lensing.zarr", mode="r")
     chi, box = np.asarray(nb["plane"][:]), run.box.box_size
     weights = np.asarray(lens["plane_weight"][:])
-    factors = raytrace.deflection_factors(derive.cosmology_params(run), chi)
+    factors = raytrace_flat.deflection_factors(derive.cosmology_params(run), chi)
     spectra = [
         _plane_spectrum(
             np.stack(

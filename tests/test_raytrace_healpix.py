@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy.special import eval_legendre
 
-from pmpipe.physics import lensing, raytrace_healpix, sky
+from pmpipe.physics.evolution import sky
+from pmpipe.physics.lensing import projection, raytrace_healpix
 
 
 def _mass_alm(mass, colatitude, longitude, lmax: int, sigma_deg=1.0) -> np.ndarray:
@@ -197,7 +198,7 @@ def test_one_shell_is_born_exactly():
         *(np.asarray(maps[k][0]) for k in ("kappa", "gamma1", "gamma2", "omega")), lmax=lmax
     )
     born = weight * sigma
-    e_born, _ = lensing.born_shear_alm(born)
+    e_born, _ = projection.born_shear_alm(born)
     scale = np.abs(born).max()
     for name, expected in (("kappa", born), ("e", e_born), ("b", 0.0)):
         print(name, "off by", np.abs(alm[name] - expected).max() / scale)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import zarr
 
-from pmpipe.orchestration import campaign_figures, design, plotting, report
+from pmpipe.campaigns import design
+from pmpipe.results import campaign_figures, plotting, report
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from pmpipe import cli
-from pmpipe.bench import collectives, pm_core, scaling, trace
-from pmpipe.physics import domain
+from pmpipe.bench import collectives, scaling, trace
+from pmpipe.campaigns import step_timing
+from pmpipe.physics.mesh import domain
 from pmpipe.runtime import parallel
 
 N, HALO = 16, 2
@@ -151,9 +152,9 @@ def test_two_processes_under_mpiexec_give_the_results_of_one(one_process, tmp_pa
 )
 def test_bytes_model_equals_the_collectives_of_the_compiled_step(pdims, oversample):
     mesh = parallel.make_mesh(pdims)
-    grid = domain.Grid(mesh, N, oversample, pm_core.BOX_SIZE, HALO)
+    grid = domain.Grid(mesh, N, oversample, step_timing.BOX_SIZE, HALO)
     field = jax.ShapeDtypeStruct((N, N, N, 3), np.float32, sharding=parallel.field_sharding(mesh))
-    program = pm_core.pm_step.lower(field, field, 0.3, grid=grid).compile().as_text()
+    program = step_timing.pm_step.lower(field, field, 0.3, grid=grid).compile().as_text()
     found = collectives.bytes_by_kind(program)
     model = collectives.bytes_per_step(grid.force_cells, pdims, HALO)
     assert found.get("all-to-all", 0) == model["fft"]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmpipe.orchestration import seeds
+from pmpipe.campaigns import seeds
 
 UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
 

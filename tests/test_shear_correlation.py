@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from pmpipe.physics import shear_correlation, sky
+from pmpipe.physics.evolution import sky
+from pmpipe.physics.statistics import shear_correlation
 
 
 def test_wigner_functions_match_sympy():

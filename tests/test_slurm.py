@@ -13,8 +13,9 @@ import zarr
 from conftest import REPO, TINY, run_snakemake, same_store
 
 from pmpipe import stages
-from pmpipe.orchestration import campaign
-from pmpipe.stages import registry, summary_parts
+from pmpipe.campaigns import campaign
+from pmpipe.results import summary_parts
+from pmpipe.stages import registry
 from pmpipe.storage import store
 
 pytestmark = pytest.mark.slow

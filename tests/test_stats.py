@@ -8,7 +8,9 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pmpipe.physics import domain, painting, sky, stats
+from pmpipe.physics.evolution import sky
+from pmpipe.physics.mesh import domain, painting
+from pmpipe.physics.statistics import stats
 from pmpipe.runtime import parallel
 
 

@@ -9,7 +9,9 @@ import pytest
 import zarr
 
 from pmpipe import stages
-from pmpipe.physics import cosmology, lensing, shear_correlation, stats
+from pmpipe.physics.lensing import projection
+from pmpipe.physics.statistics import shear_correlation, stats
+from pmpipe.physics.theory import cosmology
 from pmpipe.run import config, derive, validation
 from pmpipe.stages import registry
 
@@ -146,11 +148,11 @@ def test_limber_cross_spectra_match_pyccl():
     sources, tracers = [], []
     for z_s in (0.5, 1.0):
         chi = float(cosmology.on_host(cosmology.comoving_distance, cosmo, 1 / (1 + z_s)))
-        sources.append(lensing.single_plane(chi))
+        sources.append(projection.single_plane(chi))
         nz = np.exp(-0.5 * ((z - z_s) / 0.002) ** 2)
         tracers.append(pyccl.WeakLensingTracer(ccl, dndz=(z, nz)))
     for i, j in ((0, 0), (0, 1), (1, 1)):
-        mine = lensing.limber_convergence_cl(
+        mine = projection.limber_convergence_cl(
             cosmo, ell, sources[i], power, samples=1024, other=sources[j]
         )
         ratio = mine / pyccl.angular_cl(ccl, tracers[i], tracers[j], ell)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from pmpipe.bench import campaign as bench_campaign
+from pmpipe.bench import campaign_timing as bench_campaign
 from pmpipe.run import config
 
 PLANNED = re.compile(r"campaign (\S+) planned in ([\d.]+) s: (\d+) runs, jobs to run: (\d+)")
@@ -72,10 +72,10 @@ def bench_bookkeeping(campaign_file: Path, workdir: Path) -> dict:
     results folder with every run prepared and pending, then with every run done: each store
     of each run given root metadata with its completion marker (no arrays: status reads no
     more) and the run its done record with the stores' fingerprints, as a job writes it
-    (pmpipe.stages.run_record)."""
-    from pmpipe.orchestration import campaign
-    from pmpipe.stages import run_record, run_stages, store_path
-    from pmpipe.storage import integrity, store
+    (pmpipe.storage.run_record)."""
+    from pmpipe.campaigns import campaign
+    from pmpipe.stages import run_stages, store_path
+    from pmpipe.storage import integrity, run_record, store
 
     plan_s = timed_pmpipe(workdir, "plan", str(campaign_file), "--results", "results")
     camp = campaign.load(campaign_file)

@@ -11,7 +11,6 @@ peak. Peers (JaxPM, pmwd) run the same job in processes of their own.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import platform
@@ -24,35 +23,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmpipe.physics import (
-    cosmology,
-    domain,
-    fft,
-    ics,
-    nbody,
-    painting,
-    schedule,
-    simulation,
-    stats,
-    timesteps,
-)
-from pmpipe.physics.domain import Grid
+from pmpipe.campaigns import step_timing
+from pmpipe.campaigns.step_timing import A_INIT, BOX_SIZE, COSMOLOGY, POWER, timed
+from pmpipe.physics.evolution import ics, particle_mesh, schedule, simulation, timesteps
+from pmpipe.physics.mesh import domain, fft, painting
+from pmpipe.physics.mesh.domain import Grid
+from pmpipe.physics.statistics import stats
+from pmpipe.physics.theory import cosmology
 from pmpipe.runtime import compilation, memory, parallel
 
-BOX_SIZE = 256.0
-A_INIT = 0.1
 REFERENCE_RTOL = 1e-5  # Dopri5 rtol = atol of the converged JaxPM reference
-
-
-def _timed(fn, *args, repeat: int = 5) -> float:
-    """Best-of-`repeat` wall time (s) of a jitted call, after one warm-up call."""
-    jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: int) -> dict:
@@ -65,7 +45,7 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
     )
     cosmo = cosmology.tabulated(COSMOLOGY)
     stats = (
-        nbody.evolution.lower(cosmo, state, state, plan, None, grid=grid)
+        particle_mesh.evolution.lower(cosmo, state, state, plan, None, grid=grid)
         .compile()
         .memory_analysis()
     )
@@ -80,20 +60,6 @@ def evolution_memory(particles: int, oversample: int, steps: int, mesh, halo: in
         "output_bytes": stats.output_size_in_bytes,
         "bytes_per_particle": used / particles**3 * mesh.size,
     }
-
-
-@functools.partial(jax.jit, static_argnames="grid")
-def pm_step(disp, mom, omega_m, grid: Grid):
-    """One PM step (drift, paint, force, read, kick) of the particles ``disp``, ``mom``
-    (N^3 x 3, sharded over the grid's devices) by 0.01 in drift and kick; returns (disp, mom)."""
-    step = jnp.float32(0.01)
-    cosmo = cosmology.Cosmology(Omega_m=omega_m)
-    return nbody.advance(disp, mom, step, step, cosmo, jnp.float32(1.0), grid)[:2]
-
-
-def step_seconds(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> float:
-    """Best-of-``repeat`` seconds of one PM step (:func:`pm_step`)."""
-    return _timed(functools.partial(pm_step, grid=grid), disp, mom, omega_m, repeat=repeat)
 
 
 def step_parts(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> dict:
@@ -113,28 +79,13 @@ def step_parts(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> dict:
         return [fft.c2r(xk * (i + 1.0), mesh) for i in range(3)]
 
     return {
-        "step_s": step_seconds(disp, mom, grid, omega_m, repeat),
-        "paint_s": _timed(paint, disp, repeat=repeat),
-        "read_s": _timed(read, force_mesh, disp, repeat=repeat),
-        "fft_s": _timed(r2c, rho, repeat=repeat),
-        "c2r_s": _timed(jax.jit(lambda k: fft.c2r(k, mesh)), r2c(rho), repeat=repeat),
-        "fft_floor_s": _timed(jax.jit(floor), rho, repeat=repeat),
+        "step_s": step_timing.step_seconds(disp, mom, grid, omega_m, repeat),
+        "paint_s": timed(paint, disp, repeat=repeat),
+        "read_s": timed(read, force_mesh, disp, repeat=repeat),
+        "fft_s": timed(r2c, rho, repeat=repeat),
+        "c2r_s": timed(jax.jit(lambda k: fft.c2r(k, mesh)), r2c(rho), repeat=repeat),
+        "fft_floor_s": timed(jax.jit(floor), rho, repeat=repeat),
     }
-
-
-# Dynamics without radiation: JaxPM's background (jax_cosmo) has none, so --compare jaxpm is
-# like for like. The initial P(k) (Eisenstein-Hu) is that of the default cosmology.
-COSMOLOGY = cosmology.Cosmology(T_cmb=0.0)
-POWER = simulation.power_function(cosmology.Cosmology())
-
-
-def lpt_particles(particles: int, mesh, seed: int = 0):
-    """2LPT displacements and momenta (N, N, N, 3) at A_INIT of COSMOLOGY in a BOX_SIZE box,
-    from the white noise of ``seed``, sharded over ``mesh``."""
-    noise = ics.white_noise(seed, particles, mesh)
-    grid = Grid(mesh, particles, box_size=BOX_SIZE)
-    init = simulation.initial_conditions(COSMOLOGY, noise, POWER, grid, A_INIT)
-    return init.disp, init.mom
 
 
 def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
@@ -236,13 +187,13 @@ def _peer_env() -> dict:
 
 
 def compare_pmwd(particles: int, oversample: int, steps: int, pmwd_path: str | None) -> dict:
-    """pmwd's run of the job in its own process (pmpipe.bench.pmwd); returns its record."""
+    """pmwd's run of the job in its own process (pmpipe.bench.peers.pmwd); returns its record."""
     with tempfile.TemporaryDirectory(prefix="pmpipe-bench-") as tmp:
         out = os.path.join(tmp, "pmwd.json")
         cmd = [
             sys.executable,
             "-m",
-            "pmpipe.bench.pmwd",
+            "pmpipe.bench.peers.pmwd",
             "--particles",
             str(particles),
             "--oversample",
@@ -268,7 +219,7 @@ def _run_jaxpm(field_path: str, out: str, solver: str, steps: int) -> tuple[np.n
     cmd = [
         sys.executable,
         "-m",
-        "pmpipe.bench.jaxpm",
+        "pmpipe.bench.peers.jaxpm",
         "--field",
         field_path,
         "--box",

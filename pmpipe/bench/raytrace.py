@@ -20,7 +20,7 @@ Z_SOURCE = 1.0
 def _slabs(setup, count: int):
     """(edges (P + 1,), centres (P,) Mpc/h, growth factors (P,) at the centres, source distance)
     of ``count`` equally thick slabs out to the source at Z_SOURCE."""
-    from pmpipe.physics import cosmology
+    from pmpipe.physics.theory import cosmology
 
     cosmo = setup.cosmology
     chi_s = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + Z_SOURCE)))
@@ -37,7 +37,7 @@ def _slabs(setup, count: int):
 
 def _planes(setup, count: int, mesh_n: int, box: float, seed: int):
     """(edges (P + 1,), centres (P,) Mpc/h, planes (P, M, M)) out to the source."""
-    from pmpipe.physics import fft
+    from pmpipe.physics.mesh import fft
 
     edges, centres, growth, chi_s = _slabs(setup, count)
     k = fft.angular_frequencies(mesh_n, box / mesh_n)
@@ -57,23 +57,26 @@ def bench_raytrace(pixels: int, planes: int, mesh_n: int, box: float, fov: float
     import jax
     import jax.numpy as jnp
 
-    from pmpipe.physics import domain, lensing, raytrace
+    from pmpipe.physics.lensing import projection, raytrace_flat
+    from pmpipe.physics.mesh import domain
     from pmpipe.run import config, derive
     from pmpipe.runtime import parallel
 
     run = config.Run.model_validate({"box": {"box_size": box}})
     setup = derive.setup(config.RunFile.build("bench", "raytrace", 0, {}, run), None)
     edges, chi, fields, chi_s = _planes(setup, planes, mesh_n, box, seed)
-    weights = lensing.plane_weights(setup.cosmology, edges, lensing.single_plane(chi_s))[None, :]
-    factors = raytrace.deflection_factors(setup.cosmology, chi)
-    theta = lensing.pixel_centres(fov, pixels)
+    weights = projection.plane_weights(setup.cosmology, edges, projection.single_plane(chi_s))[
+        None, :
+    ]
+    factors = raytrace_flat.deflection_factors(setup.cosmology, chi)
+    theta = projection.pixel_centres(fov, pixels)
     offsets = np.zeros((planes, 2))
     grid = domain.Grid(parallel.make_mesh((1, 1)), mesh_n, box_size=box)
     methods = {
-        "born": lambda p, n: lensing.flat_sky_convergence(
+        "born": lambda p, n: projection.flat_sky_convergence(
             p, weights[:, :n], chi[:n], theta, offsets[:n], grid
         ),
-        "raytrace": lambda p, n: raytrace.trace(
+        "raytrace": lambda p, n: raytrace_flat.trace(
             p, weights[:, :n], factors[:n], chi[:n], theta, offsets[:n], grid
         )["kappa"],
     }
@@ -84,7 +87,7 @@ def bench_raytrace(pixels: int, planes: int, mesh_n: int, box: float, fov: float
         "plane_mesh": mesh_n,
         "box": box,
         "z_source": Z_SOURCE,
-        "ray_oversampling": raytrace.RAY_OVERSAMPLING,
+        "ray_oversampling": raytrace_flat.RAY_OVERSAMPLING,
         "device": jax.devices()[0].device_kind,
         "seconds_per_plane": {},
         "first_two_planes_seconds": {},
@@ -108,7 +111,7 @@ def _shells(setup, count: int, nside: int, seed: int):
     D(a)² / χ², up to ℓ = 3 nside - 1."""
     import healpy
 
-    from pmpipe.physics import sky
+    from pmpipe.physics.evolution import sky
 
     edges, centres, growth, chi_s = _slabs(setup, count)
     ell = np.arange(sky.healpix_ell_max(nside) + 1, dtype=np.float64)
@@ -126,20 +129,23 @@ def _shells(setup, count: int, nside: int, seed: int):
 def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> dict:
     """Full-sky ray tracing against Born on the same Gaussian shells out to a source at z = 1,
     maps of ``nside``: seconds per shell of the tracing (rays on the grid of
-    pmpipe.physics.sky.traced_rays_nside), seconds of the rays' analysis and of Born's
+    pmpipe.physics.evolution.sky.traced_rays_nside), seconds of the rays' analysis and of Born's
     coefficients and maps, the process's peak memory and the κ rms of both maps."""
     import resource
 
     import jax
 
-    from pmpipe.physics import lensing, lightcone, raytrace, raytrace_healpix, sky
+    from pmpipe.physics.evolution import lightcone, sky
+    from pmpipe.physics.lensing import projection, raytrace_flat, raytrace_healpix
     from pmpipe.run import config, derive
 
     run = config.Run.model_validate({"box": {"box_size": box}})
     setup = derive.setup(config.RunFile.build("bench", "raytrace", 0, {}, run), None)
     edges, chi, shells, chi_s = _shells(setup, planes, nside, seed)
-    weights = lensing.plane_weights(setup.cosmology, edges, lensing.single_plane(chi_s))[None, :]
-    factors = raytrace.deflection_factors(setup.cosmology, chi)
+    weights = projection.plane_weights(setup.cosmology, edges, projection.single_plane(chi_s))[
+        None, :
+    ]
+    factors = raytrace_flat.deflection_factors(setup.cosmology, chi)
     rays = sky.traced_rays_nside(nside)
     record: dict = {
         "nside": nside,
@@ -154,7 +160,7 @@ def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> di
     start = time.perf_counter()
     kappa_alm = (weights @ shells)[0]
     born = lightcone.healpix_map(kappa_alm, nside)
-    lensing.healpix_shear(kappa_alm, nside)
+    projection.healpix_shear(kappa_alm, nside)
     record["seconds"]["born"] = time.perf_counter() - start
     start = time.perf_counter()
     traced = raytrace_healpix.trace([lambda s=s: s for s in shells], weights, factors, chi, rays)
@@ -169,7 +175,7 @@ def bench_raytrace_healpix(nside: int, planes: int, box: float, seed: int) -> di
         sky.healpix_ell_max(nside),
     )
     kappa = lightcone.healpix_map(alm["kappa"], nside)
-    lensing.healpix_spin2_maps(alm["e"], alm["b"], nside)
+    projection.healpix_spin2_maps(alm["e"], alm["b"], nside)
     record["seconds"]["raytrace_analysis"] = time.perf_counter() - start
     record["kappa_rms"] = {"born": float(np.std(born)), "raytrace": float(np.std(kappa))}
     record["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6

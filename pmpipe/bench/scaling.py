@@ -24,8 +24,8 @@ import jax
 import numpy as np
 
 from pmpipe.bench import collectives, pm_core, trace
-from pmpipe.orchestration import decomposition
-from pmpipe.physics.domain import Grid
+from pmpipe.campaigns import decomposition, step_timing
+from pmpipe.physics.mesh.domain import Grid
 from pmpipe.runtime import log, parallel
 
 LOG = log.get(__name__)
@@ -40,7 +40,7 @@ def decompositions_of(
 ) -> dict[str, tuple[int, int]]:
     """The decompositions measured on ``devices``: {'single': (1, 1)} on one device, else the
     slab (devices, 1) and the most square pencil (both axes split) among ``kinds``, those that
-    split the grid and hold the halo (:func:`pmpipe.orchestration.decomposition.candidates`)."""
+    split the grid and hold the halo (:func:`pmpipe.campaigns.decomposition.candidates`)."""
     if devices == 1:
         return {"single": (1, 1)}
     options = decomposition.candidates(devices, particles, oversample, halo)
@@ -66,14 +66,14 @@ def _measure(
     """One row (without efficiency) and one step's particles (disp, mom) on the host."""
     devices = pdims[0] * pdims[1]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(devices))
-    grid = Grid(mesh, particles, oversample, pm_core.BOX_SIZE, halo)
-    omega_m = pm_core.COSMOLOGY.Omega_m
-    disp, mom = pm_core.lpt_particles(particles, mesh)
-    program = pm_core.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
+    grid = Grid(mesh, particles, oversample, step_timing.BOX_SIZE, halo)
+    omega_m = step_timing.COSMOLOGY.Omega_m
+    disp, mom = step_timing.lpt_particles(particles, mesh)
+    program = step_timing.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
     moved = collectives.bytes_by_kind(collectives.program_text(program))
     after = tuple(
         parallel.to_host(x).astype(np.float64)
-        for x in pm_core.pm_step(disp, mom, omega_m, grid=grid)
+        for x in step_timing.pm_step(disp, mom, omega_m, grid=grid)
     )
     row = {
         "devices": devices,
@@ -208,10 +208,10 @@ def traced_steps(record: dict, folder: str | Path, steps: int = 3) -> dict:
     row = max(rows, key=lambda r: r["devices"])
     pdims, n = tuple(row["pdims"]), row["particles"]
     mesh = parallel.make_mesh(pdims, parallel.spread_devices(row["devices"]))
-    grid = Grid(mesh, n, record["oversample"], pm_core.BOX_SIZE, record["halo"])
-    disp, mom = pm_core.lpt_particles(n, mesh)
-    omega_m = pm_core.COSMOLOGY.Omega_m
-    program = pm_core.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
+    grid = Grid(mesh, n, record["oversample"], step_timing.BOX_SIZE, record["halo"])
+    disp, mom = step_timing.lpt_particles(n, mesh)
+    omega_m = step_timing.COSMOLOGY.Omega_m
+    program = step_timing.pm_step.lower(disp, mom, omega_m, grid=grid).compile()
     jax.block_until_ready(program(disp, mom, omega_m))
     folder = Path(folder)
     if jax.process_count() > 1:
@@ -276,7 +276,7 @@ def trace_table(summary: dict) -> str:
 def plot(record: dict, out_path: str | Path) -> None:
     """Seconds of one step and parallel efficiency against devices, a line per scaling and
     decomposition (PNG)."""
-    from pmpipe.orchestration import report
+    from pmpipe.results import report
 
     fig, (time_ax, eff_ax) = report.pyplot().subplots(1, 2, figsize=(10, 4))
     for scaling, style in zip(SCALINGS, ("-", "--")):

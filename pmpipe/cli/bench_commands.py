@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pmpipe.cli import benchmarks
+from pmpipe.cli import bench_handlers
 from pmpipe.cli.arguments import (
     ACCURACY,
     CAMPAIGN,
@@ -18,7 +18,7 @@ from pmpipe.cli.arguments import (
     Command,
     arg,
 )
-from pmpipe.physics.timesteps import STEP_SPACINGS
+from pmpipe.physics.evolution.timesteps import STEP_SPACINGS
 
 BENCH = (
     Command(
@@ -26,7 +26,7 @@ BENCH = (
         "the device figures of docs/performance.md in one command, each measurement in a "
         "process of its own: PM jobs against pmwd and JaxPM, the largest N that fits, a "
         "campaign with lensing, scaling over the local devices",
-        benchmarks.suite,
+        bench_handlers.suite,
         (
             arg("--sizes", type=int, nargs="+", default=[128, 256, 512], help="particles per side"),
             arg("--oversamples", type=int, nargs="+", default=[1, 2], help="force meshes B"),
@@ -60,7 +60,7 @@ BENCH = (
         "campaign",
         "a campaign end to end through Snakemake in a fresh working directory: wall time, "
         "runs per hour, physics time and duty, compilations, bytes written, memory",
-        benchmarks.campaign,
+        bench_handlers.campaign,
         (
             CAMPAIGN,
             PROFILE,
@@ -79,7 +79,7 @@ BENCH = (
         "plan",
         "how long `snakemake -n` takes to plan a campaign in a fresh folder, and the files it "
         "leaves under results/ (none); how long `pmpipe plan` and `pmpipe status` take",
-        benchmarks.plan,
+        bench_handlers.plan,
         (
             CAMPAIGN,
             PROFILE,
@@ -101,7 +101,7 @@ BENCH = (
     Command(
         "nbody",
         "ICs, LPT and PM steps of one simulation in this process, with per-component timings",
-        benchmarks.nbody,
+        bench_handlers.nbody,
         (
             PARTICLES,
             STEPS,
@@ -131,7 +131,7 @@ BENCH = (
         "linear",
         "linear P(k) at a = 1 of CAMB and CLASS (pmpipe's settings) and the Eisenstein-Hu fits "
         "against CAMB at high precision, same A_s",
-        benchmarks.linear,
+        bench_handlers.linear,
         (
             arg(
                 "--set",
@@ -148,7 +148,7 @@ BENCH = (
         "growth",
         "low-k growth and neutrino suppression of paired N-body runs (massless and Σm_ν) "
         "against CAMB's linear theory, same realisation",
-        benchmarks.growth,
+        bench_handlers.growth,
         (
             arg("--particles", type=int, default=128, help="particles per side (default 128)"),
             arg("--box", type=float, default=1000.0, help="box size, Mpc/h (default 1000)"),
@@ -162,7 +162,7 @@ BENCH = (
         "non-linear P(k) at a = 1 of paired fixed-amplitude runs against HMcode-2020, with the "
         "PM's resolution deficit and Eisenstein-Hu's linear error beside it, and the neutrino "
         "suppression of total matter against HMcode-2020's",
-        benchmarks.nonlinear,
+        bench_handlers.nonlinear,
         (
             arg("--particles", type=int, default=128, help="particles per side (default 128)"),
             arg("--box", type=float, default=256.0, help="box size, Mpc/h (default 256)"),
@@ -176,7 +176,7 @@ BENCH = (
         "seconds per lens plane of flat-sky ray tracing and of Born on the same Gaussian "
         "planes (fiducial linear power, out to a source at z = 1); with --nside, of full-sky "
         "ray tracing through Gaussian shells",
-        benchmarks.raytrace,
+        bench_handlers.raytrace,
         (
             arg("--pixels", type=int, default=2048, help="map pixels per side (default 2048)"),
             arg("--planes", type=int, default=20, help="lens planes (default 20)"),
@@ -197,7 +197,7 @@ BENCH = (
         "postborn",
         "ray-traced against Born lensing of the same N-body planes: C_ell ratio in the "
         "resolved range, rotation power, skewness, kurtosis and peak counts, per seed and source",
-        benchmarks.postborn,
+        bench_handlers.postborn,
         (
             arg("--particles", type=int, default=32, help="particles per side (default 32)"),
             arg("--pixels", type=int, default=64, help="map pixels per side (default 64)"),
@@ -212,7 +212,7 @@ BENCH = (
         "the masked-sky pseudo-C_ell estimator on Gaussian realisations of a known spectrum, "
         "scalar and spin 2, full or flat sky: bias per bin against the bandpower windows, E "
         "to B leakage",
-        benchmarks.pseudo_cl,
+        bench_handlers.pseudo_cl,
         (
             arg("--nside", type=int, default=64, help="HEALPix nside (default 64)"),
             arg("--realisations", type=int, default=100, help="realisations (default 100)"),
@@ -237,7 +237,7 @@ BENCH = (
         "nuisances",
         "NLA alignments, a photo-z shift and baryonic feedback on paired maps in their "
         "resolved range against pyccl's Limber spectra, per seed",
-        benchmarks.nuisances,
+        bench_handlers.nuisances,
         (
             arg("--particles", type=int, default=128, help="particles per side (default 128)"),
             arg("--pixels", type=int, default=256, help="flat-sky pixels per side (default 256)"),
@@ -251,7 +251,7 @@ BENCH = (
         "draws",
         "the seconds an extra draw of the lensing nuisances (lensing.draws) adds to the "
         "lensing and summaries stages, over those of the run without draws",
-        benchmarks.draws,
+        bench_handlers.draws,
         (
             arg("--particles", type=int, default=32, help="particles per side (default 32)"),
             arg("--pixels", type=int, default=128, help="flat-sky pixels per side (default 128)"),
@@ -264,7 +264,7 @@ BENCH = (
         "store",
         "write, read and verify a store of N^3 particles as the stages do: seconds, GB/s, "
         "files and bytes on disk",
-        benchmarks.store,
+        bench_handlers.store,
         (
             PARTICLES,
             arg(
@@ -284,7 +284,7 @@ BENCH = (
         "scaling",
         "strong and weak scaling of one PM step and its parts (paint, FFT, read) over device "
         "counts, slabs and pencils: a table, JSON and a plot",
-        benchmarks.scaling,
+        bench_handlers.scaling,
         (
             arg(
                 "--particles",
@@ -331,7 +331,7 @@ BENCH = (
     Command(
         "steps",
         "P(k) of S steps equal in a, ln a and D1 against a converged reference from the same ICs",
-        benchmarks.accuracy,
+        bench_handlers.accuracy,
         (
             *ACCURACY,
             arg(
@@ -347,7 +347,7 @@ BENCH = (
         "force",
         "P(k) of N particles with force meshes B = 1, 2, ... against 2N particles from the "
         "same large-scale modes and steps",
-        benchmarks.accuracy,
+        bench_handlers.accuracy,
         (
             *ACCURACY,
             arg(

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pmpipe.cli import campaigns, machine, stores
+from pmpipe.cli import campaign_commands, machine_commands, store_commands
 from pmpipe.cli.arguments import CAMPAIGN, RESULTS, SITE, Command, arg
 from pmpipe.cli.bench_commands import BENCH
-from pmpipe.orchestration import export
+from pmpipe.results import export
 from pmpipe.stages import STAGES
 
 SUBMIT = (
@@ -39,7 +39,7 @@ COMMANDS = (
         "run",
         "run one stage of one simulation, or (all) every stage of one or more simulations "
         "in one process",
-        stores.run,
+        store_commands.run,
         (
             arg("stage", choices=(*STAGES, "all")),
             arg(
@@ -54,7 +54,7 @@ COMMANDS = (
         "plan",
         "table of a campaign's runs: devices, memory, nodes, runtime, Boltzmann tables; "
         "totals: device-hours, disk, jobs, SLURM arrays, files",
-        campaigns.plan,
+        campaign_commands.plan,
         (
             CAMPAIGN,
             RESULTS,
@@ -70,7 +70,7 @@ COMMANDS = (
         "tune",
         "time one PM step for every slab and pencil decomposition of a campaign's devices on "
         "this machine and record the fastest in its decomposition file",
-        campaigns.tune,
+        campaign_commands.tune,
         (
             arg("campaign", help="campaign file with a decomposition section"),
             arg("--repeat", type=int, default=3, help="timed steps per decomposition (best)"),
@@ -79,27 +79,27 @@ COMMANDS = (
     Command(
         "schema",
         "write the JSON schema of campaign files",
-        campaigns.schema,
+        campaign_commands.schema,
         (
             arg(
                 "--output",
                 type=Path,
-                default=campaigns.SCHEMA_PATH,
-                help=f"default {campaigns.SCHEMA_PATH}",
+                default=campaign_commands.SCHEMA_PATH,
+                help=f"default {campaign_commands.SCHEMA_PATH}",
             ),
         ),
     ),
     Command(
         "show",
         "human summary of a store",
-        stores.show,
+        store_commands.show,
         (arg("store", help="path of a .zarr store"),),
     ),
     Command(
         "verify",
         "check stores against their manifests (every chunk's size and CRC-32); mark damaged "
         "ones for recomputation",
-        stores.verify,
+        store_commands.verify,
         (
             arg(
                 "paths",
@@ -118,7 +118,7 @@ COMMANDS = (
         "doctor",
         "JAX, devices, launcher, jaxdecomp, NCCL, MPI, SLURM and container of this process, "
         "and settings known to break runs",
-        machine.doctor,
+        machine_commands.doctor,
         (
             arg("--json", action="store_true", help="print the report as JSON"),
             arg(
@@ -140,7 +140,7 @@ COMMANDS = (
     Command(
         "collect",
         "campaign summaries.zarr and manifest.csv from its runs",
-        campaigns.collect,
+        campaign_commands.collect,
         (
             CAMPAIGN,
             RESULTS,
@@ -156,7 +156,7 @@ COMMANDS = (
         "export",
         "a collected campaign as one table for training code: a row per run (and draw), "
         "a column per parameter and per element of every statistic",
-        campaigns.export,
+        campaign_commands.export,
         (
             arg("folder", type=Path, help="the campaign's results folder, results/<campaign>"),
             arg("--format", choices=export.FORMATS, default="parquet", help="default parquet"),
@@ -167,7 +167,7 @@ COMMANDS = (
         "status",
         "how far a campaign is: runs done, running, failed and pending, throughput, time "
         "left, bytes written, the error of each failed run",
-        campaigns.status,
+        campaign_commands.status,
         (
             arg("folder", type=Path, help="the campaign's results folder, results/<campaign>"),
             arg("--json", action="store_true", help="print the report as JSON"),
@@ -177,7 +177,7 @@ COMMANDS = (
         "submit",
         "submit runs to SLURM with submitit: a campaign as job arrays (every stage of a run "
         "in one job), or one stage of one run",
-        campaigns.submit,
+        campaign_commands.submit,
         SUBMIT,
     ),
     Command("bench", "measure speed and memory, write JSON", subcommands=BENCH),

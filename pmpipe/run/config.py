@@ -19,9 +19,9 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from pmpipe.physics.boltzmann_tables import NU_A_MIN
-from pmpipe.physics.power_table import BOLTZMANN_KINDS, PowerKind
-from pmpipe.physics.timesteps import StepSpacing
+from pmpipe.physics.evolution.timesteps import StepSpacing
+from pmpipe.physics.theory.boltzmann_tables import NU_A_MIN
+from pmpipe.physics.theory.power_table import BOLTZMANN_KINDS, PowerKind
 from pmpipe.run.files import (
     ConfigError,
     StrictModel,
@@ -110,7 +110,7 @@ def _not_auto(pdims):
     return pdims
 
 
-# pdims in files: (px, py), or 'auto' in a campaign's base (pmpipe.orchestration.campaign chooses them)
+# pdims in files: (px, py), or 'auto' in a campaign's base (pmpipe.campaigns.campaign chooses them)
 PDIMS_SCHEMA = {
     "anyOf": [
         {"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "integer"}] * 2, "type": "array"},

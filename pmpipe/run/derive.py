@@ -12,24 +12,14 @@ from functools import partial
 
 import numpy as np
 
-from pmpipe.physics import (
-    baryons,
-    boltzmann,
-    cosmology,
-    domain,
-    ics,
-    intrinsic_alignment,
-    lensing,
-    lightcone,
-    neutrinos,
-    simulation,
-    sky,
-    timesteps,
-)
-from pmpipe.physics.boltzmann_tables import LinearTable, table_wavenumbers
-from pmpipe.physics.cosmology import Cosmology, LinearPower
-from pmpipe.physics.power_table import BOLTZMANN_KINDS
-from pmpipe.run import config, halo, validation
+from pmpipe.physics.evolution import ics, lightcone, simulation, sky, timesteps
+from pmpipe.physics.lensing import intrinsic_alignment, projection
+from pmpipe.physics.mesh import domain
+from pmpipe.physics.theory import baryons, boltzmann, cosmology, neutrinos
+from pmpipe.physics.theory.boltzmann_tables import LinearTable, table_wavenumbers
+from pmpipe.physics.theory.cosmology import Cosmology, LinearPower
+from pmpipe.physics.theory.power_table import BOLTZMANN_KINDS
+from pmpipe.run import config, ghost_cells, validation
 from pmpipe.run import draws as nuisance_draws
 from pmpipe.run.validation import k_range
 
@@ -44,7 +34,7 @@ class RunSetup:
     leaves: runs of one size share their compiled programs); the linear P(k) at a = 1; the
     N-body's steps and snapshots; with a lightcone its planes, and with full-sky lensing each
     plane's band limit (h/Mpc); with lensing the sources, (label, mean redshift,
-    pmpipe.physics.lensing.Source) in store order; with power.kind 'camb' or 'class' the Boltzmann code's
+    pmpipe.physics.lensing.projection.Source) in store order; with power.kind 'camb' or 'class' the Boltzmann code's
     table (its σ8 and A_s, code and version)."""
 
     run_file: config.RunFile
@@ -71,7 +61,7 @@ def setup(
     """The setup of a run checked by :mod:`pmpipe.run.validation`, on the device mesh
     ``mesh`` (made for run.parallel.pdims; None for a setup that only plans: its grid holds
     no devices). ``tables``: a Boltzmann code's table from its inputs
-    (:func:`pmpipe.physics.boltzmann.inputs`), for power.kind 'camb' and 'class'; the stages pass
+    (:func:`pmpipe.physics.theory.boltzmann.inputs`), for power.kind 'camb' and 'class'; the stages pass
     pmpipe.storage.power_cache's, which caches them."""
     run = run_file.config
     table = tables(boltzmann_inputs(run)) if run.power.kind in BOLTZMANN_KINDS else None
@@ -120,9 +110,9 @@ def force_mesh_k_max(run: config.Run) -> float:
 
 
 def boltzmann_inputs(run: config.Run) -> dict:
-    """The inputs of the run's Boltzmann table (:func:`pmpipe.physics.boltzmann.inputs`): its
+    """The inputs of the run's Boltzmann table (:func:`pmpipe.physics.theory.boltzmann.inputs`): its
     cosmology, and wavenumbers up to :func:`force_mesh_k_max` (beyond the table the power is
-    extrapolated, :func:`pmpipe.physics.cosmology.interp_power`)."""
+    extrapolated, :func:`pmpipe.physics.theory.cosmology.interp_power`)."""
     return boltzmann.inputs(run.cosmology.model_dump(), force_mesh_k_max(run), run.power.kind)
 
 
@@ -134,7 +124,7 @@ def grid(run: config.Run, mesh) -> domain.Grid:
         run.box.particles,
         run.box.oversample,
         run.box.box_size,
-        halo.cells(run),
+        ghost_cells.cells(run),
         run.nbody.dtype,
     )
 
@@ -178,7 +168,7 @@ def linear_power_source(run_setup: RunSetup) -> dict:
 def linear_power_table(run_setup: RunSetup) -> tuple[np.ndarray, np.ndarray]:
     """(k [h/Mpc], P [(Mpc/h)^3]) of the run's linear P(k) at a = 1: a tabulated kind's own
     table, else the power on the grid of a Boltzmann table for this run
-    (:func:`pmpipe.physics.boltzmann.table_k_max`, boltzmann.POINTS_PER_DECADE)."""
+    (:func:`pmpipe.physics.theory.boltzmann.table_k_max`, boltzmann.POINTS_PER_DECADE)."""
     power = run_setup.power
     if power.k_table is not None:
         return np.asarray(power.k_table, np.float64), np.asarray(power.p_table, np.float64)
@@ -204,14 +194,14 @@ def timeline(run: config.Run, cosmo: cosmology.Cosmology) -> timesteps.Timeline:
 
 
 def plane_geometry(run: config.Run, cosmo: cosmology.Cosmology) -> sky.Planes:
-    """The lightcone's planes (:func:`pmpipe.physics.lightcone.plane_geometry`)."""
+    """The lightcone's planes (:func:`pmpipe.physics.evolution.lightcone.plane_geometry`)."""
     return lightcone.plane_geometry(
         cosmo, config.section(run.lightcone, "lightcone").z_max, run.plane_thickness()
     )
 
 
 def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
-    """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.physics.sky.shell_band_limits`
+    """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.physics.evolution.sky.shell_band_limits`
     for this box, mesh and nside)."""
     full = config.section(config.section(run.lensing, "lensing").full_sky, "lensing.full_sky")
     return sky.shell_band_limits(
@@ -222,7 +212,7 @@ def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
 
 
 def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
-    """(label, mean redshift, :class:`pmpipe.physics.lensing.Source`) of every source of the
+    """(label, mean redshift, :class:`pmpipe.physics.lensing.projection.Source`) of every source of the
     run's lensing section, in store order, with its nuisances: n(z) shifted by its
     photo_z_shift Δz (n(z - Δz); a parametric n(z) still cut at lightcone.z_max, a table's
     points moved below z = 0 dropped), its shear bias and, for a distribution, the intrinsic
@@ -237,19 +227,19 @@ def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
     out = []
     for z_s, dz, m in zip(lens.source_redshifts, shifts, biases):
         chi = np.asarray(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_s + dz)), np.float64)
-        source = lensing.Source(np.atleast_1d(chi), np.ones(1), shear_bias=m)
+        source = projection.Source(np.atleast_1d(chi), np.ones(1), shear_bias=m)
         out.append((f"z={z_s:g}", z_s + dz, source))
     first = len(lens.source_redshifts)
     for dist, dz, m in zip(lens.distributions, shifts[first:], biases[first:]):
         if isinstance(dist, config.SmailSources):
             z = np.linspace(0.0, z_max, REDSHIFT_SAMPLES)
-            n = lensing.smail(np.maximum(z - dz, 0.0), dist.z0, dist.alpha, dist.beta)
+            n = projection.smail(np.maximum(z - dz, 0.0), dist.z0, dist.alpha, dist.beta)
             n = np.where(z - dz >= 0.0, n, 0.0)
         else:
             z, n = np.asarray(dist.z) + dz, np.asarray(dist.n)
             n, z = n[z >= 0.0], z[z >= 0.0]
-        chi, weights = lensing.source_distribution(cosmo, z, n)
-        source = lensing.Source(chi, weights, alignment, m)
+        chi, weights = projection.source_distribution(cosmo, z, n)
+        source = projection.Source(chi, weights, alignment, m)
         out.append((dist.name, float(np.sum(weights * z)), source))
     return tuple(out)
 

@@ -14,7 +14,7 @@ NAME_PATTERN_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$"
 
 
 class Lightcone(StrictModel):
-    """Planes of the past light cone, captured during the N-body (pmpipe.physics.lightcone)."""
+    """Planes of the past light cone, captured during the N-body (pmpipe.physics.evolution.lightcone)."""
 
     z_max: float = Field(
         1.0,
@@ -132,7 +132,7 @@ def values_per_source(values: float | list[float], labels: list[str], field: str
 
 class IntrinsicAlignment(StrictModel):
     """Intrinsic alignments of the source distributions' galaxies in the non-linear alignment
-    model (pmpipe.physics.intrinsic_alignment); single source planes have none."""
+    model (pmpipe.physics.lensing.intrinsic_alignment); single source planes have none."""
 
     A_IA: float = Field(
         ge=-10,
@@ -150,7 +150,7 @@ class IntrinsicAlignment(StrictModel):
 
 class Baryons(StrictModel):
     """Baryonic feedback: a suppression of the matter power after the N-body
-    (pmpipe.physics.baryons), applied to the lightcone planes and beside the snapshots' P(k)."""
+    (pmpipe.physics.theory.baryons), applied to the lightcone planes and beside the snapshots' P(k)."""
 
     model: Literal["hmcode2020"] = Field(
         "hmcode2020",
@@ -258,8 +258,8 @@ NUISANCE_LIMIT = 0.5  # largest |Δz| and |m| accepted
 
 
 class Lensing(StrictModel):
-    """Convergence and shear maps from the lightcone planes: Born (pmpipe.physics.lensing) or
-    ray-traced (pmpipe.physics.raytrace)."""
+    """Convergence and shear maps from the lightcone planes: Born (pmpipe.physics.lensing.projection) or
+    ray-traced (pmpipe.physics.lensing.raytrace_flat)."""
 
     source_redshifts: list[float] = Field(
         default_factory=lambda: [1.0],

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pmpipe.physics import background
-from pmpipe.physics.background import FIDUCIAL
+from pmpipe.physics.theory import background
+from pmpipe.physics.theory.background import FIDUCIAL
 from pmpipe.run.files import StrictModel
 
 M_NU_MAX = 3.0  # eV: the largest neutrino mass sum a run accepts

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe.physics import background, boltzmann, domain, power_table, sky, timesteps
-from pmpipe.run import config, draws, files, halo
+from pmpipe.physics.evolution import sky, timesteps
+from pmpipe.physics.mesh import domain
+from pmpipe.physics.theory import background, boltzmann, power_table
+from pmpipe.run import config, draws, files, ghost_cells
 from pmpipe.runtime import backend
 
 
@@ -50,7 +52,7 @@ def _step_boundaries(run: config.Run):
 def load_power_table(path, k_min: float, k_max: float):
     """(k [h/Mpc], P [(Mpc/h)^3]) of the P(k) table file at path, read within
     files.MAX_TABLE_BYTES and checked to cover [k_min, k_max]
-    (:func:`pmpipe.physics.power_table.check_power_table`); ConfigError or PowerTableError
+    (:func:`pmpipe.physics.theory.power_table.check_power_table`); ConfigError or PowerTableError
     naming the file."""
     data = files.read_columns(path, "P(k) table")
     return power_table.check_power_table(data, path, k_min, k_max)
@@ -61,7 +63,7 @@ def check_run(run: config.Run) -> None:
     n, pdims = run.box.particles, run.parallel.pdims
     domain.check_divisible(n, pdims)
     try:
-        domain.check_halo_fits(run.force_cells(), pdims, halo.cells(run))
+        domain.check_halo_fits(run.force_cells(), pdims, ghost_cells.cells(run))
     except ValueError as err:
         if run.parallel.halo_cells != "auto":
             raise

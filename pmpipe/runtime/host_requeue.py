@@ -1,7 +1,7 @@
 """The host side of a SLURM job whose pmpipe runs in an Apptainer image, which has no SLURM
 client (``squeue``, ``scontrol``):
 
-    python -m pmpipe.runtime.host_requeue -- [srun ...] apptainer exec ... python -m pmpipe.stages.pipeline ...
+    python -m pmpipe.runtime.host_requeue -- [srun ...] apptainer exec ... python -m pmpipe.job.pipeline ...
 
 runs the command with the job's end time in SLURM_JOB_END_TIME (Apptainer passes the
 variable in; SLURM sets it in newer versions, else squeue's time left gives it here), so that

@@ -21,14 +21,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from pmpipe.physics import (
-    lensing,
-    lightcone,
-    raytrace,
-    raytrace_healpix,
-    resolution,
-    sky,
-)
+from pmpipe.physics.evolution import lightcone, sky
+from pmpipe.physics.lensing import projection, raytrace_flat, raytrace_healpix
+from pmpipe.physics.statistics import resolution
 from pmpipe.run import config, derive
 from pmpipe.stages import layout, plane_pass, store_path
 from pmpipe.stages.inputs import Inputs
@@ -41,7 +36,7 @@ SHELL_OVERSAMPLING = 4  # full-sky shells' rays see nearly every line-of-sight m
 
 def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
     """Per map ('' flat sky, '_healpix' full sky) the resolved multipoles of every source
-    (pmpipe.physics.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
+    (pmpipe.physics.statistics.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
     shells band-limited to shell_k_max (h/Mpc per plane; default: the run's)."""
     cfg, cosmo, srcs = setup.config, setup.cosmology, setup.sources
     power, box = setup.power, cfg.box
@@ -107,7 +102,7 @@ def write_valid_ranges(group, ranges: dict) -> None:
                 np.array([getattr(r, f"ell_{end}") for r in rows]),
                 ("source",),
                 "1",
-                f"{long_name} resolved multipole of the map (pmpipe.physics.resolution)",
+                f"{long_name} resolved multipole of the map (pmpipe.physics.statistics.resolution)",
                 reasons=[getattr(r, f"{end}_reason") for r in rows],
             )
 
@@ -123,7 +118,7 @@ def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, t
     k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
     out = {}
     thickness = cfg.plane_thickness()
-    if cfg.lensing.method != "born" and thickness > raytrace.MAX_PLANE_THICKNESS:
+    if cfg.lensing.method != "born" and thickness > raytrace_flat.MAX_PLANE_THICKNESS:
         field = f"lightcone.plane_thickness = {thickness:g} Mpc/h"
         out[field] = (
             0.0,
@@ -131,7 +126,7 @@ def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, t
                 f"{field} is too thick for ray tracing (lensing.method = "
                 f"{cfg.lensing.method}, {len(config.section(setup.planes, 'planes'))} planes): "
                 "lens-lens coupling needs planes of at most "
-                f"{raytrace.MAX_PLANE_THICKNESS:g} Mpc/h: set it to at most that, with "
+                f"{raytrace_flat.MAX_PLANE_THICKNESS:g} Mpc/h: set it to at most that, with "
                 "lightcone.copy_every 'box' so that thin planes keep their power at low "
                 "multipoles (docs/lensing.md)"
             ),
@@ -197,7 +192,10 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     drawn = derive.draw_sources(setup)
     sets = [srcs] if drawn is None else [found for _, found in drawn]
     weights = np.stack(
-        [[lensing.plane_weights(cosmo, edges, source) for _, _, source in found] for found in sets]
+        [
+            [projection.plane_weights(cosmo, edges, source) for _, _, source in found]
+            for found in sets
+        ]
     )
     z_source = np.array([[s[1] for s in found] for found in sets])
     if drawn is None:
@@ -260,7 +258,7 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
     weights = by.weights
     lens = config.section(setup.config.lensing, "lensing")
     flat = config.section(lens.flat_sky, "lensing.flat_sky")
-    theta = lensing.pixel_centres(flat.field_of_view, flat.pixels)
+    theta = projection.pixel_centres(flat.field_of_view, flat.pixels)
     with progress.timed("lensing"):
         groups = by.groups()
         parts = [_flat_pass(setup, inputs, theta, weights[rows], s) for rows, s in groups]
@@ -313,8 +311,8 @@ def _flat_pass(setup: derive.RunSetup, inputs: Inputs, theta, weights, suppressi
     )
     maps: dict[str, tuple] = {}
     if method != "raytrace":
-        kappa = lensing.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
-        shear = jax.block_until_ready(lensing.shear_from_convergence(kappa))
+        kappa = projection.flat_sky_convergence(planes, weights, chi, theta, offsets, setup.grid)
+        shear = jax.block_until_ready(projection.shear_from_convergence(kappa))
         suffix = "_born" if method == "both" else ""
         maps |= {
             f"kappa{suffix}": (kappa, "Born convergence"),
@@ -322,8 +320,8 @@ def _flat_pass(setup: derive.RunSetup, inputs: Inputs, theta, weights, suppressi
             f"gamma2{suffix}": (shear[1], "Born shear, second component (Kaiser-Squires)"),
         }
     if method != "born":
-        factors = raytrace.deflection_factors(setup.cosmology, chi)
-        traced = raytrace.trace(planes, weights, factors, chi, theta, offsets, setup.grid)
+        factors = raytrace_flat.deflection_factors(setup.cosmology, chi)
+        traced = raytrace_flat.trace(planes, weights, factors, chi, theta, offsets, setup.grid)
         maps |= {
             "kappa": (traced["kappa"], "ray-traced convergence"),
             "gamma1": (traced["gamma1"], "ray-traced shear, first component"),
@@ -367,7 +365,7 @@ def _full_sky_pass(setup: derive.RunSetup, inputs: Inputs, shells, weights) -> d
     if lens.method != "raytrace":
         born = []
         for kappa_alm in weights @ shells:
-            e_alm, b_alm = lensing.born_shear_alm(kappa_alm)
+            e_alm, b_alm = projection.born_shear_alm(kappa_alm)
             born.append({"kappa": kappa_alm, "e": e_alm, "b": b_alm})
         coefficients["_born" if lens.method == "both" else ""] = born
     if lens.method != "born":
@@ -375,7 +373,7 @@ def _full_sky_pass(setup: derive.RunSetup, inputs: Inputs, shells, weights) -> d
         traced = raytrace_healpix.trace(
             [lambda i=i: shells[i] for i in range(chi.size)],
             weights,
-            raytrace.deflection_factors(setup.cosmology, chi),
+            raytrace_flat.deflection_factors(setup.cosmology, chi),
             chi,
             sky.traced_rays_nside(nside),
         )
@@ -405,7 +403,7 @@ def _write_healpix_maps(  # parameters: the stage's, then the maps' and how they
     ell_max = sky.healpix_ell_max(nside)
     kind = "Born" if lens.method == "born" or "born" in suffix else "ray-traced"
     kappa = np.stack([lightcone.healpix_map(a["kappa"], nside) for a in alms])
-    shear = [lensing.healpix_spin2_maps(a["e"], a["b"], nside) for a in alms]
+    shear = [projection.healpix_spin2_maps(a["e"], a["b"], nside) for a in alms]
     maps = [(f"kappa{suffix}", kappa, f"{kind} convergence")] + [
         (f"gamma{c + 1}{suffix}", np.stack([g[c] for g in shear]), f"{kind} shear, {part}")
         for c, part in enumerate(("first component (healpy Q)", "second component (healpy U)"))

@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pmpipe.physics import lensing, shear_correlation, sky, stats
+from pmpipe.physics.evolution import sky
+from pmpipe.physics.lensing import projection
+from pmpipe.physics.statistics import shear_correlation, stats
 from pmpipe.run import config, derive
 from pmpipe.stages import layout, masked_statistics, sky_maps
 from pmpipe.stages.inputs import Inputs
@@ -151,7 +153,7 @@ def _write_map_statistics(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
     theory = np.zeros((len(srcs), len(srcs), at.size))
     for i, source in enumerate(srcs):
         for j in range(i, len(srcs)):
-            theory[i, j] = theory[j, i] = lensing.limber_convergence_cl(
+            theory[i, j] = theory[j, i] = projection.limber_convergence_cl(
                 setup.cosmology, at, source, setup.power, other=srcs[j]
             )
     out.write_array(
@@ -232,7 +234,7 @@ def xi_angles(cfg: config.Run) -> np.ndarray:
 
 def _write_shear_correlations(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
     """ξ+ and ξ- (source, source2, theta) of every pair of sources from the E and B modes of
-    the full-sky shear (:mod:`pmpipe.physics.shear_correlation`; no pixel window: the maps
+    the full-sky shear (:mod:`pmpipe.physics.statistics.shear_correlation`; no pixel window: the maps
     are point samples)."""
     import healpy
 

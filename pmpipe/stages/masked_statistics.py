@@ -9,7 +9,8 @@ import dataclasses
 
 import numpy as np
 
-from pmpipe.physics import lensing, pseudo_cl, pseudo_cl_flat, stats
+from pmpipe.physics.lensing import projection
+from pmpipe.physics.statistics import pseudo_cl, pseudo_cl_flat, stats
 from pmpipe.run import config, derive, validation
 from pmpipe.stages.sky_maps import (
     PAIR_DIMS,
@@ -23,7 +24,7 @@ from pmpipe.stages.sky_maps import (
 @dataclasses.dataclass(frozen=True)
 class Masks:
     """The run's masks with their couplings, made once for all its draws: ``flat`` (the mask,
-    pmpipe.physics.pseudo_cl_flat.couplings) and ``healpix`` (the mask, the bin edges up to
+    pmpipe.physics.statistics.pseudo_cl_flat.couplings) and ``healpix`` (the mask, the bin edges up to
     2 nside, the spin-0 and spin-2 coupling matrices), each None without that mask."""
 
     flat: tuple | None
@@ -82,7 +83,7 @@ def write_masked_flat(out, setup: derive.RunSetup, maps: SkyMaps, masked: Masks)
 
 def _write_masked_spectra_healpix(out, maps: SkyMaps, masked: tuple) -> None:
     """The spectra of every pair of the run's HEALPix ``maps`` times the mask
-    (lensing.full_sky.mask), κ and the shear's E and B, decoupled (pmpipe.physics.pseudo_cl)
+    (lensing.full_sky.mask), κ and the shear's E and B, decoupled (pmpipe.physics.statistics.pseudo_cl)
     in the HEALPix bins up to 2 nside, with their bandpower windows (``masked``: the mask,
     the edges, the spin-0 and spin-2 couplings)."""
     import healpy
@@ -94,7 +95,7 @@ def _write_masked_spectra_healpix(out, maps: SkyMaps, masked: tuple) -> None:
     scalar, shear = [], []
     for i in range(count):
         scalar.append(healpy.map2alm(maps.kappa[i] * mask, lmax=ell_max, iter=3))
-        q, u = lensing.healpix_spin2_maps(maps.modes["_ee"][i], maps.modes["_bb"][i], nside)
+        q, u = projection.healpix_spin2_maps(maps.modes["_ee"][i], maps.modes["_bb"][i], nside)
         shear.append(healpy.map2alm_spin([q * mask, u * mask], 2, lmax=ell_max))
     bins = edges.size - 1
     found = {n: np.zeros((count, count, bins)) for n in ("", "_ee", "_bb")}
@@ -154,7 +155,7 @@ MASK_MARGIN_SIGMAS = 3  # peaks and PDF keep this many smoothing σ (and a pixel
 def _write_masked_peaks_healpix(out, setup: derive.RunSetup, maps: SkyMaps, mask) -> None:
     """Peak counts and PDF of every source's HEALPix κ as observed (with its noise), times
     the mask and smoothed, counted on the pixels MASK_MARGIN_SIGMAS σ and one pixel side
-    inside the mask's whole pixels (:func:`pmpipe.physics.stats.interior_healpix`)."""
+    inside the mask's whole pixels (:func:`pmpipe.physics.statistics.stats.interior_healpix`)."""
     import healpy
 
     scales, edges = setup.config.summaries.smoothing_arcmin, kappa_edges(setup.config)
@@ -193,8 +194,8 @@ def _write_masked_counts(out, maps: SkyMaps, peaks, pdfs, fraction: list[float])
 def _write_masked_spectra_flat(out, setup: derive.RunSetup, maps: SkyMaps, masked) -> None:
     """The spectra of every pair of the run's flat-sky ``maps`` times the mask
     (lensing.flat_sky.mask), in the flat-sky bins: κ, and the E and B modes of the shear whose
-    E and B are κ and ω (:func:`pmpipe.physics.pseudo_cl_flat.shear_of`), decoupled
-    (pmpipe.physics.pseudo_cl_flat), with their bandpower windows over rings of |ℓ|
+    E and B are κ and ω (:func:`pmpipe.physics.statistics.pseudo_cl_flat.shear_of`), decoupled
+    (pmpipe.physics.statistics.pseudo_cl_flat), with their bandpower windows over rings of |ℓ|
     (``masked``: the mask and its couplings)."""
     flat = config.section(config.section(setup.config.lensing, "lensing").flat_sky, "flat_sky")
     fov, edges = flat.field_of_view, maps.edges
@@ -244,7 +245,7 @@ def _write_masked_spectra_flat(out, setup: derive.RunSetup, maps: SkyMaps, maske
 def _write_masked_peaks_flat(out, setup: derive.RunSetup, maps: SkyMaps, mask) -> None:
     """Peak counts and PDF of every source's flat-sky κ as observed (with its noise), times the
     mask and smoothed, counted on the whole pixels MASK_MARGIN_SIGMAS σ and one pixel side
-    from every pixel that is not (:func:`pmpipe.physics.stats.interior_flat`)."""
+    from every pixel that is not (:func:`pmpipe.physics.statistics.stats.interior_flat`)."""
     flat = config.section(config.section(setup.config.lensing, "lensing").flat_sky, "flat_sky")
     scales, edges = setup.config.summaries.smoothing_arcmin, kappa_edges(setup.config)
     pixel_arcmin = flat.field_of_view * 60 / flat.pixels

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pmpipe.physics import lightcone, nbody, sky
-from pmpipe.physics.domain import Grid
+from pmpipe.physics.evolution import lightcone, particle_mesh, sky
+from pmpipe.physics.mesh.domain import Grid
 from pmpipe.run import config, derive
 from pmpipe.runtime import parallel
 from pmpipe.runtime.parallel import FIELD_SPEC
@@ -37,10 +37,10 @@ def mesh_node_positions(grid: Grid) -> np.ndarray:
 
 
 class LightconeCapture:
-    """The lightcone planes of a run: the :class:`pmpipe.physics.lightcone.Capture` the N-body program
+    """The lightcone planes of a run: the :class:`pmpipe.physics.evolution.lightcone.Capture` the N-body program
     fills as the light cone crosses them, then the planes' flat projections and, for full-sky
     lensing, their HEALPix shells: harmonic coefficients up to ℓ = 3 nside - 1 of the rays'
-    samples (:func:`pmpipe.physics.lightcone.shell_alm`) and their maps."""
+    samples (:func:`pmpipe.physics.evolution.lightcone.shell_alm`) and their maps."""
 
     def __init__(self, setup: derive.RunSetup):
         cfg, grid = setup.config, setup.grid
@@ -74,7 +74,7 @@ class LightconeCapture:
         self.alm: np.ndarray | None = None
         self.needed = 0
 
-    def receive(self, result: nbody.NBodyResult) -> None:
+    def receive(self, result: particle_mesh.NBodyResult) -> None:
         """Take the planes from the N-body's result."""
         self.needed = int(result.needed_halo)
         planes = config.section(result.planes, "captured planes")
@@ -275,7 +275,7 @@ def _evolve_stepwise(
     schedule: checkpoint.Schedule | None,
     plan: lightcone.Capture | None,
     progress: Progress,
-) -> nbody.NBodyResult:
+) -> particle_mesh.NBodyResult:
     """The evolution one step at a time from the run's newest checkpoint (else from the ICs),
     writing checkpoints when ``schedule`` says (None: from the ICs, none written); after a
     signal, a checkpoint and Preempted. A progress line (step, a, time, time left) at most
@@ -286,27 +286,27 @@ def _evolve_stepwise(
     found = None if schedule is None else checkpoint.newest(run_dir, run_file.config_hash)
     if found is None:
         disp, mom = inputs.field("ic", "displacement"), inputs.field("ic", "momentum")
-        state, done = nbody.start_state(cosmo, disp, mom, times, grid, plan), 0
+        state, done = particle_mesh.start_state(cosmo, disp, mom, times, grid, plan), 0
     else:
         particles = jax.ShapeDtypeStruct(
             (grid.particles,) * 3 + (3,),
             np.dtype(grid.dtype),
             sharding=parallel.field_sharding(mesh),
         )
-        like = nbody.start_state(cosmo, particles, particles, times, grid, plan)
+        like = particle_mesh.start_state(cosmo, particles, particles, times, grid, plan)
         state, done = checkpoint.read(found, mesh, like)
         progress(f"resumed after step {done} of {steps} (a = {bounds[done]:.4g}) from {found}")
     _check_finite_start(state, found or store_path(run_dir, "ic"), bounds[done])
     clock = StepClock(progress, bounds, done)
 
-    def after_step(state: nbody.State, step: int) -> None:
+    def after_step(state: particle_mesh.State, step: int) -> None:
         clock.after(step)
         if schedule is None:
             return
         stop = step < steps and schedule.stop_requested()
         if stop or (step < steps and schedule.due(step)):
             # none of a broken state
-            nbody.check_state(state.trouble, state.needed, bounds, grid.halo)
+            particle_mesh.check_state(state.trouble, state.needed, bounds, grid.halo)
             written = checkpoint.write(run_dir, run_file, mesh, state, step, bounds[step])
             schedule.written()
             progress(f"checkpoint after step {step} of {steps} (a = {bounds[step]:.4g}): {written}")
@@ -317,7 +317,7 @@ def _evolve_stepwise(
                     schedule.signalled,
                 )
 
-    return nbody.evolve_stepwise(cosmo, state, done, times, grid, plan, after_step)
+    return particle_mesh.evolve_stepwise(cosmo, state, done, times, grid, plan, after_step)
 
 
 @jax.jit
@@ -325,11 +325,11 @@ def _finite(disp: jax.Array, mom: jax.Array) -> jax.Array:
     return jnp.isfinite(disp).all() & jnp.isfinite(mom).all()
 
 
-def _check_finite_start(state: nbody.State, source: Path, a: float) -> None:
+def _check_finite_start(state: particle_mesh.State, source: Path, a: float) -> None:
     """NumericalError when the particles the evolution starts from, read from ``source`` (the
     ICs or a checkpoint, at scale factor ``a``), hold NaN or Inf: no step made them so."""
     if not bool(parallel.to_host(_finite(state.disp, state.mom))):
-        raise nbody.NumericalError(
+        raise particle_mesh.NumericalError(
             f"the particle state read from {source} (a = {a:.4g}) holds NaN or Inf before the "
             "evolution ran a step: that store was written so or changed since; remove it and "
             "run again (a checkpoint: the run resumes from the one before; the ICs: the ic "
@@ -341,7 +341,7 @@ def _finish(
     setup: derive.RunSetup,
     inputs: Inputs,
     progress: Progress,
-    result: nbody.NBodyResult,
+    result: particle_mesh.NBodyResult,
     capture: LightconeCapture | None,
     started: str,
 ) -> Path:

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pmpipe.physics import baryons
+from pmpipe.physics.theory import baryons
 from pmpipe.run import config, draws
 from pmpipe.storage import store
 

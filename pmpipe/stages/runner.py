@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pmpipe.physics.power_table import BOLTZMANN_KINDS
+from pmpipe.physics.theory.power_table import BOLTZMANN_KINDS
 from pmpipe.run import validation
 from pmpipe.runtime import log
 from pmpipe.stages.inputs import Inputs
@@ -138,7 +138,8 @@ def run_checked(stage: str, config_path: str | Path, run: Callable[..., Path]) -
     """:func:`run_stage` for command lines: bad input or missing inputs print one message
     naming the file and field and give exit status 2; a store that could not be written (a
     full disk, say; it is left without completion marker) prints one and gives 1."""
-    from pmpipe.physics import nbody, painting
+    from pmpipe.physics.evolution import particle_mesh
+    from pmpipe.physics.mesh import painting
     from pmpipe.run import config
     from pmpipe.storage import checkpoint, disk, run_lock, store, writes
 
@@ -148,7 +149,7 @@ def run_checked(stage: str, config_path: str | Path, run: Callable[..., Path]) -
         config.ConfigError,
         store.IncompleteStoreError,
         painting.HaloError,
-        nbody.NumericalError,
+        particle_mesh.NumericalError,
         ValueError,
     ) as err:
         LOG.error("error: %s", err)

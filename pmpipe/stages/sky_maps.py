@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from pmpipe.physics import sky, stats
+from pmpipe.physics.evolution import sky
+from pmpipe.physics.statistics import stats
 from pmpipe.run import config, derive, validation
 from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.stages.inputs import Inputs

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe.physics import baryons, cosmology, neutrinos, painting, resolution, stats
-from pmpipe.physics.domain import Grid
+from pmpipe.physics.mesh import painting
+from pmpipe.physics.mesh.domain import Grid
+from pmpipe.physics.statistics import resolution, stats
+from pmpipe.physics.theory import baryons, cosmology, neutrinos
 from pmpipe.run import config, derive
 from pmpipe.run import draws as nuisance_draws
-from pmpipe.run import halo as halos
+from pmpipe.run import ghost_cells as halos
 from pmpipe.stages import map_statistics, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
@@ -81,7 +83,7 @@ def _measure_spectra(
 def _linear_theory(setup: derive.RunSetup, a, growth, k) -> np.ndarray:
     """Linear P(k) (a, k) of the particles: D1(a)² P_lin(k) from the scale-free ``growth`` D1
     at the snapshots ``a``; with massive neutrinos D_cb(k, a)² P_cb(k), the growth the run's
-    ICs and force follow (:func:`pmpipe.physics.neutrinos.cb_growth` from ic.a_init)."""
+    ICs and force follow (:func:`pmpipe.physics.theory.neutrinos.cb_growth` from ic.a_init)."""
     power = np.asarray(setup.power(k), np.float64)[None, :]
     table = setup.linear_table
     if table is None or table.neutrinos is None:
@@ -109,7 +111,7 @@ def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> 
         np.asarray(spectra) * (factors if per_draw else factors[0]),
         (*(("draw",) if per_draw else ()), "a", "k"),
         "(Mpc/h)^3",
-        "pk times the baryonic feedback's S(k, z) at k_mean (pmpipe.physics.baryons)",
+        "pk times the baryonic feedback's S(k, z) at k_mean (pmpipe.physics.theory.baryons)",
         baryons=config.section(setup.config.baryons, "baryons").model_dump(mode="json"),
     )
 
@@ -167,7 +169,7 @@ def _write_spectra(group, setup: derive.RunSetup, a, n_bins: int, measured: tupl
         "h/Mpc",
         "highest wavenumber at which the particle grid and force mesh give "
         f"P(k) within {resolution.POWER_TOLERANCE:.0%} of a run with twice the particles per side "
-        "(pmpipe.physics.resolution)",
+        "(pmpipe.physics.statistics.resolution)",
     )
     group.attrs["shot_noise"] = shot_noise
     return growth

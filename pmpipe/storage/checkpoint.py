@@ -2,7 +2,7 @@
 
 A checkpoint is a store (pmpipe.storage.store: each process writes its own blocks, complete only once
 its marker is written, with the manifest of its shards) at
-``<run>/checkpoints/nbody-step<k>.zarr``: the :class:`pmpipe.physics.nbody.State` after step k
+``<run>/checkpoints/nbody-step<k>.zarr``: the :class:`pmpipe.physics.evolution.particle_mesh.State` after step k
 (particles, the snapshots and lightcone maps captured so far, the halo needed, trouble), with
 the step, its a and the run's config hash. Once a checkpoint is complete, all but it and the
 one before it (KEEP) are removed; a run starts from the newest complete checkpoint whose config
@@ -25,8 +25,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from pmpipe.physics import lightcone
-from pmpipe.physics.nbody import State
+from pmpipe.physics.evolution import lightcone
+from pmpipe.physics.evolution.particle_mesh import State
 from pmpipe.runtime import log, parallel, slurm_job
 from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.storage import encoding, provenance, store

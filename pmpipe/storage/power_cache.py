@@ -1,6 +1,6 @@
 """The on-disk cache of linear power tables from a Boltzmann code: one ``<key>.npz`` per table
 under ``results/.power_cache``, the key the sha256 of the physical inputs that determine it
-(:func:`pmpipe.physics.boltzmann.inputs`). A table is computed once, written whole (a
+(:func:`pmpipe.physics.theory.boltzmann.inputs`). A table is computed once, written whole (a
 temporary file renamed into place) and read back bit for bit by every later run."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pmpipe.physics import boltzmann
-from pmpipe.physics.boltzmann_tables import LinearTable, NeutrinoTransfer
+from pmpipe.physics.theory import boltzmann
+from pmpipe.physics.theory.boltzmann_tables import LinearTable, NeutrinoTransfer
 
 LOG = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def linear_table(
     spec: dict, folder: Path | None, compute: Callable[[dict], LinearTable] | None = None
 ) -> LinearTable:
     """The table of ``spec`` from the cache in ``folder``, or computed by ``compute``
-    (default :func:`pmpipe.physics.boltzmann.linear_table`) and cached there; ``folder`` None:
+    (default :func:`pmpipe.physics.theory.boltzmann.linear_table`) and cached there; ``folder`` None:
     computed, not cached."""
     compute = compute or boltzmann.linear_table
     path = None if folder is None else Path(folder) / f"{key(spec)}.npz"

@@ -5,8 +5,8 @@ import time
 
 PLANNING_STARTED = time.perf_counter()  # pmpipe's share of Snakemake's parse, logged below
 
-from pmpipe.orchestration import report as pmreport
-from pmpipe.orchestration import workflow as pmw
+from pmpipe.results import report as pmreport
+from pmpipe.cluster import workflow as pmw
 from pmpipe.runtime import compilation_cache, log
 
 # Snakemake's own process starts no JAX: it validates and expands the campaign on the host.
@@ -23,7 +23,7 @@ wildcard_constraints:
     run="|".join(PLAN.run_ids),
 
 
-# every figure of the report (pmpipe.orchestration.report.figures) and the run stores they are drawn from
+# every figure of the report (pmpipe.results.report.figures) and the run stores they are drawn from
 FIGURES = pmreport.figures(PLAN.campaign_dir, PLAN.run_ids, "lensing" in PLAN.stages, PLAN.outputs)
 FIGURE_STORES = sorted({pmreport.RUN_FIGURES[f.name][0] for f in FIGURES if f.run})
 pmw.LOG.info("pmpipe: campaign %s planned in %.2f s: %d runs, jobs to run: %d",

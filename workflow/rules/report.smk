@@ -1,7 +1,7 @@
 # The campaign store, manifest and report figures: light work (small stores, matplotlib), so on
 # a cluster they run in the Snakemake process itself rather than as SLURM jobs. The figures of
 # the runs of a group (as packed into jobs) that the report samples (at most 12 runs of a
-# campaign) are drawn by one process (pmpipe.orchestration.report), those of
+# campaign) are drawn by one process (pmpipe.results.report), those of
 # the campaign by another.
 localrules:
     collect,
@@ -48,7 +48,7 @@ for group, group_runs in PLAN.groups.items():
             campaign_dir=PLAN.campaign_dir,
         localrule: True
         shell:
-            "python -m pmpipe.orchestration.report {params.campaign_dir:q} {output:q} > {log:q} 2>&1"
+            "python -m pmpipe.results.report {params.campaign_dir:q} {output:q} > {log:q} 2>&1"
 
 
 rule campaign_figures:
@@ -62,4 +62,4 @@ rule campaign_figures:
     params:
         campaign_dir=PLAN.campaign_dir,
     shell:
-        "python -m pmpipe.orchestration.report {params.campaign_dir:q} {output:q} > {log:q} 2>&1"
+        "python -m pmpipe.results.report {params.campaign_dir:q} {output:q} > {log:q} 2>&1"

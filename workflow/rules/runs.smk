@@ -1,5 +1,5 @@
 # The preparation: the runs' config.json files and the plan file every job of this plan
-# depends on (pmpipe.orchestration.workflow); light work, in the Snakemake process.
+# depends on (pmpipe.cluster.workflow); light work, in the Snakemake process.
 if PLAN.plan_file is not None:
 
     rule prepare:
@@ -12,12 +12,12 @@ if PLAN.plan_file is not None:
             results=RESULTS,
         localrule: True
         shell:
-            "python -m pmpipe.orchestration.workflow {params.campaign:q} --results "
+            "python -m pmpipe.cluster.workflow {params.campaign:q} --results "
             "{params.results:q} --plan {output:q} > {log:q} 2>&1"
 
 
 # One rule per job: the runs of a group (execution.runs_per_job, by design position) whose
-# stores are not all complete, every stage of each, in one process (pmpipe.stages.pipeline).
+# stores are not all complete, every stage of each, in one process (pmpipe.job.pipeline).
 # Its outputs are the stores it makes: each run's from its first incomplete stage on (the
 # complete ones before it are read, not redone); a finished run belongs to no job. Its input is
 # the plan file, in the main Snakemake process only: a SLURM job's own Snakemake, which runs
@@ -43,12 +43,12 @@ for job in PLAN.jobs:
             stop_ahead=job.stop_ahead,  # a single-process SLURM job signals itself (launch.stop_ahead)
             wrapper=job.wrapper,  # env ... apptainer exec ... <image> by the site (launch.wrapper_command)
             host=job.host,  # with an image: python -m pmpipe.runtime.host_requeue -- (launch.host_command)
-            part=job.part,  # the job's part of the campaign summaries (pmpipe.stages.summary_parts)
+            part=job.part,  # the job's part of the campaign summaries (pmpipe.results.summary_parts)
         threads: job.resources["cpus_per_task"]
         resources:
             **job.resources,
         shell:
-            "{params.host} {resources.mpi} {params.wrapper} python -m pmpipe.stages.pipeline --report "
+            "{params.host} {resources.mpi} {params.wrapper} python -m pmpipe.job.pipeline --report "
             "{params.report:q} --stop-ahead {params.stop_ahead} --progress {log:q} --part {params.part:q} "
             "{params.configs:q} "
             "2> {log:q}"

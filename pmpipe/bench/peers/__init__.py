@@ -1,0 +1,1 @@
+"""The benchmark peers JaxPM and pmwd, each run in a process of its own."""

@@ -1,0 +1,1 @@
+"""Checks of a machine and of a job's processes: `pmpipe doctor` and `pmpipe doctor --distributed`."""

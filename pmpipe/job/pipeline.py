@@ -1,0 +1,491 @@
+"""Every stage of one or many runs in one process: ``pmpipe run all CONFIG [CONFIG ...]``.
+
+JAX starts once, so the compiled programs serve every run of the job (runs of one campaign
+have the same sizes; their cosmologies and seeds are arguments of the programs). Inside a run,
+the fields a stage produces stay on the devices for the next stage, and every stage still
+writes its store, complete or absent, as when the stages run one by one.
+
+A stage whose store is complete (made from the run's current config) is skipped, unless an
+earlier stage of the run was computed again. A run that fails is logged with its run id and
+leaves its unfinished stores without a completion marker; the other runs go on, and
+:func:`run_all` reports the failures at the end.
+
+    python -m pmpipe.job.pipeline results/<campaign>/<run_id>/config.json [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from pmpipe import stages
+from pmpipe.job import agreed_steps, power_ahead
+from pmpipe.job.outcomes import HaloShortfalls, Outcome, StageRecord
+from pmpipe.results import summary_parts
+from pmpipe.run import derive
+from pmpipe.runtime import log, memory
+from pmpipe.stages import registry, runner, status
+from pmpipe.stages.inputs import Inputs
+from pmpipe.stages.progress import Progress, job_line
+from pmpipe.storage import run_record
+
+LOG = log.get(__name__)
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files under path."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRecord:
+    """Run one stage and record its time, physics phases, compilations and store size."""
+    import jax
+
+    from pmpipe.runtime import compilation
+    from pmpipe.storage import writes
+
+    progress = Progress(stage, setup.run_file.run_id)
+    before, written, start = compilation.totals(), writes.write_totals(), time.perf_counter()
+    path = registry.execute(stage, setup, inputs, progress)
+    seconds, counts = time.perf_counter() - start, compilation.totals() - before
+    written = writes.write_totals() - written
+    progress(f"{counts.summary()}")
+    return StageRecord(
+        stage,
+        seconds,
+        dict(progress.physics),
+        {
+            "programs": counts.programs,
+            "compiled": counts.compiled,
+            "cache_hits": counts.hits,
+            "seconds": counts.seconds,
+        },
+        {"bytes": written.bytes, "seconds": written.seconds},
+        directory_bytes(path) if jax.process_index() == 0 else 0,
+    )
+
+
+def run_one(  # parameters: the run, its mesh, the job's guard and the run's place in the job
+    config_path: Path,
+    mesh_of,
+    guard=None,
+    index: int = 0,
+    partner_timeout_s: float | None = None,
+) -> Outcome:
+    """Every pending stage of one run, its fields kept on the devices between stages; a
+    preemption (checkpoint.Preempted) is not one run's failure and goes up. ``guard`` (a
+    listening checkpoint.Schedule): a signal that arrived outside the N-body stops the job
+    before the next stage. The run's setup and each stage end with the processes' agreement
+    (:func:`pmpipe.job.agreed_steps.agreed_step`): a failure on any process is the run's
+    failure on every process, and they go on together to the next run (this is the
+    ``index``-th run of the job); agreed_steps.JobStopped when some process does not arrive
+    within ``partner_timeout_s`` (default agreement.PARTNER_TIMEOUT_S)."""
+    import jax
+
+    from pmpipe.runtime import agreement
+    from pmpipe.storage import checkpoint
+
+    start = time.perf_counter()
+    timeout_s = agreement.PARTNER_TIMEOUT_S if partner_timeout_s is None else partner_timeout_s
+    run_id, stage = config_path.parent.name, None
+    computed: list[StageRecord] = []
+
+    def failed(line: str) -> Outcome:
+        return Outcome(
+            config_path,
+            run_id,
+            tuple(computed),
+            (),
+            time.perf_counter() - start,
+            error=line,
+            failed_stage=stage,
+        )
+
+    try:
+        run_file = runner.load(config_path)
+        run_id = run_file.run_id
+        names = stages.run_stages(run_file.config)
+        with runner.writing(config_path.parent):  # what is to do, found by the one writer
+            todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
+            if not todo:
+                return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
+            _started(config_path.parent)
+            # the run's setup, derived once for all of its stages
+            pdims = run_file.config.parallel.pdims
+            run_setup = agreed_steps.agreed_step(
+                index,
+                run_id,
+                "setup",
+                lambda: runner.setup(run_file, config_path, mesh_of(pdims)),
+                timeout_s,
+            )
+            inputs = Inputs(config_path.parent, run_setup, keep=True)
+            for stage in todo:
+                _stop_if_signalled(guard, stage, run_id)
+                step = partial(compute_stage, stage, run_setup, inputs)
+                computed.append(agreed_steps.agreed_step(index, run_id, stage, step, timeout_s))
+        inputs.forget()
+        skipped = tuple(s for s in names if s not in todo)
+        return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
+    except checkpoint.Preempted:  # the job is about to end: so does this process
+        raise
+    except agreed_steps.StepLost as err:
+        raise agreed_steps.JobStopped(failed(str(err))) from err
+    except agreed_steps.StepFailed as err:
+        return failed(str(err))
+    except Exception as err:  # noqa: BLE001  one run's failure must not stop the other runs of the job
+        if jax.process_index() == 0:
+            LOG.error("[pmpipe run %s] traceback:\n%s", run_id, traceback.format_exc())
+        else:  # the reason, should this process be the only one that failed
+            LOG.error(
+                "[pmpipe run %s] process %d: %s",
+                run_id,
+                jax.process_index(),
+                agreed_steps.error_line(err),
+            )
+        return failed(agreed_steps.error_line(err))
+
+
+def _stop_if_signalled(guard, stage: str, run_id: str) -> None:
+    """checkpoint.Preempted when ``guard`` (a listening checkpoint.Schedule, or None) caught a
+    signal: the job stops before ``stage`` of the run."""
+    from pmpipe.storage import checkpoint
+
+    if guard is not None and guard.stop_requested():
+        raise checkpoint.Preempted(
+            f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
+            f"{stage} of run {run_id}, which resumes there when started again",
+            guard.signalled,
+        )
+
+
+def _started(run_dir: Path) -> None:
+    """Process 0 records that the run started (pmpipe.storage.run_record)."""
+    import jax
+
+    if jax.process_index() == 0:
+        run_record.write_started(run_dir)
+
+
+def job_mesh():
+    """``mesh_of(pdims)``: the one device mesh of a job, made for its first run; ValueError
+    for a run whose parallel.pdims differ."""
+    from pmpipe.runtime import parallel
+
+    meshes: dict[tuple[int, ...], object] = {}
+
+    def mesh_of(pdims):
+        pdims = tuple(pdims)
+        if meshes and pdims not in meshes:
+            raise ValueError(
+                f"parallel.pdims {list(pdims)} differs from {list(next(iter(meshes)))} "
+                "of the job's first run: the runs of one job share their device mesh"
+            )
+        if pdims not in meshes:
+            meshes[pdims] = parallel.make_mesh(pdims)
+        return meshes[pdims]
+
+    return mesh_of
+
+
+def run_all(  # parameters: the runs, what to write besides their stores, the partners' timeout
+    config_paths,
+    report: str | Path | None = None,
+    progress_log: str | None = None,
+    part: str | Path | None = None,
+    partner_timeout_s: float | None = None,
+) -> list[Outcome]:
+    """Run every run of ``config_paths`` in this process (JAX started once for all of them;
+    they must share their device mesh); returns one Outcome per run, in order. Process 0
+    makes the first run's Boltzmann table before it starts, and the next runs' while a run
+    evolves, on CPU threads (:func:`pmpipe.job.power_ahead.linear_power_ahead`): as many tables at once as the cores
+    OpenMP leaves spare (:func:`pmpipe.runtime.openmp.spare_cores`, at least 1; CAMB's calls
+    take turns, CLASS's run in processes of their own), each distinct table once. Every process
+    starts a run once its table is cached (or making it failed: the run's setup then makes it,
+    or reports why). Process 0 writes the job's record to ``report`` as JSON (:func:`job_record`),
+    with ``progress_log`` (the job's log) :func:`pmpipe.stages.progress.job_line` to stdout after
+    each run, and the job's part of the campaign summaries to ``part`` (pmpipe.results.summary_parts).
+    A run of the size of one that needed more halo fails without evolving (:class:`HaloShortfalls`).
+    The processes agree after each step of a run (:func:`run_one`, ``partner_timeout_s``); when
+    they cannot, each process that can records the run's failure in its outcome.json and the
+    job stops (agreed_steps.JobStopped)."""
+    import jax
+
+    from pmpipe.runtime import compilation, openmp, parallel
+    from pmpipe.storage import checkpoint
+
+    start = time.perf_counter()
+    compilation.listen()
+    paths = [Path(p) for p in config_paths]
+    launcher, processes = runner.start(paths)
+    if processes > 1:
+        LOG.info(
+            "[pmpipe] process %d of %d (%s): %d local of %d devices",
+            jax.process_index(),
+            processes,
+            launcher,
+            jax.local_device_count(),
+            jax.device_count(),
+            extra=log.EVERY_PROCESS,
+        )
+    mesh_of = job_mesh()
+    outcomes, made_ahead, shortfalls = [], [], HaloShortfalls()
+    guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
+    at_once = max(1, openmp.spare_cores(openmp.usable_cores()))
+    with (
+        guard.listening(raise_after=False),  # once every run is done, a signal changes nothing
+        ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="linear-power") as pool,
+    ):
+        # each run's table by its cache key (the run's path when it needs none), made once
+        keys = [power_ahead.table_key(p) or p for p in paths] if jax.process_index() == 0 else []
+        ahead: dict = {}
+        for i, path in enumerate(paths):
+            if jax.process_index() == 0:  # this run's table, and those of the next at_once
+                for j in range(i, min(i + 1 + at_once, len(paths))):
+                    if keys[j] not in ahead:
+                        ahead[keys[j]] = pool.submit(power_ahead.linear_power_ahead, paths[j])
+                shared = keys[i] in keys[:i]  # awaited for an earlier run
+                made_ahead.append(power_ahead.await_ahead(ahead[keys[i]], path, shared))
+            parallel.barrier("run's linear power cached")  # the others wait for process 0's
+            try:
+                outcome = shortfalls.repeated(path) or shortfalls.seen(
+                    run_one(path, mesh_of, guard, i, partner_timeout_s)
+                )
+            except agreed_steps.JobStopped as stop:  # every process that can says why
+                LOG.error("%s", summary_line(stop.outcome), extra=log.EVERY_PROCESS)
+                record_outcome(stop.outcome)
+                pool.shutdown(wait=False, cancel_futures=True)  # no table made for later runs
+                raise
+            outcomes.append(outcome)
+            LOG.info("%s", summary_line(outcome))
+            if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
+                record_outcome(outcome)
+            if progress_log is not None and jax.process_index() == 0:
+                bar = sys.stdout.isatty()
+                log.terminal().info("%s", job_line(outcomes, len(paths), progress_log, bar))
+    if part is not None and jax.process_index() == 0:
+        summary_parts.write_part_or_warn(part, [p.parent for p in paths])
+    if report is not None and jax.process_index() == 0:
+        _write_report(report, job_record(outcomes, time.perf_counter() - start, made_ahead))
+    return outcomes
+
+
+def _write_report(path: str | Path, record: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def record_outcome(outcome: Outcome) -> None:
+    """The run's outcome.json (pmpipe.storage.run_record; a failure before any stage is in
+    stage 'setup'); a record that cannot be written is logged, not fatal: the stores are what
+    the run made."""
+    run_dir = outcome.config_path.parent
+    stores = {
+        stage: run_record.fingerprint(stages.store_path(run_dir, stage))
+        for stage in (*outcome.skipped, *outcome.stages)
+    }
+    try:
+        run_record.write(
+            run_dir,
+            outcome.error,
+            outcome.failed_stage or ("setup" if outcome.error is not None else None),
+            outcome.seconds,
+            sum(r.store_bytes for r in outcome.computed),
+            stores if outcome.error is None else None,
+        )
+    except OSError as err:
+        LOG.warning("[pmpipe run %s] its outcome.json was not written: %s", outcome.run_id, err)
+
+
+def peak_memory() -> dict:
+    """Peak resident memory of this process (MB) and peak memory in use on its first local
+    device (MB; None where the backend does not report it, as on CPU)."""
+    device = memory.device_peak_bytes()
+    return {
+        "peak_rss_mb": memory.peak_rss_bytes() / 2**20,
+        "peak_device_mb": None if device is None else device / 1e6,
+    }
+
+
+def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict] = ()) -> dict:
+    """The job as JSON data: wall seconds of the process (start-up of JAX included), the
+    OMP_NUM_THREADS it ran with, its compilations and peak memory, per run the stages computed
+    with their records, and the Boltzmann tables made ahead of their runs (``made_ahead``,
+    :func:`pmpipe.job.power_ahead.await_ahead`)."""
+    import jax
+
+    from pmpipe.runtime import compilation, openmp
+
+    counts = compilation.totals()
+    return {
+        "wall_s": wall_s,
+        "omp_num_threads": openmp.threads_in_force(),
+        "processes": jax.process_count(),
+        "devices": jax.device_count(),
+        "platform": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "compilation": {
+            "programs": counts.programs,
+            "compiled": counts.compiled,
+            "cache_hits": counts.hits,
+            "seconds": counts.seconds,
+        },
+        **peak_memory(),
+        "runs": [
+            {
+                "run_id": o.run_id,
+                "seconds": o.seconds,
+                "skipped": list(o.skipped),
+                "error": o.error,
+                "stages": [dataclasses.asdict(r) for r in o.computed],
+            }
+            for o in outcomes
+        ],
+        "linear_power_ahead": list(made_ahead),
+    }
+
+
+def run_job(config_paths, part: str | None = None) -> list[str]:
+    """:func:`run_all` for a job array element (submitit), writing its ``part``: RuntimeError
+    naming every failed run when any failed; else the run ids. When the job's processes could
+    not agree (agreed_steps.JobStopped), this process ends at once (:func:`stop_now`)."""
+    try:
+        outcomes = run_all(config_paths, part=part)
+    except agreed_steps.JobStopped as err:
+        LOG.error("error: the job stops: %s", err)
+        stop_now(1)
+    failed = [o for o in outcomes if o.error is not None]
+    if failed:
+        raise RuntimeError(
+            "; ".join(f"run {o.run_id} failed in stage {o.failed_stage}: {o.error}" for o in failed)
+        )
+    return [o.run_id for o in outcomes]
+
+
+def summary_line(outcome: Outcome) -> str:
+    """'[pmpipe run <id>] ...' line of one run: computed and skipped stages, or the error."""
+    prefix = f"[pmpipe run {outcome.run_id}]"
+    if outcome.error is not None:
+        return (
+            f"{prefix} FAILED in stage {outcome.failed_stage}: {outcome.error} "
+            f"({outcome.config_path})"
+        )
+    if not outcome.computed:
+        return f"{prefix} complete already: {', '.join(outcome.skipped)} skipped"
+    skipped = f"; {', '.join(outcome.skipped)} complete already" if outcome.skipped else ""
+    return f"{prefix} {', '.join(outcome.stages)} done in {outcome.seconds:.1f} s{skipped}"
+
+
+def stop_now(status: int) -> None:
+    """End this process at once with ``status``, its log flushed: not through
+    jax.distributed's shutdown, which waits for partners that may never come."""
+    import logging
+    import os
+
+    logging.shutdown()
+    os._exit(status)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pmpipe.job.pipeline",
+        description="run every stage of one or more runs in one process",
+    )
+    parser.add_argument("config", nargs="+", help="runs' config.json files")
+    parser.add_argument(
+        "--report",
+        metavar="JSON",
+        help="write the job's record (times, physics, compilations, memory) here",
+    )
+    parser.add_argument(
+        "--stop-ahead",
+        metavar="SECONDS",
+        type=int,
+        default=0,
+        help="inside a SLURM job, signal this process (SIGUSR2: the N-body writes "
+        "a checkpoint and the job requeues itself) SECONDS before the job's "
+        "time limit; SLURM's own --signal reaches job steps only, not a "
+        "stage run in the batch step",
+    )
+    parser.add_argument(
+        "--progress",
+        metavar="LOG",
+        help="after each run, write a line to stdout: the run's time, the runs left and an "
+        "estimate of the time left, naming LOG, the job's log file (where stderr goes)",
+    )
+    parser.add_argument(
+        "--part", metavar="ZARR", help="write the job's part of the campaign summaries here"
+    )
+    parser.add_argument(
+        "--partner-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="with several processes, how long a process waits for the others at the end of "
+        "each step of a run before it stops the job (default: "
+        "pmpipe.runtime.agreement.PARTNER_TIMEOUT_S)",
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the runs; exit status 1 when any run failed (each failure named on stderr),
+    checkpoint.PREEMPTED_EXIT when a signal stopped the job (its checkpoint written); when
+    the processes of the job could not agree on a step (agreed_steps.JobStopped), this process ends at
+    once with status 1 and the others end with it (srun or mpiexec end them, else the
+    coordination service once this process's heartbeat stops)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from pmpipe.runtime import slurm_job
+    from pmpipe.storage import checkpoint, disk
+
+    log.configure(stamped=True)
+    if args.stop_ahead < 0:
+        parser.error(f"--stop-ahead must be 0 (off) or a number of seconds, not {args.stop_ahead}")
+    delay = slurm_job.signal_before_time_limit(args.stop_ahead)
+    if delay is not None:
+        LOG.info(
+            "[pmpipe] SIGUSR2 to this process in %.0f s, %d s before the job's time limit",
+            delay,
+            args.stop_ahead,
+            extra=log.EVERY_PROCESS,
+        )
+
+    try:
+        outcomes = run_all(args.config, args.report, args.progress, args.part, args.partner_timeout)
+    except checkpoint.Preempted as err:
+        LOG.error("%s", runner.stopped(err))
+        return checkpoint.PREEMPTED_EXIT
+    except agreed_steps.JobStopped as err:
+        LOG.error("error: the job stops: %s", err)
+        stop_now(1)
+    except Exception as err:  # before any run: JAX's backend, the disk
+        problem = disk.known_failure(err)
+        if problem is None:
+            raise
+        LOG.error("error: %s", problem)
+        return 2
+    failed = [o for o in outcomes if o.error is not None]
+    if failed:
+        LOG.error(
+            "error: %d of %d runs failed: %s",
+            len(failed),
+            len(outcomes),
+            ", ".join(o.run_id for o in failed),
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
