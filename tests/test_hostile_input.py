@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import references
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -153,7 +154,7 @@ def _rejected_naming_the_file(err, path):
 
 def test_the_unchanged_configurations_are_valid(tmp_path):
     assert campaign.load(_write(tmp_path, BASE_CAMPAIGN)).name == "hostile"
-    assert validation.load_run(_write(tmp_path, BASE_RUN)).box.particles == 16
+    assert references.load_run(_write(tmp_path, BASE_RUN)).box.particles == 16
 
 
 @pytest.mark.slow
@@ -185,7 +186,7 @@ def test_generated_campaigns_are_planned_or_rejected_naming_file_and_field(
 def test_generated_run_configs_are_accepted_or_rejected_naming_file_and_field(tmp_path, changes):
     path = _write(tmp_path, _mutate(BASE_RUN, changes))
     try:
-        run = validation.load_run(path)
+        run = references.load_run(path)
     except config.ConfigError as err:
         _rejected_naming_the_file(err, path)
         return
@@ -253,7 +254,7 @@ def test_generated_redshift_distributions_are_accepted_or_rejected_naming_the_fi
     data["lensing"]["distributions"] = [{"kind": "table", "name": "nz", "z": z, "n": n}]
     path = _write(tmp_path, data)
     try:
-        run = validation.load_run(path)
+        run = references.load_run(path)
     except config.ConfigError as err:
         _rejected_naming_the_file(err, path)
         assert "lensing.distributions" in str(err)

@@ -7,6 +7,7 @@ import time
 import healpy
 import numpy as np
 import pytest
+import references
 import xarray as xr
 import zarr
 
@@ -192,7 +193,7 @@ def test_store_without_marker_is_never_consumed(runs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "ic.zarr has no completion marker" in err
     assert not (tmp_path / "run" / "nbody.zarr").exists()
-    assert status.run_status(tmp_path / "run") == "planned"
+    assert references.run_status(tmp_path / "run") == "planned"
     assert "INCOMPLETE" in store.describe(tmp_path / "run" / "ic.zarr")
 
 
@@ -245,7 +246,7 @@ def test_a_store_made_from_an_upstream_store_made_again_since_is_stale(runs, tmp
 
 @pytest.mark.slow
 def test_run_status_and_describe(runs):
-    assert status.run_status(runs[1, 1]) == "complete"
+    assert references.run_status(runs[1, 1]) == "complete"
     text = store.describe(runs[1, 1] / "nbody.zarr")
     assert "complete" in text and "density (a, x, y, z) [2 x 16 x 16 x 16]" in text
 

@@ -6,13 +6,14 @@ import healpy
 import numpy as np
 import pyccl
 import pytest
+import references
 import zarr
 
 from pmpipe import stages
 from pmpipe.physics.lensing import projection
 from pmpipe.physics.statistics import shear_correlation, stats
 from pmpipe.physics.theory import cosmology
-from pmpipe.run import config, derive, validation
+from pmpipe.run import config, derive
 from pmpipe.stages import registry
 
 RUN = {
@@ -167,7 +168,7 @@ def test_a_shape_noise_list_needs_one_value_per_source(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(config.ConfigError) as err:
-        validation.load_run(path)
+        references.load_run(path)
     message = str(err.value)
     assert "summaries.shape_noise.sigma_e lists 2 values" in message and "3 sources" in message
 

@@ -188,11 +188,6 @@ def validate_run(data: dict, source: str | Path) -> config.Run:
     return checked(config.validate(config.Run, data, source), source)
 
 
-def load_run(path: str | Path) -> config.Run:
-    """Read, validate and check a run configuration from JSON or YAML."""
-    return validate_run(config.read_mapping(path), path)
-
-
 def load_run_file(path: str | Path) -> config.RunFile:
     """Read, validate and check a run's config.json as written for a campaign."""
     run_file = config.validate(config.RunFile, config.read_mapping(path), path)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pmpipe.run import config, validation
 from pmpipe.runtime import log
-from pmpipe.stages import STAGES, run_stages, store_path
+from pmpipe.stages import run_stages, store_path
 
 LOG = log.get(__name__)
 
@@ -40,19 +40,3 @@ def pending_stages(run, config_hash: str, run_dir: str | Path) -> tuple[str, ...
         if not is_current(store_path(run_dir, stage), config_hash):
             return names[i:]
     return ()
-
-
-def run_status(run_dir: str | Path) -> str:
-    """'complete' when the store of each of the run's stages is complete, else '<last complete
-    stage> done' or 'planned' (a store without its completion marker counts as absent). The
-    stages come from the run's config.json (all of them when it is missing)."""
-    from pmpipe.storage import store
-
-    config_path = Path(run_dir) / "config.json"
-    stages = (
-        run_stages(validation.load_run_file(config_path).config) if config_path.exists() else STAGES
-    )
-    done = [s for s in stages if store.is_complete(store_path(run_dir, s))]
-    if len(done) == len(stages):
-        return "complete"
-    return f"{done[-1]} done" if done else "planned"

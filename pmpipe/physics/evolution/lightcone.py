@@ -353,38 +353,6 @@ def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int)
     return source, scale, offset
 
 
-def shell_healpix(  # parameters: the field on its mesh and one shell's geometry
-    delta_compensated,
-    mesh: Mesh,
-    box_size: float,
-    rays_nside: int,
-    chi_lo: float,
-    chi_hi: float,
-    observer,
-    transform: PlaneTransform,
-    k_max: float = math.inf,
-):
-    """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) at the pixel centres of
-    the HEALPix grid ``rays_nside`` (RING) of a density band-limited to k_max (h/Mpc): δ summed
-    along each ray at the middles of :func:`ray_samples` equal steps dχ, times dχ, mean over
-    the sphere removed. Returns a replicated (12 rays_nside²,) array."""
-    mesh_n = delta_compensated.shape[0]
-    n_r = ray_samples(chi_hi - chi_lo, box_size / mesh_n, k_max)
-    source, scale, offset = box_frame(observer, transform, box_size, mesh_n)
-    dtype = np.dtype(delta_compensated.dtype)
-    return _shell(
-        delta_compensated,
-        dtype.type(chi_lo),
-        dtype.type((chi_hi - chi_lo) / n_r),
-        source,
-        scale.astype(dtype),
-        offset.astype(dtype),
-        n_r=n_r,
-        mesh=mesh,
-        rays_nside=rays_nside,
-    )
-
-
 @partial(jax.jit, static_argnames=("n_r", "mesh", "rays_nside"))
 def _shell(  # parameters: the arguments and statics of one compiled program
     delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_nside: int

@@ -233,11 +233,6 @@ def _shear(kappa, sharding):
     return fft.laid_out(gamma.real, sharding), fft.laid_out(gamma.imag, sharding)
 
 
-def convergence_from_shear(gamma1, gamma2):
-    """Inverse Kaiser-Squires: the E-mode κ (..., n1, n2) of a flat-sky shear field (zero mean)."""
-    return shear_modes(gamma1, gamma2)[0]
-
-
 def shear_modes(gamma1, gamma2):
     """E and B modes (..., n1, n2) of a flat-sky shear field as convergences, E + iB the inverse
     Kaiser-Squires transform of γ1 + iγ2 (zero mean; the map taken as periodic, so a field that
@@ -284,19 +279,6 @@ def healpix_spin2_maps(e_alm, b_alm, nside: int):
     import healpy
 
     return healpy.alm2map_spin([e_alm, b_alm], nside, 2, healpy.Alm.getlmax(e_alm.size))
-
-
-def healpix_convergence_from_shear(gamma1, gamma2, lmax: int):
-    """Harmonic coefficients (ℓ ≤ lmax) of κ from the E modes of the shear maps (γ1, γ2):
-    the inverse of :func:`healpix_shear`, up to the monopole and dipole."""
-    import healpy
-
-    e_alm, _ = healpy.map2alm_spin(
-        [np.asarray(gamma1, np.float64), np.asarray(gamma2, np.float64)], 2, lmax=lmax
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        inverse = np.where(spin2_factor(lmax) > 0, 1.0 / spin2_factor(lmax), 0.0)
-    return healpy.almxfl(e_alm, inverse)
 
 
 def limber_integrand(
