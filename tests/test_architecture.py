@@ -262,9 +262,28 @@ def oversized(path) -> list[str]:
     return found
 
 
+MAX_WIDE_FUNCTIONS = 3  # functions of more than MAX_PARAMETERS, each saying why
+
+
+def wide_functions() -> list[str]:
+    """'module:line name' of every function of the package with more than MAX_PARAMETERS."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+                names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+                if len([n for n in names if n not in ("self", "cls")]) > MAX_PARAMETERS:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+    return found
+
+
 def test_no_module_function_or_signature_is_too_large():
     found = [problem for path in sorted(PACKAGE.rglob("*.py")) for problem in oversized(path)]
     assert found == [], "\n".join(found)
+    wide = wide_functions()
+    assert 0 < len(wide) <= MAX_WIDE_FUNCTIONS, wide  # the compiled programs' own arguments
 
 
 def test_the_size_check_finds_what_is_too_large(tmp_path):

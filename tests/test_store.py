@@ -68,9 +68,7 @@ def test_shards_tile_device_blocks_and_read_back_exactly(tmp_path, monkeypatch, 
         "density",
         (2, 32, 32, 32),
         np.float32,
-        ("a", "x", "y", "z"),
-        "1",
-        "density",
+        store.Labels(("a", "x", "y", "z"), "1", "density"),
         (1,) + encoding.block_shards(first),
     )
     for i, snap in enumerate(snaps):
@@ -226,7 +224,9 @@ def test_pending_host_copies_are_bounded(tmp_path, monkeypatch):
 def test_unaligned_writes_are_not_lost(tmp_path):
     """Blocks that share shards are written one after the other, not by two threads at once."""
     group = store.create(tmp_path / "s.zarr", {})
-    array = store.create_array(group, "pk", (6, 10), np.float64, ("a", "k"), "1", "x", (4, 10))
+    array = store.create_array(
+        group, "pk", (6, 10), np.float64, store.Labels(("a", "k"), "1", "x"), (4, 10)
+    )
     for i in range(6):
         store.write_blocks(array, np.full(10, float(i)), (i,))
     store.mark_complete(group)
@@ -380,7 +380,9 @@ def test_verify_on_a_read_only_file_system_reports_every_store(tmp_path, capsys)
 def test_a_failed_completion_leaves_no_marker(tmp_path, monkeypatch):
     path = tmp_path / "s.zarr"
     group = store.create(path, {"stage": "test"})
-    array = store.create_array(group, "x", (4, 10), np.float32, ("a", "b"), "1", "x", (1, 10))
+    array = store.create_array(
+        group, "x", (4, 10), np.float32, store.Labels(("a", "b"), "1", "x"), (1, 10)
+    )
     store.write_blocks(array, np.ones((2, 10), np.float32), (0, 0))  # two of four shards
     with pytest.raises(writes.StoreWriteError, match="2 of its 4 shards were written"):
         store.mark_complete(group)
@@ -403,7 +405,9 @@ def test_the_marker_arrives_in_one_write_with_the_manifest_checksum(tmp_path, mo
 
     monkeypatch.setattr(Path, "replace", recording)
     group = store.create(path, {"stage": "test", "a": 1, "b": 2})
-    array = store.create_array(group, "x", (4, 10), np.float32, ("a", "b"), "1", "x", (1, 10))
+    array = store.create_array(
+        group, "x", (4, 10), np.float32, store.Labels(("a", "b"), "1", "x"), (1, 10)
+    )
     store.write_blocks(array, np.ones((4, 10), np.float32))
     store.mark_complete(group)
     marked = [v for v in versions if store.COMPLETE in v]

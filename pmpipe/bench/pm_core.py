@@ -88,17 +88,16 @@ def step_parts(disp, mom, grid: Grid, omega_m: float, repeat: int = 5) -> dict:
     }
 
 
-def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
+def bench_nbody(
     particles: int,
     steps: int,
     pdims=(1, 1),
     oversample: int = 1,
     halo: int = 8,
-    seed: int = 0,
     compare: str | None = None,
     pmwd_path: str | None = None,
 ) -> dict:
-    """Measure one configuration; returns the JSON-ready record. compare='jaxpm' adds the
+    """Measure one configuration (the white noise of seed 0); returns the JSON-ready record. compare='jaxpm' adds the
     JaxPM peer and the accuracy of both against a converged JaxPM reference; compare='pmwd'
     adds pmwd's run of the same job (from the Python path or ``pmwd_path``)."""
     domain.check_divisible(particles, pdims)
@@ -108,7 +107,7 @@ def bench_nbody(  # parameters: the flags of `pmpipe bench nbody`
     mesh = parallel.make_mesh(pdims)
     cosmo = COSMOLOGY
     grid = Grid(mesh, particles, oversample, BOX_SIZE, halo)
-    noise = ics.white_noise(seed, particles, mesh)
+    noise = ics.white_noise(0, particles, mesh)
     times = timesteps.timeline(A_INIT, 1.0, steps)
 
     def full_run():

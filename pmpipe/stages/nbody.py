@@ -179,10 +179,12 @@ class LightconeCapture:
             "lightcone_density",
             (len(planes),) + first.shape,
             first.dtype,
-            ("plane", "u", "v"),
-            "Mpc/h",
-            "projected overdensity of the plane, integral of delta along the line of sight, "
-            "plane mean removed (CIC window not divided out)",
+            store.Labels(
+                ("plane", "u", "v"),
+                "Mpc/h",
+                "projected overdensity of the plane, integral of delta along the line of sight, "
+                "plane mean removed (CIC window not divided out)",
+            ),
             (1,) + encoding.block_shards(first),
         )
         for j in range(len(planes)):
@@ -375,35 +377,7 @@ def _finish(
     )
     store.write_coordinate(group, "a", list(snapshots), "1", "scale factor of the snapshot")
     if out.density != "none":
-        factor = 1 if out.density == "full" else out.density
-        nodes = mesh_node_positions(grid).reshape(-1, factor).mean(axis=1)
-        for axis in "xyz":
-            store.write_coordinate(
-                group,
-                axis,
-                nodes,
-                "Mpc/h",
-                f"comoving {axis} of the force-mesh nodes"
-                + (f" (centres of {factor}^3 cells)" if factor > 1 else ""),
-            )
-        kept = [
-            result.snapshots[a] if factor == 1 else downsample(result.snapshots[a], factor, mesh)
-            for a in snapshots
-        ]
-        density = store.create_array(
-            group,
-            "density",
-            (len(snapshots),) + kept[0].shape,
-            kept[0].dtype,
-            ("a", "x", "y", "z"),
-            "1",
-            "matter density in units of the mean, rho / rho_mean (CIC)"
-            + (f", mean over {factor}^3 force-mesh cells" if factor > 1 else ""),
-            (1,) + encoding.block_shards(kept[0]),
-            downsampled=factor,
-        )
-        for i, field in enumerate(kept):
-            store.write_blocks(density, field, (i,))
+        _write_density(group, result, setup, out.density)
     if out.particles:
         write_lagrangian_coordinates(group, grid.particles, grid.box_size)
         write_particles(group, result.disp, result.mom, a_final)
@@ -416,6 +390,43 @@ def _finish(
     if capture is not None:
         capture.keep(inputs)
     return path
+
+
+def _write_density(group, result: particle_mesh.NBodyResult, setup: derive.RunSetup, kept_as):
+    """The density snapshots of ``result`` in nbody.zarr, whole ("full") or averaged over
+    ``kept_as``^3 force-mesh cells (outputs.density), with their nodes' coordinates."""
+    grid, mesh, snapshots = setup.grid, setup.grid.mesh, setup.timeline.snapshots
+    factor = 1 if kept_as == "full" else kept_as
+    nodes = mesh_node_positions(grid).reshape(-1, factor).mean(axis=1)
+    for axis in "xyz":
+        store.write_coordinate(
+            group,
+            axis,
+            nodes,
+            "Mpc/h",
+            f"comoving {axis} of the force-mesh nodes"
+            + (f" (centres of {factor}^3 cells)" if factor > 1 else ""),
+        )
+    kept = [
+        result.snapshots[a] if factor == 1 else downsample(result.snapshots[a], factor, mesh)
+        for a in snapshots
+    ]
+    density = store.create_array(
+        group,
+        "density",
+        (len(snapshots),) + kept[0].shape,
+        kept[0].dtype,
+        store.Labels(
+            ("a", "x", "y", "z"),
+            "1",
+            "matter density in units of the mean, rho / rho_mean (CIC)"
+            + (f", mean over {factor}^3 force-mesh cells" if factor > 1 else ""),
+        ),
+        (1,) + encoding.block_shards(kept[0]),
+        downsampled=factor,
+    )
+    for i, field in enumerate(kept):
+        store.write_blocks(density, field, (i,))
 
 
 if __name__ == "__main__":

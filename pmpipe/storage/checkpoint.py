@@ -164,9 +164,11 @@ def write(run_dir: str | Path, run_file, mesh: Mesh, state: State, step: int, a:
             name,
             stack.shape,
             stack.dtype,
-            ("slot",) + tuple(f"axis{i}" for i in range(1, stack.ndim)),
-            "1",
-            f"{name} captured so far",
+            store.Labels(
+                ("slot",) + tuple(f"axis{i}" for i in range(1, stack.ndim)),
+                "1",
+                f"{name} captured so far",
+            ),
             (1,) + encoding.block_shards(stack[0]),
         )
         for i in range(stack.shape[0]):

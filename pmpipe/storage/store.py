@@ -31,7 +31,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import zarr
@@ -92,18 +92,24 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     return group if _writer() else zarr.open_group(path, mode="r+")
 
 
-def create_array(  # parameters: the array's shape and type, its labels and its shards
+class Labels(NamedTuple):
+    """What an array's values are: its dimension names, units and long name."""
+
+    dims: tuple[str, ...]
+    units: str
+    long_name: str
+
+
+def create_array(
     group: zarr.Group,
     name: str,
     shape: tuple[int, ...],
     dtype,
-    dims: tuple[str, ...],
-    units: str,
-    long_name: str,
+    labels: Labels,
     shards: tuple[int, ...] | None = None,
     **attrs,
 ) -> zarr.Array:
-    """An empty labelled array: dimension names, units and long name. shards (the pieces
+    """An empty labelled array (:class:`Labels`). shards (the pieces
     written at once, one file each) default: at most encoding.MAX_SHARD_BYTES along the
     leading axes (encoding.leading_shards); pass encoding.block_shards of a sharded array (with
     1 for stacked leading axes) for arrays written block by block. Each shard is cut into
@@ -112,6 +118,7 @@ def create_array(  # parameters: the array's shape and type, its labels and its 
     strings."""
     from pmpipe.runtime import parallel
 
+    dims, units, long_name = labels
     if len(dims) != len(shape):
         raise ValueError(f"{name}: {len(dims)} dimension names for a {len(shape)}-d array")
     dtype = str if np.dtype(dtype).kind == "U" else np.dtype(dtype)
@@ -190,9 +197,7 @@ def write_array(
         name,
         data.shape,
         data.dtype,
-        dims,
-        units,
-        long_name,
+        Labels(dims, units, long_name),
         encoding.block_shards(data),
         **attrs,
     )

@@ -51,17 +51,12 @@ def _solve(field, cosmo, a_init: float, lpt_order: int, solver: str, steps: int,
     return sol.ys[-1, 0], sol.stats["num_steps"]
 
 
-def run(  # parameters: the job of one JaxPM evolution, as its command line gives it
-    field: np.ndarray,
-    box_size: float,
-    params: dict,
-    a_init: float,
-    lpt_order: int,
-    solver: str,
-    steps: int,
-    rtol: float,
-) -> tuple[np.ndarray, dict]:
-    """One JaxPM evolution; returns (final displacement in Mpc/h, record)."""
+def run(field: np.ndarray, params: dict, job: argparse.Namespace) -> tuple[np.ndarray, dict]:
+    """One JaxPM evolution of the linear density ``field`` at a = 1 in the cosmology ``params``
+    (pmpipe Cosmology fields), as the command line's ``job`` gives it (box, a_init, lpt_order,
+    solver, steps, rtol); returns (final displacement in Mpc/h, record)."""
+    box_size, a_init, lpt_order = job.box, job.a_init, job.lpt_order
+    solver, steps, rtol = job.solver, job.steps, job.rtol
     import jax_cosmo
 
     cosmo = jax_cosmo.Cosmology(
@@ -110,16 +105,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rtol", type=float, default=1e-5, help="Dopri5 rtol (= atol)")
     parser.add_argument("--out", required=True, help="output prefix: writes .npz and .json")
     args = parser.parse_args(argv)
-    disp, record = run(
-        np.load(args.field),
-        args.box,
-        json.loads(args.cosmology),
-        args.a_init,
-        args.lpt_order,
-        args.solver,
-        args.steps,
-        args.rtol,
-    )
+    disp, record = run(np.load(args.field), json.loads(args.cosmology), args)
     np.savez(args.out + ".npz", disp=disp)
     with open(args.out + ".json", "w") as fh:
         json.dump(record, fh)

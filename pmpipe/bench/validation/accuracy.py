@@ -29,6 +29,7 @@ from pmpipe.physics.theory import cosmology
 from pmpipe.runtime import parallel
 
 FORCE_TOLERANCES = (0.02, 0.05, 0.10)  # power deficits at which bench force reports k
+FORCE_HALO = 8  # halo cells of bench force on one device (a reference of 2N keeps its own)
 
 
 def _final_particles(noise, grid: Grid, bounds):
@@ -96,7 +97,7 @@ def bench_steps(
     return record
 
 
-def bench_force(  # parameters: the flags of `pmpipe bench force`
+def bench_force(
     particles: int,
     box_size: float,
     steps: int,
@@ -104,7 +105,6 @@ def bench_force(  # parameters: the flags of `pmpipe bench force`
     reference_oversample: int = 2,
     spacing: str = "a",
     seed: int = 0,
-    halo: int = 8,
 ) -> dict:
     """P_B(k) / P_ref(k) at a = 1 for N = ``particles`` per side and force meshes B =
     ``oversamples`` against a reference of 2N per side (the same modes below the N-grid's
@@ -119,9 +119,9 @@ def bench_force(  # parameters: the flags of `pmpipe bench force`
     grid_n = 2 * particles
 
     def power(n, oversample, noise):
-        grid = Grid(mesh, n, oversample, box_size, oversample * halo)
+        grid = Grid(mesh, n, oversample, box_size, oversample * FORCE_HALO)
         disp, seconds = _final_particles(noise, grid, bounds)
-        on_grid_n = Grid(mesh, n, grid_n // n, box_size, halo)
+        on_grid_n = Grid(mesh, n, grid_n // n, box_size, FORCE_HALO)
         rho = painting.paint(disp, on_grid_n, (grid_n / n) ** 3)[0]
         k, p, _ = stats.power_spectrum(rho - 1.0, mesh, box_size, particles, compensate_cic=True)
         return k, p, seconds
