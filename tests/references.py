@@ -1,18 +1,21 @@
 """Reference computations the tests compare pmpipe with, outside the programs and stages that
 pmpipe runs: one lightcone shell on its own, the convergence from shear maps, a run's status
-from its stores, a run configuration read from a file."""
+from its stores, a run configuration read from a file, the planes of a lightcone from JAX's
+distance table."""
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 
 import healpy
 import numpy as np
 
 from pmpipe import stages
-from pmpipe.physics.evolution import lightcone
+from pmpipe.physics.evolution import lightcone, sky
 from pmpipe.physics.lensing import projection
+from pmpipe.physics.theory import cosmology
 from pmpipe.run import config, validation
 from pmpipe.storage import store
 
@@ -86,3 +89,14 @@ def run_status(run_dir: str | Path) -> str:
 def load_run(path: str | Path) -> config.Run:
     """Read, validate and check a run configuration from JSON or YAML."""
     return validation.validate_run(config.read_mapping(path), path)
+
+
+def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float) -> sky.Planes:
+    """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
+    cosmo = cosmology.tabulated(cosmo)
+    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max)))
+    return sky.planes(
+        chi_max,
+        thickness,
+        partial(cosmology.on_host, cosmology.scale_factor_at_distance, cosmo),
+    )

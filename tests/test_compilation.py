@@ -32,7 +32,7 @@ parallel.use_compilation_cache(sys.argv[1])
 from pmpipe.runtime import compilation
 counter = compilation.CompileCounter().start()
 import numpy as np
-from pmpipe.physics.evolution import ics, lightcone, simulation, timesteps
+from pmpipe.physics.evolution import ics, lightcone, simulation, sky, timesteps
 from pmpipe.physics.evolution import particle_mesh
 from pmpipe.physics.mesh import domain
 from pmpipe.physics.statistics import stats
@@ -48,7 +48,9 @@ def run(params, seed, a_init):
     noise = ics.white_noise(seed, N, mesh)
     init = simulation.initial_conditions(cosmo, noise, simulation.power_function(cosmo), grid,
                                          a_init)
-    planes = lightcone.plane_geometry(cosmo, 0.05, 32.0)
+    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / 1.05))
+    at = lambda chi: cosmology.on_host(cosmology.scale_factor_at_distance, cosmo, chi)
+    planes = sky.planes(chi_max, 32.0, at)
     transforms = lightcone.plane_transforms(seed, len(planes), grid.force_cells, True)
     capture = lightcone.capture_plan(planes, transforms, OBSERVER, grid, 16, 1, 0.5)
     times = timesteps.timeline(a_init, 1.0, 3, (0.5,))

@@ -378,3 +378,36 @@ def test_a_design_may_not_vary_what_the_draws_draw_nor_a_source_the_base_lacks()
 def test_the_plan_counts_every_draw_s_maps_on_disk():
     one, eight = (resources.disk_bytes(_run(draws=d))["lensing"] for d in (None, SAMPLED))
     assert one > 0 and eight == 8 * one
+
+
+def test_a_job_makes_a_runs_sources_draws_suppressions_and_planes_once(tmp_path, monkeypatch):
+    """In a packed job the run's setup makes the sources (once, and once per draw), the
+    baryons' S(k, z) (once per log_T_AGN: the section's and the one drawn) and the planes, and
+    every stage uses them; the job's planes are those the plan counts (validation.planes)."""
+    from collections import Counter
+
+    from pmpipe.job import pipeline
+    from pmpipe.physics.theory import baryons
+    from pmpipe.run import derive
+
+    calls: Counter = Counter()
+    for module, name in ((derive, "sources"), (baryons, "suppression"), (validation, "planes")):
+        real = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda *a, _r=real, _n=name, **k: calls.update([_n]) or _r(*a, **k)
+        )
+    points = [{"log_T_AGN": 8.0}, {"shear_bias": 0.1}]
+    lens = {**TINY["lensing"], "method": "born", "draws": {"kind": "list", "points": points}}
+    run = config.Run.model_validate({**TINY, "lensing": lens, "baryons": {"log_T_AGN": 7.8}})
+    path = tmp_path / "run" / "config.json"
+    path.parent.mkdir()
+    path.write_text(config.RunFile.build("test", "run", 0, {}, run).to_json())
+    (outcome,) = pipeline.run_all([path])
+    assert outcome.error is None and outcome.stages == ("ic", "nbody", "lensing", "summaries")
+    # planes: the run file's check when the job loads it, and the run's setup
+    assert calls == {"sources": 1 + len(points), "suppression": 2, "planes": 2}, calls
+    nbody = zarr.open_group(path.parent / "nbody.zarr", mode="r")
+    planned = validation.planes(run)
+    np.testing.assert_array_equal(nbody["plane_chi_lo"][:], planned.chi_edges[:-1])
+    np.testing.assert_array_equal(nbody["plane_chi_hi"][:], planned.chi_edges[1:])
+    np.testing.assert_array_equal(nbody["plane"][:], planned.chi)

@@ -40,7 +40,7 @@ def _setup(mesh, cosmo, seed, z_max=0.05):
         domain.Grid(mesh, **GRID_SIZES),
         0.1,
     )
-    planes = lightcone.plane_geometry(cosmo, z_max, 32.0)
+    planes = references.plane_geometry(cosmo, z_max, 32.0)
     transforms = lightcone.plane_transforms(seed, len(planes), 2 * N, True)
     times = timesteps.timeline(0.1, 1.0, 3, SNAPSHOTS)
     return cosmo, init, planes, transforms, times

@@ -195,7 +195,7 @@ def test_generated_run_configs_are_accepted_or_rejected_naming_file_and_field(tm
     bounds = derive.timeline(run, cosmo).bounds
     assert np.all(np.isfinite(bounds)) and np.all(np.diff(bounds) > 0)
     if run.lightcone is not None:
-        planes = derive.plane_geometry(run, cosmo)
+        planes = validation.planes(run)
         assert np.all(np.isfinite(planes.chi_edges)) and len(planes) >= 1
 
 

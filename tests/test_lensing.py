@@ -313,7 +313,7 @@ def test_lightcone_geometry_is_checked():
         validation.validate_run({"lensing": {}}, "x.yaml")
     run = validation.validate_run(BASE | {"lensing": {}}, "x.yaml")
     cosmo = cosmology.tabulated(derive.cosmology_params(run))
-    planes = derive.plane_geometry(run, cosmo)
+    planes = validation.planes(run)
     assert planes.chi_edges[-1] >= float(cosmology.comoving_distance(cosmo, 0.5))
     thickness = run.box.box_size  # the default: one box
     assert np.all(np.diff(planes.a) < 0) and len(planes) == math.ceil(

@@ -59,7 +59,7 @@ def _resolution_warnings(camp, spec, results: Path) -> dict:
     from pmpipe.storage import power_cache
 
     tables = partial(power_cache.linear_table, folder=results / power_cache.FOLDER)
-    return lensing.resolution_warnings(derive.setup(campaign.run_file(camp, spec), None, tables))
+    return lensing.resolution_warnings(derive.planning_setup(campaign.run_file(camp, spec), tables))
 
 
 def _plan_site(args):

@@ -19,7 +19,7 @@ def _boltzmann_run(config_path: Path):
     from pmpipe.run import files, validation
 
     try:  # not runner.load: the run in progress keeps its JAX settings
-        run = validation.load_run_file(config_path).config
+        run = validation.read_run_file(config_path).config
     except (files.ConfigError, OSError):
         return None
     return run if run.power.kind in BOLTZMANN_KINDS else None

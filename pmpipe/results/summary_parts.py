@@ -201,7 +201,7 @@ def write_part(path: str | Path, run_dirs: list[Path]) -> Path | None:
         prints[run] = row.part["fingerprint"][row.index].tolist()
     for run_dir in run_dirs:
         try:
-            run_file = validation.load_run_file(run_dir / "config.json")
+            run_file = validation.read_run_file(run_dir / "config.json")
         except (OSError, config.ConfigError, ValueError):
             continue
         run_stages = stages.run_stages(run_file.config)

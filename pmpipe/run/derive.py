@@ -12,7 +12,7 @@ from functools import partial
 
 import numpy as np
 
-from pmpipe.physics.evolution import ics, lightcone, simulation, sky, timesteps
+from pmpipe.physics.evolution import ics, simulation, sky, timesteps
 from pmpipe.physics.lensing import intrinsic_alignment, projection
 from pmpipe.physics.mesh import domain
 from pmpipe.physics.theory import baryons, boltzmann, cosmology, neutrinos
@@ -34,8 +34,10 @@ class RunSetup:
     leaves: runs of one size share their compiled programs); the linear P(k) at a = 1; the
     N-body's steps and snapshots; with a lightcone its planes, and with full-sky lensing each
     plane's band limit (h/Mpc); with lensing the sources, (label, mean redshift,
-    pmpipe.physics.lensing.projection.Source) in store order; with power.kind 'camb' or 'class' the Boltzmann code's
-    table (its σ8 and A_s, code and version)."""
+    pmpipe.physics.lensing.projection.Source) in store order, and with lensing.draws each
+    draw's (values, sources); with power.kind 'camb' or 'class' the Boltzmann code's table (its
+    σ8 and A_s, code and version); the baryons' S(k, z) per draw (one without draws; None
+    without baryons; empty in a setup that only plans, :func:`planning_setup`)."""
 
     run_file: config.RunFile
     grid: domain.Grid
@@ -46,6 +48,8 @@ class RunSetup:
     shell_k_max: np.ndarray | None = None
     sources: tuple[tuple, ...] = ()
     linear_table: LinearTable | None = None
+    draws: tuple[tuple[dict, tuple], ...] | None = None
+    suppressions: tuple[baryons.Suppression | None, ...] = ()
 
     @property
     def config(self) -> config.Run:
@@ -59,16 +63,28 @@ def setup(
     tables: Callable[[dict], LinearTable] = boltzmann.linear_table,
 ) -> RunSetup:
     """The setup of a run checked by :mod:`pmpipe.run.validation`, on the device mesh
-    ``mesh`` (made for run.parallel.pdims; None for a setup that only plans: its grid holds
-    no devices). ``tables``: a Boltzmann code's table from its inputs
-    (:func:`pmpipe.physics.theory.boltzmann.inputs`), for power.kind 'camb' and 'class'; the stages pass
-    pmpipe.storage.power_cache's, which caches them."""
+    ``mesh`` (made for run.parallel.pdims; None: its grid holds no devices). ``tables``: a
+    Boltzmann code's table from its inputs (:func:`pmpipe.physics.theory.boltzmann.inputs`),
+    for power.kind 'camb' and 'class'; the stages pass pmpipe.storage.power_cache's, which
+    caches them. Everything is made once: the stages share it."""
+    made = planning_setup(run_file, tables, mesh)
+    table = made.linear_table
+    return dataclasses.replace(made, suppressions=draw_suppressions(run_file.config, table))
+
+
+def planning_setup(
+    run_file: config.RunFile,
+    tables: Callable[[dict], LinearTable] = boltzmann.linear_table,
+    mesh=None,
+) -> RunSetup:
+    """:func:`setup` without the baryons' tables (CAMB's HMcode, about 2 s each), for plans
+    that look at a run's sizes, planes and sources."""
     run = run_file.config
     table = tables(boltzmann_inputs(run)) if run.power.kind in BOLTZMANN_KINDS else None
     cosmo = cosmology.tabulated(cosmology_params(run, None if table is None else table.sigma8))
     if table is not None and table.neutrinos is not None:
         cosmo = neutrinos.run_tables(cosmo, table.neutrinos, run.ic.a_init)
-    planes = plane_geometry(run, cosmo) if run.lightcone is not None else None
+    planes = validation.planes(run) if run.lightcone is not None else None
     full = run.lensing.full_sky if run.lensing is not None else None
     return RunSetup(
         run_file,
@@ -80,6 +96,7 @@ def setup(
         shell_band_limits(run, planes) if full is not None and planes is not None else None,
         sources(run, cosmo) if run.lensing is not None else (),
         table,
+        draw_sources(run, cosmo),
     )
 
 
@@ -193,13 +210,6 @@ def timeline(run: config.Run, cosmo: cosmology.Cosmology) -> timesteps.Timeline:
     )
 
 
-def plane_geometry(run: config.Run, cosmo: cosmology.Cosmology) -> sky.Planes:
-    """The lightcone's planes (:func:`pmpipe.physics.evolution.lightcone.plane_geometry`)."""
-    return lightcone.plane_geometry(
-        cosmo, config.section(run.lightcone, "lightcone").z_max, run.plane_thickness()
-    )
-
-
 def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
     """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.physics.evolution.sky.shell_band_limits`
     for this box, mesh and nside)."""
@@ -244,46 +254,42 @@ def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
     return tuple(out)
 
 
-def draw_sources(run_setup: RunSetup) -> list[tuple[dict, tuple]] | None:
+def draw_sources(run: config.Run, cosmo: Cosmology) -> tuple[tuple[dict, tuple], ...] | None:
     """Per draw of lensing.draws (None without draws): its values
     (:func:`pmpipe.run.draws.filled_points`) and the sources as :func:`sources` makes them for the
     run as the draw sees it."""
-    run = run_setup.config
     found = run.lensing.draws if run.lensing is not None else None
     if found is None:
         return None
-    return [
-        (filled, sources(nuisance_draws.draw_run(run, values), run_setup.cosmology))
+    return tuple(
+        (filled, sources(nuisance_draws.draw_run(run, values), cosmo))
         for values, filled in zip(
             nuisance_draws.points(found, run.ic.seed), nuisance_draws.filled_points(run)
         )
-    ]
+    )
 
 
-def baryon_suppression(run_setup: RunSetup) -> baryons.Suppression | None:
-    """S(k, z) of the run's baryons section (None without one), from z = 0 to the farther of
-    the lightcone's z_max and the earliest snapshot, at the run's A_s (its Boltzmann table's
-    when it has one). CAMB's HMcode-2020, about 2 s: the stages that need it make it."""
-    return _suppression(run_setup.config, run_setup.linear_table)
-
-
-def draw_suppressions(run_setup: RunSetup) -> list[baryons.Suppression | None]:
+def draw_suppressions(
+    run: config.Run, table: LinearTable | None
+) -> tuple[baryons.Suppression | None, ...]:
     """:func:`baryon_suppression` of the run as each draw of lensing.draws sees it (made once
     per log_T_AGN drawn); of the run alone, one, without draws or when they leave the baryons
     as they are."""
-    run = run_setup.config
     drawn = nuisance_draws.baryon_values(run)
     if drawn is None:
-        return [baryon_suppression(run_setup)]
+        return (baryon_suppression(run, table),)
     made: dict[tuple, baryons.Suppression | None] = {}
     for values in drawn:
         key = tuple(sorted(values.items()))
         if key not in made:
-            made[key] = _suppression(nuisance_draws.draw_run(run, values), run_setup.linear_table)
-    return [made[tuple(sorted(values.items()))] for values in drawn]
+            made[key] = baryon_suppression(nuisance_draws.draw_run(run, values), table)
+    return tuple(made[tuple(sorted(values.items()))] for values in drawn)
 
 
-def _suppression(run: config.Run, table: LinearTable | None) -> baryons.Suppression | None:
+def baryon_suppression(run: config.Run, table: LinearTable | None) -> baryons.Suppression | None:
+    """S(k, z) of the run's baryons section (None without one), from z = 0 to the farther of
+    the lightcone's z_max and the earliest snapshot, at the run's A_s (its Boltzmann
+    ``table``'s when it has one). CAMB's HMcode-2020, about 2 s."""
     if run.baryons is None:
         return None
     z_top = max([1.0 / a - 1.0 for a in run.nbody.snapshots] + [0.0])

@@ -24,8 +24,8 @@ def k_range(run: config.Run) -> tuple[float, float]:
 
 
 def planes(run: config.Run) -> sky.Planes:
-    """The lightcone's planes from host distances (within 1e-5 of the N-body's, which come
-    from JAX's growth table: :func:`pmpipe.run.derive.plane_geometry`)."""
+    """The lightcone's planes from host distances: the one geometry of the plan (resources,
+    checks) and of the job (:func:`pmpipe.run.derive.setup`)."""
     z_max = config.section(run.lightcone, "lightcone").z_max
     return sky.planes(
         float(background.comoving_distance(run.cosmology, 1.0 / (1.0 + z_max))),
@@ -188,8 +188,15 @@ def validate_run(data: dict, source: str | Path) -> config.Run:
     return checked(config.validate(config.Run, data, source), source)
 
 
+def read_run_file(path: str | Path) -> config.RunFile:
+    """A run's config.json as written for a campaign, read and validated but not checked: for
+    its sizes, kind of power and hash (the job that computes the run loads it with
+    :func:`load_run_file`)."""
+    return config.validate(config.RunFile, config.read_mapping(path), path)
+
+
 def load_run_file(path: str | Path) -> config.RunFile:
     """Read, validate and check a run's config.json as written for a campaign."""
-    run_file = config.validate(config.RunFile, config.read_mapping(path), path)
+    run_file = read_run_file(path)
     checked(run_file.config, path, "config")
     return run_file

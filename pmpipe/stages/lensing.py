@@ -189,7 +189,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     cosmo, srcs = setup.cosmology, setup.sources
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
-    drawn = derive.draw_sources(setup)
+    drawn = setup.draws
     sets = [srcs] if drawn is None else [found for _, found in drawn]
     weights = np.stack(
         [
@@ -216,7 +216,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
         "source: 'z=<z>' for a single redshift, else the n(z) name",
     )
     store.write_coordinate(group, "plane", chi, "Mpc/h", "comoving distance of the plane's centre")
-    by = Pass(weights.reshape(-1, chi.size), derive.draw_suppressions(setup), weights.shape[:-1])
+    by = Pass(weights.reshape(-1, chi.size), setup.suppressions, weights.shape[:-1])
     store.write_array(
         group,
         "z_source",

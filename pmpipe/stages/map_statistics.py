@@ -28,7 +28,7 @@ def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> N
     (and for lensing.method both, of Born's maps too, names with '_born'). With lensing.draws,
     those of every draw's maps, with its sources and shape noise, stacked along a leading
     ``draw`` dimension."""
-    drawn = derive.draw_sources(setup)
+    drawn = setup.draws
     masks = masked_statistics.masks(setup)
     if drawn is None:
         out = gathered.Gathered()

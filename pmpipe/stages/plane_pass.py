@@ -21,7 +21,7 @@ class Pass(NamedTuple):
     baryons)."""
 
     weights: np.ndarray
-    suppressions: list[baryons.Suppression | None]
+    suppressions: tuple[baryons.Suppression | None, ...]
     shape: tuple[int, ...]
 
     def dims(self) -> tuple[str, ...]:

@@ -42,7 +42,7 @@ def start(config_paths) -> tuple[str, int]:
     from pmpipe.runtime import openmp, parallel
 
     openmp.leave_spare_cores()  # before healpy and CAMB load
-    pdims = validation.load_run_file(config_paths[0]).config.parallel.pdims
+    pdims = validation.read_run_file(config_paths[0]).config.parallel.pdims
     parallel.use_compilation_cache(
         Path(config_paths[0]).absolute().parent.parent.parent / ".jax_cache"
     )

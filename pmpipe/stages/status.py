@@ -26,7 +26,7 @@ def run_config_hash(path: str | Path) -> str | None:
     if not config_path.is_file():
         return None
     try:
-        return validation.load_run_file(config_path).config_hash
+        return validation.read_run_file(config_path).config_hash
     except (config.ConfigError, ValueError) as err:
         LOG.warning("%s: not checked against its run (%s)", path, err)
         return None

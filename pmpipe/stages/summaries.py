@@ -99,7 +99,7 @@ def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> 
     lensing.draws draws log_T_AGN)."""
     k_mean, spectra, _ = measured
     k = np.where(np.isfinite(k_mean), k_mean, 0.0)
-    tables = derive.draw_suppressions(setup)
+    tables = setup.suppressions
     factors = np.stack(
         [[baryons.factor(table, k, 1.0 / a_i - 1.0) for a_i in a] for table in tables if table]
     )

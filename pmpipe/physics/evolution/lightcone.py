@@ -43,7 +43,6 @@ from jax.sharding import Mesh, NamedSharding
 from pmpipe.physics.evolution import sky
 from pmpipe.physics.mesh import fft, painting
 from pmpipe.physics.mesh.domain import Grid
-from pmpipe.physics.theory import cosmology
 from pmpipe.runtime.parallel import AXES, FIELD_SPEC, pdims_of
 
 
@@ -101,17 +100,6 @@ def flat_shift(transform: PlaneTransform) -> tuple[int, ...]:
     los = transform.axes[2]
     step = -transform.slab if transform.flips[2] else transform.slab
     return tuple(c + step if b == los else c for b, c in enumerate(transform.shift))
-
-
-def plane_geometry(cosmo: cosmology.Cosmology, z_max: float, thickness: float) -> sky.Planes:
-    """Planes of ``thickness`` Mpc/h from χ = 0 until the first edge at or beyond χ(z_max)."""
-    cosmo = cosmology.tabulated(cosmo)
-    chi_max = float(cosmology.comoving_distance(cosmo, 1.0 / (1.0 + z_max)))
-    return sky.planes(
-        chi_max,
-        thickness,
-        partial(cosmology.on_host, cosmology.scale_factor_at_distance, cosmo),
-    )
 
 
 def flat_plane(delta, mesh: Mesh, box_size: float, n_cells: int, transform: PlaneTransform):
