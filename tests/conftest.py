@@ -118,6 +118,27 @@ def pytest_configure(config):
     log.configure()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``): the tests that share an expensive
+    fixture run in one worker, which makes it once: those of a session fixture (one real
+    SLURM cluster, whose configuration lives in /etc/slurm; the tiny workflow) by its name,
+    those of a module fixture by their module."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        scopes = {
+            name: fixture[-1].scope
+            for name, fixture in (defs.name2fixturedefs.items() if defs else ())
+            if fixture and name not in ("tmp_path_factory", "monkeypatch", "request")
+        }
+        shared = sorted(n for n, scope in scopes.items() if scope == "session")
+        if "slurm" in shared:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+        elif "module" in scopes.values():
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def pytest_unconfigure(config):
     if SHARED_PROGRAMS is not None:
         shutil.rmtree(SHARED_PROGRAMS, ignore_errors=True)
