@@ -44,43 +44,26 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 """
 
 
-# Compiled XLA programs of the workflows of this test session (pytest_configure makes it).
+# JAX's persistent compilation cache of this test session: its xdist workers and every process
+# they start (workflows, SLURM jobs, mpiexec) share it, so that a program of the same sizes and
+# flags is compiled once per session (pytest_configure makes it).
 SHARED_PROGRAMS: Path | None = None
-
-
-def _copy_programs(source: Path, target: Path) -> None:
-    """Copy the persistent-cache entries of folder source that folder target lacks."""
-    if source.is_dir():
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in source.iterdir():
-            if entry.is_file() and not (target / entry.name).exists():
-                shutil.copy2(entry, target / entry.name)
 
 
 def run_snakemake(
     workdir, *args, check=True, env=None, timeout=900, main=None, share_programs=True
 ):
     """snakemake on the repository's Snakefile in ``workdir`` (XLA_FLAGS dropped: each job
-    asks for its own devices; JAX_COMPILATION_CACHE_DIR dropped: a workflow keeps its compiled
-    programs in its own results/.jax_cache); AssertionError with the output tails when it fails.
-    ``main``: a script that runs snakemake, instead of ``python -m snakemake``.
+    asks for its own devices); AssertionError with the output tails when it fails. ``main``: a
+    script that runs snakemake, instead of ``python -m snakemake``.
 
-    With ``share_programs``, the workflow's results/.jax_cache starts with the programs the
-    session's earlier workflows compiled, and what it compiles is kept for the later ones: a
-    program of the same sizes is compiled once per session, not once per workflow."""
-    env = {
-        k: v
-        for k, v in (env or os.environ).items()
-        if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
-    }
-    cache = Path(workdir) / "results" / ".jax_cache"
-    if share_programs and SHARED_PROGRAMS is not None:
-        _copy_programs(SHARED_PROGRAMS, cache)
+    With ``share_programs`` the workflow's jobs use the session's compiled programs
+    (JAX_COMPILATION_CACHE_DIR), else their own results/.jax_cache."""
+    dropped = ("XLA_FLAGS",) if share_programs else ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
+    env = {k: v for k, v in (env or os.environ).items() if k not in dropped}
     start = [str(main)] if main else ["-m", "snakemake"]
     cmd = [sys.executable, *start, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
-    if share_programs and SHARED_PROGRAMS is not None:
-        _copy_programs(cache, SHARED_PROGRAMS)
     if check and out.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
     return out
@@ -111,36 +94,44 @@ def pytest_configure(config):
             "the sharding tests need 8 CPU devices; XLA_FLAGS was set before pytest "
             f"started ({os.environ.get('XLA_FLAGS')!r}): add --xla_force_host_platform_device_count=8"
         )
-    SHARED_PROGRAMS = Path(tempfile.mkdtemp(prefix="pmpipe-test-programs-"))
+    if not hasattr(config, "workerinput"):  # this process, or the controller of xdist's workers
+        os.environ["PMPIPE_TEST_PROGRAMS"] = tempfile.mkdtemp(prefix="pmpipe-test-programs-")
     # pmpipe's log goes to stderr as in every command line, whichever test runs first
-    from pmpipe.runtime import log
+    from pmpipe.runtime import log, parallel
 
+    SHARED_PROGRAMS = parallel.use_compilation_cache(os.environ["PMPIPE_TEST_PROGRAMS"])
     log.configure()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n``, ``--dist loadgroup``): the tests that share an expensive
     fixture run in one worker, which makes it once: those of a session fixture (one real
     SLURM cluster, whose configuration lives in /etc/slurm; the tiny workflow) by its name,
-    those of a module fixture by their module."""
+    those of a module fixture by their module, in the SLURM worker when some test of the
+    module needs the cluster too."""
+    scopes = {}
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
-        scopes = {
+        scopes[item] = {
             name: fixture[-1].scope
             for name, fixture in (defs.name2fixturedefs.items() if defs else ())
             if fixture and name not in ("tmp_path_factory", "monkeypatch", "request")
         }
-        shared = sorted(n for n, scope in scopes.items() if scope == "session")
-        if "slurm" in shared:
+    with_slurm = {item.module.__name__ for item in items if "slurm" in scopes[item]}
+    for item in items:
+        shared = sorted(n for n, scope in scopes[item].items() if scope == "session")
+        module = "module" in scopes[item].values()
+        if "slurm" in shared or (module and item.module.__name__ in with_slurm):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif shared:
             item.add_marker(pytest.mark.xdist_group(shared[0]))
-        elif "module" in scopes.values():
+        elif module:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def pytest_unconfigure(config):
-    if SHARED_PROGRAMS is not None:
+    if SHARED_PROGRAMS is not None and not hasattr(config, "workerinput"):
         shutil.rmtree(SHARED_PROGRAMS, ignore_errors=True)
 
 

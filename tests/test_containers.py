@@ -387,9 +387,11 @@ TIME_LIMITED = {
     "seed": 3,
     "base": {
         "box": {"box_size": 128.0, "particles": 64, "oversample": 2},
-        "nbody": {"steps": 400},  # about 60 s of PM steps on one core of this machine
+        # 1500 steps: 60 s of PM steps on an idle fast core, so that the N-body is still
+        # evolving when pmpipe signals itself 50 s into the job (400 steps ended before it)
+        "nbody": {"steps": 1500},
         "parallel": {"pdims": [1, 1]},
-        "checkpoints": {"every_steps": 50},
+        "checkpoints": {"every_steps": 100},
     },
     "design": {"kind": "fiducial"},
     "execution": {

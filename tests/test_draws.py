@@ -380,6 +380,7 @@ def test_the_plan_counts_every_draw_s_maps_on_disk():
     assert one > 0 and eight == 8 * one
 
 
+@pytest.mark.slow
 def test_a_job_makes_a_runs_sources_draws_suppressions_and_planes_once(tmp_path, monkeypatch):
     """In a packed job the run's setup makes the sources (once, and once per draw), the
     baryons' S(k, z) (once per log_T_AGN: the section's and the one drawn) and the planes, and

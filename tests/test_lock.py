@@ -102,4 +102,4 @@ def test_the_readme_and_ci_install_from_the_lock():
     )
     command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert command in (ROOT / "README.md").read_text(), "CI runs the README's test command"
-    assert 'pytest -q -m "not slow"' in command and "pytest -q -m slow" in command
+    assert '-m "not slow"' in command and "-m slow" in command and "--dist loadgroup" in command

@@ -150,14 +150,14 @@ def test_a_job_skips_complete_runs_and_stages(packed):
 
 @pytest.mark.slow
 def test_a_packed_job_derives_each_run_once(tmp_path, monkeypatch):
-    """The growth and distance tables, the lightcone's planes and the linear P(k) are
-    computed once per run of a job (pmpipe.run.derive.setup), not once per stage."""
+    """The growth and distance tables and the linear P(k) are computed once per run of a
+    job (pmpipe.run.derive.setup), not once per stage; the lightcone's planes twice: by the
+    check of the run file the job loads, and by the run's setup."""
     from collections import Counter
 
     from pmpipe.job import pipeline
-    from pmpipe.physics.evolution import lightcone
     from pmpipe.physics.theory import cosmology
-    from pmpipe.run import derive
+    from pmpipe.run import derive, validation
 
     (tmp_path / "tiny.yaml").write_text(TINY)
     camp = campaign.load(tmp_path / "tiny.yaml")
@@ -174,12 +174,12 @@ def test_a_packed_job_derives_each_run_once(tmp_path, monkeypatch):
         monkeypatch.setattr(module, name, wrapper)
 
     counted(cosmology, "growth_table")
-    counted(lightcone, "plane_geometry")
+    counted(validation, "planes")
     counted(derive, "linear_power")
     outcomes = pipeline.run_all(paths)
     assert [o.error for o in outcomes] == [None, None]
     assert [o.stages for o in outcomes] == [stages.STAGES] * 2
-    assert calls == {"growth_table": 2, "plane_geometry": 2, "linear_power": 2}, calls
+    assert calls == {"growth_table": 2, "planes": 4, "linear_power": 2}, calls
 
 
 AMPLITUDES = """\

@@ -29,11 +29,9 @@ STATUS_CHECKS = (
 
 
 def slurm_env(**extra):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PMPIPE_", "SLURM_")) and k != "JAX_COMPILATION_CACHE_DIR"
-    }  # each campaign its own results/.jax_cache
+    env = {  # the session's compiled programs (JAX_COMPILATION_CACHE_DIR) kept
+        k: v for k, v in os.environ.items() if not k.startswith(("PMPIPE_", "SLURM_"))
+    }
     return {**env, "PMPIPE_SLURM_PARTITION": "pmpipe", **extra}
 
 
@@ -127,7 +125,7 @@ def test_second_invocation_does_nothing(quickstart):
     assert job_count() == before
 
 
-def _submit(workdir, *args, wait=True):
+def _submit(workdir, *args, wait=True, **env):
     out = subprocess.run(
         [
             sys.executable,
@@ -144,7 +142,7 @@ def _submit(workdir, *args, wait=True):
         text=True,
         cwd=workdir,
         timeout=900,
-        env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},
+        env={k: v for k, v in slurm_env(**env).items() if k != "XLA_FLAGS"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout + out.stderr
@@ -212,14 +210,13 @@ def test_a_second_submit_leaves_out_the_runs_of_jobs_still_queued(slurm, tmp_pat
     data = yaml.safe_load(TINY)
     data["execution"] = {**data.get("execution", {}), "runs_per_job": 1}  # an array of 2 tasks
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
-    first = _submit(tmp_path, wait=False)
+    first = _submit(tmp_path, wait=False, PMPIPE_SLURM_EXTRA="--hold")  # its tasks wait
     (array,) = {
         line.split("SLURM job ")[1].split(",")[0].split("_")[0]
         for line in first.splitlines()
         if "SLURM job " in line
     }
     env = slurm_env()
-    subprocess.run(["scontrol", "hold", array], check=True, env=env)  # its task waits
     try:
         again = _submit(tmp_path, wait=False)
         assert "2 run(s) are in SLURM jobs still queued or running" in again

@@ -334,6 +334,7 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 """
 
 
+@pytest.mark.slow
 def test_a_campaign_over_A_s_and_m_nu_runs_on_camb_power_with_sigma8_derived(tmp_path):
     """A grid over A_s and the neutrino mass (base σ8 left to its default, replaced by the
     design) with CAMB's P(k), same seed at every point: planned by `snakemake -n`, then run.
