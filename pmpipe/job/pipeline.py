@@ -287,8 +287,13 @@ def _write_report(path: str | Path, record: dict) -> None:
 def record_outcome(outcome: Outcome) -> None:
     """The run's outcome.json (pmpipe.storage.run_record; a failure before any stage is in
     stage 'setup'); a record that cannot be written is logged, not fatal: the stores are what
-    the run made."""
+    the run made. A failure a partner process recorded while this one computed the run is
+    kept: it is the first diagnosis (this process's failure often follows from the partner's
+    stop)."""
     run_dir = outcome.config_path.parent
+    if outcome.error is not None and run_record.failed_within(run_dir, outcome.seconds):
+        LOG.info("[pmpipe run %s] the failure its partner recorded is kept", outcome.run_id)
+        return
     stores = {
         stage: run_record.fingerprint(stages.store_path(run_dir, stage))
         for stage in (*outcome.skipped, *outcome.stages)

@@ -72,6 +72,18 @@ def write(
     return _write(run_dir, record)
 
 
+def failed_within(run_dir: str | Path, seconds: float) -> bool:
+    """Whether the run's record is a failure recorded in the last ``seconds`` (by a partner
+    process of the job that computed it, while this one did)."""
+    import datetime
+
+    record = read(run_dir)
+    if record is None or record["state"] != "failed" or not record.get("finished"):
+        return False
+    age = datetime.datetime.now(datetime.UTC) - datetime.datetime.fromisoformat(record["finished"])
+    return age.total_seconds() <= seconds + 1.0  # the record's time has whole seconds
+
+
 def read(run_dir: str | Path) -> dict | None:
     """The run's record, or None when it has none (or it does not parse)."""
     try:
