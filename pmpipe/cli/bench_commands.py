@@ -248,6 +248,18 @@ BENCH = (
         ),
     ),
     Command(
+        "limber",
+        "the convergence C_ell of fixed-amplitude runs, full and flat sky, one source and "
+        "three tomographic bins, against pyccl's halofit Limber in their resolved ranges",
+        bench_handlers.limber,
+        (
+            arg("--particles", type=int, default=64, help="particles per side (default 64)"),
+            arg("--seeds", type=int, default=6, help="runs, seeds 0, 1, ... (default 6)"),
+            arg("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1 (default 10)"),
+            JSON,
+        ),
+    ),
+    Command(
         "draws",
         "the seconds an extra draw of the lensing nuisances (lensing.draws) adds to the "
         "lensing and summaries stages, over those of the run without draws",

@@ -189,6 +189,14 @@ def nuisances(args) -> int:
     return 0
 
 
+def limber(args) -> int:
+    """``pmpipe bench limber``: the convergence C_ell against pyccl's halofit Limber."""
+    from pmpipe.bench.validation import limber
+
+    _emit(limber.bench_limber(args.particles, args.seeds, args.steps), args.json)
+    return 0
+
+
 def draws(args) -> int:
     """``pmpipe bench draws``: what an extra draw of the nuisances costs."""
     from pmpipe.bench import draw_cost
