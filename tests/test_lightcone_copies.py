@@ -66,7 +66,7 @@ def _resolved(thickness: float, every: str) -> tuple[float, float]:
     }
     run = config.Run.model_validate(data)
     found = derive.setup(config.RunFile.build("copies", "r", 0, {}, run), None)
-    best = lensing.valid_ranges(found, found.planes.chi_edges)[""][0]
+    best = lensing.valid_ranges(found, found.lightcone.planes.chi_edges)[""][0]
     return best.ell_min, best.ell_max
 
 

@@ -13,7 +13,7 @@ from pmpipe import cli
 from pmpipe.campaigns import campaign
 from pmpipe.physics.evolution import sky
 from pmpipe.run import derive
-from pmpipe.stages import lensing, sky_maps
+from pmpipe.stages import lensing
 
 QUICKSTART = REPO / "config" / "quickstart.yaml"
 MIN_BINS = 4
@@ -45,13 +45,13 @@ def test_every_source_has_resolved_bins_on_every_map(campaign_file):
     for spec in list(points.values())[:POINTS_CHECKED]:
         setup = derive.setup(campaign.run_file(camp, spec), None)
         cfg = setup.config
-        ranges = lensing.valid_ranges(setup, setup.planes.chi_edges)
+        ranges = lensing.valid_ranges(setup, setup.lightcone.planes.chi_edges)
         made = {"": cfg.lensing.flat_sky, "_healpix": cfg.lensing.full_sky}
         assert set(ranges) == {suffix for suffix, on in made.items() if on is not None}
-        edges = {"": sky_maps.ell_edges_flat, "_healpix": sky_maps.ell_edges_healpix}
+        edges = {"": setup.lensing.flat, "_healpix": setup.lensing.full}
         for suffix, rows in ranges.items():
-            e = edges[suffix](cfg)
-            for (label, _, _), r in zip(setup.sources, rows, strict=True):
+            e = edges[suffix].ell_edges
+            for (label, _, _), r in zip(setup.lensing.sources, rows, strict=True):
                 inside = np.sum((e[:-1] >= r.ell_min) & (e[1:] <= r.ell_max))
                 assert inside >= MIN_BINS, (spec.run_id, suffix, label, r)
 

@@ -1,7 +1,7 @@
 """The adapter between configuration and physics: the frozen :class:`RunSetup` of a validated
 run (its cosmology with growth and distance tables, linear P(k), grid, time steps, lightcone
-planes and lensing sources), derived once per run and handed to every stage, and the run's ICs
-made from it."""
+planes, lensing maps with their sources, summaries' bins; :mod:`pmpipe.run.setup_parts`),
+derived once per run and handed to every stage, and the run's ICs made from it."""
 
 from __future__ import annotations
 
@@ -12,15 +12,24 @@ from functools import partial
 
 import numpy as np
 
-from pmpipe.physics.evolution import ics, simulation, sky, timesteps
+from pmpipe.physics.evolution import ics, simulation, timesteps
 from pmpipe.physics.lensing import intrinsic_alignment, projection
 from pmpipe.physics.mesh import domain
 from pmpipe.physics.theory import baryons, boltzmann, cosmology, neutrinos
+from pmpipe.physics.theory.baryons import Suppression
 from pmpipe.physics.theory.boltzmann_tables import LinearTable, table_wavenumbers
 from pmpipe.physics.theory.cosmology import Cosmology, LinearPower
 from pmpipe.physics.theory.power_table import BOLTZMANN_KINDS
-from pmpipe.run import config, ghost_cells, validation
+from pmpipe.run import config, ghost_cells, setup_parts, validation
 from pmpipe.run import draws as nuisance_draws
+from pmpipe.run.setup_parts import (
+    BaryonsSetup,
+    Checkpointing,
+    Kept,
+    LensingSetup,
+    LightconeSetup,
+    SummariesSetup,
+)
 from pmpipe.run.validation import k_range
 
 REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
@@ -29,32 +38,50 @@ REDSHIFT_SAMPLES = 512  # redshifts at which a parametric n(z) is tabulated
 @dataclasses.dataclass(frozen=True, eq=False)
 class RunSetup:
     """Everything a run's stages need that follows from its configuration, computed once
-    (:func:`setup`): the validated run file; the grid on the device mesh; the cosmology
-    carrying its growth and distance tables (a pytree whose parameters and tables are traced
-    leaves: runs of one size share their compiled programs); the linear P(k) at a = 1; the
-    N-body's steps and snapshots; with a lightcone its planes, and with full-sky lensing each
-    plane's band limit (h/Mpc); with lensing the sources, (label, mean redshift,
-    pmpipe.physics.lensing.projection.Source) in store order, and with lensing.draws each
-    draw's (values, sources); with power.kind 'camb' or 'class' the Boltzmann code's table (its
-    σ8 and A_s, code and version); the baryons' S(k, z) per draw (one without draws; None
-    without baryons; empty in a setup that only plans, :func:`planning_setup`)."""
+    (:func:`setup`); the stages read it, never the configuration. The validated run file (the
+    stores' provenance and hash); the grid on the device mesh; the cosmology carrying its
+    growth and distance tables (a pytree whose parameters and tables are traced leaves: runs
+    of one size share their compiled programs); the linear P(k) at a = 1; the N-body's steps
+    and snapshots; ic.seed, a_init and a_final; how the ICs are drawn (LPT order, fixed
+    amplitude, paired); what the stores keep; the N-body's checkpoints (None: none); the
+    summaries' bins; with a lightcone its planes, with lensing its maps, sources and draws,
+    with baryons their section (each None without; :mod:`pmpipe.run.setup_parts`); with
+    power.kind 'camb' or 'class' the Boltzmann code's table (its σ8 and A_s, code and
+    version); the baryons' S(k, z) per draw (one without draws; None without baryons; empty
+    in a setup that only plans, :func:`planning_setup`)."""
 
     run_file: config.RunFile
     grid: domain.Grid
     cosmology: Cosmology
     power: LinearPower
     timeline: timesteps.Timeline
-    planes: sky.Planes | None = None
-    shell_k_max: np.ndarray | None = None
-    sources: tuple[tuple, ...] = ()
+    seed: int
+    a_init: float
+    a_final: float
+    ic: simulation.ICOptions
+    kept: Kept
+    checkpoints: Checkpointing | None
+    summaries: SummariesSetup
+    lightcone: LightconeSetup | None = None
+    lensing: LensingSetup | None = None
+    baryons: BaryonsSetup | None = None
     linear_table: LinearTable | None = None
-    draws: tuple[tuple[dict, tuple], ...] | None = None
-    suppressions: tuple[baryons.Suppression | None, ...] = ()
+    suppressions: tuple[Suppression | None, ...] = ()
 
     @property
     def config(self) -> config.Run:
-        """The run's resolved configuration."""
+        """The run's resolved configuration (for what reads a run beside its stages)."""
         return self.run_file.config
+
+    def lensed(self) -> tuple[LightconeSetup, LensingSetup]:
+        """The lightcone and lensing setups of a run with lensing (which needs a lightcone);
+        ValueError naming the run when it has none."""
+        if self.lightcone is None or self.lensing is None:
+            raise ValueError(
+                f"run {self.run_file.run_id} has no lensing section (add lightcone and lensing "
+                "sections to its campaign's base)"
+            )
+        return self.lightcone, self.lensing
 
 
 def setup(
@@ -78,25 +105,34 @@ def planning_setup(
     mesh=None,
 ) -> RunSetup:
     """:func:`setup` without the baryons' tables (CAMB's HMcode, about 2 s each), for plans
-    that look at a run's sizes, planes and sources."""
+    that look at a run's sizes, planes and sources (the masks and depth map it names, small
+    files, are read)."""
     run = run_file.config
     table = tables(boltzmann_inputs(run)) if run.power.kind in BOLTZMANN_KINDS else None
     cosmo = cosmology.tabulated(cosmology_params(run, None if table is None else table.sigma8))
     if table is not None and table.neutrinos is not None:
         cosmo = neutrinos.run_tables(cosmo, table.neutrinos, run.ic.a_init)
     planes = validation.planes(run) if run.lightcone is not None else None
-    full = run.lensing.full_sky if run.lensing is not None else None
+    lensing = None
+    if run.lensing is not None and planes is not None:  # lensing needs a lightcone
+        lensing = setup_parts.lensing(run, planes, sources(run, cosmo), draw_sources(run, cosmo))
     return RunSetup(
         run_file,
         grid(run, mesh),
         cosmo,
         linear_power(run, table),
         timeline(run, cosmo),
-        planes,
-        shell_band_limits(run, planes) if full is not None and planes is not None else None,
-        sources(run, cosmo) if run.lensing is not None else (),
+        run.ic.seed,
+        run.ic.a_init,
+        run.nbody.a_final,
+        simulation.ICOptions(run.ic.lpt_order, run.ic.fixed_amplitude, run.ic.paired),
+        setup_parts.kept(run),
+        setup_parts.checkpointing(run),
+        setup_parts.summaries(run),
+        None if planes is None else setup_parts.lightcone(run, planes),
+        lensing,
+        setup_parts.baryons_setup(run),
         table,
-        draw_sources(run, cosmo),
     )
 
 
@@ -210,17 +246,6 @@ def timeline(run: config.Run, cosmo: cosmology.Cosmology) -> timesteps.Timeline:
     )
 
 
-def shell_band_limits(run: config.Run, found: sky.Planes) -> np.ndarray:
-    """Band limit (h/Mpc) of each plane's full-sky shell (:func:`pmpipe.physics.evolution.sky.shell_band_limits`
-    for this box, mesh and nside)."""
-    full = config.section(config.section(run.lensing, "lensing").full_sky, "lensing.full_sky")
-    return sky.shell_band_limits(
-        found.chi_edges[1:],
-        sky.shell_k_max(run.box.particles, run.force_cells(), run.box.box_size),
-        sky.rays_nside(full.nside),
-    )
-
-
 def sources(run: config.Run, cosmo: cosmology.Cosmology) -> tuple[tuple, ...]:
     """(label, mean redshift, :class:`pmpipe.physics.lensing.projection.Source`) of every source of the
     run's lensing section, in store order, with its nuisances: n(z) shifted by its
@@ -269,16 +294,14 @@ def draw_sources(run: config.Run, cosmo: Cosmology) -> tuple[tuple[dict, tuple],
     )
 
 
-def draw_suppressions(
-    run: config.Run, table: LinearTable | None
-) -> tuple[baryons.Suppression | None, ...]:
+def draw_suppressions(run: config.Run, table: LinearTable | None) -> tuple[Suppression | None, ...]:
     """:func:`baryon_suppression` of the run as each draw of lensing.draws sees it (made once
     per log_T_AGN drawn); of the run alone, one, without draws or when they leave the baryons
     as they are."""
     drawn = nuisance_draws.baryon_values(run)
     if drawn is None:
         return (baryon_suppression(run, table),)
-    made: dict[tuple, baryons.Suppression | None] = {}
+    made: dict[tuple, Suppression | None] = {}
     for values in drawn:
         key = tuple(sorted(values.items()))
         if key not in made:
@@ -286,7 +309,7 @@ def draw_suppressions(
     return tuple(made[tuple(sorted(values.items()))] for values in drawn)
 
 
-def baryon_suppression(run: config.Run, table: LinearTable | None) -> baryons.Suppression | None:
+def baryon_suppression(run: config.Run, table: LinearTable | None) -> Suppression | None:
     """S(k, z) of the run's baryons section (None without one), from z = 0 to the farther of
     the lightcone's z_max and the earliest snapshot, at the run's A_s (its Boltzmann
     ``table``'s when it has one). CAMB's HMcode-2020, about 2 s."""
@@ -310,11 +333,11 @@ def initial_conditions(run_setup: RunSetup, timed=None) -> simulation.Initial:
     results."""
     import jax
 
-    run, grid = run_setup.config, run_setup.grid
+    grid = run_setup.grid
     timed = timed or (lambda _: contextlib.nullcontext())
     with timed("white_noise"):
         noise = jax.block_until_ready(
-            ics.white_noise(run.ic.seed, grid.particles, grid.mesh, np.dtype(grid.dtype))
+            ics.white_noise(run_setup.seed, grid.particles, grid.mesh, np.dtype(grid.dtype))
         )
     with timed("lpt"):
         init = simulation.initial_conditions(
@@ -322,8 +345,8 @@ def initial_conditions(run_setup: RunSetup, timed=None) -> simulation.Initial:
             noise,
             run_setup.power,
             grid,
-            run.ic.a_init,
-            simulation.ICOptions(run.ic.lpt_order, run.ic.fixed_amplitude, run.ic.paired),
+            run_setup.a_init,
+            run_setup.ic,
         )
         jax.block_until_ready((init.delta_linear, init.disp, init.mom))
     return init

@@ -25,29 +25,29 @@ from pmpipe.storage import provenance, store
 def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Compute the run's ICs (kept for the next stages) and write what outputs.ic keeps;
     returns the store's path."""
-    cfg, mesh = setup.config, setup.grid.mesh
+    mesh, kept = setup.grid.mesh, setup.kept
     started = store.now()
-    n, box_size, a_init = cfg.box.particles, cfg.box.box_size, cfg.ic.a_init
+    n, box_size, a_init = setup.grid.particles, setup.grid.box_size, setup.a_init
     init = derive.initial_conditions(setup, progress.timed)
-    progress(f"{cfg.ic.lpt_order}LPT at a = {a_init} on {n}^3 particles")
+    progress(f"{setup.ic.lpt_order}LPT at a = {a_init} on {n}^3 particles")
     path = store_path(inputs.run_dir, "ic")
     group = store.create(
         path,
         provenance.provenance(setup.run_file, "ic", mesh, started, inputs.made_from("ic"))
         | {
             "a_init": a_init,
-            "seed": cfg.ic.seed,
-            "kept": cfg.outputs.ic,
+            "seed": setup.seed,
+            "kept": kept.ic,
             "linear_power": derive.linear_power_source(setup),
         },
-        keepbits=cfg.outputs.keepbits,
+        keepbits=kept.keepbits,
     )
     k, pk = derive.linear_power_table(setup)
     store.write_coordinate(group, "k_linear", k, "h/Mpc", "wavenumber of the linear power")
     store.write_array(
         group, "linear_power", pk, ("k_linear",), "(Mpc/h)^3", "linear matter power at a = 1"
     )
-    if cfg.outputs.ic != "none":
+    if kept.ic != "none":
         spacing = box_size / n
         for axis in "xyz":
             store.write_coordinate(
@@ -65,7 +65,7 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
             "1",
             "linear density contrast at a = 1",
         )
-    if cfg.outputs.ic == "all":
+    if kept.ic == "all":
         write_lagrangian_coordinates(group, n, box_size)
         write_particles(group, init.disp, init.mom, a_init)
     store.mark_complete(group)

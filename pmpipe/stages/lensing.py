@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -24,7 +25,8 @@ import numpy as np
 from pmpipe.physics.evolution import lightcone, sky
 from pmpipe.physics.lensing import projection, raytrace_flat, raytrace_healpix
 from pmpipe.physics.statistics import resolution
-from pmpipe.run import config, derive
+from pmpipe.run import derive
+from pmpipe.run.setup_parts import FlatSkySetup, FullSkySetup, LensingSetup
 from pmpipe.stages import layout, plane_pass, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.plane_pass import Pass
@@ -38,20 +40,19 @@ def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
     """Per map ('' flat sky, '_healpix' full sky) the resolved multipoles of every source
     (pmpipe.physics.statistics.resolution.MultipoleRange), for planes of edges chi_edges (Mpc/h) and full-sky
     shells band-limited to shell_k_max (h/Mpc per plane; default: the run's)."""
-    cfg, cosmo, srcs = setup.config, setup.cosmology, setup.sources
-    power, box = setup.power, cfg.box
+    cone, lens = setup.lensed()
+    cosmo, power, grid = setup.cosmology, setup.power, setup.grid
 
-    thickness = cfg.plane_thickness() * cfg.planes_per_copy()  # contiguous in a copy
+    thickness = cone.plane_thickness * cone.planes_per_copy  # contiguous in a copy
 
     def mesh(k, plane, oversampling=1):
         return resolution.power_transfer(
-            k, box.particles, box.box_size, box.oversample
-        ) * resolution.thickness_transfer(k, thickness, box.box_size, power, oversampling)
+            k, grid.particles, grid.box_size, grid.oversample
+        ) * resolution.thickness_transfer(k, thickness, grid.box_size, power, oversampling)
 
-    lens = config.section(cfg.lensing, "lensing")
     maps: dict[str, tuple] = {}
-    if lens.flat_sky is not None:
-        flat = lens.flat_sky
+    if lens.flat is not None:
+        flat = lens.flat
         fundamental, nyquist = sky.flat_multipoles(flat.field_of_view, flat.pixels)
         maps[""] = (
             mesh,
@@ -63,9 +64,9 @@ def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
                 f"map: the Nyquist multipole of its {flat.pixels} pixels",
             ),
         )
-    if lens.full_sky is not None:
-        ell_max = sky.healpix_ell_max(lens.full_sky.nside)
-        band = np.asarray(setup.shell_k_max if shell_k_max is None else shell_k_max)
+    if lens.full is not None:
+        ell_max = sky.healpix_ell_max(lens.full.nside)
+        band = np.asarray(lens.full.shell_k_max if shell_k_max is None else shell_k_max)
 
         def shell(k, plane):
             return np.where(k <= band[plane], mesh(k, plane, SHELL_OVERSAMPLING), 0.0)
@@ -82,9 +83,9 @@ def valid_ranges(setup: derive.RunSetup, chi_edges, shell_k_max=None) -> dict:
     return {
         suffix: [
             resolution.resolved_multipoles(
-                cosmo, power, chi_edges, box.box_size, transfer, source, held
+                cosmo, power, chi_edges, grid.box_size, transfer, source, held
             )
-            for _, _, source in srcs
+            for _, _, source in lens.sources
         ]
         for suffix, (transfer, held) in maps.items()
     }
@@ -111,85 +112,93 @@ def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, t
     """Per map field whose pixels or nside reach multipoles over ``far`` times the highest one
     the run resolves for any of its sources: (that multipole, a warning naming the field to
     change)."""
-    cfg, srcs = setup.config, setup.sources
-    if cfg.lensing is None:
+    if setup.lensing is None:
         return {}
-    ranges = valid_ranges(setup, config.section(setup.planes, "lightcone planes").chi_edges)
-    k_valid = resolution.k_max_valid(cfg.box.particles, cfg.box.box_size, cfg.box.oversample)
+    cone, lens = setup.lensed()
+    ranges = valid_ranges(setup, cone.planes.chi_edges)
+    grid = setup.grid
+    k_valid = resolution.k_max_valid(grid.particles, grid.box_size, grid.oversample)
     out = {}
-    thickness = cfg.plane_thickness()
-    if cfg.lensing.method != "born" and thickness > raytrace_flat.MAX_PLANE_THICKNESS:
+    thickness = cone.plane_thickness
+    if lens.method != "born" and thickness > raytrace_flat.MAX_PLANE_THICKNESS:
         field = f"lightcone.plane_thickness = {thickness:g} Mpc/h"
         out[field] = (
             0.0,
             (
                 f"{field} is too thick for ray tracing (lensing.method = "
-                f"{cfg.lensing.method}, {len(config.section(setup.planes, 'planes'))} planes): "
+                f"{lens.method}, {len(cone.planes)} planes): "
                 "lens-lens coupling needs planes of at most "
                 f"{raytrace_flat.MAX_PLANE_THICKNESS:g} Mpc/h: set it to at most that, with "
                 "lightcone.copy_every 'box' so that thin planes keep their power at low "
                 "multipoles (docs/lensing.md)"
             ),
         )
-    cone = config.section(cfg.lightcone, "lightcone")
-    if cone.copy_every == "plane" and thickness < cfg.box.box_size:
+    if cone.copy_every == "plane" and thickness < grid.box_size:
         field = "lightcone.copy_every = plane"
         out[field] = (
             0.0,
             (
                 f"{field}: each plane of {thickness:g} Mpc/h sees its own copy of the "
-                f"{cfg.box.box_size:g} Mpc/h box, so the maps lose the correlations between "
+                f"{grid.box_size:g} Mpc/h box, so the maps lose the correlations between "
                 "neighbouring planes (power at low multipoles, a narrower resolved range): "
                 "set lightcone.copy_every to box (docs/lensing.md)"
             ),
         )
+    reaches = _map_reaches(lens)
     for suffix, rows in ranges.items():
         best = max(range(len(rows)), key=lambda i: rows[i].ell_max)
         resolved = rows[best].ell_max
-        if suffix == "":
-            flat = config.section(cfg.lensing.flat_sky, "lensing.flat_sky")
-            reach = np.pi * flat.pixels / np.radians(flat.field_of_view)
-            field = f"lensing.flat_sky.pixels = {flat.pixels} ({flat.field_of_view:g} deg)"
-            change = (
-                "lower lensing.flat_sky.pixels to about "
-                f"{max(1, math.ceil(resolved * np.radians(flat.field_of_view) / np.pi))}"
-            )
-        else:
-            nside = config.section(cfg.lensing.full_sky, "lensing.full_sky").nside
-            reach = sky.healpix_ell_max(nside)
-            field = f"lensing.full_sky.nside = {nside}"
-            change = (
-                "lower lensing.full_sky.nside to "
-                f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}"
-            )
+        reach, field, change = reaches[suffix]
         if reach > far * resolved:
             out[field] = (
                 resolved,
                 (
                     f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
-                    f"the maps to {resolved:.0f} at most (source {srcs[best][0]}; "
-                    f"k_max_valid = {k_valid:.3g} h/Mpc): {change}, or raise box.particles "
-                    "or box.oversample (docs/lensing.md)"
+                    f"the maps to {resolved:.0f} at most (source {lens.sources[best][0]}; "
+                    f"k_max_valid = {k_valid:.3g} h/Mpc): {change(resolved)}, or raise "
+                    "box.particles or box.oversample (docs/lensing.md)"
                 ),
             )
+    return out
+
+
+def _map_reaches(lens: LensingSetup) -> dict[str, tuple[float, str, Callable[[float], str]]]:
+    """Per map (:func:`valid_ranges`' suffixes) the highest multipole its pixels reach, the
+    field that sets it, and the change of that field for maps resolved to a given multipole."""
+    out: dict[str, tuple[float, str, Callable[[float], str]]] = {}
+    if (flat := lens.flat) is not None:
+        fov = flat.field_of_view
+        out[""] = (
+            np.pi * flat.pixels / np.radians(fov),
+            f"lensing.flat_sky.pixels = {flat.pixels} ({fov:g} deg)",
+            lambda resolved: (
+                "lower lensing.flat_sky.pixels to about "
+                f"{max(1, math.ceil(resolved * np.radians(fov) / np.pi))}"
+            ),
+        )
+    if (full := lens.full) is not None:
+        out["_healpix"] = (
+            sky.healpix_ell_max(full.nside),
+            f"lensing.full_sky.nside = {full.nside}",
+            lambda resolved: (
+                "lower lensing.full_sky.nside to "
+                f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}"
+            ),
+        )
     return out
 
 
 def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Compute the run's lensing maps (kept for the summaries) and write them unless
     outputs.lightcone is off (the weights and geometry always); returns the path."""
-    run_file, cfg, mesh = setup.run_file, setup.config, setup.grid.mesh
-    if cfg.lensing is None:
-        raise ValueError(
-            f"run {run_file.run_id} has no lensing section, so it has no lensing stage "
-            "(add lightcone and lensing sections to its campaign's base)"
-        )
+    run_file, grid, kept = setup.run_file, setup.grid, setup.kept
+    _, lens = setup.lensed()
     started = store.now()
     nb = inputs.store("nbody")
-    cosmo, srcs = setup.cosmology, setup.sources
+    cosmo, srcs = setup.cosmology, lens.sources
     chi = np.asarray(nb["plane"][:], np.float64)
     edges = np.append(nb["plane_chi_lo"][:], nb["plane_chi_hi"][-1])
-    drawn = setup.draws
+    drawn = lens.draws
     sets = [srcs] if drawn is None else [found for _, found in drawn]
     weights = np.stack(
         [
@@ -201,12 +210,11 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     if drawn is None:
         weights, z_source = weights[0], z_source[0]
     path = store_path(inputs.run_dir, "lensing")
-    maps_kept = cfg.outputs.lightcone
     group = store.create(
         path,
-        provenance.provenance(run_file, "lensing", mesh, started, inputs.made_from("lensing"))
-        | {"maps_kept": maps_kept, "method": cfg.lensing.method},
-        keepbits=cfg.outputs.keepbits,
+        provenance.provenance(run_file, "lensing", grid.mesh, started, inputs.made_from("lensing"))
+        | {"maps_kept": kept.lightcone, "method": lens.method},
+        keepbits=kept.keepbits,
     )
     store.write_coordinate(
         group,
@@ -239,25 +247,26 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     shell_k_max = nb["plane_k_max_healpix"][:] if "plane_k_max_healpix" in nb else None
     write_valid_ranges(group, valid_ranges(setup, edges, shell_k_max))
     group.attrs["k_max_valid"] = resolution.k_max_valid(
-        cfg.box.particles, cfg.box.box_size, cfg.box.oversample
+        grid.particles, grid.box_size, grid.oversample
     )
-    if by.suppressions[0] is not None:
-        plane_pass.write_suppressions(group, by, cfg)
-    if cfg.lensing.flat_sky is not None:
-        _flat_sky_maps(group, setup, inputs, progress, by)
-    if cfg.lensing.full_sky is not None:
-        _full_sky_maps(group, setup, inputs, progress, by)
+    if setup.baryons is not None:
+        plane_pass.write_suppressions(group, by, setup.baryons)
+    if lens.flat is not None:
+        _flat_sky_maps(group, setup, lens.flat, inputs, progress, by)
+    if lens.full is not None:
+        _full_sky_maps(group, setup, lens.full, inputs, progress, by)
     store.mark_complete(group)
     return path
 
 
-def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by: Pass):
-    """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on the flat-sky pixels from the
-    nbody store's planes, by lensing.method, a pass per baryons' filter: written unless
-    outputs.lightcone is off, κ and ω kept for the summaries."""
+def _flat_sky_maps(
+    group, setup: derive.RunSetup, flat: FlatSkySetup, inputs: Inputs, progress: Progress, by: Pass
+):
+    """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on the ``flat`` sky's pixels
+    from the nbody store's planes, by lensing.method, a pass per baryons' filter: written
+    unless outputs.lightcone is off, κ and ω kept for the summaries."""
     weights = by.weights
-    lens = config.section(setup.config.lensing, "lensing")
-    flat = config.section(lens.flat_sky, "lensing.flat_sky")
+    _, lens = setup.lensed()
     theta = projection.pixel_centres(flat.field_of_view, flat.pixels)
     with progress.timed("lensing"):
         groups = by.groups()
@@ -286,7 +295,7 @@ def _flat_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
             "deg",
             f"angle of the pixel centre from the line of sight, {axis[-1]}",
         )
-    if setup.config.outputs.lightcone:
+    if setup.kept.lightcone:
         for name, (data, long_name) in maps.items():
             dims = (*by.dims(), "theta_x", "theta_y")
             store.write_array(group, name, by.laid_out(data), dims, "1", long_name)
@@ -301,7 +310,7 @@ def _flat_pass(setup: derive.RunSetup, inputs: Inputs, theta, weights, suppressi
     (R, P), by lensing.method, from one pass over the planes filtered by ``suppression``."""
     nb = inputs.store("nbody")
     chi = np.asarray(nb["plane"][:], np.float64)
-    method = config.section(setup.config.lensing, "lensing").method
+    method = setup.lensed()[1].method
     offsets = [t["offsets"] for t in nb.attrs["plane_transforms"]]
     planes = plane_pass.filtered_planes(
         [lambda j=j: inputs.field("nbody", "lightcone_density", (j,)) for j in range(chi.size)],
@@ -331,13 +340,14 @@ def _flat_pass(setup: derive.RunSetup, inputs: Inputs, theta, weights, suppressi
     return maps
 
 
-def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Progress, by: Pass):
-    """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on HEALPix maps from the
-    shells' harmonic coefficients, by lensing.method, a pass per baryons' filter, with the
-    coefficients of κ and of the shear's E and B modes: written unless outputs.lightcone is
-    off, kept for the summaries."""
-    lens = config.section(setup.config.lensing, "lensing")
-    nside = config.section(lens.full_sky, "lensing.full_sky").nside
+def _full_sky_maps(
+    group, setup: derive.RunSetup, full: FullSkySetup, inputs: Inputs, progress: Progress, by: Pass
+):
+    """κ, γ1, γ2 (and ω when ray-traced) of every map of ``by`` on the ``full`` sky's HEALPix
+    maps from the shells' harmonic coefficients, by lensing.method, a pass per baryons'
+    filter, with the coefficients of κ and of the shear's E and B modes: written unless
+    outputs.lightcone is off, kept for the summaries."""
+    _, lens = setup.lensed()
     shells = np.asarray(inputs.array("nbody", "lightcone_healpix_alm"), np.complex128)
     coefficients: dict[str, list[dict]] = {}
     with progress.timed("lensing"):
@@ -346,21 +356,24 @@ def _full_sky_maps(group, setup: derive.RunSetup, inputs: Inputs, progress: Prog
             filtered = plane_pass.filtered_shells(shells, suppression, inputs.store("nbody"))
             if len(groups) == 1:
                 shells = filtered  # one pass: one copy of the shells held
-            for suffix, alms in _full_sky_pass(setup, inputs, filtered, by.weights[rows]).items():
+            found_alms = _full_sky_pass(setup, full, inputs, filtered, by.weights[rows])
+            for suffix, alms in found_alms.items():
                 found = coefficients.setdefault(suffix, [{}] * by.weights.shape[0])
                 for row, alm in zip(rows, alms):
                     found[row] = alm
-    progress(f"full-sky maps ({lens.method}): {by.weights.shape[0]} maps, nside {nside}")
+    progress(f"full-sky maps ({lens.method}): {by.weights.shape[0]} maps, nside {full.nside}")
     for suffix, alms in coefficients.items():
-        _write_healpix_maps(group, setup, inputs, alms, f"{suffix}_healpix", by)
+        _write_healpix_maps(group, setup, full.nside, inputs, alms, f"{suffix}_healpix", by)
 
 
-def _full_sky_pass(setup: derive.RunSetup, inputs: Inputs, shells, weights) -> dict:
+def _full_sky_pass(
+    setup: derive.RunSetup, full: FullSkySetup, inputs: Inputs, shells, weights
+) -> dict:
     """Per method's suffix ('' the run's, '_born' Born's of method both) the coefficients of
-    the maps of plane ``weights`` (R, P) through the ``shells`` (P, alm): dicts of kappa, e, b
-    and, when ray-traced, omega."""
-    lens = config.section(setup.config.lensing, "lensing")
-    nside = config.section(lens.full_sky, "lensing.full_sky").nside
+    the ``full`` sky's maps of plane ``weights`` (R, P) through the ``shells`` (P, alm): dicts
+    of kappa, e, b and, when ray-traced, omega."""
+    _, lens = setup.lensed()
+    nside = full.nside
     coefficients: dict[str, list[dict]] = {}
     if lens.method != "raytrace":
         born = []
@@ -391,15 +404,14 @@ def _full_sky_pass(setup: derive.RunSetup, inputs: Inputs, shells, weights) -> d
 
 
 def _write_healpix_maps(  # parameters: the stage's, then the maps' and how they are laid out
-    group, setup: derive.RunSetup, inputs: Inputs, alms, suffix: str, by: Pass
+    group, setup: derive.RunSetup, nside: int, inputs: Inputs, alms, suffix: str, by: Pass
 ):
-    """The HEALPix maps of one method (``suffix`` '_healpix' the run's, '_born_healpix'
-    Born's of method both) from every map's coefficients (dicts of kappa, e, b and, when
-    ray-traced, omega; the rows of ``by``): κ, γ1, γ2 (ω) and with the run's maps the reduced
-    shear, written unless outputs.lightcone is off; the coefficients written and kept for the
-    summaries (per draw with lensing.draws)."""
-    lens = config.section(setup.config.lensing, "lensing")
-    nside = config.section(lens.full_sky, "lensing.full_sky").nside
+    """The HEALPix maps of ``nside`` of one method (``suffix`` '_healpix' the run's,
+    '_born_healpix' Born's of method both) from every map's coefficients (dicts of kappa, e,
+    b and, when ray-traced, omega; the rows of ``by``): κ, γ1, γ2 (ω) and with the run's maps
+    the reduced shear, written unless outputs.lightcone is off; the coefficients written and
+    kept for the summaries (per draw with lensing.draws)."""
+    _, lens = setup.lensed()
     ell_max = sky.healpix_ell_max(nside)
     kind = "Born" if lens.method == "born" or "born" in suffix else "ray-traced"
     kappa = np.stack([lightcone.healpix_map(a["kappa"], nside) for a in alms])
@@ -416,7 +428,7 @@ def _write_healpix_maps(  # parameters: the stage's, then the maps' and how they
             (f"g{c}_healpix", maps[c][1] / (1 - kappa), f"reduced shear g{c} = gamma{c} / (1 - kappa)")
             for c in (1, 2)
         ]  # fmt: skip
-    kept = setup.config.outputs.lightcone
+    kept = setup.kept.lightcone
     attrs = {
         "grid_name": "HEALPix", "nside": nside, "nest": False, "ell_band_limit": ell_max,
         "pixel_window": "none",

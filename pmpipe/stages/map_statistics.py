@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pmpipe.physics.evolution import sky
 from pmpipe.physics.lensing import projection
 from pmpipe.physics.statistics import shear_correlation, stats
-from pmpipe.run import config, derive
+from pmpipe.run import derive
+from pmpipe.run.setup_parts import LensingSetup
 from pmpipe.stages import layout, masked_statistics, sky_maps
 from pmpipe.stages.inputs import Inputs
-from pmpipe.stages.sky_maps import PAIR_DIMS, SkyMaps, kappa_edges
+from pmpipe.stages.sky_maps import PAIR_DIMS, SkyMaps
 from pmpipe.storage import gathered
 
 RANGE_NAMES = ("ell_min_valid", "ell_max_valid", "ell_min_valid_healpix", "ell_max_valid_healpix")
@@ -28,19 +28,20 @@ def write_lensing_statistics(group, setup: derive.RunSetup, inputs: Inputs) -> N
     (and for lensing.method both, of Born's maps too, names with '_born'). With lensing.draws,
     those of every draw's maps, with its sources and shape noise, stacked along a leading
     ``draw`` dimension."""
-    drawn = setup.draws
-    masks = masked_statistics.masks(setup)
+    _, lens = setup.lensed()
+    drawn = lens.draws
+    masks = masked_statistics.masks(lens)
     if drawn is None:
         out = gathered.Gathered()
-        _write_statistics(out, setup, inputs, masks)
+        _write_statistics(out, setup, lens, inputs, masks)
         gathered.write(group, [out])
         return
     layout.write_draw_axis(group, [values for values, _ in drawn])
     draws = []
     for d, (_, sources) in enumerate(drawn):
         draws.append(gathered.Gathered())
-        drawn_setup = dataclasses.replace(setup, sources=sources)
-        _write_statistics(draws[-1], drawn_setup, inputs, masks, (d,))
+        drawn_lens = dataclasses.replace(lens, sources=sources)
+        _write_statistics(draws[-1], setup, drawn_lens, inputs, masks, (d,))
     gathered.write(group, draws, varies_by_draw)
 
 
@@ -51,40 +52,44 @@ def varies_by_draw(name: str, dims: tuple[str, ...]) -> bool:
 
 
 def _write_statistics(
-    out, setup: derive.RunSetup, inputs: Inputs, masks: masked_statistics.Masks, draw: tuple = ()
+    out,
+    setup: derive.RunSetup,
+    lens: LensingSetup,
+    inputs: Inputs,
+    masks: masked_statistics.Masks,
+    draw: tuple = (),
 ) -> None:
     """:func:`write_lensing_statistics` of the maps at ``draw`` (() without draws, else the
-    draw's index) into ``out`` (pmpipe.storage.gathered.Gathered), under the run's ``masks``."""
-    section = config.section(setup.config.lensing, "lensing")
-    count = _write_lensing_axes(out, setup, inputs)
-    if section.flat_sky is not None:
-        flat = sky_maps.flat_sky_maps(setup, inputs, count, draw)
-        _write_map_statistics(out, setup, flat)
+    draw's index, ``lens`` with the draw's sources) into ``out``
+    (pmpipe.storage.gathered.Gathered), under the run's ``masks``."""
+    _write_lensing_axes(out, setup, inputs)
+    if lens.flat is not None:
+        flat = sky_maps.flat_sky_maps(setup, lens, lens.flat, inputs, draw)
+        _write_map_statistics(out, setup, lens.sources, flat)
         if masks.flat is not None:
-            masked_statistics.write_masked_flat(out, setup, flat, masks)
-        if section.method == "both":  # Born's maps of the same planes, on the same bins
-            born = sky_maps.flat_sky_maps(setup, inputs, count, draw, "_born")
+            masked_statistics.write_masked_flat(out, setup, lens.flat, flat, masks)
+        if lens.method == "both":  # Born's maps of the same planes, on the same bins
+            born = sky_maps.flat_sky_maps(setup, lens, lens.flat, inputs, draw, "_born")
             _write_spectra_and_peaks(out, setup, born)
             if masks.flat is not None:
-                masked_statistics.write_masked_flat(out, setup, born, masks)
-    if section.full_sky is not None:
-        full = sky_maps.full_sky_maps(setup, inputs, count, draw)
-        _write_map_statistics(out, setup, full)
-        _write_shear_correlations(out, setup, full)
+                masked_statistics.write_masked_flat(out, setup, lens.flat, born, masks)
+    if lens.full is not None:
+        full = sky_maps.full_sky_maps(setup, lens, lens.full, inputs, draw)
+        _write_map_statistics(out, setup, lens.sources, full)
+        _write_shear_correlations(out, lens.full.xi_theta, full)
         if masks.healpix is not None:
             masked_statistics.write_masked_healpix(out, setup, full, masks)
-        if section.method == "both":
-            born = sky_maps.full_sky_maps(setup, inputs, count, draw, "_born")
+        if lens.method == "both":
+            born = sky_maps.full_sky_maps(setup, lens, lens.full, inputs, draw, "_born")
             _write_spectra_and_peaks(out, setup, born)
             if masks.healpix is not None:
                 masked_statistics.write_masked_healpix(out, setup, born, masks)
 
 
-def _write_lensing_axes(out, setup: derive.RunSetup, inputs: Inputs) -> int:
+def _write_lensing_axes(out, setup: derive.RunSetup, inputs: Inputs) -> None:
     """The sources (twice: ``source`` and ``source2``, the axes of the pairs) with their
-    resolved multipoles, the smoothing scales and the κ bins; returns the number of sources."""
-    cfg = setup.config
-    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
+    resolved multipoles, the smoothing scales and the κ bins."""
+    scales, edges = setup.summaries.smoothing_arcmin, setup.summaries.kappa_edges
     sources = np.array([str(s) for s in inputs.store("lensing")["source"][:]])
     out.write_coordinate("source", sources, "1", "lensing source")
     out.write_coordinate("source2", sources, "1", "second lensing source of a pair")
@@ -107,7 +112,6 @@ def _write_lensing_axes(out, setup: derive.RunSetup, inputs: Inputs) -> int:
     out.write_coordinate("kappa", 0.5 * (edges[1:] + edges[:-1]), "1", "centre of the kappa bin")
     out.write_array("kappa_lo", edges[:-1], ("kappa",), "1", "lower edge of the kappa bin")
     out.write_array("kappa_hi", edges[1:], ("kappa",), "1", "upper edge of the kappa bin")
-    return len(sources)
 
 
 def pair_spectra(fields: list, spectrum: Callable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,9 +131,9 @@ def pair_spectra(fields: list, spectrum: Callable) -> tuple[np.ndarray, np.ndarr
     return first[0], out, first[2]
 
 
-def _write_map_statistics(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
-    """The multipole bins, the C_ℓ of every pair with their Limber prediction, peak counts and
-    PDF of one kind of map of every source."""
+def _write_map_statistics(out, setup: derive.RunSetup, sources: tuple, maps: SkyMaps) -> None:
+    """The multipole bins, the C_ℓ of every pair with their Limber prediction (for the lensing
+    setup's ``sources``), peak counts and PDF of one kind of map of every source."""
     ell_dim, ell_edges = maps.ell_dim, maps.edges
     centres = np.sqrt(ell_edges[1:] * ell_edges[:-1])
     out.write_coordinate(ell_dim, centres, "1", "geometric centre of the multipole bin")
@@ -149,7 +153,7 @@ def _write_map_statistics(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
         "number of multipole modes in the bin",
     )  # fmt: skip
     at = np.where(np.isfinite(ell_mean), ell_mean, centres)
-    srcs = [source for _, _, source in setup.sources]
+    srcs = [source for _, _, source in sources]
     theory = np.zeros((len(srcs), len(srcs), at.size))
     for i, source in enumerate(srcs):
         for j in range(i, len(srcs)):
@@ -167,8 +171,7 @@ def _write_spectra_and_peaks(out, setup: derive.RunSetup, maps: SkyMaps) -> tupl
     """The C_ℓ of every pair (κ, E and B modes, with noise), peak counts and PDF of the maps,
     under their names with maps.suffix; returns the bins' mean multipoles and mode counts."""
     suffix, dims = maps.suffix, (*PAIR_DIMS, maps.ell_dim)
-    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
-    _write_peaks(out, setup, suffix, observed, maps.smooth, maps.peaks_of)
+    _write_peaks(out, setup, maps)
     spectra: dict[str, tuple] = {}
     for kind, fields in maps.modes.items():  # the flat sky's E modes are κ: measured once
         same = [k for k in spectra if maps.modes[k] is fields]
@@ -191,19 +194,18 @@ def _write_spectra_and_peaks(out, setup: derive.RunSetup, maps: SkyMaps) -> tupl
     return spectra[""][0], spectra[""][2]
 
 
-def _write_peaks(
-    out, setup: derive.RunSetup, suffix: str, observed: list, smooth, peaks_of
-) -> None:
+def _write_peaks(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
     """Peak counts and PDF of every source's map as observed (with shape noise when the run
-    has it), per smoothing scale."""
-    cfg = setup.config
-    scales, edges = cfg.summaries.smoothing_arcmin, kappa_edges(cfg)
+    has it), per smoothing scale, under their names with maps.suffix."""
+    scales, edges = setup.summaries.smoothing_arcmin, setup.summaries.kappa_edges
+    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
     peaks, pdfs = [], []
     for observed_map in observed:
-        smoothed = [smooth(observed_map, s) for s in scales]
-        peaks.append([peaks_of(m, edges) for m in smoothed])
+        smoothed = [maps.smooth(observed_map, s) for s in scales]
+        peaks.append([maps.peaks_of(m, edges) for m in smoothed])
         pdfs.append([stats.pdf(m, edges) for m in smoothed])
-    label = "" if cfg.summaries.shape_noise is None else " with shape noise"
+    label = "" if maps.noise is None else " with shape noise"
+    suffix = maps.suffix
     out.write_array(
         "peaks" + suffix,
         np.asarray(peaks),
@@ -220,25 +222,13 @@ def _write_peaks(
     )
 
 
-XI_PIXELS = 3  # pixel sides: the smallest default angle of ξ±
-
-
-def xi_angles(cfg: config.Run) -> np.ndarray:
-    """Angles (arcmin) of the full-sky ξ±, log-spaced: summaries.xi_theta_arcmin, or from 3
-    pixel sides to 300 arcmin (at least 10 times further, at most 180 degrees)."""
-    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
-    low = XI_PIXELS * sky.pixel_arcmin(full.nside)
-    low, high = cfg.summaries.xi_theta_arcmin or (low, min(max(300.0, 10 * low), 10800.0))
-    return np.geomspace(low, high, cfg.summaries.xi_bins)
-
-
-def _write_shear_correlations(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
-    """ξ+ and ξ- (source, source2, theta) of every pair of sources from the E and B modes of
-    the full-sky shear (:mod:`pmpipe.physics.statistics.shear_correlation`; no pixel window: the maps
-    are point samples)."""
+def _write_shear_correlations(out, theta: np.ndarray, maps: SkyMaps) -> None:
+    """ξ+ and ξ- (source, source2, theta) of every pair of sources at the angles ``theta``
+    (arcmin) from the E and B modes of the full-sky shear
+    (:mod:`pmpipe.physics.statistics.shear_correlation`; no pixel window: the maps are point
+    samples)."""
     import healpy
 
-    theta = xi_angles(setup.config)
     e, b = maps.modes["_ee"], maps.modes["_bb"]
     count = len(e)
     xi = np.zeros((2, count, count, theta.size))

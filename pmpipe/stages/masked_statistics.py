@@ -11,14 +11,9 @@ import numpy as np
 
 from pmpipe.physics.lensing import projection
 from pmpipe.physics.statistics import pseudo_cl, pseudo_cl_flat, stats
-from pmpipe.run import config, derive, validation
-from pmpipe.stages.sky_maps import (
-    PAIR_DIMS,
-    SkyMaps,
-    ell_edges_flat,
-    ell_edges_healpix,
-    kappa_edges,
-)
+from pmpipe.run import derive
+from pmpipe.run.setup_parts import FlatSkySetup, LensingSetup
+from pmpipe.stages.sky_maps import PAIR_DIMS, SkyMaps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,24 +26,18 @@ class Masks:
     healpix: tuple | None
 
 
-def masks(setup: derive.RunSetup) -> Masks:
-    """The :class:`Masks` of the run's lensing.flat_sky.mask and lensing.full_sky.mask."""
+def masks(lens: LensingSetup) -> Masks:
+    """The :class:`Masks` of the run's lensing.flat_sky.mask and lensing.full_sky.mask
+    (``lens``: its lensing setup)."""
     import healpy
 
-    cfg = setup.config
-    lens = config.section(cfg.lensing, "lensing")
     flat = healpix = None
-    if lens.flat_sky is not None and lens.flat_sky.mask is not None:
-        mask = validation.load_flat_mask(lens.flat_sky.mask, lens.flat_sky.pixels)
-        flat = (
-            mask,
-            pseudo_cl_flat.couplings(mask, lens.flat_sky.field_of_view, ell_edges_flat(cfg)),
-        )
-    if lens.full_sky is not None and lens.full_sky.mask is not None:
-        nside = lens.full_sky.nside
-        mask = validation.load_mask(lens.full_sky.mask, nside)
+    if lens.flat is not None and lens.flat.mask is not None:
+        mask = lens.flat.mask
+        flat = (mask, pseudo_cl_flat.couplings(mask, lens.flat.field_of_view, lens.flat.ell_edges))
+    if lens.full is not None and lens.full.mask is not None:
+        nside, mask, edges = lens.full.nside, lens.full.mask, lens.full.ell_edges
         ell_max = 2 * nside
-        edges = ell_edges_healpix(cfg)
         mask_cl = pseudo_cl.mask_power(healpy.ud_grade(mask, 2 * nside), 2 * ell_max)
         healpix = (
             mask,
@@ -73,12 +62,15 @@ def write_masked_healpix(out, setup: derive.RunSetup, maps: SkyMaps, masked: Mas
     _write_masked_peaks_healpix(out, setup, maps, masked.healpix[0])
 
 
-def write_masked_flat(out, setup: derive.RunSetup, maps: SkyMaps, masked: Masks) -> None:
-    """The flat-sky maps' masked spectra (:func:`_write_masked_spectra_flat`), peaks and PDF
-    (:func:`_write_masked_peaks_flat`); the windows with the run's maps."""
+def write_masked_flat(
+    out, setup: derive.RunSetup, flat: FlatSkySetup, maps: SkyMaps, masked: Masks
+) -> None:
+    """The masked spectra (:func:`_write_masked_spectra_flat`), peaks and PDF
+    (:func:`_write_masked_peaks_flat`) of the ``flat`` sky's maps; the windows with the run's
+    maps."""
     assert masked.flat is not None  # the run has a flat-sky mask
-    _write_masked_spectra_flat(out, setup, maps, masked.flat)
-    _write_masked_peaks_flat(out, setup, maps, masked.flat[0])
+    _write_masked_spectra_flat(out, maps, masked.flat)
+    _write_masked_peaks_flat(out, setup, flat.pixel_arcmin, maps, masked.flat[0])
 
 
 def _write_masked_spectra_healpix(out, maps: SkyMaps, masked: tuple) -> None:
@@ -158,7 +150,7 @@ def _write_masked_peaks_healpix(out, setup: derive.RunSetup, maps: SkyMaps, mask
     inside the mask's whole pixels (:func:`pmpipe.physics.statistics.stats.interior_healpix`)."""
     import healpy
 
-    scales, edges = setup.config.summaries.smoothing_arcmin, kappa_edges(setup.config)
+    scales, edges = setup.summaries.smoothing_arcmin, setup.summaries.kappa_edges
     side = healpy.nside2resol(healpy.npix2nside(mask.size))
     inside = [
         stats.interior_healpix(mask, MASK_MARGIN_SIGMAS * np.radians(s / 60) + side) for s in scales
@@ -191,14 +183,13 @@ def _write_masked_counts(out, maps: SkyMaps, peaks, pdfs, fraction: list[float])
         )  # fmt: skip
 
 
-def _write_masked_spectra_flat(out, setup: derive.RunSetup, maps: SkyMaps, masked) -> None:
+def _write_masked_spectra_flat(out, maps: SkyMaps, masked) -> None:
     """The spectra of every pair of the run's flat-sky ``maps`` times the mask
     (lensing.flat_sky.mask), in the flat-sky bins: κ, and the E and B modes of the shear whose
     E and B are κ and ω (:func:`pmpipe.physics.statistics.pseudo_cl_flat.shear_of`), decoupled
     (pmpipe.physics.statistics.pseudo_cl_flat), with their bandpower windows over rings of |ℓ|
     (``masked``: the mask and its couplings)."""
-    flat = config.section(config.section(setup.config.lensing, "lensing").flat_sky, "flat_sky")
-    fov, edges = flat.field_of_view, maps.edges
+    edges = maps.edges
     mask, coupled = masked
     fields = []
     for kappa, omega in zip(maps.modes[""], maps.modes["_bb"]):
@@ -208,7 +199,7 @@ def _write_masked_spectra_flat(out, setup: derive.RunSetup, maps: SkyMaps, maske
     found = {n: np.zeros((count, count, bins)) for n in ("", "_ee", "_bb")}
     for i in range(count):
         for j in range(i, count):
-            pseudo = [stats.flat_sky_cl(a, fov, edges, b)[1] for a, b in zip(fields[i], fields[j])]
+            pseudo = [maps.spectrum(a, b)[1] for a, b in zip(fields[i], fields[j])]
             ee, bb = pseudo_cl_flat.decoupled_spin2(pseudo[1], pseudo[2], coupled)
             for name, values in (
                 ("", pseudo_cl_flat.decoupled_spin0(pseudo[0], coupled)),
@@ -242,13 +233,13 @@ def _write_masked_spectra_flat(out, setup: derive.RunSetup, maps: SkyMaps, maske
         )  # fmt: skip
 
 
-def _write_masked_peaks_flat(out, setup: derive.RunSetup, maps: SkyMaps, mask) -> None:
+def _write_masked_peaks_flat(
+    out, setup: derive.RunSetup, pixel_arcmin: float, maps: SkyMaps, mask
+) -> None:
     """Peak counts and PDF of every source's flat-sky κ as observed (with its noise), times the
     mask and smoothed, counted on the whole pixels MASK_MARGIN_SIGMAS σ and one pixel side
     from every pixel that is not (:func:`pmpipe.physics.statistics.stats.interior_flat`)."""
-    flat = config.section(config.section(setup.config.lensing, "lensing").flat_sky, "flat_sky")
-    scales, edges = setup.config.summaries.smoothing_arcmin, kappa_edges(setup.config)
-    pixel_arcmin = flat.field_of_view * 60 / flat.pixels
+    scales, edges = setup.summaries.smoothing_arcmin, setup.summaries.kappa_edges
     inside = [stats.interior_flat(mask, MASK_MARGIN_SIGMAS * s / pixel_arcmin + 1) for s in scales]
     observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
     peaks, pdfs = [], []

@@ -21,7 +21,8 @@ from jax.sharding import Mesh
 
 from pmpipe.physics.evolution import lightcone, particle_mesh, sky
 from pmpipe.physics.mesh.domain import Grid
-from pmpipe.run import config, derive
+from pmpipe.run import derive
+from pmpipe.run.setup_parts import LightconeSetup
 from pmpipe.runtime import parallel
 from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.stages import store_path
@@ -42,31 +43,28 @@ class LightconeCapture:
     lensing, their HEALPix shells: harmonic coefficients up to ℓ = 3 nside - 1 of the rays'
     samples (:func:`pmpipe.physics.evolution.lightcone.shell_alm`) and their maps."""
 
-    def __init__(self, setup: derive.RunSetup):
-        cfg, grid = setup.config, setup.grid
-        self.cfg, cone = cfg, config.section(cfg.lightcone, "lightcone")
-        self.grid = grid
-        self.planes = config.section(setup.planes, "lightcone planes")
+    def __init__(self, setup: derive.RunSetup, cone: LightconeSetup):
+        grid = setup.grid
+        self.cone, self.grid, self.planes = cone, grid, cone.planes
         self.transforms = lightcone.plane_transforms(
-            cfg.ic.seed,
+            setup.seed,
             len(self.planes),
             grid.force_cells,
             cone.randomize,
-            cfg.planes_per_copy(),
-            cfg.plane_cells(),
+            cone.planes_per_copy,
+            cone.plane_cells,
         )
-        full = cfg.lensing.full_sky if cfg.lensing is not None else None
+        full = setup.lensing.full if setup.lensing is not None else None
         self.nside = full.nside if full is not None else None
         rays_nside, self.k_max = None, np.zeros(len(self.planes))
-        if self.nside is not None:
-            rays_nside = sky.rays_nside(self.nside)
-            self.k_max = config.section(setup.shell_k_max, "shell band limits")
+        if full is not None:
+            rays_nside, self.k_max = sky.rays_nside(full.nside), full.shell_k_max
         self.capture = lightcone.capture_plan(
             self.planes,
             self.transforms,
             cone.observer,
             grid,
-            cfg.plane_cells(),
+            cone.plane_cells,
             rays_nside,
             self.k_max,
         )
@@ -77,7 +75,8 @@ class LightconeCapture:
     def receive(self, result: particle_mesh.NBodyResult) -> None:
         """Take the planes from the N-body's result."""
         self.needed = int(result.needed_halo)
-        planes = config.section(result.planes, "captured planes")
+        planes = result.planes
+        assert planes is not None  # the program captured the planes of its plan
         self.flat = {j: planes[j] for j in range(len(self.planes))}
         if self.nside is not None:
             rays = parallel.to_host(result.shells)[: len(self.planes)].astype(
@@ -97,7 +96,6 @@ class LightconeCapture:
     def _write_geometry(self, group) -> None:
         """Each plane's distances and scale factor, the band limits of the shells and the
         transforms the planes were seen through."""
-        cone = config.section(self.cfg.lightcone, "lightcone")
         missing = sorted(set(range(len(self.planes))) - set(self.flat))
         if missing:
             raise RuntimeError(f"lightcone planes {missing} were never crossed during the N-body")
@@ -142,11 +140,11 @@ class LightconeCapture:
                 "h/Mpc",
                 "band limit of the density sampled for the plane's full-sky shell",
             )
-        observer = cone.observer
+        observer = self.cone.observer
         group.update_attributes(
             {
-                "plane_thickness": self.cfg.plane_thickness(),
-                "plane_cells": self.cfg.plane_cells(),
+                "plane_thickness": self.cone.plane_thickness,
+                "plane_cells": self.cone.plane_cells,
                 "observer": list(observer),
                 "lightcone_needed_halo_cells": self.needed,
                 "plane_transforms": [
@@ -248,25 +246,26 @@ def downsample(field, factor: int, mesh: Mesh):
 def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Evolve the run's ICs and write the snapshots, final particles and lightcone planes as
     far as outputs keeps them (all kept for the next stages); returns the path."""
-    cfg, grid, times = setup.config, setup.grid, setup.timeline
+    grid, times, every = setup.grid, setup.timeline, setup.checkpoints
     started = store.now()
     a_init = float(inputs.store("ic").attrs["a_init"])
     progress(
-        f"{len(times.bounds) - 1} steps from a = {a_init} to {cfg.nbody.a_final} on a "
+        f"{len(times.bounds) - 1} steps from a = {a_init} to {setup.a_final} on a "
         f"{grid.force_cells}^3 mesh"
     )
-    capture = LightconeCapture(setup) if cfg.lightcone is not None else None
+    cone = setup.lightcone
+    capture = LightconeCapture(setup, cone) if cone is not None else None
     plan = capture.capture if capture is not None else None
-    if cfg.checkpoints is None:
+    if every is None:
         with progress.timed("pm_steps"):
             result = _evolve_stepwise(setup, inputs, None, plan, progress)
         return _finish(setup, inputs, progress, result, capture, started)
-    schedule = checkpoint.Schedule(cfg.checkpoints.every_steps, cfg.checkpoints.every_minutes)
+    schedule = checkpoint.Schedule(every.every_steps, every.every_minutes)
     with schedule.listening():
         with progress.timed("pm_steps"):
             result = _evolve_stepwise(setup, inputs, schedule, plan, progress)
         path = _finish(setup, inputs, progress, result, capture, started)
-    if not cfg.checkpoints.keep:
+    if not every.kept:
         checkpoint.remove(inputs.run_dir)
     return path
 
@@ -348,9 +347,9 @@ def _finish(
     started: str,
 ) -> Path:
     """Write nbody.zarr from the evolution's result; keep its fields for the next stages."""
-    cfg, grid, mesh = setup.config, setup.grid, setup.grid.mesh
+    grid, mesh = setup.grid, setup.grid.mesh
     bounds, snapshots = setup.timeline.bounds, setup.timeline.snapshots
-    a_init, a_final = float(bounds[0]), cfg.nbody.a_final
+    a_init, a_final = float(bounds[0]), setup.a_final
     if capture is not None:
         capture.receive(result)
     progress(
@@ -358,7 +357,7 @@ def _finish(
         + (f" and {len(capture.planes)} lightcone planes" if capture else "")
         + f" in {result.seconds:.2f} s"
     )
-    out = cfg.outputs
+    out = setup.kept
     path = store_path(inputs.run_dir, "nbody")
     group = store.create(
         path,

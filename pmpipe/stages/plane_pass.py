@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pmpipe.physics.theory import baryons
-from pmpipe.run import config, draws
+from pmpipe.run.setup_parts import BaryonsSetup
 from pmpipe.storage import store
 
 
@@ -59,15 +59,15 @@ class Pass(NamedTuple):
         return stacked[inverse]
 
 
-def write_suppressions(group, by: Pass, cfg: config.Run) -> None:
+def write_suppressions(group, by: Pass, feedback: BaryonsSetup) -> None:
     """The baryons' S(k, z) table (per draw when lensing.draws draws log_T_AGN) and the
-    section's parameters (root attribute ``baryons``; the draws' values are in
+    section's parameters (``feedback``; root attribute ``baryons``; the draws' values are in
     ``draw_values``)."""
     first = by.suppressions[0]
     assert first is not None  # the run has baryons
     store.write_coordinate(group, "k_baryons", first.k, "h/Mpc", "wavenumber of S(k, z)")
     store.write_coordinate(group, "z_baryons", first.z, "1", "redshift of S(k, z)")
-    per_draw = draws.baryon_values(cfg) is not None  # the draws' values in draw_values
+    per_draw = feedback.per_draw  # the draws' values in draw_values
     ratio = (
         np.stack([s.ratio for s in by.suppressions if s is not None]) if per_draw else first.ratio
     )
@@ -80,7 +80,7 @@ def write_suppressions(group, by: Pass, cfg: config.Run) -> None:
         "S(k, z): the matter power with baryonic feedback over the gravity-only power "
         "(the planes are filtered by its square root)",
     )
-    group.attrs["baryons"] = config.section(cfg.baryons, "baryons").model_dump(mode="json")
+    group.attrs["baryons"] = feedback.parameters
 
 
 def filtered_planes(planes: list, suppression, z, box_size: float) -> list:

@@ -13,32 +13,12 @@ from jax.sharding import NamedSharding
 
 from pmpipe.physics.evolution import sky
 from pmpipe.physics.statistics import stats
-from pmpipe.run import config, derive, validation
+from pmpipe.run import derive
+from pmpipe.run.setup_parts import FlatSkySetup, FullSkySetup, LensingSetup
 from pmpipe.runtime.parallel import FIELD_SPEC
 from pmpipe.stages.inputs import Inputs
 
 PAIR_DIMS = ("source", "source2")
-
-
-def ell_edges_flat(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the flat-sky maps: the map's fundamental to its Nyquist multipole,
-    within summaries.ell_range."""
-    flat = config.section(config.section(cfg.lensing, "lensing").flat_sky, "lensing.flat_sky")
-    held = sky.flat_multipoles(flat.field_of_view, flat.pixels)
-    low, high = sky.clipped_multipoles(held, cfg.summaries.ell_range)
-    return stats.log_bin_edges(low, high, cfg.summaries.ell_bins)
-
-
-def ell_edges_healpix(cfg: config.Run) -> np.ndarray:
-    """C_ell bin edges of the HEALPix maps: ℓ = 2 to their band limit 3 nside - 1 (inclusive),
-    within summaries.ell_range."""
-    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
-    low, high = sky.clipped_multipoles(sky.healpix_multipoles(full.nside), cfg.summaries.ell_range)
-    return stats.log_bin_edges(low, high, cfg.summaries.ell_bins)
-
-
-def kappa_edges(cfg: config.Run) -> np.ndarray:
-    return np.linspace(*cfg.summaries.kappa_range, cfg.summaries.kappa_bins + 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +42,6 @@ class SkyMaps:
     peaks_of: Callable
 
 
-def _noise_levels(setup: derive.RunSetup) -> list[tuple[float, float]] | None:
-    """(σ_e, n_gal) of every source, None without shape noise."""
-    noise = setup.config.summaries.shape_noise
-    labels = config.section(setup.config.lensing, "lensing").source_labels()
-    return None if noise is None else noise.per_source(labels)
-
-
 def noise_stream(seed: int, source: int, draw: tuple) -> tuple[int, ...]:
     """The random stream of a source's shape noise: (ic.seed, source), and the draw's index
     after them for draws after the first (the first draw's noise is that of the run without
@@ -77,31 +50,34 @@ def noise_stream(seed: int, source: int, draw: tuple) -> tuple[int, ...]:
 
 
 def flat_sky_maps(
-    setup: derive.RunSetup, inputs: Inputs, count: int, draw: tuple = (), suffix=""
+    setup: derive.RunSetup,
+    lens: LensingSetup,
+    flat: FlatSkySetup,
+    inputs: Inputs,
+    draw: tuple = (),
+    suffix="",
 ) -> SkyMaps:
-    """The flat-sky maps of the ``count`` sources (:class:`SkyMaps`) at ``draw``: the run's,
-    or with ``suffix`` '_born' Born's of lensing.method both. The shear's E and B modes are those of κ
-    and of the rotation ω (0 for Born): the distortion matrix is the Jacobian of the
-    deflection, whose gradient part makes κ and the E modes and whose curl part ω and the B
-    modes, with equal Fourier amplitudes. κ and ω are local, so their spectra are those of the
-    E and B modes without the leakage between them that the shear maps' inverse
-    Kaiser-Squires would add by taking a non-periodic ray-traced map as periodic."""
-    cfg = setup.config
-    lens = config.section(cfg.lensing, "lensing")
-    flat = config.section(lens.flat_sky, "lensing.flat_sky")
+    """The ``flat`` sky's maps (lens.flat) of every source of ``lens`` (:class:`SkyMaps`) at
+    ``draw``: the run's, or with ``suffix`` '_born' Born's of lensing.method both. The shear's
+    E and B modes are those of κ and of the rotation ω (0 for Born): the distortion matrix is
+    the Jacobian of the deflection, whose gradient part makes κ and the E modes and whose curl
+    part ω and the B modes, with equal Fourier amplitudes. κ and ω are local, so their spectra
+    are those of the E and B modes without the leakage between them that the shear maps'
+    inverse Kaiser-Squires would add by taking a non-periodic ray-traced map as periodic."""
     sharding = NamedSharding(setup.grid.mesh, FIELD_SPEC)
+    count = len(lens.sources)
     kappa = [inputs.field("lensing", f"kappa{suffix}", (*draw, i)) for i in range(count)]
     traced = lens.method != "born" and suffix == ""
     rotation = [
         inputs.field("lensing", "omega", (*draw, i)) if traced else jnp.zeros_like(k)
         for i, k in enumerate(kappa)
     ]
-    levels = _noise_levels(setup)
+    levels = lens.shape_noise
     noise = None
     if levels is not None:
         noise = [
             stats.shape_noise_flat(
-                noise_stream(cfg.ic.seed, i, draw),
+                noise_stream(setup.seed, i, draw),
                 flat.pixels,
                 flat.field_of_view,
                 sigma_e,
@@ -110,7 +86,7 @@ def flat_sky_maps(
             )
             for i, (sigma_e, n_gal) in enumerate(levels)
         ]
-    edges = ell_edges_flat(cfg)
+    edges = flat.ell_edges
     return SkyMaps(
         suffix,
         "ell",
@@ -126,14 +102,18 @@ def flat_sky_maps(
 
 
 def full_sky_maps(
-    setup: derive.RunSetup, inputs: Inputs, count: int, draw: tuple = (), suffix=""
+    setup: derive.RunSetup,
+    lens: LensingSetup,
+    full: FullSkySetup,
+    inputs: Inputs,
+    draw: tuple = (),
+    suffix="",
 ) -> SkyMaps:
-    """The HEALPix maps of the ``count`` sources (:class:`SkyMaps`) at ``draw``: the run's, or
-    with ``suffix`` '_born' Born's of lensing.method both."""
+    """The ``full`` sky's HEALPix maps (lens.full) of every source of ``lens``
+    (:class:`SkyMaps`) at ``draw``: the run's, or with ``suffix`` '_born' Born's of
+    lensing.method both."""
     import healpy
 
-    cfg = setup.config
-    full = config.section(config.section(cfg.lensing, "lensing").full_sky, "lensing.full_sky")
     nside, ell_max = full.nside, sky.healpix_ell_max(full.nside)
     name = f"{suffix}_healpix"
     kappa = list(np.asarray(inputs.array("lensing", f"kappa{name}", draw), np.float64))
@@ -142,18 +122,16 @@ def full_sky_maps(
         m: list(np.asarray(inputs.array("lensing", f"gamma_{m}{name}_alm", draw), np.complex128))
         for m in "eb"
     }
-    levels = _noise_levels(setup)
+    levels = lens.shape_noise
     noise = None
     if levels is not None:
-        depth_map = config.section(cfg.summaries.shape_noise, "summaries.shape_noise").depth_map
-        depth = None if depth_map is None else validation.load_depth(depth_map, cfg)
         noise = [
             stats.shape_noise_healpix(
-                list(noise_stream(cfg.ic.seed, i, draw)), nside, sigma_e, n_gal, depth
+                list(noise_stream(setup.seed, i, draw)), nside, sigma_e, n_gal, full.depth
             )
             for i, (sigma_e, n_gal) in enumerate(levels)
         ]
-    edges = ell_edges_healpix(cfg)
+    edges = full.ell_edges
     return SkyMaps(
         name,
         "ell_healpix",

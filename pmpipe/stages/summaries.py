@@ -20,9 +20,8 @@ from pmpipe.physics.mesh import painting
 from pmpipe.physics.mesh.domain import Grid
 from pmpipe.physics.statistics import resolution, stats
 from pmpipe.physics.theory import baryons, cosmology, neutrinos
-from pmpipe.run import config, derive
-from pmpipe.run import draws as nuisance_draws
-from pmpipe.run import ghost_cells as halos
+from pmpipe.run import derive
+from pmpipe.run.setup_parts import BaryonsSetup
 from pmpipe.stages import map_statistics, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
@@ -31,10 +30,10 @@ from pmpipe.storage import provenance, store
 
 def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
     """Measure and write the summaries of the run's snapshots; returns the store's path."""
-    cfg, mesh, cosmo = setup.config, setup.grid.mesh, setup.cosmology
+    mesh, cosmo = setup.grid.mesh, setup.cosmology
     started = store.now()
     a = np.asarray(inputs.store("nbody")["a"][:], dtype=np.float64)
-    n_bins = cfg.summaries.pk_bins or cfg.force_cells() // 2
+    n_bins = setup.summaries.pk_bins
     measured = _measure_spectra(setup, inputs, progress, a, n_bins)
     path = store_path(inputs.run_dir, "summaries")
     group = store.create(
@@ -44,18 +43,18 @@ def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
         ),
     )
     growth = _write_spectra(group, setup, a, n_bins, measured)
-    if cfg.baryons is not None:
-        _write_baryon_spectra(group, setup, a, measured)
+    if setup.baryons is not None:
+        _write_baryon_spectra(group, setup, setup.baryons, a, measured)
     with progress.timed("statistics"):
         write_initial_correlation(
             group,
-            cfg,
+            setup.grid,
             inputs,
             n_bins,
             float(growth[-1]) / float(cosmology.growth_factor(cosmo, 1.0)),
         )
     progress("cross-correlation with the initial field")
-    if cfg.lensing is not None:
+    if setup.lensing is not None:
         with progress.timed("statistics"):
             map_statistics.write_lensing_statistics(group, setup, inputs)
         progress("lensing statistics")
@@ -67,13 +66,13 @@ def _measure_spectra(
     setup: derive.RunSetup, inputs: Inputs, progress: Progress, a, n_bins: int
 ) -> tuple:
     """(mean |k| per bin, P(k) (a, k), modes per bin) of every snapshot's density."""
-    cfg, mesh, box_size = setup.config, setup.grid.mesh, setup.grid.box_size
+    mesh, box_size = setup.grid.mesh, setup.grid.box_size
     spectra = []
     for i in range(a.size):
         field = inputs.field("nbody", "density", (i,))
         with progress.timed("statistics"):
             k_mean, pk, modes = stats.power_spectrum(
-                field, mesh, box_size, n_bins, compensate_cic=cfg.summaries.compensate_cic
+                field, mesh, box_size, n_bins, compensate_cic=setup.summaries.compensate_cic
             )
         spectra.append(pk)
         progress(f"P(k) at a = {a[i]:.4f}")
@@ -89,14 +88,16 @@ def _linear_theory(setup: derive.RunSetup, a, growth, k) -> np.ndarray:
     if table is None or table.neutrinos is None:
         return growth[:, None] ** 2 * power
     nu = table.neutrinos
-    scale_dependent = neutrinos.cb_growth(setup.cosmology, nu, setup.config.ic.a_init, a)
+    scale_dependent = neutrinos.cb_growth(setup.cosmology, nu, setup.a_init, a)
     on_k = np.stack([np.interp(np.log(k), np.log(nu.k), row) for row in scale_dependent])
     return on_k**2 * power
 
 
-def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> None:
+def _write_baryon_spectra(
+    group, setup: derive.RunSetup, feedback: BaryonsSetup, a, measured: tuple
+) -> None:
     """P(k) of every snapshot times the baryons' S(k, z) at the bins' mean |k| (per draw when
-    lensing.draws draws log_T_AGN)."""
+    lensing.draws draws log_T_AGN; ``feedback``: the run's baryons)."""
     k_mean, spectra, _ = measured
     k = np.where(np.isfinite(k_mean), k_mean, 0.0)
     tables = setup.suppressions
@@ -104,7 +105,7 @@ def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> 
         [[baryons.factor(table, k, 1.0 / a_i - 1.0) for a_i in a] for table in tables if table]
     )
     assert len(factors) == len(tables)  # the run has baryons
-    per_draw = nuisance_draws.baryon_values(setup.config) is not None
+    per_draw = feedback.per_draw
     store.write_array(
         group,
         "pk_baryons",
@@ -112,20 +113,21 @@ def _write_baryon_spectra(group, setup: derive.RunSetup, a, measured: tuple) -> 
         (*(("draw",) if per_draw else ()), "a", "k"),
         "(Mpc/h)^3",
         "pk times the baryonic feedback's S(k, z) at k_mean (pmpipe.physics.theory.baryons)",
-        baryons=config.section(setup.config.baryons, "baryons").model_dump(mode="json"),
+        baryons=feedback.parameters,
     )
 
 
 def _write_spectra(group, setup: derive.RunSetup, a, n_bins: int, measured: tuple) -> np.ndarray:
     """The k bins, P(k) per snapshot with linear theory and the resolved range; returns the
     growth factor D1 at each snapshot."""
-    cfg, cosmo, box_size = setup.config, setup.cosmology, setup.grid.box_size
+    cosmo, grid, box_size = setup.cosmology, setup.grid, setup.grid.box_size
+    compensated = setup.summaries.compensate_cic
     k_mean, spectra, modes = measured
     growth = np.asarray(cosmology.growth_factor(cosmo, a), np.float64)
     k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
     k_eval = np.where(np.isfinite(k_mean), k_mean, k_centre)
     linear = _linear_theory(setup, a, growth, k_eval)
-    shot_noise = box_size**3 / cfg.box.particles**3
+    shot_noise = box_size**3 / grid.particles**3
     store.write_coordinate(group, "a", a, "1", "scale factor of the snapshot")
     store.write_coordinate(
         group, "k", k_centre, "h/Mpc", "centre of the |k| bin (bins of width 2 pi / L from 0)"
@@ -137,11 +139,11 @@ def _write_spectra(group, setup: derive.RunSetup, a, n_bins: int, measured: tupl
         ("a", "k"),
         "(Mpc/h)^3",
         "matter power spectrum of rho / rho_mean, CIC window divided out"
-        if cfg.summaries.compensate_cic
+        if compensated
         else "matter power spectrum of rho / rho_mean",
         shot_noise=shot_noise,
         shot_noise_subtracted=False,
-        compensated=cfg.summaries.compensate_cic,
+        compensated=compensated,
     )
     store.write_array(
         group, "k_lo", k_centre - np.pi / box_size, ("k",), "h/Mpc", "lower edge of the |k| bin"
@@ -160,7 +162,7 @@ def _write_spectra(group, setup: derive.RunSetup, a, n_bins: int, measured: tupl
         "linear theory at k_mean: D1(a)^2 P_lin(k), with massive neutrinos the CDM + baryon "
         "power with its scale-dependent growth, D_cb(k, a)^2 P_cb(k)",
     )
-    k_valid = resolution.k_max_valid(cfg.box.particles, box_size, cfg.box.oversample)
+    k_valid = resolution.k_max_valid(grid.particles, box_size, grid.oversample)
     store.write_array(
         group,
         "k_max_valid",
@@ -176,17 +178,17 @@ def _write_spectra(group, setup: derive.RunSetup, a, n_bins: int, measured: tupl
 
 
 def write_initial_correlation(
-    group, cfg: config.Run, inputs: Inputs, n_bins: int, growth_final: float
+    group, grid: Grid, inputs: Inputs, n_bins: int, growth_final: float
 ) -> None:
-    """At a_final: the final particles painted on the particle grid (CIC compensated) against
-    the initial linear density: P_cross, P_initial, P_final, propagator P_cross / (D P_initial)
-    and r = P_cross / sqrt(P_final P_initial)."""
-    mesh = inputs.mesh
+    """At a_final: the final particles painted on the particle grid of the run's ``grid`` (CIC
+    compensated) against the initial linear density: P_cross, P_initial, P_final, propagator
+    P_cross / (D P_initial) and r = P_cross / sqrt(P_final P_initial)."""
+    mesh = grid.mesh
     linear = inputs.field("ic", "linear_density")
     disp = inputs.field("nbody", "displacement")
-    n, box_size = cfg.box.particles, cfg.box.box_size
-    halo = max(1, halos.cells(cfg) // cfg.box.oversample)
-    rho, needed = painting.paint(disp, Grid(mesh, n, 1, box_size, halo, cfg.nbody.dtype))
+    n, box_size = grid.particles, grid.box_size
+    halo = max(1, grid.halo // grid.oversample)
+    rho, needed = painting.paint(disp, Grid(mesh, n, 1, box_size, halo, grid.dtype))
     painting.check_halo(needed, halo)
     delta = rho - 1.0
     _, p_final, _ = stats.power_spectrum(delta, mesh, box_size, n_bins, compensate_cic=True)
