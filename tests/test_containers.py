@@ -306,19 +306,43 @@ def test_a_run_s_stages_in_the_image_equal_the_host_s(apptainer, cpu_image, tiny
     assert attrs["image"] == str(image) and attrs["git_commit"] == commit  # the image's label
 
 
+def write_small_quickstart(workdir) -> None:
+    """The quick-start campaign as quickstart.yaml in ``workdir``, 2 processes per stage, one
+    realisation per point, 32^3 particles and a force mesh of B = 1 to keep CI short."""
+    from test_slurm import two_processes_per_run
+
+    data = yaml.safe_load((REPO / "config/quickstart.yaml").read_text())
+    data["realisations"] = 1
+    data["base"]["box"].update(particles=32, oversample=1)
+    (workdir / "quickstart.yaml").write_text(two_processes_per_run(yaml.safe_dump(data)))
+
+
+def small_quickstart_stores(results) -> dict:
+    """Root attributes of every store of the small quick start, by path; asserts that its 3
+    runs are complete, their N-body written by 2 processes, and the campaign's outputs made."""
+    runs = sorted(p.parent.name for p in results.glob("*/config.json"))
+    assert len(runs) == 3
+    attrs = {}
+    for run in runs:
+        for stage in stages.STAGES:
+            path = results / run / f"{stage}.zarr"
+            assert store.is_complete(path), path
+            attrs[path] = dict(zarr.open_group(path, mode="r").attrs)
+        assert attrs[results / run / "nbody.zarr"]["process_count"] == 2  # an srun step of 2
+    assert "process 1 of 2 (slurm)" in (results / "logs" / "job0000.log").read_text()
+    assert (results / "summaries.zarr").exists() and (results / "report" / "peaks.png").exists()
+    return attrs
+
+
 @pytest.mark.slow
-def test_the_quickstart_completes_through_the_slurm_apptainer_profile(
+def test_the_quickstart_completes_through_the_slurm_apptainer_profile_then_does_nothing(
     slurm, apptainer, cpu_image, tmp_path
 ):
     """profiles/slurm-apptainer on the test cluster with the CPU image: the quick start (one
     realisation per point, 32^3 particles, B = 1) in one packed job whose srun step starts 2
-    processes, each in the image, that meet through jax.distributed."""
-    from test_slurm import (
-        STATUS_CHECKS,
-        slurm_env,
-        small_quickstart_stores,
-        write_small_quickstart,
-    )
+    processes, each in the image, that meet through jax.distributed and share the campaign's
+    compiled programs; a second invocation submits nothing."""
+    from test_slurm import STATUS_CHECKS, job_count, slurm_env
 
     image, commit = cpu_image
     write_small_quickstart(tmp_path)
@@ -333,26 +357,39 @@ def test_the_quickstart_completes_through_the_slurm_apptainer_profile(
             }
         )
     )
-    out = run_snakemake(
-        tmp_path,
-        "--profile",
-        str(REPO / "profiles/slurm-apptainer"),
-        "--configfile",
-        str(tmp_path / "site.yaml"),
-        "--config",
-        "campaign=quickstart.yaml",
-        *STATUS_CHECKS,
-        env=slurm_env(),
-        timeout=1200,
-        main=REPO / "tests" / "slurm_snakemake.py",
-        share_programs=False,
-    )
+
+    def snakemake():
+        return run_snakemake(
+            tmp_path,
+            "--profile",
+            str(REPO / "profiles/slurm-apptainer"),
+            "--configfile",
+            str(tmp_path / "site.yaml"),
+            "--config",
+            "campaign=quickstart.yaml",
+            *STATUS_CHECKS,
+            env=slurm_env(),
+            timeout=1200,
+            main=REPO / "tests" / "slurm_snakemake.py",  # status every 2 s
+            share_programs=False,  # the campaign compiles its own programs
+        )
+
+    out = snakemake()
     assert (
         f"srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --kill-on-bad-exit=1 "
         f"{apptainer[0]} exec --userns {image} python -m pmpipe.job.pipeline"
     ) in out.stdout + out.stderr
-    attrs = small_quickstart_stores(tmp_path / "results" / "quickstart")
+    results = tmp_path / "results" / "quickstart"
+    attrs = small_quickstart_stores(results)
     assert {(a["image"], a["git_commit"]) for a in attrs.values()} == {(str(image), commit)}
+    log = (results / "logs" / "job0000.log").read_text()  # the 3 runs packed into one job
+    assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
+    assert log.count("ic, nbody, lensing, summaries done") == 3
+    assert any((tmp_path / "results" / ".jax_cache").iterdir())  # compiled programs shared
+    before = job_count()
+    again = snakemake()
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert job_count() == before
 
 
 def test_the_gpu_image_builds_jaxdecomp_from_its_locked_source_on_aarch64():
@@ -387,11 +424,11 @@ TIME_LIMITED = {
     "seed": 3,
     "base": {
         "box": {"box_size": 128.0, "particles": 64, "oversample": 2},
-        # 1500 steps: 60 s of PM steps on an idle fast core, so that the N-body is still
-        # evolving when pmpipe signals itself 50 s into the job (400 steps ended before it)
-        "nbody": {"steps": 1500},
+        # 600 steps: 24 s of PM steps on an idle fast core, so that the N-body is still
+        # evolving when pmpipe signals itself 20 s into the job, about 10 s after it started
+        "nbody": {"steps": 600},
         "parallel": {"pdims": [1, 1]},
-        "checkpoints": {"every_steps": 100},
+        "checkpoints": {"every_steps": 50},
     },
     "design": {"kind": "fiducial"},
     "execution": {
@@ -409,9 +446,9 @@ def test_a_containerised_single_process_job_checkpoints_before_its_time_limit_an
     slurm, apptainer, cpu_image, tmp_path
 ):
     """What the slurm-apptainer profile's rule runs for a single-process job, submitted with a
-    2-minute limit: `python -m pmpipe.runtime.host_requeue -- apptainer exec <image> python -m
-    pmpipe.job.pipeline --stop-ahead 70 CONFIG`. The image has no squeue or scontrol; the host
-    side passes the job's end time in, pmpipe in the image signals itself 70 s before the
+    1-minute limit: `python -m pmpipe.runtime.host_requeue -- apptainer exec <image> python -m
+    pmpipe.job.pipeline --stop-ahead 40 CONFIG`. The image has no squeue or scontrol; the host
+    side passes the job's end time in, pmpipe in the image signals itself 40 s before the
     limit, writes an N-body checkpoint and exits 3, the host side requeues the job, and the
     requeued job resumes from the checkpoint and completes the run (after more requeues, on a
     slower machine)."""
@@ -428,10 +465,10 @@ def test_a_containerised_single_process_job_checkpoints_before_its_time_limit_an
     run_dir = tmp_path / "results" / "limit" / "limit-fiducial-r0"
     command = [sys.executable, "-m", "pmpipe.runtime.host_requeue", "--", *apptainer, "exec"]
     command += ["--userns", str(image), "python", "-m", "pmpipe.job.pipeline"]
-    command += ["--stop-ahead", "70", str(run_dir / "config.json")]
+    command += ["--stop-ahead", "40", str(run_dir / "config.json")]
     log = tmp_path / "job.log"
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "--time=2", "--requeue", "--open-mode=append"]
+        ["sbatch", "--parsable", "--time=1", "--requeue", "--open-mode=append"]
         + [f"--output={log}", f"--wrap={shlex.join(command)}"],
         cwd=tmp_path,
         env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},

@@ -1,7 +1,9 @@
-"""pmpipe on a real SLURM (tests/slurm_cluster.py): the quick-start campaign through
-`snakemake --profile profiles/slurm` with multi-process srun steps, `pmpipe submit` through
-submitit (one stage; a campaign as a job array) equal to local results, and a failing job that
-fails the workflow naming its log."""
+"""pmpipe on a real SLURM (tests/slurm_cluster.py): `pmpipe submit` through submitit (one
+stage; a campaign as a job array) equal to local results, a second submit that leaves out the
+runs still queued, and a failing job that fails the workflow naming its log. The quick start
+through `snakemake --profile profiles/slurm-apptainer` with multi-process srun steps:
+tests/test_containers.py; profiles/slurm's packed job of srun steps, preempted and requeued:
+tests/test_preemption.py."""
 
 import os
 import subprocess
@@ -16,7 +18,6 @@ from pmpipe import stages
 from pmpipe.campaigns import campaign
 from pmpipe.results import summary_parts
 from pmpipe.stages import registry
-from pmpipe.storage import store
 
 pytestmark = pytest.mark.slow
 
@@ -69,60 +70,6 @@ def two_processes_per_run(text: str) -> str:
     data["base"].setdefault("parallel", {})["pdims"] = [1, 2]
     data["execution"].update(devices_per_node=2, processes_per_node=2, cpus_per_task=1)
     return yaml.safe_dump(data)
-
-
-def write_small_quickstart(workdir) -> None:
-    """The quick-start campaign as quickstart.yaml in ``workdir``, 2 processes per stage, one
-    realisation per point, 32^3 particles and a force mesh of B = 1 to keep CI short."""
-    data = yaml.safe_load((REPO / "config/quickstart.yaml").read_text())
-    data["realisations"] = 1
-    data["base"]["box"].update(particles=32, oversample=1)
-    (workdir / "quickstart.yaml").write_text(two_processes_per_run(yaml.safe_dump(data)))
-
-
-def small_quickstart_stores(results) -> dict:
-    """Root attributes of every store of the small quick start, by path; asserts that its 3
-    runs are complete, their N-body written by 2 processes, and the campaign's outputs made."""
-    runs = sorted(p.parent.name for p in results.glob("*/config.json"))
-    assert len(runs) == 3
-    attrs = {}
-    for run in runs:
-        for stage in stages.STAGES:
-            path = results / run / f"{stage}.zarr"
-            assert store.is_complete(path), path
-            attrs[path] = dict(zarr.open_group(path, mode="r").attrs)
-        assert attrs[results / run / "nbody.zarr"]["process_count"] == 2  # an srun step of 2
-    assert "process 1 of 2 (slurm)" in (results / "logs" / "job0000.log").read_text()
-    assert (results / "summaries.zarr").exists() and (results / "report" / "peaks.png").exists()
-    return attrs
-
-
-@pytest.fixture(scope="module")
-def quickstart(slurm, tmp_path_factory):
-    """The small quick start on the test cluster (first invocation)."""
-    workdir = tmp_path_factory.mktemp("slurm-quickstart")
-    write_small_quickstart(workdir)
-    out = snakemake_slurm(workdir, "quickstart.yaml")
-    return workdir, out
-
-
-def test_slurm_profile_runs_the_quickstart_campaign_with_srun_steps(quickstart):
-    workdir, out = quickstart
-    results = workdir / "results" / "quickstart"
-    small_quickstart_stores(results)
-    log = (results / "logs" / "job0000.log").read_text()  # the 3 runs packed into one job
-    assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
-    assert log.count("ic, nbody, lensing, summaries done") == 3
-    assert "srun --nodes=1 --ntasks-per-node=2" in out.stdout + out.stderr
-    assert any((workdir / "results" / ".jax_cache").iterdir())  # compiled programs shared
-
-
-def test_second_invocation_does_nothing(quickstart):
-    workdir, _ = quickstart
-    before = job_count()
-    out = snakemake_slurm(workdir, "quickstart.yaml")
-    assert "Nothing to be done" in out.stdout + out.stderr
-    assert job_count() == before
 
 
 def _submit(workdir, *args, wait=True, **env):
