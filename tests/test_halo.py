@@ -111,9 +111,11 @@ def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(
     assert needed <= cells <= 2 * needed + 3, (needed, cells)
 
 
-def _runs(folder, pdims, realisations=1, **parallel_section) -> list[Path]:
-    """The quick start's fiducial runs, on pdims, written under folder/results."""
+def _runs(folder, pdims, realisations=1, particles=64, **parallel_section) -> list[Path]:
+    """The quick start's fiducial runs of ``particles`` per side, on pdims, written under
+    folder/results."""
     data = yaml.safe_load((REPO / "config" / "quickstart.yaml").read_text())
+    data["base"]["box"]["particles"] = particles
     data["base"]["parallel"] = {"pdims": list(pdims), **parallel_section}
     data["design"], data["realisations"] = {"kind": "fiducial"}, realisations
     data["execution"]["devices_per_node"] = 8
@@ -123,11 +125,13 @@ def _runs(folder, pdims, realisations=1, **parallel_section) -> list[Path]:
 
 @pytest.mark.slow
 def test_the_quick_start_on_8_devices_with_its_default_halo_equals_one_device(tmp_path):
+    """The quick start at 32^3 particles to keep the suite short: on (2, 4) a device holds
+    16 x 8 columns of particles, a thinner share than at 64^3."""
     runs = {}
     for pdims in [(2, 4), (1, 1)]:
         folder = tmp_path / f"{pdims[0]}x{pdims[1]}"
         folder.mkdir()
-        (path,) = _runs(folder, pdims)
+        (path,) = _runs(folder, pdims, particles=32)
         (outcome,) = pipeline.run_all([path])
         assert outcome.error is None, outcome.error
         runs[pdims] = path.parent
