@@ -71,6 +71,7 @@ def test_the_neutrino_response_of_class_is_camb_s(both):
             assert np.max(np.abs(class_rows / camb_rows - 1.0)) < tolerance
 
 
+@pytest.mark.slow  # 14-17 s: the fast tier stays within 3 minutes
 def test_class_gets_pmpipe_s_neutrino_density_and_N_eff():
     import classy
 

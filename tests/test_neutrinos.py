@@ -342,6 +342,7 @@ def test_planes_hold_the_total_matter(pdims):
     assert rel_diff(smooth - 1.0, share * (rho - 1.0)) < 1e-6
 
 
+@pytest.mark.slow  # 14-17 s: the fast tier stays within 3 minutes
 def test_a_neutrino_run_with_lensing_runs_every_stage(tmp_path):
     """A 16³ run at Σm_ν = 0.2 eV with a lightcone and flat-sky lensing through the ic, nbody,
     lensing and summaries stages: finite maps, and linear theory in the summaries that follows

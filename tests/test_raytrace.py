@@ -175,6 +175,7 @@ def test_ray_traced_maps_do_not_depend_on_the_device_mesh(pdims):
     assert np.abs(one["omega"]).max() > 1e-4 * np.abs(born).max()  # and rotation
 
 
+@pytest.mark.slow  # 14-17 s: the fast tier stays within 3 minutes
 def test_a_run_writes_ray_traced_and_born_maps_of_the_same_planes(tmp_path):
     """A 32³ run (256 Mpc/h, force mesh 64³, planes 64 Mpc/h thick to z = 1), lensing.method
     both: the ray-traced κ differs from Born's but its C_ℓ agrees within 2 % over the multipoles
