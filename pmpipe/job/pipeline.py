@@ -125,7 +125,7 @@ def run_one(  # parameters: the run, its mesh, the job's guard and the run's pla
                 index,
                 run_id,
                 "setup",
-                lambda: runner.setup(run_file, config_path, mesh_of(pdims)),
+                lambda: runner.setup(run_file, config_path, mesh_of(pdims), todo),
                 timeout_s,
             )
             inputs = Inputs(config_path.parent, run_setup, keep=True)

@@ -48,7 +48,8 @@ class RunSetup:
     with baryons their section (each None without; :mod:`pmpipe.run.setup_parts`); with
     power.kind 'camb' or 'class' the Boltzmann code's table (its σ8 and A_s, code and
     version); the baryons' S(k, z) per draw (one without draws; None without baryons; empty
-    in a setup that only plans, :func:`planning_setup`)."""
+    in a setup that only plans, :func:`planning_setup`, or is for stages that do not read
+    them)."""
 
     run_file: config.RunFile
     grid: domain.Grid
@@ -88,13 +89,17 @@ def setup(
     run_file: config.RunFile,
     mesh,
     tables: Callable[[dict], LinearTable] = boltzmann.linear_table,
+    suppressed: bool = True,
 ) -> RunSetup:
     """The setup of a run checked by :mod:`pmpipe.run.validation`, on the device mesh
     ``mesh`` (made for run.parallel.pdims; None: its grid holds no devices). ``tables``: a
     Boltzmann code's table from its inputs (:func:`pmpipe.physics.theory.boltzmann.inputs`),
     for power.kind 'camb' and 'class'; the stages pass pmpipe.storage.power_cache's, which
-    caches them. Everything is made once: the stages share it."""
+    caches them. ``suppressed``: with the baryons' S(k, z) of every draw (False: without,
+    for stages that do not read them). Everything is made once: the stages share it."""
     made = planning_setup(run_file, tables, mesh)
+    if not suppressed:
+        return made
     table = made.linear_table
     return dataclasses.replace(made, suppressions=draw_suppressions(run_file.config, table))
 

@@ -14,11 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 
 STAGES = ("ic", "nbody", "lensing", "summaries")
+SUPPRESSED = ("lensing", "summaries")  # the stages that read the baryons' S(k, z)
 
 
 def run_stages(run) -> tuple[str, ...]:
     """The stages a run (config.Run) goes through."""
     return tuple(s for s in STAGES if s != "lensing" or run.lensing is not None)
+
+
+def suppressed(stages) -> bool:
+    """Whether any of ``stages`` (names) reads the baryons' S(k, z): its setup needs them."""
+    return any(stage in SUPPRESSED for stage in stages)
 
 
 def store_path(run_dir: str | Path, stage: str) -> Path:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pmpipe.physics.theory.power_table import BOLTZMANN_KINDS
 from pmpipe.run import validation
 from pmpipe.runtime import log
+from pmpipe.stages import STAGES, suppressed
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
 
@@ -51,8 +52,9 @@ def start(config_paths) -> tuple[str, int]:
     return launched
 
 
-def setup(run_file, config_path: str | Path, mesh):
-    """The run's setup (:func:`pmpipe.run.derive.setup`) on ``mesh``, its Boltzmann table
+def setup(run_file, config_path: str | Path, mesh, stages=STAGES):
+    """The run's setup (:func:`pmpipe.run.derive.setup`) for the stages named ``stages`` (the
+    baryons' S(k, z) only when one of them reads it) on ``mesh``, its Boltzmann table
     from the cache of its results folder (pmpipe.storage.power_cache), made there on a miss:
     by process 0 first when there are several, the others then read it (its failure is every
     process's)."""
@@ -74,7 +76,7 @@ def setup(run_file, config_path: str | Path, mesh):
                 failure = err
         if parallel.largest(failure is not None):  # every process passes here
             raise failure or RuntimeError("process 0 could not make the run's linear P(k) table")
-    return derive.setup(run_file, mesh, tables)
+    return derive.setup(run_file, mesh, tables, suppressed(stages))
 
 
 def load(config_path: str | Path):
@@ -127,7 +129,8 @@ def run_stage(stage: str, config_path: str | Path, run: Callable[..., Path]) -> 
             f"{jax.local_device_count()} local of {jax.device_count()} devices",
             every_process=True,
         )
-    run_setup = setup(run_file, config_path, parallel.make_mesh(run_file.config.parallel.pdims))
+    mesh = parallel.make_mesh(run_file.config.parallel.pdims)
+    run_setup = setup(run_file, config_path, mesh, (stage,))
     with writing(Path(config_path).parent):
         path = run(run_setup, Inputs(Path(config_path).parent, run_setup), progress)
     progress(f"wrote {path}")
