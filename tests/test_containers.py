@@ -424,9 +424,9 @@ TIME_LIMITED = {
     "seed": 3,
     "base": {
         "box": {"box_size": 128.0, "particles": 64, "oversample": 2},
-        # 600 steps: 24 s of PM steps on an idle fast core, so that the N-body is still
+        # 400 steps: 16 s of PM steps on an idle fast core, so that the N-body is still
         # evolving when pmpipe signals itself 20 s into the job, about 10 s after it started
-        "nbody": {"steps": 600},
+        "nbody": {"steps": 400},
         "parallel": {"pdims": [1, 1]},
         "checkpoints": {"every_steps": 50},
     },
