@@ -166,7 +166,7 @@ def _loss_setup():
         _, res = simulation.simulate(cosmo, noise, grid, timesteps.timeline(0.1, 1.0, 3))
         return jnp.mean((res.snapshots[1.0] - 1) ** 2)
 
-    return n, mesh, loss
+    return n, mesh, jax.jit(loss)
 
 
 @pytest.mark.slow
