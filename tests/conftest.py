@@ -44,10 +44,14 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 """
 
 
-# JAX's persistent compilation cache of this test session: its xdist workers and every process
-# they start (workflows, SLURM jobs, mpiexec) share it, so that a program of the same sizes and
-# flags is compiled once per session (pytest_configure makes it).
-SHARED_PROGRAMS: Path | None = None
+# JAX's persistent compilation cache of the tests: the xdist workers of a session and every
+# process they start (workflows, SLURM jobs, mpiexec) share it, and it outlives the session, so
+# that a program of the same sizes and flags is compiled once, not once per tier or per run of
+# the suite (PMPIPE_TEST_PROGRAMS names another folder). In the temporary folder, which
+# Apptainer binds into the images the tests run; emptied when a session starts with more than
+# PROGRAMS_MAX_BYTES in it.
+PROGRAMS = Path(tempfile.gettempdir()) / "pmpipe-test-programs"
+PROGRAMS_MAX_BYTES = 2 * 1024**3
 
 
 def run_snakemake(
@@ -88,18 +92,19 @@ def mount_tmpfs(folder: Path, size: str, read_only: bool = False) -> None:
 
 
 def pytest_configure(config):
-    global SHARED_PROGRAMS
     if len(jax.devices()) < 8:
         raise pytest.UsageError(
             "the sharding tests need 8 CPU devices; XLA_FLAGS was set before pytest "
             f"started ({os.environ.get('XLA_FLAGS')!r}): add --xla_force_host_platform_device_count=8"
         )
     if not hasattr(config, "workerinput"):  # this process, or the controller of xdist's workers
-        os.environ["PMPIPE_TEST_PROGRAMS"] = tempfile.mkdtemp(prefix="pmpipe-test-programs-")
+        programs = Path(os.environ.setdefault("PMPIPE_TEST_PROGRAMS", str(PROGRAMS)))
+        if sum(f.stat().st_size for f in programs.rglob("*") if f.is_file()) > PROGRAMS_MAX_BYTES:
+            shutil.rmtree(programs)
     # pmpipe's log goes to stderr as in every command line, whichever test runs first
     from pmpipe.runtime import log, parallel
 
-    SHARED_PROGRAMS = parallel.use_compilation_cache(os.environ["PMPIPE_TEST_PROGRAMS"])
+    parallel.use_compilation_cache(os.environ["PMPIPE_TEST_PROGRAMS"])
     log.configure()
 
 
@@ -128,11 +133,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(shared[0]))
         elif module:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-
-
-def pytest_unconfigure(config):
-    if SHARED_PROGRAMS is not None and not hasattr(config, "workerinput"):
-        shutil.rmtree(SHARED_PROGRAMS, ignore_errors=True)
 
 
 def snakemake_tiny(workdir, *args, check=True, share_programs=True, campaign="tiny.yaml"):
