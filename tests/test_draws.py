@@ -12,7 +12,7 @@ from conftest import run_every_stage
 from pmpipe.bench import draw_cost as bench_draws
 from pmpipe.campaigns import campaign, resources
 from pmpipe.results import manifest
-from pmpipe.run import config, draws, validation
+from pmpipe.run import config, derive, draws, validation
 from pmpipe.stages.inputs import Inputs
 
 BINS = [
@@ -245,11 +245,16 @@ def test_each_draw_carries_its_nuisances_and_its_own_noise(with_and_without_draw
 def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, monkeypatch):
     """Draws of log_T_AGN (8.0, and the section's 7.8 with m = 0.1): a pass over the planes per
     value, each draw's maps, S(k, z) and pk_baryons those of a run without draws with its
-    values."""
+    values; S(k, z) made for the stages that read it alone (lensing, summaries), per value."""
     read: list = []
     field = Inputs.field
     monkeypatch.setattr(
         Inputs, "field", lambda self, *a, **k: read.append(a[:2]) or field(self, *a, **k)
+    )
+    made: list = []
+    suppression = derive.baryon_suppression
+    monkeypatch.setattr(
+        derive, "baryon_suppression", lambda run, *a: made.append(run) or suppression(run, *a)
     )
     points = [{"log_T_AGN": 8.0}, {"shear_bias": 0.1}]
     stores = {}
@@ -263,13 +268,17 @@ def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, mon
             {**TINY, "lensing": lens, "baryons": {"log_T_AGN": feedback}}
         )
         read.clear()
+        made.clear()
         run_dir = run_every_stage(tmp_path / name, run)
         stores[name] = {
             s: zarr.open_group(run_dir / f"{s}.zarr", mode="r") for s in ("lensing", "summaries")
         }
         stores[name]["reads"] = sum(r == ("nbody", "lightcone_density") for r in read)
+        stores[name]["suppressions"] = len(made)
     drawn = stores["drawn"]
     assert drawn["reads"] == 2 * stores["hot"]["reads"] > 0  # a pass per log_T_AGN
+    # by the lensing and summaries stages: each value once per stage, none by ic or nbody
+    assert [stores[n]["suppressions"] for n in ("drawn", "hot", "biased")] == [4, 2, 2]
     for d, alone in enumerate((stores["hot"], stores["biased"])):
         for stage, name in (
             ("lensing", "kappa"), ("lensing", "gamma1"), ("lensing", "kappa_healpix"),
