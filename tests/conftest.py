@@ -48,9 +48,9 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 # process they start (workflows, SLURM jobs, mpiexec) share it, and it outlives the session, so
 # that a program of the same sizes and flags is compiled once, not once per tier or per run of
 # the suite (PMPIPE_TEST_PROGRAMS names another folder). In the temporary folder, which
-# Apptainer binds into the images the tests run; emptied when a session starts with more than
-# PROGRAMS_MAX_BYTES in it.
-PROGRAMS = Path(tempfile.gettempdir()) / "pmpipe-test-programs"
+# Apptainer binds into the images the tests run, one per user; emptied when a session starts
+# with more than PROGRAMS_MAX_BYTES in it.
+PROGRAMS = Path(tempfile.gettempdir()) / f"pmpipe-test-programs-{os.getuid()}"
 PROGRAMS_MAX_BYTES = 2 * 1024**3
 
 
