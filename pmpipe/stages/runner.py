@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from pmpipe.physics.theory.power_table import BOLTZMANN_KINDS
 from pmpipe.run import validation
 from pmpipe.runtime import log
-from pmpipe.stages import STAGES, suppressed
+from pmpipe.stages import suppressed
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.progress import Progress
 
@@ -52,7 +52,7 @@ def start(config_paths) -> tuple[str, int]:
     return launched
 
 
-def setup(run_file, config_path: str | Path, mesh, stages=STAGES):
+def setup(run_file, config_path: str | Path, mesh, stages):
     """The run's setup (:func:`pmpipe.run.derive.setup`) for the stages named ``stages`` (the
     baryons' S(k, z) only when one of them reads it) on ``mesh``, its Boltzmann table
     from the cache of its results folder (pmpipe.storage.power_cache), made there on a miss:
