@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import job_env
 from test_multiprocess import RUN  # 16^3 on (1, 2) devices, lensing and summaries
 
 from pmpipe.run import config
@@ -111,7 +112,7 @@ def _write_runs(results: Path, count: int) -> list[Path]:
 
 
 def _packed_job(paths, process, when, targets, *extra, timeout=600):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # each process its share
+    env = job_env()  # each process its share
     cmd = [
         shutil.which("mpiexec"),
         "-n",

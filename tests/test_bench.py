@@ -2,7 +2,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, job_env
 
 from pmpipe.bench import pm_core
 from pmpipe.campaigns import step_timing
@@ -51,7 +51,7 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
     data = yaml.safe_load(TINY)
     data["realisations"] = 1
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(data))
-    env = {k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"}
+    env = job_env()
     out = subprocess.run(
         [
             sys.executable,
@@ -125,11 +125,10 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
 )
 def test_bench_nbody_compares_with_pmwd_in_its_own_process(tmp_path):
     import json
-    import os
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = job_env()
     out = subprocess.run(
         [
             sys.executable,

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 import zarr
+from conftest import job_env
 
 from pmpipe import stages
 from pmpipe.run import config
@@ -44,7 +45,7 @@ def _write_run(run_dir, **changes):
 
 
 def _stage(stage, path, **kwargs):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = job_env()
     return subprocess.Popen(
         [sys.executable, "-m", f"pmpipe.stages.{stage}", str(path)],
         env=env,
@@ -229,7 +230,7 @@ def test_a_signal_outside_the_n_body_stops_a_packed_job_before_its_next_stage(tm
         _write_run(tmp_path / f"packed-r{i}", checkpoints=None, lensing=None, lightcone=None)
         for i in range(2)
     ]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = job_env()
     job = [sys.executable, "-m", "pmpipe.job.pipeline", *map(str, paths)]
     first = subprocess.Popen(job, env=env, stderr=subprocess.PIPE, text=True)
     ics = stages.store_path(paths[0].parent, "ic")

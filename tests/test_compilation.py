@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY
+from conftest import TINY, job_env
 
 from pmpipe.run import config
 from pmpipe.runtime import compilation
@@ -177,7 +177,7 @@ def _run_files(results):
 def _start_job(paths, report, cache):
     """The job process (pmpipe.job.pipeline) of the runs ``paths``, started; its output
     goes to ``report`` with the suffix .log."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = job_env()
     with open(report.with_suffix(".log"), "w") as log:
         return subprocess.Popen(
             [

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 import zarr
-from conftest import REPO, TINY, golden, run_snakemake, same_store
+from conftest import REPO, TINY, golden, job_env, run_snakemake, same_store
 from deffile import parse
 
 from pmpipe import stages
@@ -242,7 +242,7 @@ def cpu_image(apptainer, tmp_path_factory):
 
 def in_image(apptainer, image, *args, cwd, env=None, timeout=600):
     """`apptainer exec --userns <image> ARGS` (this machine grants no CAP_SYS_RESOURCE)."""
-    env = {k: v for k, v in (env or os.environ).items() if k != "XLA_FLAGS"}
+    env = job_env(env or os.environ)
     return subprocess.run(
         [*apptainer, "exec", "--userns", str(image), *args],
         capture_output=True,
@@ -471,7 +471,7 @@ def test_a_containerised_single_process_job_checkpoints_before_its_time_limit_an
         ["sbatch", "--parsable", "--time=1", "--requeue", "--open-mode=append"]
         + [f"--output={log}", f"--wrap={shlex.join(command)}"],
         cwd=tmp_path,
-        env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},
+        env=job_env(slurm_env()),
         capture_output=True,
         text=True,
         check=True,

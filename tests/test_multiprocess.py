@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from conftest import job_env
 
 from pmpipe.run import config
 from pmpipe.runtime import parallel
@@ -46,7 +47,7 @@ def test_launcher_is_read_from_the_environment():
 
 
 def _run(stage, config_path, launcher=()):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # each process sets its share
+    env = job_env()  # each process sets its share
     out = subprocess.run(
         [*launcher, sys.executable, "-m", f"pmpipe.stages.{stage}", str(config_path)],
         capture_output=True,
@@ -165,7 +166,7 @@ def test_a_process_that_dies_ends_its_partner_within_two_minutes(tmp_path):
     """Under mpiexec -n 2, rank 1 killed (SIGKILL) once both have joined: rank 0 does not wait
     in its next collective until the job's time limit."""
     path = _write_config(tmp_path / "lost")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = job_env()
     launcher = subprocess.Popen(
         [shutil.which("mpiexec"), "-n", "2", sys.executable, "-m", "pmpipe.stages.ic", str(path)],
         env=env,

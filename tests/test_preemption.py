@@ -15,7 +15,7 @@ import time
 import pytest
 import yaml
 import zarr
-from conftest import REPO
+from conftest import REPO, job_env
 from test_slurm import STATUS_CHECKS, slurm_env
 
 from pmpipe import stages
@@ -151,7 +151,7 @@ def _started(cmd, workdir):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env={k: v for k, v in slurm_env().items() if k != "XLA_FLAGS"},
+        env=job_env(slurm_env()),
     )
     try:
         yield process

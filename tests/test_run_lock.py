@@ -12,6 +12,7 @@ import time
 
 import pytest
 import zarr
+from conftest import job_env
 
 from pmpipe import stages
 from pmpipe.run import config
@@ -103,7 +104,7 @@ def test_concurrent_writers_of_one_run_never_leave_a_complete_but_empty_store(tm
     path = tmp_path / "run" / "config.json"
     path.parent.mkdir()
     path.write_text(config.RunFile.build("lock", "run", 0, {}, run).to_json())
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = job_env()
     writers = [
         subprocess.Popen(
             [sys.executable, "-m", "pmpipe.cli", "run", "all", str(path)],

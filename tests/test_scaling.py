@@ -11,6 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from conftest import job_env
 
 from pmpipe import cli
 from pmpipe.bench import collectives, scaling, trace
@@ -23,7 +24,7 @@ ARGS = ["bench", "scaling", "--particles", str(N), "--halo", str(HALO), "--repea
 
 
 def _bench(tmp_path, launcher=(), extra=()):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the bench asks for its own
+    env = job_env()  # the bench asks for its own
     out = subprocess.run(
         [
             *launcher,

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 import zarr
-from conftest import REPO, TINY, run_snakemake, same_store
+from conftest import REPO, TINY, job_env, run_snakemake, same_store
 
 from pmpipe import stages
 from pmpipe.campaigns import campaign
@@ -89,7 +89,7 @@ def _submit(workdir, *args, wait=True, **env):
         text=True,
         cwd=workdir,
         timeout=900,
-        env={k: v for k, v in slurm_env(**env).items() if k != "XLA_FLAGS"},
+        env=job_env(slurm_env(**env)),
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout + out.stderr
