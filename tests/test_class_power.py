@@ -29,7 +29,15 @@ def _tables(fields: dict):
     )
 
 
-@pytest.fixture(scope="module", params=list(COSMOLOGIES))
+# the massive neutrinos' tables (10 s on 2 cores from CLASS) in the slow tier: the fast one
+# stays within 3 minutes
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(name, marks=pytest.mark.slow) if "m_nu" in fields else name
+        for name, fields in COSMOLOGIES.items()
+    ],
+)
 def both(request):
     return request.param, _tables(COSMOLOGIES[request.param])
 
@@ -101,6 +109,7 @@ def test_without_classy_the_error_names_the_field_and_the_extra(monkeypatch, tmp
     assert str(source) in str(err.value)
 
 
+@pytest.mark.slow  # 9 s: a CLASS table of its own
 def test_a_class_run_records_its_code_and_caches_apart_from_camb(tmp_path):
     fields = {"cosmology": {"m_nu": 0.1, "A_s": 2.1e-9}, "box": {"particles": 16}}
     runs = {

@@ -34,8 +34,11 @@ def campaign_file(request, tmp_path) -> Path:
     return QUICKSTART if request.param == "quickstart" else lensing_example(tmp_path)
 
 
-def test_the_plan_prints_no_warning(campaign_file, tmp_path, capsys):
-    assert cli.main(["plan", str(campaign_file), "--results", str(tmp_path / "results")]) == 0
+# the docs' campaign plans 64 design points (9 s on 2 cores): in the slow tier
+@pytest.mark.parametrize("name", ["quickstart", pytest.param("docs", marks=pytest.mark.slow)])
+def test_the_plan_prints_no_warning(name, tmp_path, capsys):
+    path = QUICKSTART if name == "quickstart" else lensing_example(tmp_path)
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
     assert "warning" not in capsys.readouterr().err
 
 

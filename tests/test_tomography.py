@@ -36,6 +36,8 @@ RUN = {
 }
 
 
+# A run through every stage (20 s on 2 cores with no compiled program cached): the tests of its
+# stores are in the slow tier, which keeps the fast one within 3 minutes
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("tomography")
@@ -50,6 +52,7 @@ def stores(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_every_pair_is_the_cross_spectrum_of_the_stored_maps(stores):
     lens, summ = stores
     assert summ["cl"].metadata.dimension_names == ("source", "source2", "ell")
@@ -78,6 +81,7 @@ def test_every_pair_is_the_cross_spectrum_of_the_stored_maps(stores):
     assert np.all(theory[0, 1] > 0) and np.all(theory[0, 1] < theory[1, 1])
 
 
+@pytest.mark.slow
 def test_shape_noise_of_each_source_enters_its_auto_spectrum_only(stores):
     _, summ = stores
     for suffix in ("", "_healpix"):
@@ -93,6 +97,7 @@ def test_shape_noise_of_each_source_enters_its_auto_spectrum_only(stores):
         )
 
 
+@pytest.mark.slow
 def test_born_shear_has_the_convergence_as_its_e_modes_and_no_b_modes(stores):
     _, summ = stores
     cl, ee, bb = summ["cl"][:], summ["cl_ee"][:], summ["cl_bb"][:]
@@ -116,6 +121,7 @@ def test_born_shear_has_the_convergence_as_its_e_modes_and_no_b_modes(stores):
     assert np.nanmax(np.abs(ee)) > 0
 
 
+@pytest.mark.slow
 def test_full_sky_shear_correlations_of_every_pair(stores):
     lens, summ = stores
     theta = summ["theta"][:]
@@ -173,6 +179,7 @@ def test_a_shape_noise_list_needs_one_value_per_source(tmp_path):
     assert "summaries.shape_noise.sigma_e lists 2 values" in message and "3 sources" in message
 
 
+@pytest.mark.slow
 def test_a_store_of_an_older_layout_is_stale(stores, tmp_path):
     """A summaries store written before its layout held every pair (root attribute 'layout'
     absent, read as 1) is stale for this pmpipe, and made again by its stage."""
