@@ -29,15 +29,21 @@ def lensing_example(folder: Path) -> Path:
     return path
 
 
+def _campaign(name: str, folder: Path) -> Path:
+    """The quick start ('quickstart') or the docs' lensing campaign ('docs', written to
+    ``folder``)."""
+    return QUICKSTART if name == "quickstart" else lensing_example(folder)
+
+
 @pytest.fixture(params=["quickstart", "docs"])
 def campaign_file(request, tmp_path) -> Path:
-    return QUICKSTART if request.param == "quickstart" else lensing_example(tmp_path)
+    return _campaign(request.param, tmp_path)
 
 
 # the docs' campaign plans 64 design points (9 s on 2 cores): in the slow tier
 @pytest.mark.parametrize("name", ["quickstart", pytest.param("docs", marks=pytest.mark.slow)])
 def test_the_plan_prints_no_warning(name, tmp_path, capsys):
-    path = QUICKSTART if name == "quickstart" else lensing_example(tmp_path)
+    path = _campaign(name, tmp_path)
     assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
     assert "warning" not in capsys.readouterr().err
 
