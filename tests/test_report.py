@@ -22,7 +22,8 @@ def summaries_group(tmp_path, omega_m):
     derived one, seed and paired, named in pk's coordinates."""
     g = zarr.open_group(tmp_path / "summaries.zarr", mode="w")
     runs = len(omega_m)
-    g.create_array("run", data=np.array([f"run{i}" for i in range(runs)]))
+    # variable-length text, as pmpipe.storage.store writes a run id (numpy's U has no zarr v3 spec)
+    g.create_array("run", shape=(runs,), dtype=str)[:] = [f"run{i}" for i in range(runs)]
     columns = {
         "Omega_m": (np.asarray(omega_m, float), design.describe("Omega_m")),
         "S8": (np.linspace(0.7, 0.9, runs), "S8 of the run: derived"),
