@@ -29,13 +29,13 @@ class Masks:
 def masks(lens: LensingSetup) -> Masks:
     """The :class:`Masks` of the run's lensing.flat_sky.mask and lensing.full_sky.mask
     (``lens``: its lensing setup)."""
-    import healpy
-
     flat = healpix = None
     if lens.flat is not None and lens.flat.mask is not None:
         mask = lens.flat.mask
         flat = (mask, pseudo_cl_flat.couplings(mask, lens.flat.field_of_view, lens.flat.ell_edges))
     if lens.full is not None and lens.full.mask is not None:
+        import healpy  # here, so that a flat-sky run's stage imports neither it nor matplotlib
+
         nside, mask, edges = lens.full.nside, lens.full.mask, lens.full.ell_edges
         ell_max = 2 * nside
         mask_cl = pseudo_cl.mask_power(healpy.ud_grade(mask, 2 * nside), 2 * ell_max)
