@@ -30,10 +30,10 @@ CAMPAIGN = {
     "base": {
         "box": {"box_size": 128.0, "particles": 32, "oversample": 2},
         # the test stops the second run within about 30 steps of a checkpoint (0.2 s polls
-        # and scancel on an idle fast core): 240 steps leave it evolving at both stops
-        "nbody": {"steps": 240},
+        # and scancel on an idle fast core): 120 steps leave it evolving at both stops
+        "nbody": {"steps": 120},
         "parallel": {"pdims": [1, 2], "halo_cells": 16},
-        "checkpoints": {"every_steps": 20},
+        "checkpoints": {"every_steps": 10},
     },
     "design": {"kind": "fiducial"},
     "realisations": 2,
