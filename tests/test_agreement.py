@@ -166,7 +166,7 @@ def test_a_process_failing_inside_a_stage_stops_the_job_in_bounded_time_with_the
     out, seconds = _packed_job(paths, 1, "before", ["r1:nbody"], "--partner-timeout", "10")
     assert out.returncode != 0, out.stderr[-4000:]
     record = run_record.read(paths[1].parent)
-    assert record["state"] == "failed" and record["stage"] == "nbody", record
+    assert record["state"] == "failed" and record["stage"] == "nbody", (record, out.stderr[-4000:])
     assert record["error"].startswith(
         "process 1: RuntimeError: injected failure before stage nbody; "
         "process 0 did not reach the end of step 1/r1/nbody within 10 s"
