@@ -30,11 +30,14 @@ def shell_healpix(  # parameters: the field on its mesh and one shell's geometry
     observer,
     transform: lightcone.PlaneTransform,
     k_max: float = math.inf,
+    gather: bool | None = None,
 ):
     """Projected overdensity Σ (Mpc/h) of the shell [chi_lo, chi_hi) at the pixel centres of
     the HEALPix grid ``rays_nside`` (RING) of a density band-limited to k_max (h/Mpc): δ summed
     along each ray at the middles of :func:`pmpipe.physics.evolution.lightcone.ray_samples` equal steps dχ, times dχ, mean over
-    the sphere removed. Returns a replicated (12 rays_nside²,) array."""
+    the sphere removed; sampled from the gathered density or each device's block as a run
+    would (``gather`` None: :func:`pmpipe.physics.evolution.sky.shell_gathers`). Returns a
+    (12 rays_nside²,) array, each device holding its share of the rays when they divide."""
     mesh_n = delta_compensated.shape[0]
     n_r = lightcone.ray_samples(chi_hi - chi_lo, box_size / mesh_n, k_max)
     source, scale, offset = lightcone.box_frame(observer, transform, box_size, mesh_n)
@@ -49,6 +52,11 @@ def shell_healpix(  # parameters: the field on its mesh and one shell's geometry
         n_r=n_r,
         mesh=mesh,
         rays_nside=rays_nside,
+        gather=(
+            sky.shell_gathers(mesh_n, sky.healpix_pixels(rays_nside), mesh.size)
+            if gather is None
+            else gather
+        ),
     )
 
 

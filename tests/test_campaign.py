@@ -201,28 +201,32 @@ def test_estimates_grow_with_particles_and_shrink_with_devices():
 
 
 def test_estimates_count_the_full_sky_shells_split_over_the_devices():
+    """Each device keeps its share of the shells' rays and samples its share of the rays from
+    the gathered density, or every ray in its block where the force mesh is too large to gather."""
     gpu = resources.Execution(platform="gpu", devices_per_node=4)
-    cone = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0}}
-    flat = run(128, (2, 2), **cone, lensing={"source_redshifts": [1.0], "flat_sky": {}})
-    full = run(
-        128,
-        (2, 2),
-        **cone,
-        lensing={"source_redshifts": [1.0], "flat_sky": {}, "full_sky": {"nside": 512}},
-    )
-    padded = sky.PLANE_BUCKET * math.ceil(len(validation.planes(full)) / sky.PLANE_BUCKET)
-    rays = 12 * (512 * sky.RAYS_PER_PIXEL_SIDE) ** 2
-    extra = (
-        resources.estimate(full, gpu).memory_per_device_bytes
-        - resources.estimate(flat, gpu).memory_per_device_bytes
-    )
-    assert extra == pytest.approx(4 * (padded * rays / 4 + resources.SHELL_RAY_WORDS * rays))
     cpu = resources.Execution(devices_per_node=4)  # one process: 4 shares, 4 samplers
-    extra_cpu = (
-        resources.estimate(full, cpu).memory_per_device_bytes
-        - resources.estimate(flat, cpu).memory_per_device_bytes
-    )
-    assert extra_cpu == pytest.approx(4 * (padded * rays + 4 * resources.SHELL_RAY_WORDS * rays))
+    rays = 12 * (512 * sky.RAYS_PER_PIXEL_SIDE) ** 2
+    for particles, oversample in ((128, 2), (512, 2)):
+        cone = {"lightcone": {"z_max": 1.0}, "box": {"box_size": 1000.0, "oversample": oversample}}
+        lensing = {"source_redshifts": [1.0], "flat_sky": {}}
+        flat = run(particles, (2, 2), **cone, lensing=lensing)
+        full_sky = {**lensing, "full_sky": {"nside": 512}}
+        full = run(particles, (2, 2), **cone, lensing=full_sky)
+        padded = sky.PLANE_BUCKET * math.ceil(len(validation.planes(full)) / sky.PLANE_BUCKET)
+        cells = (particles * oversample) ** 3
+        gathers = sky.shell_gathers(particles * oversample, rays, 4)
+        assert gathers == (particles == 128)
+        if gathers:
+            words = (padded + resources.SHELL_RAY_WORDS) * rays / 4
+            words += resources.SHELL_GATHER_CELL_WORDS * cells
+        else:
+            words = padded * rays / 4 + resources.SHELL_RAY_WORDS * rays
+        for execution, devices in ((gpu, 1), (cpu, 4)):
+            extra = (
+                resources.estimate(full, execution).memory_per_device_bytes
+                - resources.estimate(flat, execution).memory_per_device_bytes
+            )
+            assert extra == pytest.approx(4 * devices * words)
 
 
 def test_estimates_count_full_sky_ray_tracing_in_the_lensing_stage():
@@ -286,6 +290,7 @@ def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
         n_r=4,
         mesh=parallel.make_mesh((1, 1)),
         rays_nside=rays,
+        gather=False,
     ).compile()
     words = program.memory_analysis().temp_size_in_bytes / 4 / sky.healpix_pixels(rays)
     assert resources.SHELL_RAY_WORDS - 1 < words <= resources.SHELL_RAY_WORDS + 0.01

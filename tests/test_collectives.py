@@ -1,7 +1,8 @@
 """Statistics and lightcone operations on sharded fields move no field across devices: each
 device bins or samples its own block, and only bin sums, maps or halo faces cross devices
-(besides the distributed FFT's own transposes). Read off the compiled programs on 8 CPU
-devices, with the results equal to one device's."""
+(besides the distributed FFT's own transposes and the one gather of a force mesh up to
+sky.SHELL_GATHER_CELLS whose shell each device samples along its share of the rays). Read
+off the compiled programs on 8 CPU devices, with the results equal to one device's."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,7 @@ import pytest
 import references
 
 from pmpipe.bench.collectives import in_program
-from pmpipe.physics.evolution import lightcone
+from pmpipe.physics.evolution import lightcone, sky
 from pmpipe.physics.mesh import fft, painting
 from pmpipe.physics.statistics import stats
 from pmpipe.runtime import parallel
@@ -73,10 +74,14 @@ TRANSFORM = lightcone.PlaneTransform(axes=(2, 0, 1), flips=(True, False, True), 
 OBSERVER = (10.0, 20.0, 30.0)
 
 
-def _shell(mesh):
-    rays = 8
+def _shell(mesh, gather: bool):
+    """A shell sampled from each device's block or (``gather``, on several devices) from the
+    gathered density."""
+    rays, gather = 8, gather and mesh.size > 1
     f = _field(5, mesh)
-    shell = references.shell_healpix(f, mesh, BOX, rays, 60.0, 100.0, OBSERVER, TRANSFORM)
+    shell = references.shell_healpix(
+        f, mesh, BOX, rays, 60.0, 100.0, OBSERVER, TRANSFORM, gather=gather
+    )
     source, scale, offset = lightcone.box_frame(OBSERVER, TRANSFORM, BOX, N)
     n_r = lightcone.ray_samples(40.0, BOX / N, np.inf)
     program = lightcone._shell.lower(
@@ -89,8 +94,10 @@ def _shell(mesh):
         n_r=n_r,
         mesh=mesh,
         rays_nside=rays,
+        gather=gather,
     ).compile()
-    return np.asarray(shell), program, max(12 * rays**2, N * N)  # the shell, or halo faces
+    # the density gathered once, or the shell (reduce-scatter) and halo faces
+    return np.asarray(shell), program, N**3 if gather else max(12 * rays**2, N * N)
 
 
 def _flat_plane(mesh):
@@ -129,7 +136,8 @@ OPERATIONS = {
     "power cross": lambda mesh: _power(mesh, True),
     "compensation": _compensation,
     "band limit": _band_limit,
-    "shell": _shell,
+    "shell": lambda mesh: _shell(mesh, False),
+    "shell gathered": lambda mesh: _shell(mesh, True),
     "flat plane": _flat_plane,
     "flat-sky C_l": _flat_cl,
 }
@@ -168,24 +176,23 @@ def test_ray_directions_are_healpix_pixel_centres():
 
 
 def test_each_device_keeps_its_share_of_the_shell_rays():
-    """The per-ray sums are reduce-scattered: a device holds 1/8 of the rays of a shell, or
-    all of them when the ray count does not divide by the devices (12 rays over 8)."""
-    mesh = parallel.make_mesh((2, 4))
-    f = _field(5, mesh)
-    split = references.shell_healpix(f, mesh, BOX, 8, 60.0, 100.0, OBSERVER, TRANSFORM)
-    assert split.sharding.shard_shape(split.shape) == (12 * 8**2 // 8,)
-    _, program, _ = _shell(mesh)
-    assert "reduce-scatter" in [kind for kind, _ in collectives(program)]
-    whole = references.shell_healpix(f, mesh, BOX, 1, 60.0, 100.0, OBSERVER, TRANSFORM)
+    """A device holds 1/8 of the rays of a shell, or all of them when the ray count does not
+    divide by the devices (12 rays over 8: sampled in each block, as when the density is too
+    large to gather, sky.SHELL_GATHER_CELLS). Sampled in its block, the per-ray sums are
+    reduce-scattered; from the gathered density, each device sums its own rays alone."""
+    mesh, one_mesh = parallel.make_mesh((2, 4)), parallel.make_mesh((1, 1))
+    f, f_one = _field(5, mesh), _field(5, one_mesh)
+    geometry = (60.0, 100.0, OBSERVER, TRANSFORM)
+    one = np.asarray(references.shell_healpix(f_one, one_mesh, BOX, 8, *geometry))
+    for gather in (False, True):
+        shell = references.shell_healpix(f, mesh, BOX, 8, *geometry, gather=gather)
+        assert shell.sharding.shard_shape(shell.shape) == (12 * 8**2 // 8,)
+        shell = np.asarray(shell)
+        assert np.abs(shell - one).max() <= 1e-5 * np.abs(one).max()
+        kinds = [kind for kind, _ in collectives(_shell(mesh, gather)[1])]
+        assert ("all-gather" in kinds) == gather and ("reduce-scatter" in kinds) != gather
+    assert not sky.shell_gathers(N, 12, 8)  # 12 rays over 8 devices
+    whole = references.shell_healpix(f, mesh, BOX, 1, *geometry)
     assert whole.sharding.shard_shape(whole.shape) == (12,)
-    one = references.shell_healpix(
-        _field(5, parallel.make_mesh((1, 1))),
-        parallel.make_mesh((1, 1)),
-        BOX,
-        1,
-        60.0,
-        100.0,
-        OBSERVER,
-        TRANSFORM,
-    )
-    assert np.abs(np.asarray(whole) - np.asarray(one)).max() <= 1e-5 * np.abs(np.asarray(one)).max()
+    one = np.asarray(references.shell_healpix(f_one, one_mesh, BOX, 1, *geometry))
+    assert np.abs(np.asarray(whole) - one).max() <= 1e-5 * np.abs(one).max()

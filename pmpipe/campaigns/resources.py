@@ -149,10 +149,14 @@ NEUTRINO_PARTICLE_WORDS = 5
 NEUTRINO_MESH_WORDS = 5
 # Full-sky shells: each device keeps its share of the shells sampled so far, one word per ray
 # of the HEALPix ray grid for each (padded) plane, split over the devices
-# (`lightcone.ray_spec`), and while it samples a shell 9 more words per ray of the whole grid
+# (`lightcone.ray_spec`), and while it samples a shell 9 more words per ray it samples
 # (directions, cell coordinates, interpolation weights: the memory analysis of the compiled
-# shell program, `lightcone._shell`, at ray grids of 64 to 256 nside on CPU).
+# shell program, `lightcone._shell`, at ray grids of 64 to 256 nside on CPU): every ray of the
+# grid, or its share where it samples the gathered density (sky.shell_gathers), which then
+# holds up to 2.5 words per force-mesh cell (the density, whole and half-gathered: the same
+# analysis on 8 CPU devices, 32^3 and 64^3 meshes).
 SHELL_RAY_WORDS = 9
+SHELL_GATHER_CELL_WORDS = 2.5
 # Full-sky ray tracing (lensing.method raytrace or both) runs in the lensing stage's process, on
 # the host: per ray of its grid (sky.traced_rays_nside) 290 and 250 bytes for one source (the
 # rays' float32 state, their float64 positions, the fields at the rays, the analysis: peak RSS
@@ -226,6 +230,9 @@ def _shell_words(run: config.Run, planes: int, devices: int) -> float:
     rays = sky.healpix_pixels(sky.rays_nside(full.nside))
     padded = sky.PLANE_BUCKET * math.ceil(planes / sky.PLANE_BUCKET)
     share = devices if rays % devices == 0 else 1  # lightcone.ray_spec
+    mesh_n = run.force_cells()
+    if sky.shell_gathers(mesh_n, rays, devices):
+        return (padded + SHELL_RAY_WORDS) * rays / share + SHELL_GATHER_CELL_WORDS * mesh_n**3
     return padded * rays / share + SHELL_RAY_WORDS * rays
 
 

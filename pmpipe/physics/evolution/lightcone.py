@@ -282,6 +282,7 @@ def capture_plane(maps, rho, j, capture: Capture, grid: Grid):
             n_r=capture.n_r,
             mesh=mesh,
             rays_nside=capture.rays_nside,
+            gather=sky.shell_gathers(grid.force_cells, shells.shape[1], mesh.size),
         )
         shells = jax.lax.dynamic_update_index_in_dim(shells, shell.astype(shells.dtype), j, 0)
     return flat, shells
@@ -341,46 +342,60 @@ def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int)
     return source, scale, offset
 
 
-@partial(jax.jit, static_argnames=("n_r", "mesh", "rays_nside"))
+@partial(jax.jit, static_argnames=("n_r", "mesh", "rays_nside", "gather"))
 def _shell(  # parameters: the arguments and statics of one compiled program
-    delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_nside: int
+    delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_nside: int, gather: bool
 ):
     """dr Σ_k δ(x_k) along the rays of the HEALPix grid rays_nside at distances
-    chi_lo + (k + 1/2) dr, k < n_r, mean removed. Every device makes the rays' directions
-    itself (:func:`ray_directions`), generates the samples one distance at a time, reads those
-    in its block and sums them per ray; the (npix,) sums are added over the devices, each
-    keeping its part of the rays (:func:`ray_spec`)."""
+    chi_lo + (k + 1/2) dr, k < n_r, mean removed. Every device makes its rays' directions
+    itself (:func:`ray_directions`) and generates the samples one distance at a time. With
+    ``gather`` (:func:`pmpipe.physics.evolution.sky.shell_gathers`: the rays divide by the
+    devices) each device gathers the whole density and sums the samples of its own part of the
+    rays (:func:`ray_spec`); else each samples every ray, reads the samples in its block and
+    the (npix,) sums are added over the devices."""
     mesh_n = delta.shape[0]
     pdims = pdims_of(mesh)
+    rays = sky.healpix_pixels(rays_nside)
+    out_spec = ray_spec(rays, mesh)
+    share = mesh.size if gather else 1
 
     def local(block):
-        padded = painting.pad_for_reading(block, pdims)
-        directions = ray_directions(rays_nside, block.dtype)
+        if gather:
+            for d, axis in enumerate(AXES):
+                block = jax.lax.all_gather(block, axis, axis=d, tiled=True)
+            read_pdims = (1, 1)
+        else:
+            block = painting.pad_for_reading(block, pdims)
+            read_pdims = pdims
+        start = jax.lax.axis_index(AXES) * (rays // share) if gather else 0
+        directions = ray_directions(rays_nside, block.dtype, start, rays // share)
         along = directions[:, source] * scale
 
         def add_distance(total, k):
             cells = jnp.mod((chi_lo + (k + 0.5) * dr) * along + offset, mesh_n)
-            return total + painting.read_owned(padded, cells, mesh_n, pdims), None
+            return total + painting.read_owned(block, cells, mesh_n, read_pdims), None
 
         zero = jax.lax.pcast(jnp.zeros(directions.shape[0], block.dtype), AXES, to="varying")
         total, _ = jax.lax.scan(add_distance, zero, jnp.arange(n_r, dtype=block.dtype))
+        if gather:
+            return total
         if out_spec != jax.P():
             return jax.lax.psum_scatter(total, AXES, scatter_dimension=0, tiled=True)
         return jax.lax.psum(total, AXES)
 
-    out_spec = ray_spec(sky.healpix_pixels(rays_nside), mesh)
     run = jax.shard_map(local, mesh=mesh, in_specs=FIELD_SPEC, out_specs=out_spec)
     shell = run(delta) * dr
     return shell - jnp.mean(shell)
 
 
-def ray_directions(nside: int, dtype=jnp.float32):
-    """Unit vectors (12 nside², 3) to the pixel centres of the HEALPix grid ``nside`` in RING
-    order (healpy's pix2vec), computed from the pixel indices, so that a compiled program makes
-    them where it needs them instead of receiving them. Pixel indices are int32: nside ≤ 13377."""
+def ray_directions(nside: int, dtype=jnp.float32, start=0, count: int | None = None):
+    """Unit vectors (count, 3) to the centres of pixels start .. start + count - 1 (all 12 nside²
+    by default) of the HEALPix grid ``nside`` in RING order (healpy's pix2vec), computed from
+    the pixel indices, so that a compiled program makes them where it needs them instead of
+    receiving them. Pixel indices are int32: nside ≤ 13377."""
     n = nside
     npix, ncap = sky.healpix_pixels(n), 2 * n * (n - 1)
-    p = jnp.arange(npix, dtype=jnp.int32)
+    p = start + jnp.arange(npix if count is None else count, dtype=jnp.int32)
 
     def ring(x):
         """(1 + isqrt(x)) // 2 for x ≥ 1 (int32), the float square root corrected by one."""

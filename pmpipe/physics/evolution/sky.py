@@ -44,6 +44,19 @@ def shell_k_max(particles: int, mesh_n: int, box_size: float) -> float:
     return math.pi / box_size * min(particles, mesh_n / 2)
 
 
+SHELL_GATHER_CELLS = 512**3  # up to this force mesh (cells), the shells of a run on several
+# devices are sampled from the density gathered whole on each (0.5 GiB in float32)
+
+
+def shell_gathers(mesh_n: int, rays: int, devices: int) -> bool:
+    """Whether the full-sky shells of a force mesh of ``mesh_n`` cells per side, sampled along
+    ``rays`` rays on ``devices`` devices, are sampled from the band-limited density gathered on
+    every device, each sampling its share of the rays (one field-sized all-gather per plane;
+    when the rays divide by the devices), rather than by each device sampling every ray in its
+    own block."""
+    return devices > 1 and rays % devices == 0 and mesh_n**3 <= SHELL_GATHER_CELLS
+
+
 RAYS_PER_PIXEL_SIDE = 4  # full-sky shells are sampled on a HEALPix grid of 4 nside (16 rays a
 # pixel): the grid shell_band_limits was measured with
 
