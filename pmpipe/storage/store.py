@@ -127,10 +127,11 @@ def create_array(
         shards = encoding.leading_shards(shape, itemsize)
     shards = tuple(max(1, int(c)) for c in shards)
     layout = {"shards": shards, "chunks": encoding.inner_chunks(shards, itemsize)} if shape else {}
+    array = None
     if _writer():
         with warnings.catch_warnings():  # BitRound: "not in the zarr v3 specification"
             warnings.simplefilter("ignore")
-            group.create_array(
+            array = group.create_array(
                 name,
                 shape=tuple(shape),
                 dtype=dtype,
@@ -146,11 +147,11 @@ def create_array(
     parallel.barrier(f"create_array {name}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if array is None:  # the other processes open what process 0 created
+            array = zarr.open_array(group.store, path=_child(group, name), mode="r+")
         # every chunk is written, fill values only or not: no scan for them, and the manifest
         # (pmpipe.storage.integrity) can demand every shard
-        return zarr.open_array(group.store, path=_child(group, name), mode="r+").with_config(
-            {"write_empty_chunks": True}
-        )
+        return array.with_config({"write_empty_chunks": True})
 
 
 def _child(group: zarr.Group, name: str) -> str:
