@@ -210,7 +210,9 @@ def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
     )
 
 
-@pytest.fixture(scope="module")
+# Session fixtures, made by each worker that needs them (the image in about 10 s), so that the
+# tests that need no SLURM run beside the SLURM worker's
+@pytest.fixture(scope="session")
 def apptainer(tmp_path_factory):
     """A command that runs apptainer (tests/apptainer_image.py, provisioned by
     tests/provision.py). Skips with what is missing where it cannot run; under CI=true that
@@ -225,7 +227,7 @@ def apptainer(tmp_path_factory):
     return command
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cpu_image(apptainer, tmp_path_factory):
     """containers/pmpipe-cpu.def built as a sandbox without %post, labelled with HEAD."""
     import apptainer_image

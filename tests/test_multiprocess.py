@@ -67,8 +67,8 @@ def _write_config(run_dir, pdims=(1, 2)):
     return path
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
+@pytest.fixture(scope="session")  # made by each worker that needs it: the srun test's is the
+def one_process_stores(tmp_path_factory):  # SLURM worker's, the others' run on other workers
     """ic and nbody of RUN in one process (this one, on 2 of its host devices): the
     reference stores."""
     path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
@@ -94,7 +94,7 @@ def _assert_same_stores(one_dir, two_dir, stage_names):
 
 
 @pytest.mark.slow
-def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_path):
+def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process_stores, tmp_path):
     """ic and nbody; lensing and summaries on 2 processes: tests/test_slurm.py (submit)."""
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
     path = _write_config(tmp_path / "p2")
@@ -103,19 +103,19 @@ def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process, tmp_pa
         log = _run(stage, path, [shutil.which("mpiexec"), "-n", "2"])
         assert "process 1 of 2 (mpi): 1 local of 2 devices" in log
         assert log.count(" wrote ") == 1  # progress from process 0 only
-    _assert_same_stores(one_process, path.parent, names)
+    _assert_same_stores(one_process_stores, path.parent, names)
     assert json.loads(path.read_text())["config"]["parallel"]["pdims"] == [1, 2]
 
 
 @pytest.mark.slow
-def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process, tmp_path):
+def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process_stores, tmp_path):
     """One process per node with several devices: pdims (2, 2) over 2 processes under
     mpiexec, each holding 2 host devices, against one process on (1, 2)."""
     path = _write_config(tmp_path / "p2x2", pdims=(2, 2))
     for stage in ("ic", "nbody"):
         log = _run(stage, path, [shutil.which("mpiexec"), "-n", "2"])
         assert "process 1 of 2 (mpi): 2 local of 4 devices" in log
-    _assert_same_stores(one_process, path.parent, ("ic", "nbody"))
+    _assert_same_stores(one_process_stores, path.parent, ("ic", "nbody"))
 
 
 @pytest.mark.slow
@@ -125,7 +125,7 @@ def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process, 
     ids=["no-gpus", "gres", "gpus-per-task"],
 )
 def test_two_processes_under_srun_write_the_stores_of_one(
-    slurm, one_process, tmp_path, binding, stage_names
+    slurm, one_process_stores, tmp_path, binding, stage_names
 ):
     """Under each binding of the test cluster's 2 (fake) GPUs that a CPU cluster can express
     (none, both to each task, one per task); the device ids each gets: tests/test_doctor.py."""
@@ -133,7 +133,7 @@ def test_two_processes_under_srun_write_the_stores_of_one(
     for stage in stage_names:
         log = _run(stage, path, ["srun", "-n", "2", "-p", "pmpipe", "-t", "10", *binding])
         assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
-    _assert_same_stores(one_process, path.parent, stage_names)
+    _assert_same_stores(one_process_stores, path.parent, stage_names)
 
 
 @pytest.mark.parametrize("processes", [3, 5])
