@@ -1,4 +1,4 @@
-"""Campaigns of many runs: a 100-run campaign in which 3 runs fail collects the other 97,
+"""Campaigns of many runs: a 40-run campaign in which 3 runs fail collects the other 37,
 says which failed and why (summaries.zarr, manifest.csv, pmpipe status), and a rerun after
 the cause is removed computes those 3 only; a bounded report; job arrays within the
 cluster's MaxArraySize; a Sobol design extended without moving the runs that exist."""
@@ -32,10 +32,10 @@ base:
 design:
   kind: latin_hypercube
   parameters: {Omega_m: [0.28, 0.34], sigma8: [0.75, 0.85]}
-  samples: 100
-execution: {platform: cpu, cpus_per_task: 1, device_memory_gb: 2, runs_per_job: 50}
+  samples: 40
+execution: {platform: cpu, cpus_per_task: 1, device_memory_gb: 2, runs_per_job: 20}
 """
-BROKEN = (10, 50, 75)  # positions of the runs whose ICs are damaged before the workflow
+BROKEN = (5, 20, 30)  # positions of the runs whose ICs are damaged before the workflow
 
 
 def corrupt_ics(run_dir):
@@ -63,7 +63,7 @@ def status(folder) -> dict:
 
 @pytest.fixture(scope="module")
 def many(tmp_path_factory):
-    """The 100-run campaign through the workflow with 3 runs' ICs damaged: (workdir, runs,
+    """The 40-run campaign through the workflow with 3 runs' ICs damaged: (workdir, runs,
     output of the failing invocation)."""
     workdir = tmp_path_factory.mktemp("many")
     (workdir / "many.yaml").write_text(MANY)
@@ -84,7 +84,7 @@ def test_failed_runs_are_collected_as_failed_and_the_others_in_full(many):
     g = zarr.open_group(folder / "summaries.zarr", mode="r")
     complete = g["complete"][:]
     failed = [runs[i] for i in BROKEN]
-    assert complete.sum() == 97 and list(g["run"][:][~complete]) == failed
+    assert complete.sum() == 37 and list(g["run"][:][~complete]) == failed
     assert list(g["state"][:][~complete]) == ["failed"] * 3
     assert all(f.startswith("nbody: ValueError") for f in g["failure"][:][~complete])
     assert np.isnan(g["pk"][:][~complete]).all() and np.isfinite(g["pk"][:][complete]).all()
@@ -94,12 +94,12 @@ def test_failed_runs_are_collected_as_failed_and_the_others_in_full(many):
         rows = {row["run_id"]: row["status"] for row in csv.DictReader(fh)}
     assert [r for r, s in rows.items() if s.startswith("failed in nbody: ")] == failed
     report_state = status(folder)
-    assert (report_state["done"], report_state["failed"], report_state["pending"]) == (97, 3, 0)
+    assert (report_state["done"], report_state["failed"], report_state["pending"]) == (37, 3, 0)
     assert [f["run_id"] for f in report_state["failures"]] == failed
     parts = {p.name: summary_parts.current_rows(p, folder) for p in (folder / "parts").iterdir()}
     assert {name: len(rows) for name, rows in parts.items()} == {
-        "job0000.zarr": 49,
-        "job0001.zarr": 48,
+        "job0000.zarr": 19,
+        "job0001.zarr": 18,
     }
     row = parts["job0000.zarr"][runs[0]]
     np.testing.assert_array_equal(row.part["pk"][row.index], done["pk"][:])
@@ -122,7 +122,7 @@ def test_a_rerun_after_the_cause_is_removed_computes_the_failed_runs_only(many):
     for i in BROKEN:
         for stage in stages.STAGES[:2] + ("summaries",):
             assert store.is_complete(folder / runs[i] / f"{stage}.zarr")
-    assert campaign_status.campaign_status(folder)["done"] == 100
+    assert campaign_status.campaign_status(folder)["done"] == 40
     assert zarr.open_group(folder / "summaries.zarr", mode="r")["complete"][:].all()
     # each rerun job's part kept the rows of its runs done before and added the rerun ones
     rows = [summary_parts.current_rows(p, folder) for p in (folder / "parts").iterdir()]
@@ -156,17 +156,17 @@ def test_the_exported_table_and_the_docs_emulator_read_the_campaign(many):
 def test_collection_reads_a_run_written_since_its_part_from_its_own_store(many, capfd):
     workdir, runs, _ = many
     folder = workdir / "results" / "many"
-    part = folder / "parts" / "job0001.zarr"
-    assert runs[70] in summary_parts.current_rows(part, folder)
-    metadata = folder / runs[70] / "summaries.zarr" / "zarr.json"
+    part, moved = folder / "parts" / "job0001.zarr", 25
+    assert runs[moved] in summary_parts.current_rows(part, folder)
+    metadata = folder / runs[moved] / "summaries.zarr" / "zarr.json"
     metadata.write_bytes(metadata.read_bytes())  # written again: another fingerprint
-    assert runs[70] not in summary_parts.current_rows(part, folder)
+    assert runs[moved] not in summary_parts.current_rows(part, folder)
     aggregate.collect(workdir / "many.yaml", workdir / "results")
     logged = capfd.readouterr().err
-    assert "100 of 100 runs collected: 99 from their jobs' parts, 1 from their own" in logged
+    assert "40 of 40 runs collected: 39 from their jobs' parts, 1 from their own" in logged
     g = zarr.open_group(folder / "summaries.zarr", mode="r")
-    own = store.open_complete(folder / runs[70] / "summaries.zarr")
-    np.testing.assert_array_equal(g["pk"][70], own["pk"][:])
+    own = store.open_complete(folder / runs[moved] / "summaries.zarr")
+    np.testing.assert_array_equal(g["pk"][moved], own["pk"][:])
     zarr.open_group(part, mode="r+").attrs["layout"] = 0  # another summaries layout
     assert summary_parts.current_rows(part, folder) == {}
 
