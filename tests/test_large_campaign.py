@@ -288,8 +288,8 @@ def test_a_10000_run_campaign_is_submitted_as_arrays_within_max_array_size(tmp_p
     campaign_file = tmp_path / "lh.yaml"
     campaign_file.write_text(
         MANY.replace("name: many", "name: lh")
-        .replace("samples: 100", "samples: 10000")
-        .replace("runs_per_job: 50", "runs_per_job: 1")
+        .replace("samples: 40", "samples: 10000")
+        .replace("runs_per_job: 20", "runs_per_job: 1")
     )
     site_file = tmp_path / "site.yaml"
     site_file.write_text("site: {partition: gpu, max_array_size: 3000}\n")
