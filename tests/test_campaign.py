@@ -296,6 +296,37 @@ def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
     assert resources.SHELL_RAY_WORDS - 1 < words <= resources.SHELL_RAY_WORDS + 0.01
 
 
+def test_the_gathered_shell_program_holds_its_rays_share_and_at_most_its_cell_words():
+    """Sampling its share of the rays from the gathered density (8 devices, 64^3): XLA's
+    memory analysis finds SHELL_RAY_WORDS per ray of the share and at most
+    SHELL_GATHER_CELL_WORDS per force-mesh cell, more than the whole density alone."""
+    import jax
+    import jax.numpy as jnp
+
+    from pmpipe.runtime import parallel
+
+    mesh_n, rays, mesh = 64, 32, parallel.make_mesh((2, 4))
+    assert sky.shell_gathers(mesh_n, sky.healpix_pixels(rays), mesh.size)
+    transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
+    source, scale, offset = lightcone.box_frame((1.0, 2.0, 3.0), transform, 100.0, mesh_n)
+    density = jax.device_put(jnp.ones((mesh_n,) * 3, jnp.float32), parallel.field_sharding(mesh))
+    program = lightcone._shell.lower(
+        density,
+        np.float32(10),
+        np.float32(1),
+        source,
+        scale.astype(np.float32),
+        offset.astype(np.float32),
+        n_r=4,
+        mesh=mesh,
+        rays_nside=rays,
+        gather=True,
+    ).compile()
+    words = program.memory_analysis().temp_size_in_bytes / 4
+    share = resources.SHELL_RAY_WORDS * sky.healpix_pixels(rays) / mesh.size
+    assert mesh_n**3 < words - share <= resources.SHELL_GATHER_CELL_WORDS * mesh_n**3
+
+
 def test_resources():
     gpu = resources.Execution(platform="gpu", devices_per_node=4)
     res = resources.resources(run(128, (2, 4)), "nbody", gpu)

@@ -145,7 +145,7 @@ OPERATIONS = {
 
 @pytest.mark.parametrize("pdims", [(2, 4), pytest.param((8, 1), marks=pytest.mark.slow)])
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_sharded_operations_gather_nothing_and_equal_one_device(operation, pdims):
+def test_sharded_operations_move_bounded_data_and_equal_one_device(operation, pdims):
     one, _, _ = OPERATIONS[operation](parallel.make_mesh((1, 1)))
     many, program, largest = OPERATIONS[operation](parallel.make_mesh(pdims))
     assert_local(program, largest)

@@ -45,7 +45,7 @@ def shell_k_max(particles: int, mesh_n: int, box_size: float) -> float:
 
 
 SHELL_GATHER_CELLS = 512**3  # up to this force mesh (cells), the shells of a run on several
-# devices are sampled from the density gathered whole on each (0.5 GiB in float32)
+# devices are sampled from the density gathered whole on each (0.5 GiB in float32, 1 in float64)
 
 
 def shell_gathers(mesh_n: int, rays: int, devices: int) -> bool:
