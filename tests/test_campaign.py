@@ -271,42 +271,15 @@ def test_estimates_count_full_sky_ray_tracing_in_the_lensing_stage():
     assert est(traced, wide).runtime_s["lensing"] < est(traced, cpu).runtime_s["lensing"]
 
 
-def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
-    """SHELL_RAY_WORDS against XLA's memory analysis of the shell program (one device)."""
-    import jax.numpy as jnp
-
-    from pmpipe.runtime import parallel
-
-    rays = 64
-    transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
-    source, scale, offset = lightcone.box_frame((1.0, 2.0, 3.0), transform, 100.0, 16)
-    program = lightcone._shell.lower(
-        jnp.ones((16, 16, 16), jnp.float32),
-        np.float32(10),
-        np.float32(1),
-        source,
-        scale.astype(np.float32),
-        offset.astype(np.float32),
-        n_r=4,
-        mesh=parallel.make_mesh((1, 1)),
-        rays_nside=rays,
-        gather=False,
-    ).compile()
-    words = program.memory_analysis().temp_size_in_bytes / 4 / sky.healpix_pixels(rays)
-    assert resources.SHELL_RAY_WORDS - 1 < words <= resources.SHELL_RAY_WORDS + 0.01
-
-
-def test_the_gathered_shell_program_holds_its_rays_share_and_at_most_its_cell_words():
-    """Sampling its share of the rays from the gathered density (8 devices, 64^3): XLA's
-    memory analysis finds SHELL_RAY_WORDS per ray of the share and at most
-    SHELL_GATHER_CELL_WORDS per force-mesh cell, more than the whole density alone."""
+def _shell_temp_words(mesh_n: int, rays: int, pdims: tuple[int, int], gather: bool) -> float:
+    """Words of XLA's temporary memory per device for the shell program of a mesh_n^3 density
+    on pdims, sampled along the rays of the HEALPix grid ``rays`` (4 samples a ray)."""
     import jax
     import jax.numpy as jnp
 
     from pmpipe.runtime import parallel
 
-    mesh_n, rays, mesh = 64, 32, parallel.make_mesh((2, 4))
-    assert sky.shell_gathers(mesh_n, sky.healpix_pixels(rays), mesh.size)
+    mesh = parallel.make_mesh(pdims)
     transform = lightcone.PlaneTransform((0, 1, 2), (False,) * 3, (0, 0, 0))
     source, scale, offset = lightcone.box_frame((1.0, 2.0, 3.0), transform, 100.0, mesh_n)
     density = jax.device_put(jnp.ones((mesh_n,) * 3, jnp.float32), parallel.field_sharding(mesh))
@@ -320,10 +293,25 @@ def test_the_gathered_shell_program_holds_its_rays_share_and_at_most_its_cell_wo
         n_r=4,
         mesh=mesh,
         rays_nside=rays,
-        gather=True,
+        gather=gather,
     ).compile()
-    words = program.memory_analysis().temp_size_in_bytes / 4
-    share = resources.SHELL_RAY_WORDS * sky.healpix_pixels(rays) / mesh.size
+    return program.memory_analysis().temp_size_in_bytes / 4
+
+
+def test_the_shell_words_per_ray_are_those_of_the_compiled_shell_program():
+    """SHELL_RAY_WORDS against XLA's memory analysis of the shell program (one device)."""
+    words = _shell_temp_words(16, 64, (1, 1), gather=False) / sky.healpix_pixels(64)
+    assert resources.SHELL_RAY_WORDS - 1 < words <= resources.SHELL_RAY_WORDS + 0.01
+
+
+def test_the_gathered_shell_program_holds_its_rays_share_and_at_most_its_cell_words():
+    """Sampling its share of the rays from the gathered density (8 devices, 64^3): XLA's
+    memory analysis finds SHELL_RAY_WORDS per ray of the share and at most
+    SHELL_GATHER_CELL_WORDS per force-mesh cell, more than the whole density alone."""
+    mesh_n, rays = 64, 32
+    assert sky.shell_gathers(mesh_n, sky.healpix_pixels(rays), 8)
+    words = _shell_temp_words(mesh_n, rays, (2, 4), gather=True)
+    share = resources.SHELL_RAY_WORDS * sky.healpix_pixels(rays) / 8
     assert mesh_n**3 < words - share <= resources.SHELL_GATHER_CELL_WORDS * mesh_n**3
 
 
