@@ -350,9 +350,10 @@ def _shell(  # parameters: the arguments and statics of one compiled program
     chi_lo + (k + 1/2) dr, k < n_r, mean removed. Every device makes its rays' directions
     itself (:func:`ray_directions`) and generates the samples one distance at a time. With
     ``gather`` (:func:`pmpipe.physics.evolution.sky.shell_gathers`: several devices, a force
-    mesh up to sky.SHELL_GATHER_CELLS, rays that divide by the devices) each device gathers the whole density and sums the samples of its own part of the
-    rays (:func:`ray_spec`); else each samples every ray, reads the samples in its block and
-    the (npix,) sums are added over the devices."""
+    mesh up to sky.SHELL_GATHER_CELLS, rays that divide by the devices) each device gathers
+    the whole density and sums the samples of its own part of the rays (:func:`ray_spec`);
+    else each samples every ray, reads the samples in its block and the (npix,) sums are
+    added over the devices."""
     mesh_n = delta.shape[0]
     pdims = pdims_of(mesh)
     rays = sky.healpix_pixels(rays_nside)
@@ -360,10 +361,8 @@ def _shell(  # parameters: the arguments and statics of one compiled program
     share = mesh.size if gather else 1
 
     def local(block):
-        if gather:
-            for d, axis in reversed(
-                list(enumerate(AXES))
-            ):  # 'y' first: 1.5 meshes at the peak, not 2
+        if gather:  # 'y' first: 1.5 meshes at the peak, not 2
+            for d, axis in reversed(list(enumerate(AXES))):
                 block = jax.lax.all_gather(block, axis, axis=d, tiled=True)
             read_pdims = (1, 1)
         else:
@@ -392,9 +391,9 @@ def _shell(  # parameters: the arguments and statics of one compiled program
 
 def ray_directions(nside: int, dtype=jnp.float32, start=0, count: int | None = None):
     """Unit vectors (count, 3) to the centres of pixels start .. start + count - 1 (count None:
-    all 12 nside², from start 0) of the HEALPix grid ``nside`` in RING order (healpy's pix2vec), computed from
-    the pixel indices, so that a compiled program makes them where it needs them instead of
-    receiving them. Pixel indices are int32: nside ≤ 13377."""
+    all 12 nside², from start 0) of the HEALPix grid ``nside`` in RING order (healpy's
+    pix2vec), computed from the pixel indices, so that a compiled program makes them where it
+    needs them instead of receiving them. Pixel indices are int32: nside ≤ 13377."""
     n = nside
     npix, ncap = sky.healpix_pixels(n), 2 * n * (n - 1)
     p = start + jnp.arange(npix if count is None else count, dtype=jnp.int32)
