@@ -18,6 +18,7 @@ hashes, then pmpipe without dependencies). Both roots are kept in $PMPIPE_TEST_C
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.metadata
 import os
@@ -32,6 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("PMPIPE_TEST_CACHE") or Path.home() / ".cache" / "pmpipe-tests")
 DEFINITION = REPO / "containers" / "pmpipe-cpu.def"
 MIRROR = "http://deb.debian.org/debian"
+# What the image holds of the checkout: its %files and what pip installs from it
+IMAGE_FILES = ("pmpipe", "pyproject.toml", "README.md", "requirements/run.txt")
 
 
 class Unavailable(Exception):
@@ -207,10 +210,38 @@ def localimage_definition(root: Path) -> str:
     return text
 
 
-def build_cpu_image(apptainer: list[str], dest: Path, commit: str) -> Path:
-    """The CPU image as a sandbox directory ``dest``, with this checkout of pmpipe."""
+def cpu_image(apptainer: list[str], commit: str) -> Path:
+    """The CPU image of this checkout labelled with ``commit``, built once into CACHE and kept
+    there, keyed by everything it is built from (its root, the definition, the checkout's
+    files that %files copies and pip installs), so that tests/provision.py builds it on an idle
+    machine and the tests' workers, which may ask for it at once, find it (a lock makes one of
+    them build it if it is missing). Only the two newest images are kept."""
     root = _image_root()
-    spec = dest.with_suffix(".def")
+    made_from = localimage_definition(root).encode() + commit.encode()
+    for name in IMAGE_FILES:
+        for path in sorted((REPO / name).rglob("*")) if (REPO / name).is_dir() else [REPO / name]:
+            if path.is_file() and "__pycache__" not in path.parts:
+                made_from += str(path.relative_to(REPO)).encode() + path.read_bytes()
+    dest = CACHE / f"image-pmpipe-cpu-{hashlib.sha256(made_from).hexdigest()[:12]}"
+    with open(CACHE / "image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not dest.is_dir():
+            partial = dest.with_name(dest.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            build_cpu_image(apptainer, partial, commit, root)
+            partial.rename(dest)
+            dest.touch()
+        images = [p for p in CACHE.glob("image-pmpipe-cpu-*") if p.is_dir() and not p.suffix]
+        images.sort(key=lambda p: p.stat().st_mtime)
+        for old in images[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def build_cpu_image(apptainer: list[str], dest: Path, commit: str, root: Path) -> Path:
+    """The CPU image from ``root`` as a sandbox directory ``dest``, with this checkout of
+    pmpipe."""
+    spec = dest.with_name(dest.name + ".def")
     spec.write_text(localimage_definition(root))
     _run(
         [
@@ -227,6 +258,7 @@ def build_cpu_image(apptainer: list[str], dest: Path, commit: str) -> Path:
         cwd=REPO,
         timeout=900,
     )
+    spec.unlink()
     _pip_target(dest, str(REPO))
     return dest
 

@@ -1,6 +1,8 @@
 """What the tests run on that pip cannot install: a real SLURM (Debian's slurm-wlm, munge,
 slurmdbd, mariadb-server) and Apptainer (Debian sid's, in a root made by debootstrap and
-entered with bubblewrap: tests/apptainer_image.py). The README's test command runs this first.
+entered with bubblewrap: tests/apptainer_image.py), and the checkout's CPU image that the
+container tests run (built here, on an idle machine, rather than by the first test that needs
+it while the others compute). The README's test command runs this first.
 
     python tests/provision.py
 
@@ -11,10 +13,13 @@ otherwise it says what is missing and exits 0: the tests that need it then skip,
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import apptainer_image
 import slurm_cluster
@@ -32,6 +37,29 @@ def apt_install(packages: list[str]) -> str | None:
     return None
 
 
+def build_image() -> str | None:
+    """The checkout's CPU image for the tests (apptainer_image.cpu_image); None when it is
+    there, else why it is not."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=apptainer_image.REPO,
+        check=False,
+    )
+    if commit.returncode:
+        return f"the CPU image needs the checkout's commit: {commit.stderr.strip()}"
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            apptainer = apptainer_image.apptainer_command(Path(folder))
+            apptainer_image.cpu_image(apptainer, commit.stdout.strip())
+    except importlib.metadata.PackageNotFoundError:
+        return "the CPU image needs pmpipe installed first (pip install --no-deps -e .)"
+    except apptainer_image.Unavailable as err:
+        return f"the CPU image: {err}"
+    return None
+
+
 def main() -> int:
     """Install what is missing where this process may; report what is still missing."""
     may_install = os.geteuid() == 0 and shutil.which("apt-get") is not None
@@ -45,6 +73,8 @@ def main() -> int:
             apptainer_image.provision_apptainer()
         except apptainer_image.Unavailable as err:
             failures.append(f"Apptainer's root: {err}")
+    if may_install and apptainer_image.APPTAINER_ROOT.is_dir():
+        failures.append(build_image())
     failures = [f for f in failures if f]
     missing = [slurm_cluster.missing()]
     if not apptainer_image.APPTAINER_ROOT.is_dir() or apptainer_image.missing_host_tools():

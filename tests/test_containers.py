@@ -210,8 +210,9 @@ def test_the_slurm_apptainer_profile_s_commands_match_golden(tmp_path):
     )
 
 
-# Session fixtures, made by each worker that needs them (the image in about 10 s), so that the
-# tests that need no SLURM run beside the SLURM worker's
+# Session fixtures, made by each worker that needs them (the image is built once, by
+# tests/provision.py or the first worker that asks), so that the tests that need no SLURM run
+# beside the SLURM worker's
 @pytest.fixture(scope="session")
 def apptainer(tmp_path_factory):
     """A command that runs apptainer (tests/apptainer_image.py, provisioned by
@@ -228,18 +229,15 @@ def apptainer(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cpu_image(apptainer, tmp_path_factory):
-    """containers/pmpipe-cpu.def built as a sandbox without %post, labelled with HEAD."""
+def cpu_image(apptainer):
+    """containers/pmpipe-cpu.def built as a sandbox without %post, labelled with HEAD (built
+    by tests/provision.py, or by the first test that needs it)."""
     import apptainer_image
 
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO, check=True
     ).stdout.strip()
-    image = apptainer_image.build_cpu_image(
-        apptainer, tmp_path_factory.mktemp("image") / "pmpipe-cpu", commit
-    )
-    yield image, commit
-    shutil.rmtree(image, ignore_errors=True)
+    return apptainer_image.cpu_image(apptainer, commit), commit
 
 
 def in_image(apptainer, image, *args, cwd, env=None, timeout=600):
