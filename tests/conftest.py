@@ -110,6 +110,9 @@ def pytest_configure(config):
             f"started ({os.environ.get('XLA_FLAGS')!r}): add --xla_force_host_platform_device_count=8"
         )
     if not hasattr(config, "workerinput"):  # this process, or the controller of xdist's workers
+        if "PMPIPE_TEST_TABLES" not in os.environ:
+            config.tables = tempfile.mkdtemp(prefix="pmpipe-test-tables-")
+            os.environ["PMPIPE_TEST_TABLES"] = config.tables
         programs = Path(os.environ.setdefault("PMPIPE_TEST_PROGRAMS", str(PROGRAMS)))
         if sum(f.stat().st_size for f in programs.rglob("*") if f.is_file()) > PROGRAMS_MAX_BYTES:
             shutil.rmtree(programs)
@@ -118,6 +121,21 @@ def pytest_configure(config):
 
     parallel.use_compilation_cache(os.environ["PMPIPE_TEST_PROGRAMS"])
     log.configure()
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "tables", None):
+        shutil.rmtree(config.tables, ignore_errors=True)
+        del os.environ["PMPIPE_TEST_TABLES"]
+
+
+def linear_table(spec: dict):
+    """The Boltzmann table of ``spec`` (pmpipe.physics.theory.boltzmann.inputs) through
+    pmpipe.storage.power_cache in a folder of this test session that its workers share: a
+    table that several tests make directly is computed once per session."""
+    from pmpipe.storage import power_cache
+
+    return power_cache.linear_table(spec, Path(os.environ["PMPIPE_TEST_TABLES"]))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids

@@ -7,6 +7,7 @@ import types
 
 import numpy as np
 import pytest
+from conftest import linear_table
 
 from pmpipe.physics.theory import background, boltzmann, class_power, neutrinos
 from pmpipe.run import config, derive, validation
@@ -24,8 +25,7 @@ K_MAX = 1.0  # h/Mpc: the range docs/validation.md states
 def _tables(fields: dict):
     parameters = config.Cosmology.model_validate(fields).model_dump()
     return tuple(
-        boltzmann.linear_table(boltzmann.inputs(parameters, K_MAX, code))
-        for code in ("camb", "class")
+        linear_table(boltzmann.inputs(parameters, K_MAX, code)) for code in ("camb", "class")
     )
 
 
@@ -79,7 +79,6 @@ def test_the_neutrino_response_of_class_is_camb_s(both):
             assert np.max(np.abs(class_rows / camb_rows - 1.0)) < tolerance
 
 
-@pytest.mark.slow  # 14-17 s: the fast tier stays within 3 minutes
 def test_class_gets_pmpipe_s_neutrino_density_and_N_eff():
     import classy
 
@@ -87,7 +86,7 @@ def test_class_gets_pmpipe_s_neutrino_density_and_N_eff():
         parameters = config.Cosmology.model_validate(fields).model_dump()
         code = classy.Class()
         code.set(class_power.class_inputs(parameters, 2.1e-9, K_MAX))
-        code.compute()
+        code.compute(level=["background"])  # the densities and N_eff need no perturbations
         cosmo = types.SimpleNamespace(**parameters)
         assert code.Omega_nu == pytest.approx(float(background.omega_nu(cosmo)), rel=1e-5)
         assert code.Neff() == pytest.approx(parameters["N_eff"], abs=2e-3)

@@ -11,6 +11,7 @@ from conftest import run_every_stage
 
 from pmpipe.bench import draw_cost as bench_draws
 from pmpipe.campaigns import campaign, resources
+from pmpipe.physics.theory import baryons
 from pmpipe.results import manifest
 from pmpipe.run import config, derive, draws, validation
 from pmpipe.stages.inputs import Inputs
@@ -255,6 +256,15 @@ def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, mon
     suppression = derive.baryon_suppression
     monkeypatch.setattr(
         derive, "baryon_suppression", lambda run, *a: made.append(run) or suppression(run, *a)
+    )
+    # CAMB's HMcode once per distinct input (the runs ask for two), however often it is asked
+    hmcode, tables = baryons.suppression, {}
+    monkeypatch.setattr(
+        baryons,
+        "suppression",
+        lambda *inputs: (
+            tables.get(repr(inputs)) or tables.setdefault(repr(inputs), hmcode(*inputs))
+        ),
     )
     points = [{"log_T_AGN": 8.0}, {"shear_bias": 0.1}]
     stores = {}

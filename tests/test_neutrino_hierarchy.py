@@ -9,6 +9,7 @@ import camb
 import jax
 import numpy as np
 import pytest
+from conftest import linear_table
 from scipy import optimize
 
 from pmpipe.physics.evolution import ics, simulation
@@ -218,7 +219,7 @@ def _evolved_power(hierarchy: str):
         }
     )
     mesh = parallel.make_mesh((1, 1))
-    setup = derive.setup(config.RunFile.build("nu", hierarchy, 0, {}, run), mesh)
+    setup = derive.setup(config.RunFile.build("nu", hierarchy, 0, {}, run), mesh, linear_table)
     assert setup.cosmology.neutrino_hierarchy == hierarchy
     noise = ics.white_noise(run.ic.seed, 16, mesh)
     _, result = simulation.simulate(setup.cosmology, noise, setup.grid, setup.timeline, setup.power)
@@ -255,7 +256,7 @@ def test_class_and_camb_tables_agree_for_a_named_hierarchy():
         parameters.pop("sigma8")
         for code in ("camb", "class"):
             spec = boltzmann.inputs(parameters, 1.0, code)
-            tables[hierarchy, code] = boltzmann.linear_table(spec)
+            tables[hierarchy, code] = linear_table(spec)
     camb_table, class_table = tables["normal", "camb"], tables["normal", "class"]
     inside = camb_table.k <= 1.0
     np.testing.assert_allclose(class_table.p[inside], camb_table.p[inside], rtol=0.005)

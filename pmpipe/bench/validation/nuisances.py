@@ -101,6 +101,11 @@ def _pyccl_spectra(run, ell) -> dict[str, np.ndarray]:
     }  # fmt: skip
     # pyccl's C1 ρ_crit is 5e-14 RHO_CRITICAL, pmpipe's 0.0134: its A_IA is scaled to match
     a_ia = A_IA * intrinsic_alignment.C1_RHO_CRIT / (5e-14 * pyccl.physical_constants.RHO_CRITICAL)
+    # one cosmology per model: pyccl runs CAMB once for each, at its first spectrum
+    cosmologies = {
+        model: pyccl.Cosmology(**common, extra_parameters={"camb": extra})
+        for model, extra in models.items()
+    }
     out = {}
     for name, model, shift, ia in (
         ("plain", "gravity", 0.0, None),
@@ -108,7 +113,7 @@ def _pyccl_spectra(run, ell) -> dict[str, np.ndarray]:
         ("photo_z_shift", "gravity", SHIFT, None),
         ("baryons", "baryons", 0.0, None),
     ):
-        cosmo = pyccl.Cosmology(**common, extra_parameters={"camb": models[model]})
+        cosmo = cosmologies[model]
         tracers = []
         for centre, width in SOURCES:
             z = Z_TABLE + shift
