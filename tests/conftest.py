@@ -1,5 +1,7 @@
 """Test set-up: 8 fake CPU devices for sharding tests (must precede the first jax import)."""
 
+import contextlib
+import fcntl
 import os
 
 # LLVM at -O1 rather than XLA's default -O2: the limber, compilation and nbody tests run in
@@ -54,6 +56,9 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 # with more than PROGRAMS_MAX_BYTES in it.
 PROGRAMS = Path(tempfile.gettempdir()) / f"pmpipe-test-programs-{os.getuid()}"
 PROGRAMS_MAX_BYTES = 2 * 1024**3
+# A folder of each test session (PMPIPE_TEST_SESSION, made by the process that starts the
+# session and removed when it ends) that its xdist workers share: what several of them would
+# otherwise each make (Boltzmann tables, the tiny workflow's results) is made there once.
 
 
 JOB_XLA_FLAGS = "--xla_backend_optimization_level=1"
@@ -110,9 +115,9 @@ def pytest_configure(config):
             f"started ({os.environ.get('XLA_FLAGS')!r}): add --xla_force_host_platform_device_count=8"
         )
     if not hasattr(config, "workerinput"):  # this process, or the controller of xdist's workers
-        if "PMPIPE_TEST_TABLES" not in os.environ:
-            config.tables = tempfile.mkdtemp(prefix="pmpipe-test-tables-")
-            os.environ["PMPIPE_TEST_TABLES"] = config.tables
+        if "PMPIPE_TEST_SESSION" not in os.environ:
+            config.shared = tempfile.mkdtemp(prefix="pmpipe-test-session-")
+            os.environ["PMPIPE_TEST_SESSION"] = config.shared
         programs = Path(os.environ.setdefault("PMPIPE_TEST_PROGRAMS", str(PROGRAMS)))
         if sum(f.stat().st_size for f in programs.rglob("*") if f.is_file()) > PROGRAMS_MAX_BYTES:
             shutil.rmtree(programs)
@@ -124,18 +129,36 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    if getattr(config, "tables", None):
-        shutil.rmtree(config.tables, ignore_errors=True)
-        del os.environ["PMPIPE_TEST_TABLES"]
+    if getattr(config, "shared", None):
+        shutil.rmtree(config.shared, ignore_errors=True)
+        del os.environ["PMPIPE_TEST_SESSION"]
+
+
+@contextlib.contextmanager
+def made_once(name: str):
+    """The folder ``name`` of this test session that its workers share (PMPIPE_TEST_SESSION),
+    and whether to make it: yields (folder, True) to the first that asks, which makes it,
+    else once it is made (folder, False). A folder left half made is made again."""
+    folder = Path(os.environ["PMPIPE_TEST_SESSION"]) / name
+    with open(folder.with_name(name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder.with_name(name + ".done")
+        if done.exists():
+            yield folder, False
+            return
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        yield folder, True
+        done.touch()
 
 
 def linear_table(spec: dict):
     """The Boltzmann table of ``spec`` (pmpipe.physics.theory.boltzmann.inputs) through
-    pmpipe.storage.power_cache in a folder of this test session that its workers share: a
-    table that several tests make directly is computed once per session."""
+    pmpipe.storage.power_cache in PMPIPE_TEST_SESSION: a table that several tests make directly is
+    computed once per session."""
     from pmpipe.storage import power_cache
 
-    return power_cache.linear_table(spec, Path(os.environ["PMPIPE_TEST_TABLES"]))
+    return power_cache.linear_table(spec, Path(os.environ["PMPIPE_TEST_SESSION"]) / "tables")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
@@ -259,9 +282,12 @@ def slurm(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_local(tmp_path_factory):
-    """TINY run to completion by the local profile: the reference results."""
-    workdir = tmp_path_factory.mktemp("workflow")
-    (workdir / "tiny.yaml").write_text(TINY)
-    snakemake_tiny(workdir)
+def tiny_local():
+    """TINY run to completion by the local profile, once per test session (its workers share
+    it): the reference results, which no test changes (test_workflow's changes
+    are made to a copy)."""
+    with made_once("tiny_local") as (workdir, make):
+        if make:
+            (workdir / "tiny.yaml").write_text(TINY)
+            snakemake_tiny(workdir)
     return workdir

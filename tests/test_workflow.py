@@ -33,8 +33,10 @@ def stamps(runs_dir):
 
 
 @pytest.fixture(scope="module")
-def campaign(tiny_local):
-    return tiny_local
+def campaign(tiny_local, tmp_path_factory):
+    """A copy of the tiny workflow's folder (its results and Snakemake's records) that this
+    module's tests change; the session's own stays the reference of the others."""
+    return shutil.copytree(tiny_local, tmp_path_factory.mktemp("campaign") / "workflow")
 
 
 @pytest.mark.slow
