@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import job_env
+from conftest import job_env, made_once
 
 from pmpipe.run import config
 from pmpipe.runtime import parallel
@@ -67,14 +67,16 @@ def _write_config(run_dir, pdims=(1, 2)):
     return path
 
 
-@pytest.fixture(scope="session")  # made by each worker that needs it: the srun test's is the
-def one_process_stores(tmp_path_factory):  # SLURM worker's, the others' run on other workers
-    """ic and nbody of RUN in one process (this one, on 2 of its host devices): the
-    reference stores."""
-    path = _write_config(tmp_path_factory.mktemp("mp") / "p1")
-    for stage in ("ic", "nbody"):
-        registry.run_stage(stage, path)
-    return path.parent
+@pytest.fixture(scope="session")  # the SLURM worker's srun tests and the others' share it
+def one_process_stores():
+    """ic and nbody of RUN in one process (the first worker that asks, on 2 of its host
+    devices): the reference stores."""
+    with made_once("one_process_stores") as (folder, make):
+        if make:
+            path = _write_config(folder / "p1")
+            for stage in ("ic", "nbody"):
+                registry.run_stage(stage, path)
+    return folder / "p1"
 
 
 def _assert_same_stores(one_dir, two_dir, stage_names):
