@@ -161,3 +161,25 @@ def test_memory_of_the_evolution_per_particle():
     stats = compiled.memory_analysis()
     per_particle = (stats.argument_size_in_bytes + stats.temp_size_in_bytes) / n**3
     assert 24 <= per_particle <= 80, per_particle  # the state alone is 24 bytes
+
+
+def test_stepwise_runs_whose_step_counts_share_a_bucket_share_its_programs():
+    """The step-by-step evolution (the nbody stage's) of 3 steps, then of 5 from the same ICs:
+    the second compiles nothing (both schedules are padded to one bucket), and each ends
+    where the one-program evolution of its steps does."""
+    mesh = parallel.make_mesh((1, 1))
+    cosmo, init, *_ = _setup(mesh, cosmology.Cosmology(), 1)
+    grid = domain.Grid(mesh, **GRID_SIZES)
+    counts = {}
+    for steps in (3, 5):
+        times = timesteps.timeline(0.1, 1.0, steps, SNAPSHOTS)
+        with compilation.CompileCounter() as counter:
+            state = particle_mesh.start_state(cosmo, init.disp, init.mom, times, grid)
+            stepwise = particle_mesh.evolve_stepwise(cosmo, state, 0, times, grid)
+        counts[steps] = counter.counts
+        whole = particle_mesh.evolve(cosmo, init.disp, init.mom, times, grid)
+        for a in SNAPSHOTS:
+            assert rel_diff(stepwise.snapshots[a], whole.snapshots[a]) < 1e-5, (steps, a)
+        assert rel_diff(stepwise.disp, whole.disp) < 1e-5, steps
+    assert len(times.bounds) - 1 < schedule.STEPS_BUCKET
+    assert counts[3].programs > 0 and counts[5].programs == 0, counts[5].names

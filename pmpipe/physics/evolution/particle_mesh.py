@@ -191,7 +191,7 @@ def start_state(
     """The state before step 1 of :func:`evolve`'s evolution (the force at the first boundary
     and the first half-kick). With ShapeDtypeStructs for disp and mom, its shapes only."""
     cosmo = cosmology.tabulated(cosmo)
-    args = (cosmo, disp, mom, schedule.build(timeline, capture, disp.dtype), capture)
+    args = (cosmo, disp, mom, schedule.build(timeline, capture, disp.dtype, padded=True), capture)
     if isinstance(disp, jax.ShapeDtypeStruct):
         return jax.eval_shape(partial(evolution_start, grid=grid), *args)
     return evolution_start(*args, grid=grid)
@@ -212,7 +212,7 @@ def evolve_stepwise(
     rounding. A step whose particles left the halo or whose state is not finite raises at
     once (:func:`check_state`)."""
     cosmo = cosmology.tabulated(cosmo)
-    plan = schedule.build(timeline, capture, state.disp.dtype)
+    plan = schedule.build(timeline, capture, state.disp.dtype, padded=True)
     start = time.perf_counter()
     for step in range(done + 1, len(timeline.bounds)):
         state = evolution_steps(cosmo, state, plan, capture, np.int32(step - 1), grid=grid, count=1)

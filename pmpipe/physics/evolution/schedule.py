@@ -1,6 +1,7 @@
 """The schedule of an evolution as a compiled program takes it: the step boundaries in the
 particles' dtype, the snapshot slot of every boundary and the lightcone planes each step
-crosses (arrays, so that runs of one size with as many steps share the program; the snapshot
+crosses (arrays, so that runs of one size with as many steps share the program, and in a
+program that runs one step per call, runs whose step counts share a bucket; the snapshot
 count is static)."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numpy as np
 
 from pmpipe.physics.evolution import sky
 from pmpipe.physics.evolution.timesteps import Timeline
+
+STEPS_BUCKET = 16  # a stepwise program's schedule holds a multiple of this many steps
 
 
 @jax.tree_util.register_dataclass
@@ -30,20 +33,26 @@ class Schedule:
 
     @property
     def steps(self) -> int:
-        """S, the number of steps."""
+        """S, the number of steps (with :func:`build`'s padding, those past the last too)."""
         return self.a_steps.shape[0] - 1
 
 
-def build(timeline: Timeline, capture, dtype) -> Schedule:
+def build(timeline: Timeline, capture, dtype, padded: bool = False) -> Schedule:
     """The schedule of ``timeline`` for particles of ``dtype``, with the crossings of
-    ``capture`` (a :class:`pmpipe.physics.evolution.lightcone.Capture`, or None: no planes)."""
+    ``capture`` (a :class:`pmpipe.physics.evolution.lightcone.Capture`, or None: no planes).
+    ``padded``: for a program that runs the steps one call at a time, its arrays hold a
+    multiple of STEPS_BUCKET steps, the steps past the last empty (a boundary repeated: zero
+    drift and kicks, no snapshot, no crossing), so that runs whose step counts share a bucket
+    share the program."""
     bounds = np.asarray(timeline.bounds, np.float64)
-    return Schedule(
-        bounds.astype(dtype),
-        snapshot_slots(bounds, timeline.snapshots),
-        crossing_slots(bounds, () if capture is None else capture.a),
-        len(timeline.snapshots),
-    )
+    slots = snapshot_slots(bounds, timeline.snapshots)
+    crossing = crossing_slots(bounds, () if capture is None else capture.a)
+    if padded:
+        extra = -(len(bounds) - 1) % STEPS_BUCKET
+        bounds = np.concatenate([bounds, np.full(extra, bounds[-1])])
+        slots = np.concatenate([slots, np.full(extra, len(timeline.snapshots), np.int32)])
+        crossing = np.concatenate([crossing, np.full((extra, crossing.shape[1]), -1, np.int32)])
+    return Schedule(bounds.astype(dtype), slots, crossing, len(timeline.snapshots))
 
 
 def snapshot_slots(a_steps, snapshots: Sequence[float]) -> np.ndarray:
