@@ -76,7 +76,9 @@ def initial_conditions(
     """
     if not isinstance(power, cosmology.LinearPower):
         power = jax.tree_util.Partial(power)
-    fields = _initial_fields(cosmo, noise, a_init, power, grid=grid, options=options)
+    # the ICs read the particle grid alone: runs of other force meshes or halos share them
+    particle_grid = dataclasses.replace(grid, oversample=1, halo=0)
+    fields = _initial_fields(cosmo, noise, a_init, power, grid=particle_grid, options=options)
     delta, s1, s2, disp, mom = fields
     return Initial(delta, s1, s2, disp, mom, a_init)
 
