@@ -43,7 +43,6 @@ def _power(mesh, cross):
     a, b = _field(1, mesh), _field(2, mesh) if cross else None
     args = {
         "mesh": mesh,
-        "box_size": BOX,
         "n_bins": N // 2,
         "compensate_cic": True,
         "compensate_cic2": False,

@@ -186,3 +186,25 @@ def test_statistics_on_8_devices_equal_one_device(pdims):
         ]
     for single, sharded in zip(results[1, 1], results[pdims]):
         np.testing.assert_allclose(sharded, single, rtol=1e-5, atol=1e-5 * np.abs(single).max())
+
+
+def test_the_power_of_one_mesh_in_two_boxes_is_one_program_scaled():
+    """P(k) of one CIC-compensated 16³ field as a box of 64 and of 128 Mpc/h: the second
+    compiles nothing; its k are half, its P eight times the first's."""
+    from pmpipe.runtime import compilation
+
+    mesh = parallel.make_mesh((1, 2))
+    field = jax.device_put(
+        np.random.default_rng(3).normal(size=(16, 16, 16)).astype(np.float32),
+        parallel.field_sharding(mesh),
+    )
+    spectra, counts = [], []
+    for box in (64.0, 128.0):
+        with compilation.CompileCounter() as counter:
+            spectra.append(stats.power_spectrum(field, mesh, box, compensate_cic=True))
+        counts.append(counter.counts)
+    assert counts[0].programs > 0 and counts[1].programs == 0, counts[1].names
+    (k1, p1, n1), (k2, p2, n2) = spectra
+    np.testing.assert_allclose(k2, k1 / 2, rtol=1e-6)
+    np.testing.assert_allclose(p2, 8 * p1, rtol=1e-6)
+    np.testing.assert_array_equal(n1, n2)

@@ -38,7 +38,6 @@ def power_spectrum(
         field,
         field2,
         mesh=mesh,
-        box_size=box_size,
         n_bins=n_bins,
         compensate_cic=compensate_cic,
         compensate_cic2=compensate_cic2,
@@ -46,35 +45,38 @@ def power_spectrum(
     count, psum, ksum = np.asarray(sums, dtype=np.float64)[:, 1:]
     with np.errstate(invalid="ignore", divide="ignore"):
         pk = psum / count * box_size**3 / float(n) ** 6
-        kmean = ksum / count
+        kmean = ksum / count * (2 * np.pi / box_size)
     return kmean, pk, count
 
 
-@partial(
-    jax.jit, static_argnames=("mesh", "box_size", "n_bins", "compensate_cic", "compensate_cic2")
-)
+# |k| in units of the fundamental mode: a box of 2π. The CIC window depends on k times the
+# cell size alone, so one program serves every box of a mesh size
+UNIT_BOX = 2 * np.pi
+
+
+@partial(jax.jit, static_argnames=("mesh", "n_bins", "compensate_cic", "compensate_cic2"))
 def _binned_power(
     field,
     field2,
     mesh: Mesh,
-    box_size: float,
     n_bins: int,
     compensate_cic: bool,
     compensate_cic2: bool,
 ):
-    """Sums per |k| bin 0..n_bins of the mode weights, of Re(δ1 δ2*) and of |k| (3, n_bins + 1)."""
+    """Sums per |k| bin 0..n_bins of the mode weights, of Re(δ1 δ2*) and of |k| in units of the
+    fundamental mode (3, n_bins + 1)."""
     modes1 = fft.r2c(field, mesh)
     if compensate_cic:
-        modes1 = cic_compensation(modes1, mesh, box_size)
+        modes1 = cic_compensation(modes1, mesh, UNIT_BOX)
     modes2 = modes1
     if field2 is not None:
         modes2 = fft.r2c(field2, mesh)
         if compensate_cic2:
-            modes2 = cic_compensation(modes2, mesh, box_size)
-    k = fft.wavenumber(modes1, mesh, box_size)
+            modes2 = cic_compensation(modes2, mesh, UNIT_BOX)
+    k = fft.wavenumber(modes1, mesh, UNIT_BOX)
     weights = jnp.broadcast_to(fft.mode_weights(modes1, mesh), modes1.shape)
     power = (modes1 * jnp.conj(modes2)).real * weights
-    idx = jnp.floor(k / (2 * np.pi / box_size) + 0.5).astype(jnp.int32)
+    idx = jnp.floor(k + 0.5).astype(jnp.int32)
     # scattered from the (N, N, N) arrays as they are: flattening the distributed FFT's
     # output first makes XLA's CPU backend fail (RET_CHECK in fft_thunk)
     bins = jnp.zeros(n_bins + 1, power.dtype)
