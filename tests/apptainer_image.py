@@ -12,8 +12,9 @@ definition that keeps its ``%files``, ``%environment``, ``%labels``, ``%runscrip
 and ``%help`` but starts from a local root (``Bootstrap: localimage``) instead of running
 ``%post``: that root is the definition's debootstrapped Debian with the venv that ``%post``
 makes, into which the host's pip installs what ``%post`` would (requirements/run.txt with its
-hashes, then pmpipe without dependencies). Both roots are kept in $PMPIPE_TEST_CACHE (default
-~/.cache/pmpipe-tests), keyed by what they are made from.
+hashes, then pmpipe without dependencies). Both roots, and the image of the checkout
+(:func:`cpu_image`), are kept in $PMPIPE_TEST_CACHE (default ~/.cache/pmpipe-tests), keyed by
+what they are made from.
 """
 
 from __future__ import annotations
