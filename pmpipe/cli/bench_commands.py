@@ -256,6 +256,7 @@ BENCH = (
             arg("--particles", type=int, default=64, help="particles per side (default 64)"),
             arg("--seeds", type=int, default=6, help="runs, seeds 0, 1, ... (default 6)"),
             arg("--steps", type=int, default=10, help="PM steps from a=0.1 to a=1 (default 10)"),
+            arg("--nside", type=int, default=64, help="HEALPix nside of the maps (default 64)"),
             JSON,
         ),
     ),

@@ -193,7 +193,7 @@ def limber(args) -> int:
     """``pmpipe bench limber``: the convergence C_ell against pyccl's halofit Limber."""
     from pmpipe.bench.validation import limber
 
-    _emit(limber.bench_limber(args.particles, args.seeds, args.steps), args.json)
+    _emit(limber.bench_limber(args.particles, args.seeds, args.steps, args.nside), args.json)
     return 0
 
 

@@ -5,7 +5,8 @@ against pyccl's Limber prediction with a nonlinear (halofit) P(k), as JSON.
 so the seeds sample as many lightcone geometries) of ``particles``³ in 256 Mpc/h, force mesh
 B = 2, ``steps`` PM steps, planes to z = 1, lens a source at z = 1 and three tomographic bins
 (Gaussians of width 0.1 around z = 0.4, 0.6 and 0.8) onto a 6° flat map of 32 pixels and a
-HEALPix map of nside 64. The spectra are pmpipe's own products (summaries.zarr: cl,
+HEALPix map of ``nside`` (64 by default; the full-sky shells' sampling costs about 4 nside² rays
+per plane). The spectra are pmpipe's own products (summaries.zarr: cl,
 cl_healpix and the mean multipole of each bin), averaged over the runs and compared in the
 bins whose edges lie inside the resolved ranges pmpipe stores with them (ell_min_valid,
 ell_max_valid):
@@ -32,8 +33,9 @@ TOMOGRAPHY_N = [np.exp(-0.5 * ((TOMOGRAPHY_Z - zc) / 0.1) ** 2) for zc in (0.4, 
 SKIES = (("flat", ""), ("healpix", "_healpix"))  # (name, suffix of the summaries' arrays)
 
 
-def bench_run(particles: int, seed: int, steps: int = 10, **sections: dict):
-    """The benchmark's run (config.Run) of one seed; ``sections`` replace the run's own."""
+def bench_run(particles: int, seed: int, steps: int = 10, nside: int = 64, **sections: dict):
+    """The benchmark's run (config.Run) of one seed, full-sky maps of ``nside``; ``sections``
+    replace the run's own."""
     from pmpipe.run import config
 
     data = {
@@ -49,7 +51,7 @@ def bench_run(particles: int, seed: int, steps: int = 10, **sections: dict):
                 for i, n in enumerate(TOMOGRAPHY_N)
             ],
             "flat_sky": {"field_of_view": 6.0, "pixels": 32},
-            "full_sky": {"nside": 64},
+            "full_sky": {"nside": nside},
         },
         "summaries": {"smoothing_arcmin": [20.0]},
     }
@@ -134,12 +136,14 @@ def compare(groups: list, ccl) -> dict[str, Any]:
     return {"single": single, "tomography": tomography}
 
 
-def bench_limber(particles: int = 64, seeds: int = 6, steps: int = 10) -> dict[str, Any]:
+def bench_limber(
+    particles: int = 64, seeds: int = 6, steps: int = 10, nside: int = 64
+) -> dict[str, Any]:
     """The record of the module docstring."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         groups = [
-            summaries(bench_run(particles, seed, steps), Path(tmp) / f"limber-{seed}")
+            summaries(bench_run(particles, seed, steps, nside), Path(tmp) / f"limber-{seed}")
             for seed in range(seeds)
         ]
         record = compare(groups, halofit_cosmology(bench_run(particles, 0).cosmology))
@@ -148,6 +152,7 @@ def bench_limber(particles: int = 64, seeds: int = 6, steps: int = 10) -> dict[s
         "particles": particles,
         "seeds": seeds,
         "steps": steps,
+        "nside": nside,
         **record,
         "wall_s": time.perf_counter() - start,
     }
