@@ -111,11 +111,16 @@ def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(
     assert needed <= cells <= 2 * needed + 3, (needed, cells)
 
 
-def _runs(folder, pdims, realisations=1, particles=64, **parallel_section) -> list[Path]:
-    """The quick start's fiducial runs of ``particles`` per side, on pdims, written under
-    folder/results."""
+def _runs(
+    folder, pdims, realisations=1, particles=64, nside=64, **parallel_section
+) -> list[Path]:
+    """The quick start's fiducial runs of ``particles`` per side and maps of ``nside``, on
+    pdims, written under folder/results."""
     data = yaml.safe_load((REPO / "config" / "quickstart.yaml").read_text())
     data["base"]["box"]["particles"] = particles
+    if nside != 64:
+        data["base"]["lensing"]["full_sky"]["nside"] = nside
+        data["base"]["summaries"]["ell_range"] = [30, 3 * nside]
     data["base"]["parallel"] = {"pdims": list(pdims), **parallel_section}
     data["design"], data["realisations"] = {"kind": "fiducial"}, realisations
     data["execution"]["devices_per_node"] = 8
@@ -125,13 +130,13 @@ def _runs(folder, pdims, realisations=1, particles=64, **parallel_section) -> li
 
 @pytest.mark.slow
 def test_the_quick_start_on_8_devices_with_its_default_halo_equals_one_device(tmp_path):
-    """The quick start at 32^3 particles to keep the suite short: on (2, 4) a device holds
-    16 x 8 columns of particles, a thinner share than at 64^3."""
+    """The quick start at 32^3 particles and nside 32 to keep the suite short: on (2, 4) a
+    device holds 16 x 8 columns of particles, a thinner share than at 64^3."""
     runs = {}
     for pdims in [(2, 4), (1, 1)]:
         folder = tmp_path / f"{pdims[0]}x{pdims[1]}"
         folder.mkdir()
-        (path,) = _runs(folder, pdims, particles=32)
+        (path,) = _runs(folder, pdims, particles=32, nside=32)
         (outcome,) = pipeline.run_all([path])
         assert outcome.error is None, outcome.error
         runs[pdims] = path.parent
