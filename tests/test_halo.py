@@ -111,9 +111,7 @@ def test_the_auto_halo_holds_the_particles_of_runs_of_several_boxes(
     assert needed <= cells <= 2 * needed + 3, (needed, cells)
 
 
-def _runs(
-    folder, pdims, realisations=1, particles=64, nside=64, **parallel_section
-) -> list[Path]:
+def _runs(folder, pdims, realisations=1, particles=64, nside=64, **parallel_section) -> list[Path]:
     """The quick start's fiducial runs of ``particles`` per side and maps of ``nside``, on
     pdims, written under folder/results."""
     data = yaml.safe_load((REPO / "config" / "quickstart.yaml").read_text())
