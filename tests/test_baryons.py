@@ -22,7 +22,7 @@ from pmpipe.runtime.parallel import FIELD_SPEC
 @pytest.fixture(scope="module")
 def tables():
     cosmo = config.Cosmology().model_dump()
-    return {t: baryons.suppression(cosmo, None, t, 1.0) for t in (7.6, 8.0)}
+    return dict(zip((7.6, 8.0), baryons.suppressions(cosmo, None, (7.6, 8.0), 1.0)))
 
 
 def test_feedback_suppresses_small_scales_more_the_hotter_the_agn(tables):

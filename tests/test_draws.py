@@ -246,26 +246,22 @@ def test_each_draw_carries_its_nuisances_and_its_own_noise(with_and_without_draw
 def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, monkeypatch):
     """Draws of log_T_AGN (8.0, and the section's 7.8 with m = 0.1): a pass over the planes per
     value, each draw's maps, S(k, z) and pk_baryons those of a run without draws with its
-    values; S(k, z) made for the stages that read it alone (lensing, summaries), per value."""
+    values; S(k, z) of every value made in one CAMB call by each stage that reads them
+    (lensing, summaries)."""
     read: list = []
     field = Inputs.field
     monkeypatch.setattr(
         Inputs, "field", lambda self, *a, **k: read.append(a[:2]) or field(self, *a, **k)
     )
+    # CAMB once per distinct input (the stages ask twice), the temperatures of every call kept
     made: list = []
-    suppression = derive.baryon_suppression
-    monkeypatch.setattr(
-        derive, "baryon_suppression", lambda run, *a: made.append(run) or suppression(run, *a)
-    )
-    # CAMB's HMcode once per distinct input (the runs ask for two), however often it is asked
-    hmcode, tables = baryons.suppression, {}
-    monkeypatch.setattr(
-        baryons,
-        "suppression",
-        lambda *inputs: (
-            tables.get(repr(inputs)) or tables.setdefault(repr(inputs), hmcode(*inputs))
-        ),
-    )
+    hmcode, tables = baryons.suppressions, {}
+
+    def suppressions(*inputs):
+        made.append(tuple(inputs[2]))
+        return tables.get(repr(inputs)) or tables.setdefault(repr(inputs), hmcode(*inputs))
+
+    monkeypatch.setattr(baryons, "suppressions", suppressions)
     points = [{"log_T_AGN": 8.0}, {"shear_bias": 0.1}]
     stores = {}
     for name, feedback, extra in (
@@ -284,11 +280,15 @@ def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, mon
             s: zarr.open_group(run_dir / f"{s}.zarr", mode="r") for s in ("lensing", "summaries")
         }
         stores[name]["reads"] = sum(r == ("nbody", "lightcone_density") for r in read)
-        stores[name]["suppressions"] = len(made)
+        stores[name]["suppressions"] = list(made)
     drawn = stores["drawn"]
     assert drawn["reads"] == 2 * stores["hot"]["reads"] > 0  # a pass per log_T_AGN
-    # by the lensing and summaries stages: each value once per stage, none by ic or nbody
-    assert [stores[n]["suppressions"] for n in ("drawn", "hot", "biased")] == [4, 2, 2]
+    # by the lensing and summaries stages: every value in one call per stage, none by ic or nbody
+    assert [stores[n]["suppressions"] for n in ("drawn", "hot", "biased")] == [
+        [(7.8, 8.0)] * 2,
+        [(8.0,)] * 2,
+        [(7.8,)] * 2,
+    ]
     for d, alone in enumerate((stores["hot"], stores["biased"])):
         for stage, name in (
             ("lensing", "kappa"), ("lensing", "gamma1"), ("lensing", "kappa_healpix"),
@@ -402,16 +402,15 @@ def test_the_plan_counts_every_draw_s_maps_on_disk():
 @pytest.mark.slow
 def test_a_job_makes_a_runs_sources_draws_suppressions_and_planes_once(tmp_path, monkeypatch):
     """In a packed job the run's setup makes the sources (once, and once per draw), the
-    baryons' S(k, z) (once per log_T_AGN: the section's and the one drawn) and the planes, and
-    every stage uses them; the job's planes are those the plan counts (validation.planes)."""
+    baryons' S(k, z) (in one call, for the section's log_T_AGN and the one drawn) and the
+    planes, and every stage uses them; the job's planes are those the plan counts (validation.planes)."""
     from collections import Counter
 
     from pmpipe.job import pipeline
     from pmpipe.physics.theory import baryons
-    from pmpipe.run import derive
 
     calls: Counter = Counter()
-    for module, name in ((derive, "sources"), (baryons, "suppression"), (validation, "planes")):
+    for module, name in ((derive, "sources"), (baryons, "suppressions"), (validation, "planes")):
         real = getattr(module, name)
         monkeypatch.setattr(
             module, name, lambda *a, _r=real, _n=name, **k: calls.update([_n]) or _r(*a, **k)
@@ -425,7 +424,7 @@ def test_a_job_makes_a_runs_sources_draws_suppressions_and_planes_once(tmp_path,
     (outcome,) = pipeline.run_all([path])
     assert outcome.error is None and outcome.stages == ("ic", "nbody", "lensing", "summaries")
     # planes: the run file's check when the job loads it, and the run's setup
-    assert calls == {"sources": 1 + len(points), "suppression": 2, "planes": 2}, calls
+    assert calls == {"sources": 1 + len(points), "suppressions": 1, "planes": 2}, calls
     nbody = zarr.open_group(path.parent / "nbody.zarr", mode="r")
     planned = validation.planes(run)
     np.testing.assert_array_equal(nbody["plane_chi_lo"][:], planned.chi_edges[:-1])

@@ -109,7 +109,7 @@ def planning_setup(
     tables: Callable[[dict], LinearTable] = boltzmann.linear_table,
     mesh=None,
 ) -> RunSetup:
-    """:func:`setup` without the baryons' tables (CAMB's HMcode, about 2 s each), for plans
+    """:func:`setup` without the baryons' tables (CAMB's HMcode, about 3.5 s), for plans
     that look at a run's sizes, planes and sources (the masks and depth map it names, small
     files, are read)."""
     run = run_file.config
@@ -300,35 +300,26 @@ def draw_sources(run: config.Run, cosmo: Cosmology) -> tuple[tuple[dict, tuple],
 
 
 def draw_suppressions(run: config.Run, table: LinearTable | None) -> tuple[Suppression | None, ...]:
-    """:func:`baryon_suppression` of the run as each draw of lensing.draws sees it (made once
-    per log_T_AGN drawn); of the run alone, one, without draws or when they leave the baryons
-    as they are."""
+    """S(k, z) of the run's baryons section as each draw of lensing.draws sees it, all made by
+    one CAMB call (HMcode-2020 once per distinct log_T_AGN); of the run alone, one, without
+    draws or when they leave the baryons as they are; (None,) without a baryons section. From
+    z = 0 to the farther of the lightcone's z_max and the earliest snapshot, at the run's A_s
+    (its Boltzmann ``table``'s when it has one)."""
     drawn = nuisance_draws.baryon_values(run)
-    if drawn is None:
-        return (baryon_suppression(run, table),)
-    made: dict[tuple, Suppression | None] = {}
-    for values in drawn:
-        key = tuple(sorted(values.items()))
-        if key not in made:
-            made[key] = baryon_suppression(nuisance_draws.draw_run(run, values), table)
-    return tuple(made[tuple(sorted(values.items()))] for values in drawn)
-
-
-def baryon_suppression(run: config.Run, table: LinearTable | None) -> Suppression | None:
-    """S(k, z) of the run's baryons section (None without one), from z = 0 to the farther of
-    the lightcone's z_max and the earliest snapshot, at the run's A_s (its Boltzmann
-    ``table``'s when it has one). CAMB's HMcode-2020, about 2 s."""
     if run.baryons is None:
-        return None
+        return (None,)
+    temperatures = [run.baryons.log_T_AGN] if drawn is None else [v["log_T_AGN"] for v in drawn]
+    distinct = sorted(set(temperatures))
     z_top = max([1.0 / a - 1.0 for a in run.nbody.snapshots] + [0.0])
     if run.lightcone is not None:
         z_top = max(z_top, run.lightcone.z_max)
-    return baryons.suppression(
+    made = baryons.suppressions(
         run.cosmology.model_dump(),
         table.A_s if table is not None else run.cosmology.A_s,
-        run.baryons.log_T_AGN,
+        distinct,
         z_top,
     )
+    return tuple(made[distinct.index(t)] for t in temperatures)
 
 
 def initial_conditions(run_setup: RunSetup, timed=None) -> simulation.Initial:

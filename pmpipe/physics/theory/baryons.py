@@ -42,9 +42,13 @@ class Suppression:
     ratio: np.ndarray
 
 
-def suppression(cosmology: dict, A_s: float | None, log_t_agn: float, z_max: float) -> Suppression:
-    """S(k, z) from z = 0 to z_max for a cosmology (a mapping of pmpipe's cosmology fields) at
-    amplitude A_s (None: the A_s that gives its sigma8), with CAMB's HMcode-2020."""
+def suppressions(
+    cosmology: dict, A_s: float | None, log_t_agns, z_max: float
+) -> tuple[Suppression, ...]:
+    """S(k, z) from z = 0 to z_max for each AGN temperature of ``log_t_agns``, for a cosmology
+    (a mapping of pmpipe's cosmology fields) at amplitude A_s (None: the A_s that gives its
+    sigma8), with CAMB's HMcode-2020. One CAMB solution and HMcode-2020 without feedback serve
+    every temperature: each costs one more HMcode-2020 (about 1 s), not a CAMB run."""
     import camb
 
     from pmpipe.physics.theory import boltzmann
@@ -55,16 +59,17 @@ def suppression(cosmology: dict, A_s: float | None, log_t_agn: float, z_max: flo
     z = np.linspace(0.0, max(z_max, 1e-3), REDSHIFTS)
     params.set_matter_power(redshifts=list(z[::-1]), kmax=2 * K_MAX)
     params.NonLinear = camb.model.NonLinear_pk
-    results = camb.get_results(params)
+    results = camb.get_transfer_functions(params)
     spectra = []
-    for model in ({"halofit_version": "mead2020"}, {
-        "halofit_version": "mead2020_feedback", "HMCode_logT_AGN": log_t_agn,
-    }):  # fmt: skip
+    for model in [{"halofit_version": "mead2020"}] + [
+        {"halofit_version": "mead2020_feedback", "HMCode_logT_AGN": t} for t in log_t_agns
+    ]:
         params.NonLinearModel.set_params(**model)
         results.calc_power_spectra(params)
         k, found_z, power = results.get_matter_power_spectrum(K_MIN, K_MAX, WAVENUMBERS)
         spectra.append(power)
-    return Suppression(np.asarray(k), np.asarray(found_z), spectra[1] / spectra[0])
+    k, found_z = np.asarray(k), np.asarray(found_z)
+    return tuple(Suppression(k, found_z, power / spectra[0]) for power in spectra[1:])
 
 
 def _sigma8(cosmology: dict, A_s: float) -> float:
