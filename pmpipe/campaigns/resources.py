@@ -101,6 +101,14 @@ class Execution(config.StrictModel):
                 f"{', '.join(missing)}; write it with `pmpipe bench nbody --json` "
                 f"on the {self.platform} platform"
             )
+        overhead = PROCESS_OVERHEAD_BYTES["cpu"]
+        if self.platform == "cpu" and record["peak_rss_bytes"] <= overhead:
+            raise ValueError(
+                f"execution.calibration {self.calibration}: its peak_rss_bytes "
+                f"({record['peak_rss_bytes'] / 1e9:.2f} GB) is not above the process overhead "
+                f"of the memory model ({overhead / 1e9:.1f} GB), so it measures none of the "
+                "run's memory; calibrate with a larger run (more --particles)"
+            )
         self._calibration_record = record
         return self
 
