@@ -432,3 +432,30 @@ def test_the_platform_is_known_before_jax_starts(platforms, plugins, files, expe
     """The CPU-only settings of several processes (gloo, synchronous dispatch) are set only
     when this is False."""
     assert parallel.gpu_platform(platforms, plugins, files) is expected
+
+
+@pytest.mark.parametrize("returncode", [-signal.SIGTERM, 1])
+def test_a_requeue_ended_by_slurm_s_own_sigterm_waits_for_the_end_of_the_job(
+    monkeypatch, returncode
+):
+    """submitit's SIGUSR2 handler requeues the job with ``scontrol requeue``; SLURM, ending the
+    job, may terminate that ``scontrol`` before it returns. The job then waits to be ended (no
+    failure recorded); a requeue that failed otherwise is the job's error."""
+    from pmpipe.storage import checkpoint
+
+    def requeue(signum, frame):
+        raise subprocess.CalledProcessError(returncode, ["scontrol", "requeue", "7"])
+
+    def stopped():
+        raise checkpoint.Preempted("stopped by a signal after step 3", signal.SIGUSR2)
+
+    waits = []
+    monkeypatch.setattr(launch.time, "sleep", waits.append)
+    previous = signal.signal(signal.SIGUSR2, requeue)
+    try:
+        expected = checkpoint.Preempted if returncode < 0 else subprocess.CalledProcessError
+        with pytest.raises(expected):
+            launch.RunsJob(stopped)()
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert waits == ([launch.RunsJob.TERM_WAIT_SECONDS] if returncode < 0 else [])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -284,8 +285,10 @@ class RunsJob:
     checkpointable. When SLURM's signal ahead of the time limit (SIGUSR2) stops the N-body at
     its checkpoint, submitit's handler resubmits the same call and requeues the job; after a
     SIGTERM (a preemption, ``scontrol requeue``, ``scancel``) SLURM ends the job itself, which
-    this waits for (at most TERM_WAIT_SECONDS) instead of recording a failure. A requeued job
-    resumes from the checkpoint and skips what is complete."""
+    this waits for (at most TERM_WAIT_SECONDS) instead of recording a failure; so it does when
+    that SIGTERM, sent because the handler's own ``scontrol requeue`` was accepted, ends the
+    ``scontrol`` before it returns. A requeued job resumes from the checkpoint and skips what is
+    complete."""
 
     TERM_WAIT_SECONDS = 600
 
@@ -300,7 +303,12 @@ class RunsJob:
         except checkpoint.Preempted as err:
             handler = signal.getsignal(signal.SIGUSR2)
             if err.signum == signal.SIGUSR2 and callable(handler):
-                handler(signal.SIGUSR2, None)  # submitit's: checkpoint (below), requeue, exit
+                try:
+                    handler(signal.SIGUSR2, None)  # submitit's: checkpoint (below), requeue, exit
+                except subprocess.CalledProcessError as requeue:
+                    if requeue.returncode != -signal.SIGTERM:
+                        raise
+                    time.sleep(self.TERM_WAIT_SECONDS)  # requeued: SLURM is ending the job
             elif err.signum == signal.SIGTERM:
                 time.sleep(self.TERM_WAIT_SECONDS)
             raise
