@@ -95,6 +95,47 @@ def _assert_same_stores(one_dir, two_dir, stage_names):
             assert np.nanmax(np.abs(x - y)) <= 1e-5 * scale, (stage, name)
 
 
+_SHARDED_SUM = """
+import json, sys
+import jax.numpy as jnp
+from pmpipe.runtime import compilation, parallel
+parallel.use_compilation_cache(sys.argv[1])
+parallel.start_processes(4)
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+sharding = NamedSharding(jax.make_mesh((4,), ("x",)), PartitionSpec("x"))
+def total(a):
+    return jnp.sin(a).sum()
+x = jax.make_array_from_callback((8,), sharding, lambda i: jnp.arange(8.0)[i])
+with compilation.CompileCounter() as counter:
+    jax.jit(total, in_shardings=sharding)(x).block_until_ready()
+print("compiled", json.dumps([jax.process_index(), counter.counts.compiled_names]))
+"""
+
+
+@pytest.mark.slow
+def test_every_process_of_a_cpu_job_finds_its_programs_in_the_persistent_cache(tmp_path):
+    """Process 0 writes a program to the cache; in the next job every process loads it (JAX's
+    key holds each process's own CPU topology; pmpipe.runtime.parallel puts one that all
+    processes share in its place)."""
+    jobs, cache = [], str(tmp_path / "cache")
+    env = job_env()
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # not the session's: a cache of its own
+    for _ in range(2):
+        out = subprocess.run(
+            [shutil.which("mpiexec"), "-n", "2", sys.executable, "-c", _SHARDED_SUM, cache],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        lines = [line.split(" ", 1)[1] for line in out.stdout.splitlines() if "compiled " in line]
+        jobs.append(dict(json.loads(line) for line in lines))
+    assert jobs[0] == {0: ["jit(total)"], 1: ["jit(total)"]}
+    assert jobs[1] == {0: [], 1: []}
+
+
 @pytest.mark.slow
 def test_two_processes_under_mpiexec_write_the_stores_of_one(one_process_stores, tmp_path):
     """ic and nbody; lensing and summaries on 2 processes: tests/test_slurm.py (submit)."""

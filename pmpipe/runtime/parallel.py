@@ -202,7 +202,35 @@ def start_processes(total_devices: int) -> tuple[str, int]:
             local_device_ids=local_device_ids(per_process),
             heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
         )
+        if not gpu_platform():
+            _share_cpu_programs_between_processes()
     return launcher, processes
+
+
+def _share_cpu_programs_between_processes() -> None:
+    """Give every process of a multi-process CPU job process 0's persistent-cache keys.
+
+    JAX keys a program by, among others, its backend's topology, and on CPU that is each
+    process's own (its local devices), so only process 0 ever found its programs in the cache
+    (JAX writes from process 0 alone) and every other process compiled each program again in
+    every job. Here the topology fingerprint of a fresh one-process CPU client of this machine
+    stands for it, the same on every process. The devices a program runs on stay in its key
+    (its device assignment). GPU keys are left as JAX makes them (there it strips the device
+    assignment itself to share programs between processes)."""
+    from jax._src import cache_key
+    from jax._src.lib import xla_client
+
+    local = xla_client.make_cpu_client()
+    fingerprint = xla_client.get_topology_for_devices(local.local_devices()).fingerprint()
+    topology = cache_key._hash_accelerator_config
+
+    def hash_topology(hash_obj, devices: np.ndarray) -> None:
+        if all(device.platform == "cpu" for device in devices.flat):
+            hash_obj.update(fingerprint.to_bytes(8, byteorder="big"))
+        else:
+            topology(hash_obj, devices)
+
+    cache_key._hash_accelerator_config = hash_topology
 
 
 def barrier(name: str) -> None:
