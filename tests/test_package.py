@@ -2,11 +2,18 @@
 its formatter would change nothing, mypy with pydantic's plugin finds nothing ([tool.mypy]),
 and it reports its version; the README's API snippet imports it from anywhere."""
 
+import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import REPO
+
+# mypy's incremental cache outlives the session, as the compiled programs do (conftest.PROGRAMS):
+# mypy checks again every module whose source, or whose dependencies' interface, changed
+MYPY_CACHE = Path(tempfile.gettempdir()) / f"pmpipe-test-mypy-{os.getuid()}"
 
 
 def test_ruff_finds_nothing_in_the_package_and_the_tests():
@@ -44,7 +51,7 @@ def test_the_formatter_would_change_nothing():
 @pytest.mark.slow
 def test_mypy_finds_nothing_in_the_package():
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental"],
+        [sys.executable, "-m", "mypy", "--cache-dir", str(MYPY_CACHE)],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -208,7 +208,7 @@ def start_processes(total_devices: int) -> tuple[str, int]:
 
 
 def _share_cpu_programs_between_processes() -> None:
-    """Give every process of a multi-process CPU job process 0's persistent-cache keys.
+    """Give the processes of a multi-process CPU job the same persistent-cache keys.
 
     JAX keys a program by, among others, its backend's topology, and on CPU that is each
     process's own (its local devices), so only process 0 ever found its programs in the cache
@@ -220,15 +220,15 @@ def _share_cpu_programs_between_processes() -> None:
     from jax._src import cache_key
     from jax._src.lib import xla_client
 
-    local = xla_client.make_cpu_client()
-    fingerprint = xla_client.get_topology_for_devices(local.local_devices()).fingerprint()
+    devices = xla_client.make_cpu_client().devices()  # type: ignore[attr-defined]  # untyped
+    fingerprint = xla_client.get_topology_for_devices(devices).fingerprint()
     topology = cache_key._hash_accelerator_config
 
-    def hash_topology(hash_obj, devices: np.ndarray) -> None:
-        if all(device.platform == "cpu" for device in devices.flat):
+    def hash_topology(hash_obj, accelerators):  # JAX's signature: hashlib object, device array
+        if all(device.platform == "cpu" for device in accelerators.flat):
             hash_obj.update(fingerprint.to_bytes(8, byteorder="big"))
         else:
-            topology(hash_obj, devices)
+            topology(hash_obj, accelerators)
 
     cache_key._hash_accelerator_config = hash_topology
 
