@@ -2,6 +2,7 @@
 
 import contextlib
 import fcntl
+import hashlib
 import os
 
 # LLVM at -O1 rather than XLA's default -O2: the limber, compilation and nbody tests run in
@@ -56,9 +57,19 @@ execution: {platform: cpu, devices_per_node: 2, cpus_per_task: 1, device_memory_
 # with more than PROGRAMS_MAX_BYTES in it.
 PROGRAMS = Path(tempfile.gettempdir()) / f"pmpipe-test-programs-{os.getuid()}"
 PROGRAMS_MAX_BYTES = 2 * 1024**3
+# The Boltzmann tables that tests make directly (:func:`linear_table`) outlive the session too,
+# in a folder named by a hash of the code that makes them: a change to it makes them again.
+TABLE_CODE = sorted((REPO / "pmpipe" / "physics" / "theory").glob("*.py")) + [
+    REPO / "pmpipe" / "storage" / "power_cache.py"
+]
+TABLES = (
+    Path(tempfile.gettempdir())
+    / f"pmpipe-test-tables-{os.getuid()}"
+    / hashlib.sha256(b"".join(path.read_bytes() for path in TABLE_CODE)).hexdigest()[:16]
+)
 # A folder of each test session (PMPIPE_TEST_SESSION, made by the process that starts the
 # session and removed when it ends) that its xdist workers share: what several of them would
-# otherwise each make (Boltzmann tables, the tiny workflow's results) is made there once.
+# otherwise each make (the tiny workflow's results, shared runs' stores) is made there once.
 
 
 JOB_XLA_FLAGS = "--xla_backend_optimization_level=1"
@@ -154,11 +165,11 @@ def made_once(name: str):
 
 def linear_table(spec: dict):
     """The Boltzmann table of ``spec`` (pmpipe.physics.theory.boltzmann.inputs) through
-    pmpipe.storage.power_cache in PMPIPE_TEST_SESSION: a table that several tests make directly is
-    computed once per session."""
+    pmpipe.storage.power_cache in TABLES: computed once while the code that makes it (and the
+    installed CAMB and CLASS, part of ``spec``) stays the same."""
     from pmpipe.storage import power_cache
 
-    return power_cache.linear_table(spec, Path(os.environ["PMPIPE_TEST_SESSION"]) / "tables")
+    return power_cache.linear_table(spec, TABLES)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
