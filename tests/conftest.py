@@ -4,6 +4,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import sys
 
 # LLVM at -O1 rather than XLA's default -O2: the limber, compilation and nbody tests run in
 # 268 s instead of 304 s on 2 cores, and every result stays within the tests' tolerances;
@@ -17,12 +18,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import jax
 import pytest
+
+# pytest rewrites the asserts of every test module in every worker (a worker's collection:
+# 15 s on 2 cores, 6 s with them rewritten) unless it finds them in tests/__pycache__, which
+# it writes only where Python writes bytecode: written even under PYTHONDONTWRITEBYTECODE
+sys.dont_write_bytecode = False
 
 # The decompositions of 8 devices: a pencil and a slab in the fast tier, the others in the slow one
 PDIMS_8 = [
