@@ -340,8 +340,9 @@ def test_the_quickstart_completes_through_the_slurm_apptainer_profile_then_does_
 ):
     """profiles/slurm-apptainer on the test cluster with the CPU image: the quick start (one
     realisation per point, 32^3 particles, B = 1) in one packed job whose srun step starts 2
-    processes, each in the image, that meet through jax.distributed and share the campaign's
-    compiled programs; a second invocation submits nothing."""
+    processes, each in the image, that meet through jax.distributed and use the persistent
+    compilation cache the workflow passes them (the session's): every program the job compiles
+    is written to it, or found there; a second invocation submits nothing."""
     from test_slurm import STATUS_CHECKS, job_count, slurm_env
 
     image, commit = cpu_image
@@ -371,7 +372,6 @@ def test_the_quickstart_completes_through_the_slurm_apptainer_profile_then_does_
             env=slurm_env(),
             timeout=1200,
             main=REPO / "tests" / "slurm_snakemake.py",  # status every 2 s
-            share_programs=False,  # the campaign compiles its own programs
         )
 
     out = snakemake()
@@ -385,7 +385,14 @@ def test_the_quickstart_completes_through_the_slurm_apptainer_profile_then_does_
     log = (results / "logs" / "job0000.log").read_text()  # the 3 runs packed into one job
     assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
     assert log.count("ic, nbody, lensing, summaries done") == 3
-    assert any((tmp_path / "results" / ".jax_cache").iterdir())  # compiled programs shared
+    programs = [  # per stage of each run: compiled, written to the cache, found there
+        tuple(map(int, found))
+        for found in re.findall(
+            r"programs: (\d+) compiled \((\d+) written to the persistent cache\), (\d+) from", log
+        )
+    ]
+    assert programs and all(compiled == written for compiled, written, _ in programs), programs
+    assert sum(written + hits for _, written, hits in programs) > 0, programs
     before = job_count()
     again = snakemake()
     assert "Nothing to be done" in again.stdout + again.stderr
