@@ -109,7 +109,8 @@ def total(a):
 x = jax.make_array_from_callback((8,), sharding, lambda i: jnp.arange(8.0)[i])
 with compilation.CompileCounter() as counter:
     jax.jit(total, in_shardings=sharding)(x).block_until_ready()
-print("compiled", json.dumps([jax.process_index(), counter.counts.compiled_names]))
+with open(f"{sys.argv[2]}/{jax.process_index()}.json", "w") as out:
+    json.dump(counter.counts.compiled_names, out)
 """
 
 
@@ -118,22 +119,23 @@ def test_every_process_of_a_cpu_job_finds_its_programs_in_the_persistent_cache(t
     """Process 0 writes a program to the cache; in the next job every process loads it (JAX's
     key holds each process's own CPU topology; pmpipe.runtime.parallel puts one that all
     processes share in its place)."""
-    jobs, cache = [], str(tmp_path / "cache")
-    env = job_env()
+    cache, env = str(tmp_path / "cache"), job_env()
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # not the session's: a cache of its own
-    for _ in range(2):
+    jobs = []
+    for job in ("first", "second"):
+        (tmp_path / job).mkdir()  # each process writes the names of the programs it compiled
         out = subprocess.run(
-            [shutil.which("mpiexec"), "-n", "2", sys.executable, "-c", _SHARDED_SUM, cache],
+            [shutil.which("mpiexec"), "-n", "2"]
+            + [sys.executable, "-c", _SHARDED_SUM, cache, str(tmp_path / job)],
             capture_output=True,
             text=True,
             env=env,
             timeout=300,
         )
         assert out.returncode == 0, out.stderr[-4000:]
-        lines = [line.split(" ", 1)[1] for line in out.stdout.splitlines() if "compiled " in line]
-        jobs.append(dict(json.loads(line) for line in lines))
-    assert jobs[0] == {0: ["jit(total)"], 1: ["jit(total)"]}
-    assert jobs[1] == {0: [], 1: []}
+        jobs.append([json.loads((tmp_path / job / f"{p}.json").read_text()) for p in (0, 1)])
+    assert jobs[0] == [["jit(total)"], ["jit(total)"]]
+    assert jobs[1] == [[], []]
 
 
 @pytest.mark.slow
