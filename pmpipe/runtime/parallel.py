@@ -190,7 +190,8 @@ def start_processes(total_devices: int) -> tuple[str, int]:
     per_process = total_devices // processes
     request_host_devices(per_process)
     if processes > 1 and not jax.distributed.is_initialized():
-        if not gpu_platform():
+        on_cpu = not gpu_platform()
+        if on_cpu:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             # CPU programs run to completion in the order they are dispatched, the same order
             # on every process: concurrent programs could enter their collectives in a
@@ -202,7 +203,7 @@ def start_processes(total_devices: int) -> tuple[str, int]:
             local_device_ids=local_device_ids(per_process),
             heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_SECONDS,
         )
-        if not gpu_platform():
+        if on_cpu:
             _share_cpu_programs_between_processes()
     return launcher, processes
 
