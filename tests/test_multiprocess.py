@@ -134,7 +134,8 @@ def test_every_process_of_a_cpu_job_finds_its_programs_in_the_persistent_cache(t
         )
         assert out.returncode == 0, out.stderr[-4000:]
         jobs.append([json.loads((tmp_path / job / f"{p}.json").read_text()) for p in (0, 1)])
-    assert jobs[0] == [["jit(total)"], ["jit(total)"]]
+    # process 1 of the first job compiles it too, unless process 0 has written it already
+    assert jobs[0][0] == ["jit(total)"] and jobs[0][1] in (["jit(total)"], []), jobs[0]
     assert jobs[1] == [[], []]
 
 
