@@ -1,18 +1,22 @@
 """What a run's stores keep (config.Outputs): arrays present or absent, downsampled density,
 the same summaries whatever is kept, ICs made again from the seed, clear errors for a stage
-that needs what was not kept, and `pmpipe plan`'s disk estimate."""
+that needs what was not kept, a job that makes such a stage again with its readers, and
+`pmpipe plan`'s disk estimate."""
 
 import json
+import re
+import shutil
 
 import numpy as np
 import pytest
 import zarr
+from conftest import REPO
 
-from pmpipe import stages
+from pmpipe import cli, stages
 from pmpipe.campaigns import resources
 from pmpipe.job import pipeline
 from pmpipe.run import config, validation
-from pmpipe.stages import registry
+from pmpipe.stages import inputs, registry, status
 from pmpipe.storage import store
 
 RUN = {
@@ -128,6 +132,68 @@ def test_a_stage_that_needs_what_was_not_kept_says_which_setting(runs, tmp_path)
     ):
         registry.run_stage("summaries", runs["lean"] / "config.json")
     assert registry.run_checked("lensing", runs["lean"] / "config.json") == 2  # planes not kept
+
+
+def test_a_store_that_leaves_out_what_a_later_stage_reads_is_named_with_the_setting():
+    lean = config.Run.model_validate({**RUN, "outputs": LEAN})
+    lensing, summaries = inputs.left_out("nbody", ["lensing", "summaries"], lean)
+    assert lensing == (
+        "lensing reads lightcone_density, lightcone_healpix_alm, which outputs.lightcone does "
+        "not keep whole"
+    )
+    assert summaries == (
+        "summaries reads density, displacement, which outputs.density and outputs.particles "
+        "do not keep whole"
+    )
+    assert inputs.left_out("lensing", ["summaries"], lean)[0].startswith("summaries reads kappa")
+    assert inputs.left_out("ic", ["nbody", "summaries"], lean) == []  # made again from the seed
+    assert inputs.left_out("nbody", ["lensing", "summaries"], config.Run.model_validate(RUN)) == []
+
+
+def test_the_density_is_kept_as_a_preview_of_at_most_128_cells_a_side_by_default():
+    """A force mesh of at most 128^3 cells whole; one of 256^3 as means over 2^3 cells, which
+    the summaries, run on their own, cannot measure P(k) from; one of 192^3 over 2 x 2
+    devices (blocks of 96 cells) over 2^3 cells; one of 512^3 over 4^3."""
+    assert config.Run.model_validate(RUN).density_factor() == 1
+    box = {"box_size": 256.0, "particles": 64, "oversample": 4}
+    run = config.Run.model_validate({**RUN, "box": box})
+    assert run.outputs.density == "preview" and run.density_factor() == 2
+    full = config.Run.model_validate({**RUN, "box": box, "outputs": {"density": "full"}})
+    saved = resources.disk_bytes(full)["nbody"] - resources.disk_bytes(run)["nbody"]
+    assert saved == 2 * 4 * (256**3 - 128**3)  # two float32 snapshots: 128^3 means of 256^3
+    (found,) = inputs.left_out("nbody", ["summaries"], run)
+    assert found.startswith("summaries reads density, which outputs.density")
+    for particles, oversample, factor in ((96, 2, 2), (256, 2, 4)):
+        box = {"box_size": 256.0, "particles": particles, "oversample": oversample}
+        assert config.Run.model_validate({**RUN, "box": box}).density_factor() == factor
+
+
+def test_plan_shows_the_gpu_campaign_writing_at_most_0_15_gb_a_run(capsys):
+    """config/examples/gpu_256.yaml (512^3 force mesh, 2 snapshots): its density preview is
+    the largest array, 2 x 128^3 float32."""
+    assert cli.main(["plan", str(REPO / "config/examples/gpu_256.yaml")]) == 0
+    out = capsys.readouterr().out
+    per_stage = re.search(r"per run in GB: (.*)", out).group(1).split(", ")
+    assert sum(float(s.split()[1]) for s in per_stage) <= 0.15, per_stage
+    assert "largest arrays of a run in GB: nbody.zarr density 0.017," in out
+
+
+@pytest.mark.slow
+def test_a_run_whose_summaries_are_lost_makes_again_the_stores_they_read(runs, tmp_path):
+    """The lean run (planes and particles not kept, density downsampled) with its summaries
+    deleted: the job makes its N-body and lensing again with them, and the summaries are those
+    it had; the full run makes its summaries alone."""
+    for name, pending in (("full", ("summaries",)), ("lean", ("nbody", "lensing", "summaries"))):
+        copy = shutil.copytree(runs[name], tmp_path / name)
+        shutil.rmtree(copy / "summaries.zarr")
+        run_file = validation.load_run_file(copy / "config.json")
+        assert status.pending_stages(run_file.config, run_file.config_hash, copy) == pending
+    (outcome,) = pipeline.run_all([tmp_path / "lean" / "config.json"])
+    assert outcome.error is None and outcome.stages == pending, outcome
+    before = zarr.open_group(runs["lean"] / "summaries.zarr", mode="r")
+    after = zarr.open_group(tmp_path / "lean" / "summaries.zarr", mode="r")
+    for name in before.array_keys():  # bit for bit (NaN where a bin has no modes)
+        np.testing.assert_array_equal(before[name][:], after[name][:], err_msg=name)
 
 
 @pytest.mark.slow

@@ -357,23 +357,20 @@ def _model(
     return Estimate(devices, nodes, memory, runtime, step)
 
 
-def disk_bytes(run: config.Run) -> dict[str, float]:
-    """Bytes each stage store of a run takes on disk, by what ``run.outputs`` keeps (large
-    float arrays are stored uncompressed; bit rounding and the small arrays are not counted).
-    Full-sky shells and κ maps come with their harmonic coefficients (complex64); the lensing
-    maps of every draw."""
+def array_bytes(run: config.Run) -> dict[tuple[str, str], float]:
+    """Bytes of each large array of a run's stores, by (stage, array), as ``run.outputs``
+    keeps them (large float arrays are stored uncompressed; bit rounding and the small arrays
+    are not counted). Full-sky shells and κ maps come with their harmonic coefficients
+    (complex64); the lensing maps of every draw."""
     out, itemsize = run.outputs, 8 if run.nbody.dtype == "float64" else 4
     n, m = run.box.particles, run.box.particles * run.box.oversample
-    ic = {"all": 7, "linear": 1, "none": 0}[out.ic] * n**3
+    sizes = {("ic", "linear_density"): n**3 * (out.ic != "none")}
+    sizes["ic", "displacement, momentum"] = 6 * n**3 * (out.ic == "all")
     snapshots = len(set(run.nbody.snapshots) | {run.nbody.a_final})
-    if out.density == "full":
-        density = m**3
-    elif out.density == "none":
-        density = 0
-    else:
-        density = (m // out.density) ** 3
-    nbody = snapshots * density + (6 * n**3 if out.particles else 0)
-    sizes = {"ic": itemsize * ic, "nbody": itemsize * nbody, "lensing": 0.0, "summaries": 0.0}
+    factor = run.density_factor()
+    sizes["nbody", "density"] = 0 if factor is None else snapshots * (m // factor) ** 3
+    sizes["nbody", "displacement, momentum"] = 6 * n**3 * out.particles
+    sizes = {key: itemsize * size for key, size in sizes.items()}
     if run.lightcone is not None and out.lightcone:
         planes = len(validation.planes(run))
         full = run.lensing.full_sky if run.lensing else None
@@ -382,16 +379,23 @@ def disk_bytes(run: config.Run) -> dict[str, float]:
             ell_max = sky.healpix_ell_max(full.nside)
             shells, alm = sky.healpix_pixels(full.nside), (ell_max + 1) * (ell_max + 2) // 2
         alm_bytes = np.dtype(np.complex64).itemsize * alm
-        sizes["nbody"] += planes * (itemsize * (m**2 + shells) + alm_bytes)
+        sizes["nbody", "lightcone_density"] = planes * itemsize * m**2
+        sizes["nbody", "lightcone_healpix(_alm)"] = planes * (itemsize * shells + alm_bytes)
         if run.lensing is not None:
             sources = len(run.lensing.source_labels()) * draws.maps_per_source(run)
             flat = run.lensing.flat_sky.pixels**2 if run.lensing.flat_sky else 0
-            sizes["lensing"] = sources * (3 * itemsize * (flat + shells) + alm_bytes)
-    return {
-        stage: float(size)
-        for stage, size in sizes.items()
-        if stage != "lensing" or run.lensing is not None
-    }
+            sizes["lensing", "flat-sky maps"] = sources * 3 * itemsize * flat
+            sizes["lensing", "full-sky maps"] = sources * (3 * itemsize * shells + alm_bytes)
+    return {key: float(size) for key, size in sizes.items() if size}
+
+
+def disk_bytes(run: config.Run) -> dict[str, float]:
+    """Bytes each stage store of a run takes on disk (:func:`array_bytes` summed by stage):
+    every stage of the run, lensing with a lensing section, summaries counted as 0."""
+    per_stage = {stage: 0.0 for stage in ("ic", "nbody", "lensing", "summaries")}
+    for (stage, _), size in array_bytes(run).items():
+        per_stage[stage] += size
+    return {s: b for s, b in per_stage.items() if s != "lensing" or run.lensing is not None}
 
 
 def resources(run: config.Run, stage: str, execution: Execution) -> dict:

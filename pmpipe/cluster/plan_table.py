@@ -9,7 +9,12 @@ from pathlib import Path
 from pmpipe import stages
 from pmpipe.campaigns import decomposition, resources
 from pmpipe.campaigns.campaign import Campaign, check_fits, job_groups
-from pmpipe.campaigns.resources import GPU_SPEEDUP, calibration_factors, disk_bytes
+from pmpipe.campaigns.resources import (
+    GPU_SPEEDUP,
+    array_bytes,
+    calibration_factors,
+    disk_bytes,
+)
 from pmpipe.cluster import launch
 from pmpipe.cluster import site as sites
 from pmpipe.physics.theory.power_table import BOLTZMANN_KINDS
@@ -19,6 +24,7 @@ from pmpipe.storage import store
 
 COUNTED_RUNS = 20  # runs looked at for a complete one whose files are counted
 ROWS_SHOWN = 20  # rows of a larger campaign's plan table: its first and last runs
+LARGEST = 3  # arrays of a run named by size
 
 
 def plan_table(camp: Campaign, rows: int | None = ROWS_SHOWN) -> str:
@@ -72,6 +78,12 @@ def plan_table(camp: Campaign, rows: int | None = ROWS_SHOWN) -> str:
         f"{camp.execution.platform.upper()} device-hours for every stage (estimates, before "
         f"the safety factor {camp.execution.runtime_safety}); disk {run_disk * len(specs) / 1e9:.2f} "
         f"GB in all, per run in GB: " + ", ".join(f"{k} {v}" for k, v in per_stage.items())
+    )
+    largest = sorted(array_bytes(specs[0].run).items(), key=lambda item: -item[1])[:LARGEST]
+    lines.append(
+        "largest arrays of a run in GB: "
+        + ", ".join(f"{stage}.zarr {name} {size / 1e9:.3f}" for (stage, name), size in largest)
+        + " (what the stores keep: base.outputs, docs/outputs.md)"
     )
     return "\n".join(lines)
 

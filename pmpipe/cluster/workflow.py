@@ -32,7 +32,7 @@ from pmpipe.cluster import launch, site
 from pmpipe.results import summary_parts
 from pmpipe.run import config
 from pmpipe.runtime import backend, log
-from pmpipe.stages import status
+from pmpipe.stages import inputs, status
 from pmpipe.storage import disk, integrity, store
 
 LOG = log.get(__name__)
@@ -130,6 +130,7 @@ def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[s
             continue
         states.append(f"{path}@{path.stat().st_mtime_ns}")
         found = store.problems(path, config_hash=config.config_hash(runs[run_id]))
+        found = found or inputs.left_out(stage, [s for r, s in made if r == run_id], runs[run_id])
         why = "; ".join(found) if found else "comes after a stage of its run that is made again"
         LOG.warning("pmpipe: %s %s, so it is made again", path, why)
     return states
@@ -137,7 +138,8 @@ def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[s
 
 def plan_jobs(camp: campaigns.Campaign, campaign_dir: Path, slurm_site) -> list[Job]:
     """The jobs of the groups (execution.runs_per_job, by design position) that hold runs
-    whose stores are not all complete: those runs, from each one's first incomplete stage."""
+    whose stores are not all complete: those runs, each from the first stage it must compute
+    (status.pending_stages)."""
     jobs = []
     for name, group in campaigns.job_groups(camp.runs, camp.execution.job_size()).items():
         todo = {

@@ -1,7 +1,7 @@
 """Configuration of one simulation: the pydantic v2 models of a run (unknown keys rejected),
 its hash and its file in a campaign; the sections of what a run observes are
-:mod:`pmpipe.run.observables`', and reading files and their errors :mod:`pmpipe.run.files`'
-(both names are at hand here too).
+:mod:`pmpipe.run.observables`', those of what it writes :mod:`pmpipe.run.outputs`', and
+reading files and their errors :mod:`pmpipe.run.files`' (their names are at hand here too).
 
 This module checks what a configuration says on its own; it imports no JAX (from the physics
 only the host facts it validates against: the fiducial cosmology, P(k) kinds, step spacings).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -39,6 +40,7 @@ from pmpipe.run.observables import (
     Summaries,
     TableSources,
 )
+from pmpipe.run.outputs import PREVIEW_CELLS, Checkpoints, Outputs
 from pmpipe.run.universe import Cosmology
 
 # the run's models, and the names of files and observables a configuration's reader needs
@@ -200,59 +202,6 @@ class NBody(StrictModel):
         return steps
 
 
-class Outputs(StrictModel):
-    """What a run's stores keep. Summaries are always written; the ICs can always be made
-    again from the seed and the config. A field that is not stored still reaches the later
-    stages of the run when they run in the same process (``pmpipe run all``, the workflow)."""
-
-    particles: bool = Field(True, description="final displacement and momentum in nbody.zarr")
-    density: Literal["full", "none"] | Annotated[int, Field(ge=2)] = Field(
-        "full",
-        description="snapshot densities in nbody.zarr: full (the force mesh), none, or "
-        "an integer factor f >= 2 (means over f^3 cells)",
-    )
-    ic: Literal["all", "linear", "none"] = Field(
-        "all",
-        description="ic.zarr: all (linear density, displacement, momentum), linear "
-        "(the linear density), none (seed and config only)",
-    )
-    lightcone: bool = Field(
-        True,
-        description="lightcone planes in nbody.zarr and convergence and shear maps in lensing.zarr",
-    )
-    keepbits: int | None = Field(
-        None,
-        ge=1,
-        le=23,
-        description="lossy compression of large float arrays: keep this many "
-        "mantissa bits (bit rounding, then zstd); null: exact",
-    )
-
-
-class Checkpoints(StrictModel):
-    """Checkpoints of the N-body (pmpipe.storage.checkpoint): its state, step and what it captured so
-    far, written every few steps or minutes and on SIGTERM / SIGUSR2, so that a killed or
-    preempted run resumes where it stopped. The steps then run one program call each."""
-
-    every_steps: int | None = Field(None, ge=1, description="write one every this many steps")
-    every_minutes: float | None = Field(
-        None,
-        gt=0,
-        description="write one after the step that ends this many minutes after the "
-        "last one (or the start)",
-    )
-    keep: bool = Field(False, description="keep the last checkpoint once nbody.zarr is complete")
-
-    @model_validator(mode="after")
-    def _some_schedule(self):
-        if self.every_steps is None and self.every_minutes is None:
-            raise ValueError(
-                "checkpoints needs every_steps or every_minutes (or both); "
-                "checkpoints: null turns them off"
-            )
-        return self
-
-
 class Run(StrictModel):
     """One simulation: everything needed to produce its ICs, N-body output and summaries."""
 
@@ -318,6 +267,19 @@ class Run(StrictModel):
         elif self.lensing is not None:
             raise ValueError("lensing needs lightcone planes: add a lightcone section")
         return self
+
+    def density_factor(self) -> int | None:
+        """Force-mesh cells per side averaged into one cell of the kept density snapshots
+        (outputs.density): 1 for the force mesh itself, None when none are kept; for
+        'preview' the smallest factor that divides every device's block and leaves at most
+        PREVIEW_CELLS cells per side."""
+        kept, cells = self.outputs.density, self.force_cells()
+        if kept == "none":
+            return None
+        if kept != "preview":
+            return 1 if kept == "full" else kept
+        block = math.gcd(cells, *(cells // p for p in self.parallel.pdims))  # divides every block
+        return min(f for f in range(1, block + 1) if block % f == 0 and cells // f <= PREVIEW_CELLS)
 
     def force_cells(self) -> int:
         """Force-mesh cells per side: box.particles times box.oversample."""
@@ -437,7 +399,8 @@ def config_hash(run: Run, halo: object = HALO_HASHED) -> str:
     left out, so is the baryons section while it is null, and each field of HASHED_UNLESS
     while it holds the value given there, a dotted name reaching into a subsection: a run
     normalised by σ8 with massless neutrinos and Born lensing hashes the same with or without
-    those fields), as 'sha256:<hex>'."""
+    those fields; outputs.density as what it keeps: 'full', 'none' or its factor), as
+    'sha256:<hex>'."""
     exclude: dict = {"checkpoints": True}
     if run.baryons is None:
         exclude["baryons"] = True
@@ -454,6 +417,8 @@ def config_hash(run: Run, halo: object = HALO_HASHED) -> str:
                 where[field] = True
     data = run.model_dump(mode="json", exclude=exclude)
     data["parallel"]["halo_cells"] = halo  # a file hashed with its own halo: RunFile
+    factor = run.density_factor()
+    data["outputs"]["density"] = {None: "none", 1: "full"}.get(factor, factor)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 

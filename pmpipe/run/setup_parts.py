@@ -20,13 +20,13 @@ XI_PIXELS = 3  # pixel sides: the smallest default angle of ξ±
 @dataclasses.dataclass(frozen=True)
 class Kept:
     """What the stores keep (docs/outputs.md): ``ic`` 'all', 'linear' or 'none'; the final
-    ``particles``; the snapshots' ``density`` 'full', 'none' or a factor f (means over f^3
-    cells); the ``lightcone`` planes and lensing maps; ``keepbits``, the mantissa bits of lossy
+    ``particles``; the snapshots' ``density``, means over f^3 force-mesh cells for the factor
+    f it holds (1: the force mesh; None: no snapshots, config.Run.density_factor); the ``lightcone`` planes and lensing maps; ``keepbits``, the mantissa bits of lossy
     float arrays (None: exact)."""
 
     ic: str
     particles: bool
-    density: str | int
+    density: int | None
     lightcone: bool
     keepbits: int | None
 
@@ -129,7 +129,7 @@ class SummariesSetup:
 def kept(run: config.Run) -> Kept:
     """The run's outputs section as :class:`Kept`."""
     out = run.outputs
-    return Kept(out.ic, out.particles, out.density, out.lightcone, out.keepbits)
+    return Kept(out.ic, out.particles, run.density_factor(), out.lightcone, out.keepbits)
 
 
 def checkpointing(run: config.Run) -> Checkpointing | None:

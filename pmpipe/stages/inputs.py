@@ -38,6 +38,46 @@ STORED_BY = {
     "kappa_born_healpix_alm": "outputs.lightcone",
 }
 
+# The arrays a stage reads from an earlier stage's store, by (stage, earlier stage); those of
+# ic.zarr are made again from the seed where it lacks them
+READS = {
+    ("lensing", "nbody"): ("lightcone_density", "lightcone_healpix_alm"),
+    ("summaries", "nbody"): ("density", "displacement"),
+    ("summaries", "lensing"): (
+        "kappa",
+        "omega",
+        "kappa_healpix",
+        "kappa_healpix_alm",
+        "gamma_e_healpix_alm",
+        "gamma_b_healpix_alm",
+    ),
+}
+
+
+def kept_whole(run, name: str) -> bool:
+    """Whether the stores of ``run`` (config.Run) keep the array ``name`` whole: stored, and
+    at full resolution."""
+    setting = STORED_BY.get(name)
+    if setting == "outputs.density":
+        return run.density_factor() == 1
+    return setting is None or bool(getattr(run.outputs, setting.removeprefix("outputs.")))
+
+
+def left_out(stage: str, later, run) -> list[str]:
+    """What the stages ``later`` read from ``stage``'s store that ``run``'s outputs
+    (config.Run) leave out or downsample, one line per reading stage: a stage that reads them
+    runs only in the job that makes ``stage`` again."""
+    found = []
+    for reader in later:
+        names = [n for n in READS.get((reader, stage), ()) if not kept_whole(run, n)]
+        if names:
+            settings = sorted({STORED_BY[n] for n in names})
+            found.append(
+                f"{reader} reads {', '.join(names)}, which {' and '.join(settings)} "
+                f"{'does' if len(settings) == 1 else 'do'} not keep whole"
+            )
+    return found
+
 
 class Inputs:
     """The arrays a stage reads from the run's earlier stages (run_dir: the run's folder;
@@ -85,7 +125,7 @@ class Inputs:
     def _stored(self, stage: str, name: str):
         """The stored array; IncompleteStoreError when the store does not keep it whole."""
         group = self.store(stage)
-        if name not in group or group[name].attrs.get("downsampled", 1) > 1:
+        if name not in group or group[name].attrs.get("downsampled", 1) > 1:  # kept_whole
             from pmpipe.storage import store
 
             setting = STORED_BY.get(name, "outputs")

@@ -368,14 +368,14 @@ def _finish(
             "step_boundaries": [float(a) for a in bounds],
             "needed_halo_cells": int(result.needed_halo),
             "evolution_seconds": round(result.seconds, 4),
-            "density_kept": out.density,
+            "density_kept": out.density,  # cells per side averaged (null: none)
             "particles_kept": out.particles,
             "lightcone_kept": out.lightcone,
         },
         keepbits=out.keepbits,
     )
     store.write_coordinate(group, "a", list(snapshots), "1", "scale factor of the snapshot")
-    if out.density != "none":
+    if out.density is not None:
         _write_density(group, result, setup, out.density)
     if out.particles:
         write_lagrangian_coordinates(group, grid.particles, grid.box_size)
@@ -391,11 +391,10 @@ def _finish(
     return path
 
 
-def _write_density(group, result: particle_mesh.NBodyResult, setup: derive.RunSetup, kept_as):
-    """The density snapshots of ``result`` in nbody.zarr, whole ("full") or averaged over
-    ``kept_as``^3 force-mesh cells (outputs.density), with their nodes' coordinates."""
+def _write_density(group, result: particle_mesh.NBodyResult, setup: derive.RunSetup, factor):
+    """The density snapshots of ``result`` in nbody.zarr, averaged over ``factor``^3
+    force-mesh cells (1: whole; outputs.density), with their nodes' coordinates."""
     grid, mesh, snapshots = setup.grid, setup.grid.mesh, setup.timeline.snapshots
-    factor = 1 if kept_as == "full" else kept_as
     nodes = mesh_node_positions(grid).reshape(-1, factor).mean(axis=1)
     for axis in "xyz":
         store.write_coordinate(

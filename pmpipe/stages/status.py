@@ -7,6 +7,7 @@ from pathlib import Path
 from pmpipe.run import config, validation
 from pmpipe.runtime import log
 from pmpipe.stages import run_stages, store_path
+from pmpipe.stages.inputs import left_out
 
 LOG = log.get(__name__)
 
@@ -34,9 +35,14 @@ def run_config_hash(path: str | Path) -> str | None:
 
 def pending_stages(run, config_hash: str, run_dir: str | Path) -> tuple[str, ...]:
     """The stages of ``run`` (config.Run) from the first whose store is not complete or was made
-    from another config to the last: those a job must compute. Empty when the run is complete."""
+    from another config to the last, or from an earlier one whose store leaves out what one of
+    them reads (config.Outputs, inputs.left_out): those a job must compute. Empty when the run
+    is complete."""
     names = run_stages(run)
-    for i, stage in enumerate(names):
-        if not is_current(store_path(run_dir, stage), config_hash):
-            return names[i:]
-    return ()
+    first = next(
+        (i for i, s in enumerate(names) if not is_current(store_path(run_dir, s), config_hash)),
+        len(names),
+    )
+    while needed := [i for i in range(first) if left_out(names[i], names[first:], run)]:
+        first = needed[0]
+    return names[first:]

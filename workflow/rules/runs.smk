@@ -18,7 +18,8 @@ if PLAN.plan_file is not None:
 
 # One rule per job: the runs of a group (execution.runs_per_job, by design position) whose
 # stores are not all complete, every stage of each, in one process (pmpipe.job.pipeline).
-# Its outputs are the stores it makes: each run's from its first incomplete stage on (the
+# Its outputs are the stores it makes: each run's from its first incomplete stage on, or from an
+# earlier one whose store leaves out what a later one reads (pmpipe.stages.status; the
 # complete ones before it are read, not redone); a finished run belongs to no job. Its input is
 # the plan file, in the main Snakemake process only: a SLURM job's own Snakemake, which runs
 # the job alone after the preparation, would plan another file (the config.json files are
