@@ -4,11 +4,13 @@ that needs what was not kept, a job that makes such a stage again with its reade
 `pmpipe plan`'s disk estimate."""
 
 import json
+import logging
 import re
 import shutil
 
 import numpy as np
 import pytest
+import yaml
 import zarr
 from conftest import REPO
 
@@ -163,6 +165,11 @@ def test_the_density_is_kept_as_a_preview_of_at_most_128_cells_a_side_by_default
     assert saved == 2 * 4 * (256**3 - 128**3)  # two float32 snapshots: 128^3 means of 256^3
     (found,) = inputs.left_out("nbody", ["summaries"], run)
     assert found.startswith("summaries reads density, which outputs.density")
+    # hashed as what it keeps: as 'full' where it is the force mesh, as its factor otherwise
+    same = config.Run.model_validate({**RUN, "outputs": {"density": "full"}})
+    assert config.config_hash(same) == config.config_hash(config.Run.model_validate(RUN))
+    two = config.Run.model_validate({**RUN, "box": box, "outputs": {"density": 2}})
+    assert config.config_hash(run) == config.config_hash(two) != config.config_hash(full)
     for particles, oversample, factor in ((96, 2, 2), (256, 2, 4)):
         box = {"box_size": 256.0, "particles": particles, "oversample": oversample}
         assert config.Run.model_validate({**RUN, "box": box}).density_factor() == factor
@@ -194,6 +201,43 @@ def test_a_run_whose_summaries_are_lost_makes_again_the_stores_they_read(runs, t
     after = zarr.open_group(tmp_path / "lean" / "summaries.zarr", mode="r")
     for name in before.array_keys():  # bit for bit (NaN where a bin has no modes)
         np.testing.assert_array_equal(before[name][:], after[name][:], err_msg=name)
+
+
+@pytest.mark.slow
+def test_the_workflow_makes_the_n_body_again_with_the_lost_summaries_of_a_lean_run(tmp_path):
+    """The tiny campaign keeping its density at half resolution and no particles: its plan,
+    after a run's summaries are deleted, makes that run's N-body, lensing and summaries, and
+    its log says why the complete N-body is made again."""
+    from conftest import TINY
+
+    from pmpipe.campaigns import campaign
+    from pmpipe.cluster import workflow
+
+    data = yaml.safe_load(TINY)
+    data["realisations"], data["base"]["outputs"] = 1, {"density": 2, "particles": False}
+    path = tmp_path / "lean.yaml"
+    path.write_text(yaml.safe_dump(data))
+    results = tmp_path / "results"
+    (config_path,) = campaign.write_run_files(campaign.load(path), results)
+    assert pipeline.run_all([config_path])[0].error is None
+    shutil.rmtree(config_path.parent / "summaries.zarr")
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("pmpipe").addHandler(handler)
+    try:
+        (job,) = workflow.prepare({"campaign": str(path)}, results=results).jobs
+    finally:
+        logging.getLogger("pmpipe").removeHandler(handler)
+    run = config_path.parent.name
+    assert job.stores == ((run, "nbody"), (run, "lensing"), (run, "summaries"))
+    assert any(
+        line.endswith(
+            "nbody.zarr summaries reads density, displacement, which outputs.density and "
+            "outputs.particles do not keep whole, so it is made again"
+        )
+        for line in warnings
+    ), warnings
 
 
 @pytest.mark.slow
