@@ -18,7 +18,7 @@ import zarr
 from conftest import mount_tmpfs
 
 from pmpipe.runtime import parallel
-from pmpipe.storage import encoding, store, writes
+from pmpipe.storage import encoding, shards, store, writes
 
 DIMS = ("qx", "qy", "qz", "component")
 
@@ -150,15 +150,76 @@ def test_keepbits_rounds_large_floats_only(tmp_path):
         store.create(tmp_path / "bad.zarr", {}, keepbits=60)
 
 
-def test_failed_background_write_leaves_no_marker(tmp_path, monkeypatch):
-    real = zarr.Array.__setitem__
+@pytest.mark.parametrize("pdims", [(1, 1), (2, 4)])
+def test_raw_shards_skip_zarr_and_are_its_bytes(tmp_path, monkeypatch, pdims):
+    """Raw float shards (no compression: every float array here) are written and read by
+    pmpipe.storage.shards, not by zarr's codec pipeline: byte for byte the files zarr writes
+    (chunks cut along one axis and along two), checksummed in the manifest as written, read
+    back exactly; a changed byte in a chunk or in the index fails the read that meets it."""
+    monkeypatch.setattr(encoding, "COMPRESS_BELOW_BYTES", 0)
+    monkeypatch.setattr(encoding, "MAX_SHARD_BYTES", 64 * 2**10)
+    monkeypatch.setattr(encoding, "MAX_CHUNK_BYTES", 16 * 2**10)
+    values = _particles(32)
+    zarr_writes = []
+    real_setitem = zarr.Array.__setitem__
+
+    def counted(self, selection, value):
+        zarr_writes.append(self.path)
+        return real_setitem(self, selection, value)
+
+    monkeypatch.setattr(zarr.Array, "__setitem__", counted)
+    path = tmp_path / "s.zarr"
+    group = store.create(path, {"stage": "test"})
+    store.write_array(group, "displacement", _sharded(values, pdims), DIMS, "Mpc/h", "x")
+    store.mark_complete(group)
+    assert "displacement" not in zarr_writes
+    ours = zarr.open_array(path / "displacement", mode="r")
+    assert shards.chunk_shape(ours) is not None and ours.chunks != ours.shards
+    monkeypatch.setattr(zarr.Array, "__setitem__", real_setitem)
+    theirs = zarr.create_array(
+        tmp_path / "zarr", shape=ours.shape, dtype=ours.dtype, shards=ours.shards,
+        chunks=ours.chunks, filters=None, compressors=[zarr.codecs.Crc32cCodec()],
+    )  # fmt: skip
+    theirs[...] = values
+    files = _chunk_files(path, "displacement")
+    assert len(files) > 1
+    manifest = json.loads((path / "pmpipe_manifest.json").read_text())
+    for f in files:
+        key = str(f.relative_to(path / "displacement"))
+        assert f.read_bytes() == (tmp_path / "zarr" / key).read_bytes(), key
+        assert manifest["arrays"]["displacement"]["chunks"][key] == [
+            f.stat().st_size,
+            zlib.crc32(f.read_bytes()),
+        ]
+    back = store.read_sharded(store.open_complete(path)["displacement"], parallel.make_mesh(pdims))
+    assert np.array_equal(np.asarray(back), values)
+    assert np.array_equal(shards.read(theirs, (slice(None),)), values)  # zarr's files too
+    original = files[0].read_bytes()
+    for at in (100, len(original) - 10):  # a chunk's data; the index at the shard's end
+        files[0].write_bytes(original[:at] + bytes([original[at] ^ 4]) + original[at + 1 :])
+        with pytest.raises(ValueError, match="checksum do not match"):
+            shards.read(ours, (slice(None),))
+    files[0].write_bytes(original)
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_failed_background_write_leaves_no_marker(tmp_path, monkeypatch, raw):
+    """A zarr write, or a raw shard's (pmpipe.storage.shards), that fails."""
+    real, real_write = zarr.Array.__setitem__, shards.write
+    monkeypatch.setattr(encoding, "COMPRESS_BELOW_BYTES", 0 if raw else 2**20)
 
     def failing(self, selection, value):
         if self.path == "momentum":
             raise OSError("disk full (test)")
         return real(self, selection, value)
 
+    def failing_write(path, block, chunks):
+        if "momentum" in path.parts:
+            raise OSError("disk full (test)")
+        return real_write(path, block, chunks)
+
     monkeypatch.setattr(zarr.Array, "__setitem__", failing)
+    monkeypatch.setattr(shards, "write", failing_write)
     path = tmp_path / "s.zarr"
     group = store.create(path, {})
     data = _sharded(_particles(16), (2, 4))
@@ -173,6 +234,7 @@ def test_failed_background_write_leaves_no_marker(tmp_path, monkeypatch):
         store.open_complete(path)
     assert np.array_equal(zarr.open_group(path, mode="r")["displacement"][:], np.asarray(data))
     monkeypatch.setattr(zarr.Array, "__setitem__", real)
+    monkeypatch.setattr(shards, "write", real_write)
     group = store.create(path, {})  # the store made again: the old failure is forgotten
     store.write_array(group, "momentum", data, DIMS, "Mpc/h", "x")
     store.mark_complete(group)

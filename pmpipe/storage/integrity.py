@@ -90,6 +90,13 @@ class ChunkLedger:
             with self.lock:
                 self.chunks[key] = record
 
+    def record(self, array, path: Path, record: tuple[int, int]) -> None:
+        """Record the shard file ``path`` of zarr ``array`` (in this store's folder), written
+        whole, with its (size, CRC-32)."""
+        folder = Path(array.store_path.store.root) / array.path
+        with self.lock:
+            self.chunks[array.path, Path(path).relative_to(folder).as_posix()] = record
+
     def finished(self) -> dict[str, dict[str, list[int]]]:
         """Every recorded shard checksummed: {array path: {chunk key: [size, crc]}}."""
         out: dict[str, dict[str, list[int]]] = {}

@@ -37,7 +37,7 @@ import numpy as np
 import zarr
 
 from pmpipe.runtime import log
-from pmpipe.storage import encoding, integrity, writes
+from pmpipe.storage import encoding, integrity, shards, writes
 
 if TYPE_CHECKING:
     import jax
@@ -405,7 +405,9 @@ def read_sharded(array: zarr.Array, mesh: Mesh, leading: tuple[int, ...] = ()) -
 
     shape = tuple(array.shape[len(leading) :])
     return jax.make_array_from_callback(
-        shape, parallel.field_sharding(mesh), lambda index: array[tuple(leading) + tuple(index)]
+        shape,
+        parallel.field_sharding(mesh),
+        lambda index: shards.read(array, tuple(leading) + tuple(index)),
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import dataclasses
-import itertools
 import os
 import threading
 import time
@@ -18,7 +17,7 @@ import numpy as np
 import zarr
 
 from pmpipe.runtime import log
-from pmpipe.storage import integrity
+from pmpipe.storage import integrity, shards
 
 LOG = log.get(__name__)
 
@@ -127,20 +126,6 @@ def _release(nbytes: int) -> None:
         _budget.notify_all()
 
 
-def _whole_shards(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]):
-    """The (array selection, block selection) of every shard of a block of array at start,
-    or None when the block is not made of whole shards."""
-    axes = []
-    for s, n, c, size in zip(start, shape, integrity.shard_shape(array), array.shape):
-        if s % c or (n % c and s + n != size):
-            return None
-        axes.append([(s + o, o, min(c, n - o)) for o in range(0, n, c)])
-    return [
-        (tuple(slice(a, a + m) for a, _, m in pieces), tuple(slice(o, o + m) for _, o, m in pieces))
-        for pieces in itertools.product(*axes)
-    ]
-
-
 def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
     """array[selection] = block, counted in the write totals."""
     global _in_flight, _busy_since, _totals
@@ -149,10 +134,14 @@ def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
             _busy_since = time.perf_counter()
         _in_flight += 1
     try:
-        array[selection] = block
         ledger = store_state(store_key(array)).ledger
-        if ledger is not None:
-            ledger.wrote(array, selection)
+        path = shards.local_file(array, selection, block) if ledger is not None else None
+        if path is not None:  # a whole shard in the raw layout: its file, checksummed as written
+            ledger.record(array, path, shards.write(path, block, shards.chunk_shape(array)))
+        else:
+            array[selection] = block
+            if ledger is not None:
+                ledger.wrote(array, selection)
     finally:
         with _lock:
             _in_flight -= 1
@@ -165,7 +154,7 @@ def put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: int
     lacks the leading ones): one background write per shard when host is made of whole shards,
     else at once here after the store's pending writes."""
     block = host.reshape((1,) * (array.ndim - host.ndim) + host.shape)
-    pieces = _whole_shards(array, start, block.shape)
+    pieces = shards.whole_shards(array, start, block.shape)
     state = store_state(store_key(array))
     if pieces is None:
         try:
