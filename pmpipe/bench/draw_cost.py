@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pmpipe import stages
-from pmpipe.run import config
+from pmpipe.run import config, outputs
 from pmpipe.stages import registry
 
 
@@ -50,6 +50,7 @@ def bench_run(particles: int, pixels: int, nside: int, draws: int | None) -> con
                 "draws": drawn,
             },
             "summaries": {"shape_noise": {}, "smoothing_arcmin": [2.0]},
+            "outputs": outputs.STAGES_ONE_BY_ONE,
         }
     )
 

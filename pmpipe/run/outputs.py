@@ -10,6 +10,10 @@ from pydantic import Field, model_validator
 from pmpipe.run.files import StrictModel
 
 PREVIEW_CELLS = 128  # per side, most of the density snapshots outputs.density 'preview' keeps
+# outputs of a run whose stages run one by one, each reading the stores of those before it
+# (pmpipe run <stage>, the benches that time each stage): the density that the summaries
+# measure P(k) from, whole
+STAGES_ONE_BY_ONE = {"density": "full"}
 
 
 class Outputs(StrictModel):

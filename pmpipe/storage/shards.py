@@ -32,7 +32,7 @@ def chunk_shape(array) -> tuple[int, ...] | None:
     from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
     from zarr.codecs.sharding import ShardingCodecIndexLocation
 
-    codecs = getattr(array.metadata, "codecs", ())
+    codecs: tuple = tuple(getattr(array.metadata, "codecs", ()))
     if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec):
         return None
     sharding = codecs[0]
@@ -70,10 +70,12 @@ def whole_shards(array, start: tuple[int, ...], shape: tuple[int, ...]):
     ]
 
 
-def local_file(array, selection: tuple[slice, ...], block: np.ndarray) -> Path | None:
-    """The file of the shard that ``selection`` of zarr ``array`` is, when that shard is
-    stored in a folder in the raw layout and ``block`` fills it whole: what :func:`write`
-    writes. None otherwise (zarr writes it)."""
+def local_file(
+    array, selection: tuple[slice, ...], block: np.ndarray
+) -> tuple[Path, tuple[int, ...]] | None:
+    """The file of the shard that ``selection`` of zarr ``array`` is, with its chunks' shape,
+    when that shard is stored in a folder in the raw layout and ``block`` fills it whole: what
+    :func:`write` writes. None otherwise (zarr writes it)."""
     from zarr.storage import LocalStore
 
     chunks, store = chunk_shape(array), array.store_path.store
@@ -87,7 +89,7 @@ def local_file(array, selection: tuple[slice, ...], block: np.ndarray) -> Path |
     ):
         return None
     coords = tuple(s.start // n for s, n in zip(selection, shape))
-    return Path(store.root) / array.path / array.metadata.encode_chunk_key(coords)
+    return Path(store.root) / array.path / array.metadata.encode_chunk_key(coords), chunks
 
 
 def _pieces(shape: tuple[int, ...], chunks: tuple[int, ...]):
@@ -162,7 +164,10 @@ def read_into(path: Path, out: np.ndarray, chunks: tuple[int, ...]) -> bool:
             chunk = target if whole else np.empty(target.shape, out.dtype)
             data = chunk.reshape(-1).view(np.uint8)
             stored = bytearray(CRC_BYTES)
-            if length != data.nbytes + CRC_BYTES or os.preadv(fd, [data, stored], offset) != length:
+            if (
+                length != data.nbytes + CRC_BYTES
+                or os.preadv(fd, [data.data, stored], offset) != length
+            ):
                 raise ValueError(f"{path}: chunk {coords} is {length} bytes, not {data.nbytes}")
             _check(data, np.frombuffer(stored, np.uint8), path, f"chunk {coords}")
             if not whole:

@@ -36,7 +36,7 @@ SKIES = (("flat", ""), ("healpix", "_healpix"))  # (name, suffix of the summarie
 def bench_run(particles: int, seed: int, steps: int = 10, nside: int = 64, **sections: dict):
     """The benchmark's run (config.Run) of one seed, full-sky maps of ``nside``; ``sections``
     replace the run's own."""
-    from pmpipe.run import config
+    from pmpipe.run import config, outputs
 
     data = {
         "box": {"box_size": 256.0, "particles": particles, "oversample": 2},
@@ -54,6 +54,7 @@ def bench_run(particles: int, seed: int, steps: int = 10, nside: int = 64, **sec
             "full_sky": {"nside": nside},
         },
         "summaries": {"smoothing_arcmin": [20.0]},
+        "outputs": outputs.STAGES_ONE_BY_ONE,
     }
     return config.Run.model_validate(data | sections)
 

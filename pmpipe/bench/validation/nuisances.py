@@ -53,7 +53,7 @@ class Sizes(NamedTuple):
 
 def bench_run(sizes: Sizes, seed: int, baryons: bool):
     """The benchmark's run (config.Run) of one seed, with or without baryonic feedback."""
-    from pmpipe.run import config
+    from pmpipe.run import config, outputs
 
     bins = [
         {"kind": "table", "name": f"bin{i}", "z": Z_TABLE.tolist(),
@@ -76,6 +76,7 @@ def bench_run(sizes: Sizes, seed: int, baryons: bool):
             },
             "baryons": {"log_T_AGN": LOG_T_AGN} if baryons else None,
             "summaries": {"smoothing_arcmin": [0.0], "ell_bins": 24},
+            "outputs": outputs.STAGES_ONE_BY_ONE,
         }
     )
 

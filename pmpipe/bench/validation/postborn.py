@@ -25,7 +25,7 @@ PEAK_HEIGHTS = (-2.0, 0.0, 1.0, 2.0, 3.0, 4.0, np.inf)
 
 
 def _run(particles: int, pixels: int, seed: int, steps: int = 10):
-    from pmpipe.run import config
+    from pmpipe.run import config, outputs
 
     return config.Run.model_validate(
         {
@@ -39,6 +39,7 @@ def _run(particles: int, pixels: int, seed: int, steps: int = 10):
                 "method": "both",
             },
             "summaries": {"kappa_range": [-0.05, 0.05]},
+            "outputs": outputs.STAGES_ONE_BY_ONE,
         }
     )
 
