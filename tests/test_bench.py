@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,6 +98,18 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
     assert record["write_s"] > 0 and record["write_gb_per_s"] > 0
     assert record["machine"]["platform"] == "cpu" and record["machine"]["devices"] == 2
     assert (tmp_path / "work" / "results" / "tiny" / "report" / "pk_ratio.png").exists()
+    (run,) = record["timeline"]  # when each stage, its phases and its store's writes ran
+    assert [s["stage"] for s in run["stages"]] == ["ic", "nbody", "lensing", "summaries"]
+    ends = [0.0]
+    for stage in run["stages"]:
+        assert ends[-1] <= stage["start"] < stage["end"], run
+        for _, start, end in stage["phases"]:
+            assert stage["start"] <= start <= end <= stage["end"], stage
+        assert stage["writes"], stage  # every stage writes its store, within it
+        assert all(stage["start"] <= a <= b <= stage["end"] for a, b in stage["writes"]), stage
+        ends.append(stage["end"])
+    assert "pm_steps" in {phase for phase, _, _ in run["stages"][1]["phases"]}
+    assert Path(record["timeline_png"]).stat().st_size > 10_000
     again = subprocess.run(
         [
             sys.executable,
@@ -387,3 +400,25 @@ def test_bench_nuisances_runs_paired_draws_and_baryons_in_the_resolved_range():
     for name in ("plain", "alignments", "photo_z_shift"):
         assert np.array(record[name]["mean"]).shape == (3, len(record["ell"]))
     assert np.all(np.abs(record["plain"]["mean"]) < 1)  # about ten modes in a bin: ±45 %
+
+
+def test_the_timeline_of_a_job_record_is_shifted_to_its_first_stage_and_drawn(tmp_path):
+    from pmpipe.bench import timeline
+
+    def stage(name, start, end, phases=(), writes=()):
+        return {"stage": name, "timeline": {"start": start, "end": end, "phases": list(phases),
+                "writes": list(writes)}}  # fmt: skip
+
+    jobs = [
+        {"runs": [{"run_id": "a", "stages": [stage("ic", 100.0, 101.0, [["lpt", 100.2, 100.5]]),
+                  stage("nbody", 101.0, 104.0, [["pm_steps", 101.1, 103.0]], [[103.0, 103.5]])]}]},
+        {"runs": [{"run_id": "b", "stages": [stage("summaries", 99.5, 100.0, [], [[99.8, 99.9]])]}]},
+    ]  # fmt: skip
+    runs = timeline.runs_timeline(jobs)
+    assert [(r["job"], r["run_id"]) for r in runs] == [(0, "a"), (1, "b")]
+    nbody = runs[0]["stages"][1]
+    assert (nbody["start"], nbody["end"]) == (1.5, 4.5)
+    assert nbody["phases"] == [["pm_steps", 1.6, 3.5]] and nbody["writes"] == [[3.5, 4.0]]
+    assert runs[1]["stages"][0]["writes"] == [[0.3, 0.4]]
+    timeline.draw(runs, tmp_path / "t.png", "two jobs")
+    assert (tmp_path / "t.png").stat().st_size > 10_000

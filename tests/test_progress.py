@@ -47,7 +47,7 @@ def test_a_resumed_evolution_counts_its_steps_from_the_checkpoint():
 def outcome(run_id: str, seconds: float, error: str | None = None, made: bool = True):
     """A run's outcome: its stages computed here (``made``), in ``seconds``, or failed."""
     stage = "nbody" if error else None
-    records = (pipeline.StageRecord("ic", seconds, {}, {}, {}, 0),) if made else ()
+    records = (pipeline.StageRecord("ic", seconds, {}, {}, {}, 0, {}),) if made else ()
     return pipeline.Outcome(
         Path(f"{run_id}/config.json"), run_id, records, (), seconds, error, stage
     )

@@ -11,6 +11,8 @@ from the records the jobs write (``results/<campaign>/benchmarks/<group>.json``,
 pmpipe.job.pipeline). Physics seconds leave out the compilation inside each phase
 (pmpipe.stages.progress.Progress.timed);
 write throughput is the bytes the stages wrote over the time at least one write was under way.
+The record holds every run's timeline (pmpipe.bench.timeline), drawn as timeline.png in the
+working directory.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from pmpipe.bench import timeline
 from pmpipe.campaigns import campaign
-from pmpipe.job import pipeline
+from pmpipe.job import outcomes
 from pmpipe.run import config
 
 PHASES = ("white_noise", "lpt", "pm_steps", "lensing", "statistics")
@@ -143,8 +146,10 @@ def bench_campaign(
     campaign_dir = workdir / "results" / camp.name
     jobs = [json.loads(p.read_text()) for p in sorted((campaign_dir / "benchmarks").glob("*.json"))]
     runs = len(list(campaign_dir.glob("*/config.json")))
-    store_bytes = sum(pipeline.directory_bytes(path) for path in campaign_dir.rglob("*.zarr"))
+    store_bytes = sum(outcomes.directory_bytes(path) for path in campaign_dir.rglob("*.zarr"))
     first = jobs[0] if jobs else {}
+    runs_timeline = timeline.runs_timeline(jobs)
+    timeline.draw(runs_timeline, workdir / "timeline.png", f"{camp.name}: {runs} runs")
     return {
         "benchmark": "campaign",
         "campaign": camp.name,
@@ -160,4 +165,6 @@ def bench_campaign(
             "python": platform.python_version(),
         },
         **summarise(jobs, runs, wall_s, store_bytes),
+        "timeline_png": str(workdir / "timeline.png"),
+        "timeline": runs_timeline,
     }

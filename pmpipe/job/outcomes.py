@@ -1,5 +1,6 @@
-"""What became of the runs of a job: each stage computed (:class:`StageRecord`), each run's
-:class:`Outcome`, and the halo shortfalls a job does not repeat (:class:`HaloShortfalls`)."""
+"""What became of the runs of a job: each stage computed (:class:`StageRecord`, with the
+helpers that fill it), each run's :class:`Outcome`, and the halo shortfalls a job does not
+repeat (:class:`HaloShortfalls`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,30 @@ from pmpipe.run import config, ghost_cells
 from pmpipe.stages import runner, status
 
 
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files under path."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def compile_counts(counts) -> dict:
+    """A record's XLA programs (pmpipe.runtime.compilation's counts) as JSON data."""
+    return {
+        "programs": counts.programs,
+        "compiled": counts.compiled,
+        "cache_hits": counts.hits,
+        "seconds": counts.seconds,
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class StageRecord:
     """One stage computed in this process: wall seconds, seconds per physics phase
     (Progress.physics), XLA programs it compiled or loaded from the persistent cache
     (pmpipe.runtime.compilation), array bytes this process wrote with the seconds from the first write
-    to the last one done (writes.write_totals), and bytes of its store on disk."""
+    to the last one done (writes.write_totals), bytes of its store on disk, and its
+    ``timeline``: when it started and ended, ran each physics phase and each write of its
+    store (Unix seconds: ``{"start", "end", "phases": [[phase, start, end]], "writes":
+    [[start, end]]}``)."""
 
     stage: str
     seconds: float
@@ -23,6 +42,7 @@ class StageRecord:
     compilation: dict
     write: dict
     store_bytes: int
+    timeline: dict
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,13 @@ from pathlib import Path
 
 from pmpipe import stages
 from pmpipe.job import agreed_steps, power_ahead
-from pmpipe.job.outcomes import HaloShortfalls, Outcome, StageRecord
+from pmpipe.job.outcomes import (
+    HaloShortfalls,
+    Outcome,
+    StageRecord,
+    compile_counts,
+    directory_bytes,
+)
 from pmpipe.results import summary_parts
 from pmpipe.run import derive
 from pmpipe.runtime import log, memory
@@ -41,11 +47,6 @@ from pmpipe.storage import run_record
 LOG = log.get(__name__)
 
 
-def directory_bytes(path: Path) -> int:
-    """Bytes of the files under path."""
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
 def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRecord:
     """Run one stage and record its time, physics phases, compilations and store size."""
     import jax
@@ -55,6 +56,7 @@ def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRe
 
     progress = Progress(stage, setup.run_file.run_id)
     before, written, start = compilation.totals(), writes.write_totals(), time.perf_counter()
+    began = time.time()
     path = registry.execute(stage, setup, inputs, progress)
     seconds, counts = time.perf_counter() - start, compilation.totals() - before
     written = writes.write_totals() - written
@@ -63,14 +65,15 @@ def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRe
         stage,
         seconds,
         dict(progress.physics),
-        {
-            "programs": counts.programs,
-            "compiled": counts.compiled,
-            "cache_hits": counts.hits,
-            "seconds": counts.seconds,
-        },
+        compile_counts(counts),
         {"bytes": written.bytes, "seconds": written.seconds},
         directory_bytes(path) if jax.process_index() == 0 else 0,
+        {
+            "start": began,
+            "end": time.time(),
+            "phases": [list(span) for span in progress.spans],
+            "writes": [list(span) for span in writes.store_state(writes.key_of_path(path)).spans],
+        },
     )
 
 
@@ -338,12 +341,7 @@ def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict
         "devices": jax.device_count(),
         "platform": jax.default_backend(),
         "device_kind": jax.devices()[0].device_kind,
-        "compilation": {
-            "programs": counts.programs,
-            "compiled": counts.compiled,
-            "cache_hits": counts.hits,
-            "seconds": counts.seconds,
-        },
+        "compilation": compile_counts(counts),
         **peak_memory(),
         "runs": [
             {

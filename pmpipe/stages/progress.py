@@ -16,12 +16,14 @@ class Progress:
     """Progress lines of a stage, log records '[pmpipe <stage> <run_id>] <message> (<elapsed>
     s)' (shown from one process: pmpipe.runtime.log); and the seconds the stage spent in each phase of
     the physics (``physics``: white_noise, lpt, pm_steps (the evolution with its lightcone
-    capture), lensing, statistics)."""
+    capture), lensing, statistics), with when each timed block ran (``spans``: phase, start and
+    end in Unix seconds)."""
 
     def __init__(self, stage: str, run_id: str):
         self.prefix = f"[pmpipe {stage} {run_id}]"
         self.start = time.perf_counter()
         self.physics: dict[str, float] = {}
+        self.spans: list[tuple[str, float, float]] = []
 
     @contextlib.contextmanager
     def timed(self, phase: str):
@@ -30,11 +32,13 @@ class Progress:
         in a job); the block waits for its own results (jax.block_until_ready) so that the
         time is the computation's."""
         start, compiling = time.perf_counter(), compilation.totals().seconds
+        began = time.time()
         try:
             yield
         finally:
             spent = time.perf_counter() - start - (compilation.totals().seconds - compiling)
             self.physics[phase] = self.physics.get(phase, 0.0) + max(0.0, spent)
+            self.spans.append((phase, began, time.time()))
 
     def __call__(self, message: str, every_process: bool = False) -> None:
         elapsed = time.perf_counter() - self.start

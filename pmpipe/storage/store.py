@@ -85,6 +85,7 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     )  # an older store's writes are done; their errors don't matter
     state = writes.store_state(writes.key_of_path(path))
     state.keepbits, state.ledger = keepbits, integrity.ChunkLedger(path.resolve())
+    state.spans = []
     if _writer():
         remove(path)
         group = zarr.open_group(path, mode="w", zarr_format=3, attributes=attrs)

@@ -31,12 +31,14 @@ class StoreWriteError(RuntimeError):
 
 @dataclasses.dataclass
 class _StoreState:
-    """A store's keepbits, its pending writes (array name, future) and the shards this
-    process wrote (None for a store that is not a folder)."""
+    """A store's keepbits, its pending writes (array name, future), the shards this
+    process wrote (None for a store that is not a folder) and when each write ran (start and
+    end, Unix seconds)."""
 
     keepbits: int | None = None
     pending: list = dataclasses.field(default_factory=list)
     ledger: integrity.ChunkLedger | None = None
+    spans: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,17 +135,19 @@ def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
         if _in_flight == 0:
             _busy_since = time.perf_counter()
         _in_flight += 1
+    began, state = time.time(), store_state(store_key(array))
     try:
-        ledger = store_state(store_key(array)).ledger
-        path = shards.local_file(array, selection, block) if ledger is not None else None
-        if path is not None:  # a whole shard in the raw layout: its file, checksummed as written
-            ledger.record(array, path, shards.write(path, block, shards.chunk_shape(array)))
+        ledger = state.ledger
+        raw = shards.local_file(array, selection, block) if ledger is not None else None
+        if ledger is not None and raw is not None:  # its file, checksummed as written
+            ledger.record(array, raw[0], shards.write(raw[0], block, raw[1]))
         else:
             array[selection] = block
             if ledger is not None:
                 ledger.wrote(array, selection)
     finally:
         with _lock:
+            state.spans.append((began, time.time()))
             _in_flight -= 1
             busy = time.perf_counter() - _busy_since if _in_flight == 0 else 0.0
             _totals = WriteTotals(_totals.bytes + block.nbytes, _totals.seconds + busy)
