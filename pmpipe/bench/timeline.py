@@ -52,7 +52,7 @@ def draw(timeline: list[dict], path: str | Path, title: str) -> None:
     from pmpipe.results.plotting import pyplot, save_figure
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * max(1, len(timeline))))
+    fig, ax = plt.subplots(figsize=(11, 2.4 + 0.45 * len(timeline)))
     for row, run in enumerate(timeline):
         for stage in run["stages"]:
             width = stage["end"] - stage["start"]
@@ -67,8 +67,7 @@ def draw(timeline: list[dict], path: str | Path, title: str) -> None:
     handles += [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     handles.append(plt.Rectangle((0, 0), 1, 1, color="black"))
     labels = [*STAGE_COLOURS, *PHASE_COLOURS, "writes"]
-    ax.legend(handles, labels, ncol=6, fontsize="small", loc="upper center",
-              bbox_to_anchor=(0.5, -0.35 if len(timeline) < 4 else -0.12))  # fmt: skip
+    ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_yticks(range(len(timeline)), [f"{r['run_id']} (job {r['job']})" for r in timeline])
     ax.invert_yaxis()
     ax.set_xlabel("seconds from the first stage's start")
