@@ -123,6 +123,9 @@ def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[s
     """Log each existing store that a job makes again, with why; returns their states
     (path and modification time) for the plan's name."""
     runs = {s.run_id: s.run for s in camp.runs}
+    remade: dict[str, list[str]] = {}
+    for run_id, stage in made:
+        remade.setdefault(run_id, []).append(stage)
     states = []
     for run_id, stage in made:
         path = stages.store_path(campaign_dir / run_id, stage)
@@ -130,7 +133,7 @@ def _report_remade(camp: campaigns.Campaign, campaign_dir: Path, made) -> list[s
             continue
         states.append(f"{path}@{path.stat().st_mtime_ns}")
         found = store.problems(path, config_hash=config.config_hash(runs[run_id]))
-        found = found or inputs.left_out(stage, [s for r, s in made if r == run_id], runs[run_id])
+        found = found or inputs.left_out(stage, remade[run_id], runs[run_id])
         why = "; ".join(found) if found else "comes after a stage of its run that is made again"
         LOG.warning("pmpipe: %s %s, so it is made again", path, why)
     return states

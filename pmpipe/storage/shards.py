@@ -88,8 +88,13 @@ def local_file(
         or not tiles(shape, chunks)
     ):
         return None
-    coords = tuple(s.start // n for s, n in zip(selection, shape))
-    return Path(store.root) / array.path / array.metadata.encode_chunk_key(coords), chunks
+    return _shard_file(array, selection), chunks
+
+
+def _shard_file(array, selection: tuple[slice, ...]) -> Path:
+    """The file of the shard at which ``selection`` of zarr ``array`` (in a LocalStore) starts."""
+    coords = tuple(s.start // n for s, n in zip(selection, shard_shape(array)))
+    return Path(array.store_path.store.root) / array.path / array.metadata.encode_chunk_key(coords)
 
 
 def _pieces(shape: tuple[int, ...], chunks: tuple[int, ...]):
@@ -221,14 +226,11 @@ def read(array, selection: tuple) -> np.ndarray:
     pieces = whole_shards(array, start, shape)
     if not pieces or any(isinstance(s, slice) and s.step not in (None, 1) for s in selection):
         return array[selection]
-    out = _aligned_empty(shape, np.dtype(array.dtype))
-    folder = Path(store.root) / array.path
+    out, whole = _aligned_empty(shape, np.dtype(array.dtype)), shard_shape(array)
     for where, inside in pieces:
-        target = out[inside]
-        coords = tuple(s.start // n for s, n in zip(where, shard_shape(array)))
-        path = folder / array.metadata.encode_chunk_key(coords)
+        target, path = out[inside], _shard_file(array, where)
         if not (
-            target.shape == shard_shape(array)
+            target.shape == whole
             and target.flags.c_contiguous
             and tiles(target.shape, chunks)
             and path.is_file()
