@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,8 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
             "work",
             "--cores",
             "2",
+            "--programs",  # the session's: a campaign after its first job
+            os.environ["PMPIPE_TEST_PROGRAMS"],
             "--json",
             "pm_core.json",
         ],
@@ -92,7 +95,9 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
     assert 0 < record["duty"] < 1 and record["duty"] == pytest.approx(
         record["physics_s"] / record["wall_s"]
     )
-    assert record["compilations_per_process"][0] > 0  # a fresh cache: everything compiled
+    counts = record["compilations_per_process"][0], record["cache_hits_per_process"][0]
+    assert sum(counts) > 10, counts  # every program compiled or found in --programs
+    assert not (tmp_path / "work" / "results" / ".jax_cache").exists()  # not the campaign's
     assert record["peak_rss_mb_per_process"][0] > 100
     assert record["bytes_written"] > 0 and record["stage_bytes_written"] > 0
     assert record["write_s"] > 0 and record["write_gb_per_s"] > 0

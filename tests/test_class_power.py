@@ -7,7 +7,7 @@ import types
 
 import numpy as np
 import pytest
-from conftest import linear_table
+from conftest import TABLES, linear_table
 
 from pmpipe.physics.theory import background, boltzmann, class_power, neutrinos
 from pmpipe.run import config, derive, validation
@@ -108,8 +108,8 @@ def test_without_classy_the_error_names_the_field_and_the_extra(monkeypatch, tmp
     assert str(source) in str(err.value)
 
 
-@pytest.mark.slow  # 9 s: a CLASS table of its own
-def test_a_class_run_records_its_code_and_caches_apart_from_camb(tmp_path):
+@pytest.mark.slow  # 9 s when the tests' tables lack it: a CLASS table of its own
+def test_a_class_run_records_its_code_and_caches_apart_from_camb():
     fields = {"cosmology": {"m_nu": 0.1, "A_s": 2.1e-9}, "box": {"particles": 16}}
     runs = {
         kind: config.Run.model_validate({**fields, "power": {"kind": kind}})
@@ -117,12 +117,13 @@ def test_a_class_run_records_its_code_and_caches_apart_from_camb(tmp_path):
     }
     keys = {kind: power_cache.key(derive.boltzmann_inputs(run)) for kind, run in runs.items()}
     assert keys["camb"] != keys["class"]
-    tables = functools.partial(power_cache.linear_table, folder=tmp_path)
+    # the tests' tables, made once: a job making CLASS tables anew is test_pipeline's
+    tables = functools.partial(power_cache.linear_table, folder=TABLES)
     setup = derive.setup(config.RunFile.build("c", "r", 0, {}, runs["class"]), None, tables)
     source = derive.linear_power_source(setup)
     assert source["code"] == "class" and source["inputs"]["code"] == "class"
     assert source["version"] == versions.installed("classy")
     assert neutrinos.has_tables(setup.cosmology)
-    assert (tmp_path / f"{keys['class']}.npz").exists()
-    again = power_cache.linear_table(derive.boltzmann_inputs(runs["class"]), tmp_path)
+    assert (TABLES / f"{keys['class']}.npz").exists()
+    again = power_cache.linear_table(derive.boltzmann_inputs(runs["class"]), TABLES)
     np.testing.assert_array_equal(again.p_cb, setup.linear_table.p_cb)

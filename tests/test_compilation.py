@@ -1,7 +1,7 @@
 """Compile once: runs of one size with other cosmologies, seeds and a_init reuse the compiled
 programs, in the same process (in-memory caches, with the results of programs compiled for
 another run) and in a new job process (persistent cache, also when the cache folder was copied
-to another path, through `pmpipe run all` and through a packed job); the counts come from
+to another path, for a packed job of other runs); the counts come from
 pmpipe.runtime.compilation (JAX's monitoring events)."""
 
 import json
@@ -9,14 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY, job_env
+from conftest import JOB_XLA_FLAGS, TINY, job_env
 
 from pmpipe.run import config
 from pmpipe.runtime import compilation
@@ -78,54 +76,38 @@ B = {"Omega_m": 0.28, "sigma8": 0.75, "h": 0.70, "n_s": 0.95, "w0": -0.9, "Omega
 C = {"Omega_m": 0.34, "sigma8": 0.86, "h": 0.65, "n_s": 0.98, "w0": -1.1, "wa": 0.1}
 
 
-def _start(cache, runs):
-    """The process of SCRIPT for ``runs`` with the persistent cache in ``cache``, started, its
-    output in files beside the cache folder: (process, stdout file, stderr file)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
-    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    with (
-        tempfile.NamedTemporaryFile("w", suffix=".out", dir=cache.parent, delete=False) as out,
-        tempfile.NamedTemporaryFile("w", suffix=".err", dir=cache.parent, delete=False) as err,
-    ):
-        process = subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, str(cache), json.dumps(runs)],
-            stdout=out,
-            stderr=err,
-            env=env,
-        )
-    return process, Path(out.name), Path(err.name)
-
-
-def _results(started):
-    """The JSON lines of a process from :func:`_start`, once it has finished."""
-    process, out, err = started
-    try:
-        process.wait(timeout=300)
-    finally:
-        process.kill()
-    assert process.returncode == 0, err.read_text()[-4000:]
-    return [json.loads(line) for line in out.read_text().splitlines()]
-
-
 def _runs(cache, runs):
-    return _results(_start(cache, runs))
+    """The JSON lines SCRIPT prints for ``runs``, in a process with the persistent cache in
+    ``cache``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
+    env.update(
+        XLA_FLAGS=f"--xla_force_host_platform_device_count=2 {JOB_XLA_FLAGS}", JAX_PLATFORMS="cpu"
+    )
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(cache), json.dumps(runs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return [json.loads(line) for line in out.stdout.splitlines()]
 
 
 @pytest.mark.slow
 def test_runs_of_one_size_compile_once(tmp_path):
-    # C with a cache of its own, compiled from scratch: independent of the rest, so it runs
-    # beside it
-    separate = _start(tmp_path / "other_cache", [[C, 3, 0.08]])
-    first, again, third = _runs(tmp_path / "jax_cache", [[A, 1, 0.1], [B, 2, 0.05], [C, 3, 0.08]])
+    cache = tmp_path / "jax_cache"
+    first, again, third = _runs(cache, [[A, 1, 0.1], [B, 2, 0.05], [C, 3, 0.08]])
     assert first["compiled"] > 10 and first["misses"] == first["compiled"]  # all written
     # other cosmologies, seeds and a_init in the same process: nothing reaches XLA again
     assert again["programs"] == 0 and third["programs"] == 0, (again["names"], third["names"])
     # the parameters are arguments, not constants of the first run: each run has its own
-    # results, and the programs compiled for A give C what programs compiled for C give
+    # results, and C alone in a new process makes the very programs made for A (their keys
+    # hold every constant), which give it what they gave C after A
     assert first["planes"] == again["planes"] == third["planes"] >= 3
-    (alone,) = _results(separate)
-    assert alone["compiled"] == alone["programs"] == first["programs"]
+    (alone,) = _runs(cache, [[C, 3, 0.08]])
+    assert alone["hits"] == alone["programs"] == first["programs"] and alone["compiled"] == 0
     assert sorted(alone["names"]) == sorted(first["names"])
     for key in ("pk", "cross", "flat_std", "shell_std", "delta_linear"):
         values = [np.asarray(r[key]) for r in (first, again, third)]
@@ -174,38 +156,21 @@ def _run_files(results):
     return paths
 
 
-def _start_job(paths, report, cache):
-    """The job process (pmpipe.job.pipeline) of the runs ``paths``, started; its output
-    goes to ``report`` with the suffix .log."""
-    env = job_env()
-    with open(report.with_suffix(".log"), "w") as log:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pmpipe.job.pipeline",
-                "--report",
-                str(report),
-                *map(str, paths),
-            ],
-            stdout=log,
-            stderr=log,
-            env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache)},
-        )
-
-
-def _record(process, report):
-    """The record a job process from :func:`_start` wrote to ``report``, once it finished."""
-    try:
-        process.wait(timeout=600)
-    finally:
-        process.kill()
-    assert process.returncode == 0, report.with_suffix(".log").read_text()[-3000:]
-    return json.loads(report.read_text())
-
-
 def _job(paths, report, cache):
-    return _record(_start_job(paths, report, cache), report)
+    """The record the job process (pmpipe.job.pipeline) of the runs ``paths`` writes to
+    ``report`` (its output beside it, with the suffix .log)."""
+    log = report.with_suffix(".log")
+    with open(log, "w") as output:
+        done = subprocess.run(
+            [sys.executable, "-m", "pmpipe.job.pipeline", "--report", str(report)]
+            + [str(path) for path in paths],
+            stdout=output,
+            stderr=output,
+            env={**job_env(), "JAX_COMPILATION_CACHE_DIR": str(cache)},
+            timeout=600,
+        )
+    assert done.returncode == 0, log.read_text()[-3000:]
+    return json.loads(report.read_text())
 
 
 @pytest.mark.slow
@@ -215,14 +180,7 @@ def test_a_second_process_of_the_same_sizes_compiles_nothing(tmp_path):
     first = _job(paths[:1], tmp_path / "first.json", cache)
     assert first["compilation"]["compiled"] > 0 and first["compilation"]["cache_hits"] == 0
     cache = shutil.copytree(cache, tmp_path / "elsewhere" / "cache")  # the cache moved
-    # pmpipe run all of one run, and a packed job of two runs, side by side (both only read)
-    jobs = {
-        name: (_start_job(runs, tmp_path / f"{name}.json", cache), tmp_path / f"{name}.json")
-        for name, runs in (("second", paths[1:2]), ("packed", paths[2:]))
-    }
-    second, packed = (_record(*jobs[name]) for name in ("second", "packed"))
-    assert second["compilation"]["compiled"] == 0, second["compilation"]
-    assert second["compilation"]["cache_hits"] == first["compilation"]["programs"]
+    packed = _job(paths[1:], tmp_path / "packed.json", cache)  # a job of three runs
     assert packed["compilation"]["compiled"] == 0, packed["compilation"]
     assert packed["compilation"]["cache_hits"] == first["compilation"]["programs"]
     later = packed["runs"][1]["stages"]  # the job's second run: every program in memory

@@ -17,6 +17,8 @@ from conftest import snakemake_tiny as snakemake
 from pmpipe.storage import store
 
 STAGES = ("ic", "nbody", "lensing", "summaries")
+# what a rerun leaves out when no assertion reads the figures it would draw again
+NO_FIGURES = ("--omit-from", "figures_job0000", "campaign_figures")
 
 
 def stamps(runs_dir):
@@ -89,7 +91,7 @@ def test_a_deleted_store_and_a_store_without_marker_are_recomputed_alone(campaig
     shutil.rmtree(runs_dir / "tiny-fiducial-r0" / "nbody.zarr")
     target = runs_dir / "tiny-fiducial-r1" / "summaries.zarr"
     del zarr.open_group(target, mode="r+").attrs[store.COMPLETE]
-    out = snakemake(campaign)
+    out = snakemake(campaign, *NO_FIGURES)
     assert "no completion marker" in out.stderr
     assert store.is_complete(target)
     after = stamps(runs_dir)
@@ -117,7 +119,7 @@ def test_damaged_stores_are_found_by_verify_and_recomputed(campaign, capsys):
     chunk.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
     before = stamps(runs_dir)
     assert cli.main(["verify", str(runs_dir)]) == 1
-    out = snakemake(campaign)
+    out = snakemake(campaign, *NO_FIGURES)
     assert "shard kappa/c/" in out.stderr and "is missing" in out.stderr
     assert cli.main(["verify", str(runs_dir)]) == 0
     after = stamps(runs_dir)
@@ -155,7 +157,7 @@ def test_a_foreign_store_and_an_edited_zarr_json_are_made_again(campaign):
     next(c for c in inner if c["name"] == "bytes")["configuration"]["endian"] = "big"
     meta_path.write_text(json.dumps(meta))
     before = stamps(runs_dir)
-    out = snakemake(campaign)
+    out = snakemake(campaign, *NO_FIGURES)
     assert "nbody.zarr is stale: made from config" in out.stderr, out.stderr[-3000:]
     assert "lensing.zarr is stale: made from another nbody.zarr" in out.stderr
     assert "pk/zarr.json was changed" in out.stderr
@@ -291,6 +293,8 @@ def test_list_example_runs_to_the_end(tmp_path):
         "2",
         "--config",
         f"campaign={_hostile_campaign(tmp_path)}",
+        "--omit-from",  # the runs' figures are read, the campaign's are not
+        "campaign_figures",
     )
     assert not list(tmp_path.rglob("PWNED"))
     results = tmp_path / "results" / "list"
@@ -348,7 +352,7 @@ def test_a_campaign_over_A_s_and_m_nu_runs_on_camb_power_with_sigma8_derived(tmp
     assert "runs_job0000" in planned.stdout and not (tmp_path / "results").exists()
     run_snakemake(
         tmp_path, "--profile", str(REPO / "profiles/local"), "--cores", "2", "--config",
-        "campaign=amp.yaml",
+        "campaign=amp.yaml", *NO_FIGURES,
     )  # fmt: skip
     results = tmp_path / "results" / "amp"
     rows = list(csv.DictReader((results / "manifest.csv").open()))

@@ -2,8 +2,9 @@
 for it.
 
 Runs ``snakemake --profile <profile>`` on the repository's Snakefile in a fresh working
-directory (nothing compiled, nothing written before), from the campaign file to the report
-figures, and reports as JSON: wall time, runs per hour, seconds inside the physics (white
+directory (nothing written before, and nothing compiled unless ``programs`` names a persistent
+compilation cache: the steady state of a long campaign, whose later jobs find the programs its
+first compiled), from the campaign file to the report figures, and reports as JSON: wall time, runs per hour, seconds inside the physics (white
 noise, linear field and LPT, PM steps, lightcone capture, lensing, statistics) summed over
 the runs, their ratio to the wall time ("duty"), compilations and peak memory per job
 process, and the bytes the stages wrote with their write throughput. The per-job figures come
@@ -30,6 +31,7 @@ from pmpipe.bench import timeline
 from pmpipe.campaigns import campaign
 from pmpipe.job import outcomes
 from pmpipe.run import config
+from pmpipe.runtime import compilation_cache
 
 PHASES = ("white_noise", "lpt", "pm_steps", "lensing", "statistics")
 
@@ -50,8 +52,10 @@ def run_snakemake(
     snakefile: Path,
     cores: int | None,
     extra: tuple[str, ...] = (),
+    programs: Path | None = None,
 ) -> tuple[float, subprocess.CompletedProcess]:
-    """Run the campaign in workdir (with ``extra`` snakemake arguments); returns (wall
+    """Run the campaign in workdir (with ``extra`` snakemake arguments; its jobs' compiled
+    programs in the persistent cache ``programs``, else in the campaign's own); returns (wall
     seconds, the finished process)."""
     cmd = [
         sys.executable,
@@ -69,9 +73,15 @@ def run_snakemake(
     if cores is not None:
         cmd += ["--cores", str(cores)]
     cmd += list(extra)
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
-    }  # each job sets its own
+    env = {k: v for k, v in os.environ.items() if k != compilation_cache.FOLDER_VARIABLE}
+    if programs is not None:
+        env[compilation_cache.FOLDER_VARIABLE] = str(programs)
+    from pmpipe.runtime import parallel
+
+    flags = env.pop("XLA_FLAGS", "").split()
+    flags = [f for f in flags if not f.startswith(parallel.HOST_DEVICES_FLAG)]
+    if flags:  # the user's flags reach the jobs; each job asks for its own CPU devices
+        env["XLA_FLAGS"] = " ".join(flags)
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir)
     return time.perf_counter() - start, out
@@ -116,8 +126,10 @@ def bench_campaign(
     workdir: str | Path | None = None,
     cores: int | None = None,
     snakefile: str | Path | None = None,
+    programs: str | Path | None = None,
 ) -> dict:
-    """Run the campaign through Snakemake in a fresh working directory and measure it;
+    """Run the campaign through Snakemake in a fresh working directory (its jobs' compiled
+    programs in the persistent cache folder ``programs`` when given) and measure it;
     CampaignFailed with the end of Snakemake's output when the campaign fails."""
     from pmpipe.runtime import parallel
 
@@ -138,7 +150,8 @@ def bench_campaign(
             "needs a working directory without results of this campaign"
         )
     workdir.mkdir(parents=True, exist_ok=True)
-    wall_s, out = run_snakemake(campaign_file, profile, workdir, snakefile, cores)
+    programs = Path(programs).resolve() if programs is not None else None
+    wall_s, out = run_snakemake(campaign_file, profile, workdir, snakefile, cores, (), programs)
     if out.returncode != 0:
         raise CampaignFailed(
             f"snakemake failed (exit {out.returncode}) in {workdir}:\n{out.stderr[-4000:]}"

@@ -72,6 +72,12 @@ BENCH = (
             ),
             arg("--cores", type=int, help="snakemake --cores (default: the profile's)"),
             SNAKEFILE,
+            arg(
+                "--programs",
+                type=Path,
+                help="persistent compilation cache folder for the jobs, as a long campaign's "
+                "later jobs find what its first compiled (default: the campaign's own, empty)",
+            ),
             JSON,
         ),
     ),

@@ -216,7 +216,7 @@ def campaign(args) -> int:
 
     try:
         record = campaign_timing.bench_campaign(
-            args.campaign, args.profile, args.workdir, args.cores, args.snakefile
+            args.campaign, args.profile, args.workdir, args.cores, args.snakefile, args.programs
         )
     except campaign_timing.CampaignFailed as err:
         LOG.error("error: %s", err)
