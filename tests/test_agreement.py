@@ -130,15 +130,15 @@ def _packed_job(paths, process, when, targets, *extra, timeout=600):
 def test_a_failure_on_one_process_of_a_packed_job_is_recorded_and_the_other_runs_complete(
     tmp_path,
 ):
-    """mpiexec -n 2; process 1 fails after ic of r1, after nbody of r2 and after summaries of
-    r3 (each time once the other process no longer needs it in that stage): each of those runs
-    fails in that stage with process 1's reason, r0 and r4 complete, the job ends with 1."""
+    """mpiexec -n 2; process 1 fails after ic of r0, after nbody of r1 and after summaries of
+    r2 (each time once the other process no longer needs it in that stage): each of those runs
+    fails in that stage with process 1's reason, r3 after them completes, the job ends with 1."""
     assert shutil.which("mpiexec"), "mpiexec missing: pip install mpich mpi4py (the [test] extra)"
-    paths = _write_runs(tmp_path, 5)
-    failing = {"r1": "ic", "r2": "nbody", "r3": "summaries"}
+    paths = _write_runs(tmp_path, 4)
+    failing = {"r0": "ic", "r1": "nbody", "r2": "summaries"}
     out, _ = _packed_job(paths, 1, "after", [f"{r}:{s}" for r, s in failing.items()])
     assert out.returncode == 1, out.stderr[-4000:]
-    assert "3 of 5 runs failed: r1, r2, r3" in out.stderr, out.stderr[-4000:]
+    assert "3 of 4 runs failed: r0, r1, r2" in out.stderr, out.stderr[-4000:]
     for path in paths:
         record = run_record.read(path.parent)
         run = path.parent.name
