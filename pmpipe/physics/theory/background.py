@@ -228,9 +228,10 @@ def comoving_distance(cosmo, a) -> np.ndarray:
 
 def scale_factor_at_distance(cosmo, chi) -> np.ndarray:
     """Inverse of :func:`comoving_distance`: a(χ) for numpy χ in Mpc/h (Newton steps in ln a
-    from a tabulated first guess)."""
+    from a first guess interpolated in a table of 64 scale factors, which the steps refine to
+    the rounding of float64)."""
     chi = np.asarray(chi, np.float64)
-    grid = np.linspace(math.log(1e-3), 0.0, 512)
+    grid = np.linspace(math.log(1e-3), 0.0, 64)
     lna = np.interp(-chi, -comoving_distance(cosmo, np.exp(grid)), grid)
     for _ in range(4):
         a = np.exp(lna)
