@@ -79,6 +79,11 @@ TABLES = (
 
 JOB_XLA_FLAGS = "--xla_backend_optimization_level=1"
 
+# Rules of workflow/rules/report.smk, by their names in a campaign whose runs fit in one job
+# (test_workflow's listing checks them): what a rerun that no assertion reads them from leaves
+# out with Snakemake's --omit-from
+RUN_FIGURES, CAMPAIGN_FIGURES, COLLECT = "figures_job0000", "campaign_figures", "collect"
+
 
 def job_env(environ=None) -> dict:
     """``environ`` (this process's environment by default) for a process that asks for its

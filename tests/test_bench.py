@@ -96,7 +96,7 @@ def test_bench_campaign_runs_a_campaign_through_snakemake_and_reports_every_fiel
         record["physics_s"] / record["wall_s"]
     )
     counts = record["compilations_per_process"][0], record["cache_hits_per_process"][0]
-    assert sum(counts) > 10, counts  # every program compiled or found in --programs
+    assert sum(counts) == job["compilation"]["programs"] > 10, counts  # or found in --programs
     assert not (tmp_path / "work" / "results" / ".jax_cache").exists()  # not the campaign's
     assert record["peak_rss_mb_per_process"][0] > 100
     assert record["bytes_written"] > 0 and record["stage_bytes_written"] > 0
@@ -405,6 +405,37 @@ def test_bench_nuisances_runs_paired_draws_and_baryons_in_the_resolved_range():
     for name in ("plain", "alignments", "photo_z_shift"):
         assert np.array(record[name]["mean"]).shape == (3, len(record["ell"]))
     assert np.all(np.abs(record["plain"]["mean"]) < 1)  # about ten modes in a bin: ±45 %
+
+
+def test_bench_campaign_gives_its_jobs_the_users_xla_flags_and_the_programs(monkeypatch, tmp_path):
+    """The caller's XLA_FLAGS reach the campaign's jobs less the CPU device count (each job asks
+    for its own); --programs names their compilation cache, else they get the campaign's."""
+    import subprocess
+
+    from pmpipe.bench import campaign_timing
+
+    seen = []
+    monkeypatch.setattr(
+        subprocess,
+        "run",
+        lambda cmd, **kw: seen.append(kw["env"]) or subprocess.CompletedProcess(cmd, 0),
+    )
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "the callers"))
+    cases = (
+        ("--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1", tmp_path),
+        ("--xla_force_host_platform_device_count=8", None),
+        ("", None),
+    )
+    for flags, programs in cases:
+        monkeypatch.setenv("XLA_FLAGS", flags)
+        campaign_timing.run_snakemake(
+            Path("c.yaml"), Path("profile"), tmp_path, Path("Snakefile"), None, programs=programs
+        )
+    assert seen[0]["XLA_FLAGS"] == "--xla_backend_optimization_level=1"
+    assert seen[0]["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)
+    assert all(
+        "XLA_FLAGS" not in env and "JAX_COMPILATION_CACHE_DIR" not in env for env in seen[1:]
+    )
 
 
 def test_the_timeline_of_a_job_record_is_shifted_to_its_first_stage_and_drawn(tmp_path):

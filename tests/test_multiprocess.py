@@ -166,21 +166,20 @@ def test_two_processes_of_two_devices_each_write_the_stores_of_one(one_process_s
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "binding, stage_names",
-    [((), ("ic",)), (("--gres=gpu:2",), ("ic",)), (("--gpus-per-task=1",), ("ic",))],
+    "binding",
+    [(), ("--gres=gpu:2",), ("--gpus-per-task=1",)],
     ids=["no-gpus", "gres", "gpus-per-task"],
 )
 def test_two_processes_under_srun_write_the_stores_of_one(
-    slurm, one_process_stores, tmp_path, binding, stage_names
+    slurm, one_process_stores, tmp_path, binding
 ):
-    """Under each binding of the test cluster's 2 (fake) GPUs that a CPU cluster can express
-    (none, both to each task, one per task); the device ids each gets: tests/test_doctor.py.
-    The N-body of 2 processes under srun: tests/test_slurm.py."""
+    """The ICs under each binding of the test cluster's 2 (fake) GPUs that a CPU cluster can
+    express (none, both to each task, one per task); the device ids each gets:
+    tests/test_doctor.py. Every stage of 2 processes under srun: tests/test_slurm.py."""
     path = _write_config(tmp_path / "p2")
-    for stage in stage_names:
-        log = _run(stage, path, ["srun", "-n", "2", "-p", "pmpipe", "-t", "10", *binding])
-        assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
-    _assert_same_stores(one_process_stores, path.parent, stage_names)
+    log = _run("ic", path, ["srun", "-n", "2", "-p", "pmpipe", "-t", "10", *binding])
+    assert "process 1 of 2 (slurm): 1 local of 2 devices" in log
+    _assert_same_stores(one_process_stores, path.parent, ("ic",))
 
 
 @pytest.mark.parametrize("processes", [3, 5])

@@ -9,7 +9,7 @@ import sys
 import jax
 import pytest
 import yaml
-from conftest import TINY, finished, same_store
+from conftest import COLLECT, RUN_FIGURES, TINY, finished, same_store
 from conftest import snakemake_tiny as snakemake
 
 from pmpipe import stages
@@ -99,7 +99,7 @@ def test_snakemake_then_reruns_only_the_failed_run(packed):
     results = workdir / "results" / "tiny"
     before = stamps(results)
     shutil.rmtree(results / RUNS[2] / "ic.zarr")  # the damaged input is removed
-    out = snakemake(workdir, "--omit-from", "collect", "figures_job0000")  # the runs only
+    out = snakemake(workdir, "--omit-from", COLLECT, RUN_FIGURES)  # the runs only
     assert "runs_job0000" in out.stdout + out.stderr
     after = stamps(results)
     changed = {key for key in after if before.get(key) != after[key]}

@@ -15,7 +15,7 @@ import time
 import pytest
 import yaml
 import zarr
-from conftest import REPO, job_env
+from conftest import COLLECT, REPO, RUN_FIGURES, job_env
 from test_slurm import STATUS_CHECKS, slurm_env
 
 from pmpipe import stages
@@ -198,8 +198,8 @@ def test_snakemake_job_signalled_then_requeued_resumes_each_time(slurm, tmp_path
         "campaign=preempt.yaml",
         *STATUS_CHECKS,
         "--omit-from",  # the runs' stores are what the test reads
-        "collect",
-        "figures_job0000",
+        COLLECT,
+        RUN_FIGURES,
     ]
     results = tmp_path / "results" / "preempt"
     with _started(cmd, tmp_path) as process:

@@ -13,7 +13,7 @@ import zarr
 
 from pmpipe import stages
 from pmpipe.run import config, validation
-from pmpipe.runtime import parallel
+from pmpipe.runtime import backend, parallel
 from pmpipe.stages import registry, status
 from pmpipe.storage import store
 
@@ -265,10 +265,10 @@ def test_bad_run_file_names_file_and_field(tmp_path, capsys):
 def test_host_devices_requested_only_when_unset(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--foo")
     parallel.request_host_devices(4)
-    assert parallel.HOST_DEVICES_FLAG + "=4" in __import__("os").environ["XLA_FLAGS"]
-    monkeypatch.setenv("XLA_FLAGS", parallel.HOST_DEVICES_FLAG + "=8")
+    assert backend.HOST_DEVICES_FLAG + "=4" in __import__("os").environ["XLA_FLAGS"]
+    monkeypatch.setenv("XLA_FLAGS", backend.HOST_DEVICES_FLAG + "=8")
     parallel.request_host_devices(2)
-    assert __import__("os").environ["XLA_FLAGS"] == parallel.HOST_DEVICES_FLAG + "=8"
+    assert __import__("os").environ["XLA_FLAGS"] == backend.HOST_DEVICES_FLAG + "=8"
 
 
 @pytest.mark.slow

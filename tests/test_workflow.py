@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import zarr
-from conftest import REPO, TINY, finished, run_snakemake
+from conftest import CAMPAIGN_FIGURES, COLLECT, REPO, RUN_FIGURES, TINY, finished, run_snakemake
 from conftest import snakemake_tiny as snakemake
 
 from pmpipe.storage import store
 
 STAGES = ("ic", "nbody", "lensing", "summaries")
 # what a rerun leaves out when no assertion reads the figures it would draw again
-NO_FIGURES = ("--omit-from", "figures_job0000", "campaign_figures")
+NO_FIGURES = ("--omit-from", RUN_FIGURES, CAMPAIGN_FIGURES)
 
 
 def stamps(runs_dir):
@@ -85,7 +85,8 @@ def test_second_run_does_nothing(campaign):
 @pytest.mark.slow
 def test_a_deleted_store_and_a_store_without_marker_are_recomputed_alone(campaign):
     """One run's N-body store deleted, the other run's summaries stripped of its marker: the
-    next snakemake makes those stores and what comes after them, nothing else."""
+    next snakemake makes those stores and the stores after them, nothing else (the figures,
+    which no assertion here reads, left out)."""
     runs_dir = campaign / "results" / "tiny"
     before = stamps(runs_dir)
     shutil.rmtree(runs_dir / "tiny-fiducial-r0" / "nbody.zarr")
@@ -141,7 +142,7 @@ def test_damaged_stores_are_found_by_verify_and_recomputed(campaign, capsys):
 def test_a_foreign_store_and_an_edited_zarr_json_are_made_again(campaign):
     """Another run's nbody.zarr copied over this run's (another config hash) and an array's
     zarr.json edited to big-endian: the workflow finds both when it plans and makes them (and
-    what comes after them) again."""
+    the stores after them) again."""
     import json
 
     from pmpipe import cli
@@ -284,7 +285,8 @@ def test_a_campaign_path_with_a_newline_is_refused_naming_it(tmp_path):
 @pytest.mark.slow
 def test_list_example_runs_to_the_end(tmp_path):
     """A documented example (no lightcone, 2 runs of 32^3) from the campaign file to the
-    figures, from a file whose path a shell would run or split if a rule left it unquoted."""
+    runs' figures and the campaign's store, from a file whose path a shell would run or split
+    if a rule left it unquoted."""
     run_snakemake(
         tmp_path,
         "--profile",
@@ -294,7 +296,7 @@ def test_list_example_runs_to_the_end(tmp_path):
         "--config",
         f"campaign={_hostile_campaign(tmp_path)}",
         "--omit-from",  # the runs' figures are read, the campaign's are not
-        "campaign_figures",
+        CAMPAIGN_FIGURES,
     )
     assert not list(tmp_path.rglob("PWNED"))
     results = tmp_path / "results" / "list"
@@ -313,6 +315,7 @@ def test_listing_and_linting_write_nothing_and_lint_is_clean(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY)
     listed = snakemake(tmp_path, "--list-rules", share_programs=False)
     assert "runs_job0000" in listed.stdout and "prepare" in listed.stdout, listed.stdout
+    assert {RUN_FIGURES, CAMPAIGN_FIGURES, COLLECT} <= set(listed.stdout.split())  # --omit-from
     linted = snakemake(tmp_path, "--lint", share_programs=False, check=False)
     text = linted.stdout + linted.stderr
     # the one finding the Snakefile's header justifies: no conda environment or container

@@ -4,8 +4,10 @@ for it.
 Runs ``snakemake --profile <profile>`` on the repository's Snakefile in a fresh working
 directory (nothing written before, and nothing compiled unless ``programs`` names a persistent
 compilation cache: the steady state of a long campaign, whose later jobs find the programs its
-first compiled), from the campaign file to the report figures, and reports as JSON: wall time, runs per hour, seconds inside the physics (white
-noise, linear field and LPT, PM steps, lightcone capture, lensing, statistics) summed over
+first compiled; the caller's XLA_FLAGS reach the jobs, less the CPU device count), from the
+campaign file to the report figures, and reports as JSON: wall time, runs per hour, seconds
+inside the physics (white noise, linear field and LPT, PM steps, lightcone capture, lensing,
+statistics) summed over
 the runs, their ratio to the wall time ("duty"), compilations and peak memory per job
 process, and the bytes the stages wrote with their write throughput. The per-job figures come
 from the records the jobs write (``results/<campaign>/benchmarks/<group>.json``,
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,7 +34,7 @@ from pmpipe.bench import timeline
 from pmpipe.campaigns import campaign
 from pmpipe.job import outcomes
 from pmpipe.run import config
-from pmpipe.runtime import compilation_cache
+from pmpipe.runtime import backend, compilation_cache
 
 PHASES = ("white_noise", "lpt", "pm_steps", "lensing", "statistics")
 
@@ -76,12 +79,10 @@ def run_snakemake(
     env = {k: v for k, v in os.environ.items() if k != compilation_cache.FOLDER_VARIABLE}
     if programs is not None:
         env[compilation_cache.FOLDER_VARIABLE] = str(programs)
-    from pmpipe.runtime import parallel
-
-    flags = env.pop("XLA_FLAGS", "").split()
-    flags = [f for f in flags if not f.startswith(parallel.HOST_DEVICES_FLAG)]
-    if flags:  # the user's flags reach the jobs; each job asks for its own CPU devices
-        env["XLA_FLAGS"] = " ".join(flags)
+    # the user's flags reach the jobs; each job asks for its own CPU devices
+    flags = re.sub(rf"{backend.HOST_DEVICES_FLAG}=\S*", "", env.pop("XLA_FLAGS", "")).strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir)
     return time.perf_counter() - start, out
@@ -151,7 +152,9 @@ def bench_campaign(
         )
     workdir.mkdir(parents=True, exist_ok=True)
     programs = Path(programs).resolve() if programs is not None else None
-    wall_s, out = run_snakemake(campaign_file, profile, workdir, snakefile, cores, (), programs)
+    wall_s, out = run_snakemake(
+        campaign_file, profile, workdir, snakefile, cores, programs=programs
+    )
     if out.returncode != 0:
         raise CampaignFailed(
             f"snakemake failed (exit {out.returncode}) in {workdir}:\n{out.stderr[-4000:]}"

@@ -190,10 +190,10 @@ def warnings(facts: dict, environ: Mapping[str, str]) -> list[str]:
     if (
         facts["processes"]["count"] > 1
         and facts["jax"]["backend"] == "cpu"
-        and parallel.HOST_DEVICES_FLAG in environ.get("XLA_FLAGS", "")
+        and backend.HOST_DEVICES_FLAG in environ.get("XLA_FLAGS", "")
     ):
         out.append(
-            f"XLA_FLAGS sets {parallel.HOST_DEVICES_FLAG} in one of "
+            f"XLA_FLAGS sets {backend.HOST_DEVICES_FLAG} in one of "
             f"{facts['processes']['count']} processes: each process asks for its share "
             "of a run's devices itself, and this setting overrides it; unset it"
         )

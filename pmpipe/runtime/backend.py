@@ -18,6 +18,10 @@ GPU_LOCK = (
 )
 
 
+# XLA's flag (in XLA_FLAGS) for the number of CPU devices a process gets
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
 class BackendError(RuntimeError):
     """JAX could not start the backend this process asks for; the message says why and how to
     fix it."""

@@ -68,9 +68,6 @@ def field_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, FIELD_SPEC)
 
 
-HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
-
-
 def request_host_devices(n: int) -> None:
     """Ask XLA for n CPU devices (XLA_FLAGS) unless a device count is already set.
 
@@ -79,8 +76,8 @@ def request_host_devices(n: int) -> None:
     that a run's pdims need.
     """
     flags = os.environ.get("XLA_FLAGS", "")
-    if n > 1 and not re.search(rf"{HOST_DEVICES_FLAG}=\d+", flags):
-        os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()
+    if n > 1 and not re.search(rf"{backend.HOST_DEVICES_FLAG}=\d+", flags):
+        os.environ["XLA_FLAGS"] = f"{flags} {backend.HOST_DEVICES_FLAG}={n}".strip()
 
 
 def use_host_only() -> None:
