@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 import zarr
-from conftest import run_every_stage
+from conftest import TABLES, run_every_stage
 from jax.sharding import NamedSharding
 
 from pmpipe.campaigns import campaign
@@ -17,12 +17,50 @@ from pmpipe.physics.theory import baryons, cosmology
 from pmpipe.run import config, derive
 from pmpipe.runtime import parallel
 from pmpipe.runtime.parallel import FIELD_SPEC
+from pmpipe.storage import power_cache
+
+COSMOLOGY = config.Cosmology().model_dump()
 
 
 @pytest.fixture(scope="module")
 def tables():
-    cosmo = config.Cosmology().model_dump()
-    return dict(zip((7.6, 8.0), baryons.suppressions(cosmo, None, (7.6, 8.0), 1.0)))
+    """S(k, z) to z = 1 of log T_AGN 7.6 and 8.0 (CAMB's, through the tests' power cache)."""
+    made = power_cache.suppressions(COSMOLOGY, None, (7.6, 8.0), 1.0, TABLES)
+    return dict(zip((7.6, 8.0), made))
+
+
+def test_the_tables_are_cached_per_temperature_and_made_again_when_damaged(tables, tmp_path, capfd):
+    calls = []
+
+    def computed(cosmology, A_s, temperatures, z_max):  # the fixture's CAMB tables, counted
+        calls.append(list(temperatures))
+        return tuple(tables[t] for t in temperatures)
+
+    def cached(temperatures, A_s=None, z_max=1.0, folder=tmp_path):
+        return power_cache.suppressions(COSMOLOGY, A_s, temperatures, z_max, folder, computed)
+
+    (hot,) = cached([8.0])
+    both = cached([7.6, 8.0, 7.6])
+    assert calls == [[8.0], [7.6]]  # the temperature not cached yet, alone
+    for found, t in zip(both, (7.6, 8.0, 7.6)):
+        for name in ("k", "z", "ratio"):  # read back bit for bit
+            assert getattr(found, name).tobytes() == getattr(tables[t], name).tobytes()
+    spec = {**baryons.inputs(COSMOLOGY, None, 1.0), "log_T_AGN": 8.0}
+    path = tmp_path / f"{power_cache.key(spec)}.npz"
+    assert sorted(tmp_path.glob("*.npz")) == sorted(
+        [path, tmp_path / f"{power_cache.key({**spec, 'log_T_AGN': 7.6})}.npz"]
+    )
+    path.write_bytes(path.read_bytes()[:-50])  # cut short
+    assert cached([8.0])[0].ratio.tobytes() == hot.ratio.tobytes() and calls[-1] == [8.0]
+    assert "unreadable" in capfd.readouterr().err
+    cached([8.0], z_max=0.9)  # another grid of redshifts
+    cached([8.0], A_s=2.1e-9)  # another amplitude
+    cached([8.0], folder=None)  # no cache
+    assert calls[-3:] == [[8.0]] * 3 and len(list(tmp_path.glob("*.npz"))) == 4
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    cached([7.6], folder=blocked / "cache")  # cannot be written: the run goes on
+    assert "not written" in capfd.readouterr().err
 
 
 def test_feedback_suppresses_small_scales_more_the_hotter_the_agn(tables):

@@ -187,7 +187,8 @@ def test_bench_plan_times_the_parse_and_the_dry_run_which_write_nothing(tmp_path
     assert cli.main(["bench", "plan", str(lh), "--samples", "24", "--json", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["runs"] == 24 and record["jobs"] == 3 and record["written_under_results"] == []
-    assert 0 < record["planning_s"] < record["parse_s"] and record["dry_run_s"] > 0
+    # the planning is part of the dry run (one process; the parse is timed in another)
+    assert 0 < record["planning_s"] < record["dry_run_s"] and record["parse_s"] > 0
     assert all(record[k] > 0 for k in ("pmpipe_plan_s", "status_pending_s", "status_done_s"))
 
 

@@ -15,6 +15,7 @@ from pmpipe.physics.theory import baryons
 from pmpipe.results import manifest
 from pmpipe.run import config, derive, draws, validation
 from pmpipe.stages.inputs import Inputs
+from pmpipe.storage import power_cache
 
 BINS = [
     {"kind": "table", "name": f"bin{i}", "z": [0.0, 0.5, 1.0, 1.5], "n": [0, 1, 1, 0]}
@@ -246,22 +247,18 @@ def test_each_draw_carries_its_nuisances_and_its_own_noise(with_and_without_draw
 def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, monkeypatch):
     """Draws of log_T_AGN (8.0, and the section's 7.8 with m = 0.1): a pass over the planes per
     value, each draw's maps, S(k, z) and pk_baryons those of a run without draws with its
-    values; S(k, z) of every value made in one CAMB call by each stage that reads them
-    (lensing, summaries)."""
+    values; S(k, z) of every value made in one CAMB call by the first stage that reads them,
+    which the next stage and the runs of each value alone read from the results folder's
+    power cache."""
     read: list = []
     field = Inputs.field
     monkeypatch.setattr(
         Inputs, "field", lambda self, *a, **k: read.append(a[:2]) or field(self, *a, **k)
     )
-    # CAMB once per distinct input (the stages ask twice), the temperatures of every call kept
-    made: list = []
-    hmcode, tables = baryons.suppressions, {}
-
-    def suppressions(*inputs):
-        made.append(tuple(inputs[2]))
-        return tables.get(repr(inputs)) or tables.setdefault(repr(inputs), hmcode(*inputs))
-
-    monkeypatch.setattr(baryons, "suppressions", suppressions)
+    monkeypatch.setattr(power_cache, "folder_of", lambda _: tmp_path / power_cache.FOLDER)
+    made: list = []  # the temperatures of every CAMB call
+    hmcode = baryons.suppressions
+    monkeypatch.setattr(baryons, "suppressions", lambda *a: made.append(tuple(a[2])) or hmcode(*a))
     points = [{"log_T_AGN": 8.0}, {"shear_bias": 0.1}]
     stores = {}
     for name, feedback, extra in (
@@ -283,12 +280,8 @@ def test_drawn_feedback_makes_each_draw_the_run_with_its_log_T_AGN(tmp_path, mon
         stores[name]["suppressions"] = list(made)
     drawn = stores["drawn"]
     assert drawn["reads"] == 2 * stores["hot"]["reads"] > 0  # a pass per log_T_AGN
-    # by the lensing and summaries stages: every value in one call per stage, none by ic or nbody
-    assert [stores[n]["suppressions"] for n in ("drawn", "hot", "biased")] == [
-        [(7.8, 8.0)] * 2,
-        [(8.0,)] * 2,
-        [(7.8,)] * 2,
-    ]
+    # by the lensing stage of the drawn run, every value in one call; none by ic or nbody
+    assert [stores[n]["suppressions"] for n in ("drawn", "hot", "biased")] == [[(7.8, 8.0)], [], []]
     for d, alone in enumerate((stores["hot"], stores["biased"])):
         for stage, name in (
             ("lensing", "kappa"), ("lensing", "gamma1"), ("lensing", "kappa_healpix"),
@@ -410,6 +403,7 @@ def test_a_job_makes_a_runs_sources_draws_suppressions_and_planes_once(tmp_path,
     from pmpipe.physics.theory import baryons
 
     calls: Counter = Counter()
+    monkeypatch.setattr(power_cache, "folder_of", lambda _: tmp_path / power_cache.FOLDER)
     for module, name in ((derive, "sources"), (baryons, "suppressions"), (validation, "planes")):
         real = getattr(module, name)
         monkeypatch.setattr(

@@ -13,14 +13,11 @@ without draws: at most 1 is the aim, and no N-body is repeated.
 from __future__ import annotations
 
 import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
 
-from pmpipe import stages
+from pmpipe.bench import in_process
 from pmpipe.run import config, outputs
-from pmpipe.stages import registry
 
 
 def bench_run(particles: int, pixels: int, nside: int, draws: int | None) -> config.Run:
@@ -55,31 +52,18 @@ def bench_run(particles: int, pixels: int, nside: int, draws: int | None) -> con
     )
 
 
-def stage_seconds(run: config.Run, folder: Path) -> dict[str, float]:
-    """Seconds of each stage of the run, made in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "config.json"
-    path.write_text(config.RunFile.build("bench", folder.name, 0, {}, run).to_json())
-    seconds = {}
-    for stage in stages.run_stages(run):
-        start = time.perf_counter()
-        registry.run_stage(stage, path)
-        seconds[stage] = time.perf_counter() - start
-    return seconds
-
-
 def bench_draws(particles: int, pixels: int, nside: int, draws: int) -> dict:
     """The record of the module docstring."""
     if draws < 2:
         raise ValueError(f"--draws must be at least 2, got {draws}")
     record: dict = {"particles": particles, "pixels": pixels, "nside": nside, "draws": draws}
     with tempfile.TemporaryDirectory() as tmp:
-        stage_seconds(bench_run(particles, pixels, nside, None), Path(tmp) / "compile")
+        in_process.run_stages(bench_run(particles, pixels, nside, None), tmp, "draws", "compile")
         for attempt in ("first", "again"):
             for count in (None, draws):
                 run = bench_run(particles, pixels, nside, count)
                 name = f"{attempt}_{count or 1}_draws"
-                record[name] = stage_seconds(run, Path(tmp) / name)
+                record[name] = in_process.run_stages(run, tmp, "draws", name)[1]
         for attempt in ("first", "again"):
             one, many = record[f"{attempt}_1_draws"], record[f"{attempt}_{draws}_draws"]
             first = one["lensing"] + one["summaries"]

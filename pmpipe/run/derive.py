@@ -89,19 +89,20 @@ def setup(
     run_file: config.RunFile,
     mesh,
     tables: Callable[[dict], LinearTable] = boltzmann.linear_table,
-    suppressed: bool = True,
+    feedback: Callable[..., tuple[Suppression, ...]] | None = baryons.suppressions,
 ) -> RunSetup:
     """The setup of a run checked by :mod:`pmpipe.run.validation`, on the device mesh
     ``mesh`` (made for run.parallel.pdims; None: its grid holds no devices). ``tables``: a
     Boltzmann code's table from its inputs (:func:`pmpipe.physics.theory.boltzmann.inputs`),
-    for power.kind 'camb' and 'class'; the stages pass pmpipe.storage.power_cache's, which
-    caches them. ``suppressed``: with the baryons' S(k, z) of every draw (False: without,
-    for stages that do not read them). Everything is made once: the stages share it."""
+    for power.kind 'camb' and 'class'. ``feedback``: the baryons' S(k, z) tables, called as
+    :func:`pmpipe.physics.theory.baryons.suppressions`, for every draw; None: the setup holds
+    none, for stages that do not read them. The stages pass pmpipe.storage.power_cache's
+    functions, which cache both. Everything is made once: the stages share it."""
     made = planning_setup(run_file, tables, mesh)
-    if not suppressed:
+    if feedback is None:
         return made
-    table = made.linear_table
-    return dataclasses.replace(made, suppressions=draw_suppressions(run_file.config, table))
+    suppressions = draw_suppressions(run_file.config, made.linear_table, feedback)
+    return dataclasses.replace(made, suppressions=suppressions)
 
 
 def planning_setup(
@@ -299,9 +300,12 @@ def draw_sources(run: config.Run, cosmo: Cosmology) -> tuple[tuple[dict, tuple],
     )
 
 
-def draw_suppressions(run: config.Run, table: LinearTable | None) -> tuple[Suppression | None, ...]:
+def draw_suppressions(
+    run: config.Run, table: LinearTable | None, feedback: Callable = baryons.suppressions
+) -> tuple[Suppression | None, ...]:
     """S(k, z) of the run's baryons section as each draw of lensing.draws sees it, all made by
-    one CAMB call (HMcode-2020 once per distinct log_T_AGN); of the run alone, one, without
+    one call of ``feedback`` (:func:`pmpipe.physics.theory.baryons.suppressions` or a cache of
+    it: one CAMB run, HMcode-2020 once per distinct log_T_AGN); of the run alone, one, without
     draws or when they leave the baryons as they are; (None,) without a baryons section. From
     z = 0 to the farther of the lightcone's z_max and the earliest snapshot, at the run's A_s
     (its Boltzmann ``table``'s when it has one)."""
@@ -313,7 +317,7 @@ def draw_suppressions(run: config.Run, table: LinearTable | None) -> tuple[Suppr
     z_top = max([1.0 / a - 1.0 for a in run.nbody.snapshots] + [0.0])
     if run.lightcone is not None:
         z_top = max(z_top, run.lightcone.z_max)
-    made = baryons.suppressions(
+    made = feedback(
         run.cosmology.model_dump(),
         table.A_s if table is not None else run.cosmology.A_s,
         distinct,

@@ -54,10 +54,10 @@ def start(config_paths) -> tuple[str, int]:
 
 def setup(run_file, config_path: str | Path, mesh, stages):
     """The run's setup (:func:`pmpipe.run.derive.setup`) for the stages named ``stages`` (the
-    baryons' S(k, z) only when one of them reads it) on ``mesh``, its Boltzmann table
-    from the cache of its results folder (pmpipe.storage.power_cache), made there on a miss:
-    by process 0 first when there are several, the others then read it (its failure is every
-    process's)."""
+    baryons' S(k, z) only when one of them reads it) on ``mesh``, its Boltzmann table and
+    S(k, z) from the cache of its results folder (pmpipe.storage.power_cache), made there on a
+    miss; the table by process 0 first when there are several, the others then read it (its
+    failure is every process's)."""
     from functools import partial
 
     import jax
@@ -66,7 +66,8 @@ def setup(run_file, config_path: str | Path, mesh, stages):
     from pmpipe.runtime import parallel
     from pmpipe.storage import power_cache
 
-    tables = partial(power_cache.linear_table, folder=power_cache.folder_of(config_path))
+    folder = power_cache.folder_of(config_path)
+    tables = partial(power_cache.linear_table, folder=folder)
     if run_file.config.power.kind in BOLTZMANN_KINDS and jax.process_count() > 1:
         failure = None
         if jax.process_index() == 0:
@@ -76,7 +77,8 @@ def setup(run_file, config_path: str | Path, mesh, stages):
                 failure = err
         if parallel.largest(failure is not None):  # every process passes here
             raise failure or RuntimeError("process 0 could not make the run's linear P(k) table")
-    return derive.setup(run_file, mesh, tables, suppressed(stages))
+    feedback = partial(power_cache.suppressions, folder=folder) if suppressed(stages) else None
+    return derive.setup(run_file, mesh, tables, feedback)
 
 
 def load(config_path: str | Path):

@@ -60,18 +60,13 @@ def bench_run(particles: int, seed: int, steps: int = 10, nside: int = 64, **sec
 
 
 def summaries(run, folder: Path):
-    """Every stage of ``run`` in this process in ``folder``; its summaries.zarr (read only)."""
+    """Every stage of ``run`` in this process in ``folder`` (a run folder of a campaign of
+    its results folder); its summaries.zarr (read only)."""
     import zarr
 
-    from pmpipe import stages
-    from pmpipe.run import config
-    from pmpipe.stages import registry
+    from pmpipe.bench import in_process
 
-    folder.mkdir(parents=True)
-    path = folder / "config.json"
-    path.write_text(config.RunFile.build("limber", folder.name, 0, {}, run).to_json())
-    for stage in stages.run_stages(run):
-        registry.run_stage(stage, path)
+    in_process.run_stages(run, folder.parent.parent, folder.parent.name, folder.name)
     return zarr.open_group(folder / "summaries.zarr", mode="r")
 
 
@@ -144,7 +139,7 @@ def bench_limber(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         groups = [
-            summaries(bench_run(particles, seed, steps, nside), Path(tmp) / f"limber-{seed}")
+            summaries(bench_run(particles, seed, steps, nside), Path(tmp) / "limber" / f"s{seed}")
             for seed in range(seeds)
         ]
         record = compare(groups, halofit_cosmology(bench_run(particles, 0).cosmology))

@@ -127,20 +127,14 @@ def _pyccl_spectra(run, ell) -> dict[str, np.ndarray]:
     return out
 
 
-def _summaries(run, folder: Path, seed: int) -> dict[str, np.ndarray]:
-    """Every stage of ``run`` in ``folder``; the summaries' C_ℓ (D, S, S, L), the bins' mean
-    multipoles and the sources' resolved ranges."""
+def _summaries(run, results: Path, name: str, seed: int) -> dict[str, np.ndarray]:
+    """Every stage of ``run`` as the run ``name`` of the results folder ``results``; the
+    summaries' C_ℓ (D, S, S, L), the bins' mean multipoles and the sources' resolved ranges."""
     import zarr
 
-    from pmpipe import stages
-    from pmpipe.run import config
-    from pmpipe.stages import registry
+    from pmpipe.bench import in_process
 
-    folder.mkdir(parents=True)
-    path = folder / "config.json"
-    path.write_text(config.RunFile.build("nuisances", folder.name, seed, {}, run).to_json())
-    for stage in stages.run_stages(run):
-        registry.run_stage(stage, path)
+    folder, _ = in_process.run_stages(run, results, "nuisances", name, seed)
     group = zarr.open_group(folder / "summaries.zarr", mode="r")
     names = ("cl", "ell_mean", "ell_lo", "ell_hi", "ell_min_valid", "ell_max_valid")
     return {name: np.asarray(cast(zarr.Array, group[name])[:]) for name in names}
@@ -204,12 +198,12 @@ def bench_nuisances(
     with tempfile.TemporaryDirectory() as tmp:
         keep, theory = None, {}
         for seed in range(seeds):
-            plain = _summaries(bench_run(sizes, seed, False), Path(tmp) / f"s{seed}", seed)
+            plain = _summaries(bench_run(sizes, seed, False), Path(tmp), f"s{seed}", seed)
             if keep is None:
                 keep = _resolved_bins(plain)
                 record["ell"] = plain["ell_mean"][keep].tolist()
                 theory = _pyccl_spectra(bench_run(sizes, 0, False), plain["ell_mean"][keep])
-                baryons = _summaries(bench_run(sizes, seed, True), Path(tmp) / "baryons", seed)
+                baryons = _summaries(bench_run(sizes, seed, True), Path(tmp), "baryons", seed)
                 record["baryons"] = _baryons(
                     plain["cl"][0][..., keep], baryons["cl"][0][..., keep], theory
                 )

@@ -79,11 +79,10 @@ def bench_postborn(
     """The record of the module docstring."""
     import zarr
 
-    from pmpipe import stages
+    from pmpipe.bench import in_process
     from pmpipe.physics.lensing import projection
     from pmpipe.physics.statistics import stats
-    from pmpipe.run import config, derive
-    from pmpipe.stages import registry
+    from pmpipe.run import derive
 
     record: dict = {
         "particles": particles,
@@ -98,12 +97,8 @@ def bench_postborn(
     with tempfile.TemporaryDirectory() as folder:
         for seed in range(seeds):
             run = _run(particles, pixels, seed, steps)
-            path = Path(folder) / f"seed{seed}" / "config.json"
-            path.parent.mkdir()
-            path.write_text(config.RunFile.build("postborn", f"s{seed}", seed, {}, run).to_json())
-            for stage in stages.run_stages(run)[:3]:
-                registry.run_stage(stage, path)
-            lens = zarr.open_group(path.parent / "lensing.zarr", mode="r")
+            run_dir, _ = in_process.run_stages(run, Path(folder), "postborn", f"s{seed}", seed, 3)
+            lens = zarr.open_group(run_dir / "lensing.zarr", mode="r")
             stored = {
                 name: np.asarray(cast(zarr.Array, lens[name])[:])
                 for name in ("kappa", "kappa_born", "omega", "ell_min_valid")

@@ -56,7 +56,7 @@ def suppressions(
     if A_s is None:
         A_s = SIGMA8_A_S * (cosmology["sigma8"] / _sigma8(cosmology, SIGMA8_A_S)) ** 2
     params = boltzmann.camb_params(cosmology, A_s, 2 * K_MAX)
-    z = np.linspace(0.0, max(z_max, 1e-3), REDSHIFTS)
+    z = np.linspace(0.0, max(z_max, 1e-3), REDSHIFTS)  # as inputs() says
     params.set_matter_power(redshifts=list(z[::-1]), kmax=2 * K_MAX)
     params.NonLinear = camb.model.NonLinear_pk
     results = camb.get_transfer_functions(params)
@@ -70,6 +70,26 @@ def suppressions(
         spectra.append(power)
     k, found_z = np.asarray(k), np.asarray(found_z)
     return tuple(Suppression(k, found_z, power / spectra[0]) for power in spectra[1:])
+
+
+def inputs(cosmology: dict, A_s: float | None, z_max: float) -> dict:
+    """Everything but the temperature that determines :func:`suppressions`' tables of a
+    cosmology (a mapping of pmpipe's cosmology fields) at amplitude A_s (None: its sigma8), out
+    to z_max (a JSON mapping: with ``log_T_AGN`` added, a cache key's content): the model, CAMB's
+    version and settings, the cosmology as :func:`pmpipe.physics.theory.boltzmann.inputs`
+    gives it, and the k and z grids."""
+    from pmpipe.physics.theory import boltzmann
+
+    normalised = {**cosmology, "A_s": A_s, "sigma8": cosmology["sigma8"] if A_s is None else None}
+    linear = boltzmann.inputs(normalised, K_MAX, boltzmann.CODE)
+    return {
+        "model": "HMcode-2020 with feedback over without",
+        "version": linear["version"],
+        "cosmology": linear["cosmology"],
+        "settings": linear["settings"],
+        "k": [K_MIN, K_MAX, WAVENUMBERS],
+        "z": [0.0, max(z_max, 1e-3), REDSHIFTS],
+    }
 
 
 def _sigma8(cosmology: dict, A_s: float) -> float:
