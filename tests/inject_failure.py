@@ -11,14 +11,14 @@ import sys
 
 import jax
 
-from pmpipe.job import pipeline
+from pmpipe.job import one_run, pipeline
 
 
 def main(argv: list[str]) -> int:
     process, when, targets = int(argv[0]), argv[1], argv[2]
     assert argv[3] == "--" and when in ("before", "after"), argv
     failing = {tuple(t.split(":")) for t in targets.split(",")}
-    compute = pipeline.compute_stage
+    compute = one_run.compute_stage
 
     def compute_or_fail(stage, setup, inputs):
         target = (setup.run_file.run_id, stage) in failing and jax.process_index() == process
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
             raise RuntimeError(f"injected failure after stage {stage}")
         return record
 
-    pipeline.compute_stage = compute_or_fail
+    one_run.compute_stage = compute_or_fail
     return pipeline.main(argv[4:])
 
 

@@ -131,6 +131,27 @@ def test_counter_counts_each_compilation_once():
     assert "1 programs" in counts.summary()
 
 
+def test_each_thread_counts_what_it_compiles():
+    """A program compiled on another thread is in the process's totals, not this thread's
+    (a stage of an overlapped job counts its own compilations)."""
+    import threading
+
+    compilation.listen()
+    before, mine = compilation.totals(), compilation.thread_totals()
+    theirs = {}
+
+    def compile_there():
+        start = compilation.thread_totals()
+        jax.jit(lambda x: x * 5.0 - 2.0)(np.ones(17, np.float32))
+        theirs["counts"] = compilation.thread_totals() - start
+
+    thread = threading.Thread(target=compile_there)
+    thread.start()
+    thread.join()
+    assert theirs["counts"].programs == 1 and (compilation.totals() - before).programs == 1
+    assert compilation.thread_totals() == mine
+
+
 # A process running runs of the same sizes as an earlier one compiles no program: four runs of
 # the TINY campaign's size, every one with its own cosmology, seed and a_init.
 COSMOLOGIES = [  # Omega_m, sigma8, h, n_s, w0, wa: every run differs in all of them

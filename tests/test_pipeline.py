@@ -14,7 +14,7 @@ from conftest import snakemake_tiny as snakemake
 
 from pmpipe import stages
 from pmpipe.campaigns import campaign
-from pmpipe.job import pipeline
+from pmpipe.job import one_run
 from pmpipe.runtime import log
 from pmpipe.stages import registry
 from pmpipe.storage import store
@@ -70,7 +70,7 @@ def test_a_run_failing_on_another_process_than_0_says_why_there(tmp_path, monkey
     (tmp_path / "run" / "config.json").write_text("{")
     log.configure(process=1)
     try:
-        outcome = pipeline.run_one(tmp_path / "run" / "config.json", mesh_of=None)
+        outcome = one_run.run_one(tmp_path / "run" / "config.json", mesh_of=None).result()
     finally:
         log.configure()
     err = capfd.readouterr().err

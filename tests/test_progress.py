@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pmpipe.job import pipeline
+from pmpipe.job import outcomes
 from pmpipe.stages import progress
 from pmpipe.stages.progress import StepClock
 
@@ -47,8 +47,8 @@ def test_a_resumed_evolution_counts_its_steps_from_the_checkpoint():
 def outcome(run_id: str, seconds: float, error: str | None = None, made: bool = True):
     """A run's outcome: its stages computed here (``made``), in ``seconds``, or failed."""
     stage = "nbody" if error else None
-    records = (pipeline.StageRecord("ic", seconds, {}, {}, {}, 0, {}),) if made else ()
-    return pipeline.Outcome(
+    records = (outcomes.StageRecord("ic", seconds, {}, {}, {}, 0, {}),) if made else ()
+    return outcomes.Outcome(
         Path(f"{run_id}/config.json"), run_id, records, (), seconds, error, stage
     )
 

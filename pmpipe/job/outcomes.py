@@ -30,8 +30,9 @@ def compile_counts(counts) -> dict:
 class StageRecord:
     """One stage computed in this process: wall seconds, seconds per physics phase
     (Progress.physics), XLA programs it compiled or loaded from the persistent cache
-    (pmpipe.runtime.compilation), array bytes this process wrote with the seconds from the first write
-    to the last one done (writes.write_totals), bytes of its store on disk, and its
+    on its thread (pmpipe.runtime.compilation), array bytes this process wrote into its store
+    with the seconds during which some of those writes were under way (writes.written_since),
+    bytes of its store on disk, and its
     ``timeline``: when it started and ended, ran each physics phase and each write of its
     store (Unix seconds: ``{"start", "end", "phases": [[phase, start, end]], "writes":
     [[start, end]]}``)."""

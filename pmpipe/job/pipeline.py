@@ -16,167 +16,26 @@ leaves its unfinished stores without a completion marker; the other runs go on, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
-import signal
 import sys
 import time
-import traceback
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from pmpipe import stages
 from pmpipe.job import agreed_steps, power_ahead
-from pmpipe.job.outcomes import (
-    HaloShortfalls,
-    Outcome,
-    StageRecord,
-    compile_counts,
-    directory_bytes,
-)
+from pmpipe.job.one_run import run_one
+from pmpipe.job.outcomes import HaloShortfalls, Outcome, compile_counts
 from pmpipe.results import summary_parts
-from pmpipe.run import derive
 from pmpipe.runtime import log, memory
-from pmpipe.stages import registry, runner, status
-from pmpipe.stages.inputs import Inputs
-from pmpipe.stages.progress import Progress, job_line
+from pmpipe.stages import runner
+from pmpipe.stages.progress import job_line
 from pmpipe.storage import run_record
 
 LOG = log.get(__name__)
-
-
-def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRecord:
-    """Run one stage and record its time, physics phases, compilations and store size."""
-    import jax
-
-    from pmpipe.runtime import compilation
-    from pmpipe.storage import writes
-
-    progress = Progress(stage, setup.run_file.run_id)
-    before, written, start = compilation.totals(), writes.write_totals(), time.perf_counter()
-    began = time.time()
-    path = registry.execute(stage, setup, inputs, progress)
-    seconds, counts = time.perf_counter() - start, compilation.totals() - before
-    written = writes.write_totals() - written
-    progress(f"{counts.summary()}")
-    return StageRecord(
-        stage,
-        seconds,
-        dict(progress.physics),
-        compile_counts(counts),
-        {"bytes": written.bytes, "seconds": written.seconds},
-        directory_bytes(path) if jax.process_index() == 0 else 0,
-        {
-            "start": began,
-            "end": time.time(),
-            "phases": [list(span) for span in progress.spans],
-            "writes": [list(span) for span in writes.store_state(writes.key_of_path(path)).spans],
-        },
-    )
-
-
-def run_one(  # parameters: the run, its mesh, the job's guard and the run's place in the job
-    config_path: Path,
-    mesh_of,
-    guard=None,
-    index: int = 0,
-    partner_timeout_s: float | None = None,
-) -> Outcome:
-    """Every pending stage of one run, its fields kept on the devices between stages; a
-    preemption (checkpoint.Preempted) is not one run's failure and goes up. ``guard`` (a
-    listening checkpoint.Schedule): a signal that arrived outside the N-body stops the job
-    before the next stage. The run's setup and each stage end with the processes' agreement
-    (:func:`pmpipe.job.agreed_steps.agreed_step`): a failure on any process is the run's
-    failure on every process, and they go on together to the next run (this is the
-    ``index``-th run of the job); agreed_steps.JobStopped when some process does not arrive
-    within ``partner_timeout_s`` (default agreement.PARTNER_TIMEOUT_S)."""
-    import jax
-
-    from pmpipe.runtime import agreement
-    from pmpipe.storage import checkpoint
-
-    start = time.perf_counter()
-    timeout_s = agreement.PARTNER_TIMEOUT_S if partner_timeout_s is None else partner_timeout_s
-    run_id, stage = config_path.parent.name, None
-    computed: list[StageRecord] = []
-
-    def failed(line: str) -> Outcome:
-        return Outcome(
-            config_path,
-            run_id,
-            tuple(computed),
-            (),
-            time.perf_counter() - start,
-            error=line,
-            failed_stage=stage,
-        )
-
-    try:
-        run_file = runner.load(config_path)
-        run_id = run_file.run_id
-        names = stages.run_stages(run_file.config)
-        with runner.writing(config_path.parent):  # what is to do, found by the one writer
-            todo = status.pending_stages(run_file.config, run_file.config_hash, config_path.parent)
-            if not todo:
-                return Outcome(config_path, run_id, (), names, time.perf_counter() - start)
-            _started(config_path.parent)
-            # the run's setup, derived once for all of its stages
-            pdims = run_file.config.parallel.pdims
-            run_setup = agreed_steps.agreed_step(
-                index,
-                run_id,
-                "setup",
-                lambda: runner.setup(run_file, config_path, mesh_of(pdims), todo),
-                timeout_s,
-            )
-            inputs = Inputs(config_path.parent, run_setup, keep=True)
-            for stage in todo:
-                _stop_if_signalled(guard, stage, run_id)
-                step = partial(compute_stage, stage, run_setup, inputs)
-                computed.append(agreed_steps.agreed_step(index, run_id, stage, step, timeout_s))
-        inputs.forget()
-        skipped = tuple(s for s in names if s not in todo)
-        return Outcome(config_path, run_id, tuple(computed), skipped, time.perf_counter() - start)
-    except checkpoint.Preempted:  # the job is about to end: so does this process
-        raise
-    except agreed_steps.StepLost as err:
-        raise agreed_steps.JobStopped(failed(str(err))) from err
-    except agreed_steps.StepFailed as err:
-        return failed(str(err))
-    except Exception as err:  # noqa: BLE001  one run's failure must not stop the other runs of the job
-        if jax.process_index() == 0:
-            LOG.error("[pmpipe run %s] traceback:\n%s", run_id, traceback.format_exc())
-        else:  # the reason, should this process be the only one that failed
-            LOG.error(
-                "[pmpipe run %s] process %d: %s",
-                run_id,
-                jax.process_index(),
-                agreed_steps.error_line(err),
-            )
-        return failed(agreed_steps.error_line(err))
-
-
-def _stop_if_signalled(guard, stage: str, run_id: str) -> None:
-    """checkpoint.Preempted when ``guard`` (a listening checkpoint.Schedule, or None) caught a
-    signal: the job stops before ``stage`` of the run."""
-    from pmpipe.storage import checkpoint
-
-    if guard is not None and guard.stop_requested():
-        raise checkpoint.Preempted(
-            f"{signal.Signals(guard.signalled).name} arrived: stopped before stage "
-            f"{stage} of run {run_id}, which resumes there when started again",
-            guard.signalled,
-        )
-
-
-def _started(run_dir: Path) -> None:
-    """Process 0 records that the run started (pmpipe.storage.run_record)."""
-    import jax
-
-    if jax.process_index() == 0:
-        run_record.write_started(run_dir)
 
 
 def job_mesh():
@@ -200,12 +59,13 @@ def job_mesh():
     return mesh_of
 
 
-def run_all(  # parameters: the runs, what to write besides their stores, the partners' timeout
+def run_all(  # parameters: the runs, what to write besides their stores, how to run them
     config_paths,
     report: str | Path | None = None,
     progress_log: str | None = None,
     part: str | Path | None = None,
     partner_timeout_s: float | None = None,
+    overlap: bool = False,
 ) -> list[Outcome]:
     """Run every run of ``config_paths`` in this process (JAX started once for all of them;
     they must share their device mesh); returns one Outcome per run, in order. Process 0
@@ -214,7 +74,10 @@ def run_all(  # parameters: the runs, what to write besides their stores, the pa
     OpenMP leaves spare (:func:`pmpipe.runtime.openmp.spare_cores`, at least 1; CAMB's calls
     take turns, CLASS's run in processes of their own), each distinct table once. Every process
     starts a run once its table is cached (or making it failed: the run's setup then makes it,
-    or reports why). Process 0 writes the job's record to ``report`` as JSON (:func:`job_record`),
+    or reports why). With ``overlap``, in a job of one process whose runs have one device each,
+    each run's tail (its stages after the N-body, :mod:`pmpipe.job.one_run`) is computed in a
+    second thread while the next run's ICs and N-body go on; a stop waits for the tail under
+    way, which ends before its next stage. Process 0 writes the job's record to ``report`` as JSON (:func:`job_record`),
     with ``progress_log`` (the job's log) :func:`pmpipe.stages.progress.job_line` to stdout after
     each run, and the job's part of the campaign summaries to ``part`` (pmpipe.results.summary_parts).
     A run of the size of one that needed more halo fails without evolving (:class:`HaloShortfalls`).
@@ -230,6 +93,58 @@ def run_all(  # parameters: the runs, what to write besides their stores, the pa
     compilation.listen()
     paths = [Path(p) for p in config_paths]
     launcher, processes = runner.start(paths)
+    _log_processes(launcher, processes)
+    mesh_of = job_mesh()
+    made_ahead: list[dict] = []
+    done = _InOrder(len(paths), progress_log)
+    guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
+    at_once = max(1, openmp.spare_cores(openmp.usable_cores()))
+    with (
+        guard.listening(raise_after=False),  # once every run is done, a signal changes nothing
+        ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="linear-power") as pool,
+        _tails(overlap and processes == 1 and _one_device(paths[0])) as tails,
+    ):
+        # each run's table by its cache key (the run's path when it needs none), made once
+        keys = [power_ahead.table_key(p) or p for p in paths] if jax.process_index() == 0 else []
+        ahead: dict = {}
+        try:
+            for i, path in enumerate(paths):
+                if jax.process_index() == 0:  # this run's table, and those of the next at_once
+                    for j in range(i, min(i + 1 + at_once, len(paths))):
+                        if keys[j] not in ahead:
+                            ahead[keys[j]] = pool.submit(power_ahead.linear_power_ahead, paths[j])
+                    shared = keys[i] in keys[:i]  # awaited for an earlier run
+                    made_ahead.append(power_ahead.await_ahead(ahead[keys[i]], path, shared))
+                parallel.barrier("run's linear power cached")  # the others wait for process 0's
+                try:
+                    found = done.shortfalls.repeated(path)
+                    done.add(
+                        _done(found)
+                        if found
+                        else run_one(path, mesh_of, guard, i, partner_timeout_s, tails)
+                    )
+                except agreed_steps.JobStopped as stop:  # every process that can says why
+                    LOG.error("%s", summary_line(stop.outcome), extra=log.EVERY_PROCESS)
+                    record_outcome(stop.outcome)
+                    pool.shutdown(wait=False, cancel_futures=True)  # no table made for later runs
+                    raise
+            done.close()
+        except BaseException:
+            done.abandon()  # a stop: a tail under way ends before its next stage
+            raise
+    outcomes = done.outcomes
+    if part is not None and jax.process_index() == 0:
+        summary_parts.write_part_or_warn(part, [p.parent for p in paths])
+    if report is not None and jax.process_index() == 0:
+        _write_report(report, job_record(outcomes, time.perf_counter() - start, made_ahead))
+    return outcomes
+
+
+def _log_processes(launcher: str, processes: int) -> None:
+    """With several processes, each says which it is (of how many, started by ``launcher``)
+    and how many devices it holds."""
+    import jax
+
     if processes > 1:
         LOG.info(
             "[pmpipe] process %d of %d (%s): %d local of %d devices",
@@ -240,46 +155,84 @@ def run_all(  # parameters: the runs, what to write besides their stores, the pa
             jax.device_count(),
             extra=log.EVERY_PROCESS,
         )
-    mesh_of = job_mesh()
-    outcomes, made_ahead, shortfalls = [], [], HaloShortfalls()
-    guard = checkpoint.Schedule()  # SIGTERM / SIGUSR2 outside the N-body: stop between stages
-    at_once = max(1, openmp.spare_cores(openmp.usable_cores()))
-    with (
-        guard.listening(raise_after=False),  # once every run is done, a signal changes nothing
-        ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="linear-power") as pool,
-    ):
-        # each run's table by its cache key (the run's path when it needs none), made once
-        keys = [power_ahead.table_key(p) or p for p in paths] if jax.process_index() == 0 else []
-        ahead: dict = {}
-        for i, path in enumerate(paths):
-            if jax.process_index() == 0:  # this run's table, and those of the next at_once
-                for j in range(i, min(i + 1 + at_once, len(paths))):
-                    if keys[j] not in ahead:
-                        ahead[keys[j]] = pool.submit(power_ahead.linear_power_ahead, paths[j])
-                shared = keys[i] in keys[:i]  # awaited for an earlier run
-                made_ahead.append(power_ahead.await_ahead(ahead[keys[i]], path, shared))
-            parallel.barrier("run's linear power cached")  # the others wait for process 0's
-            try:
-                outcome = shortfalls.repeated(path) or shortfalls.seen(
-                    run_one(path, mesh_of, guard, i, partner_timeout_s)
-                )
-            except agreed_steps.JobStopped as stop:  # every process that can says why
-                LOG.error("%s", summary_line(stop.outcome), extra=log.EVERY_PROCESS)
-                record_outcome(stop.outcome)
-                pool.shutdown(wait=False, cancel_futures=True)  # no table made for later runs
-                raise
-            outcomes.append(outcome)
-            LOG.info("%s", summary_line(outcome))
-            if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
-                record_outcome(outcome)
-            if progress_log is not None and jax.process_index() == 0:
-                bar = sys.stdout.isatty()
-                log.terminal().info("%s", job_line(outcomes, len(paths), progress_log, bar))
-    if part is not None and jax.process_index() == 0:
-        summary_parts.write_part_or_warn(part, [p.parent for p in paths])
-    if report is not None and jax.process_index() == 0:
-        _write_report(report, job_record(outcomes, time.perf_counter() - start, made_ahead))
-    return outcomes
+
+
+@dataclasses.dataclass
+class _InOrder:
+    """A job's runs as they finish, in order: each Outcome logged, its halo shortfall noted
+    (:class:`HaloShortfalls`) and, by process 0, recorded (outcome.json, the progress line of
+    ``progress_log``, the job's log, out of ``total`` runs); ``unfinished``, the runs whose
+    tails are under way."""
+
+    total: int
+    progress_log: str | None
+    shortfalls: HaloShortfalls = dataclasses.field(default_factory=HaloShortfalls)
+    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+    unfinished: list[Future[Outcome]] = dataclasses.field(default_factory=list)
+
+    def add(self, future: Future[Outcome]) -> None:
+        """A run begun: the one before it, whose tail it overlapped, ends first; so does this
+        one when it is done."""
+        self.unfinished.append(future)
+        while self.unfinished and (len(self.unfinished) > 1 or self.unfinished[0].done()):
+            self._finish(self.unfinished.pop(0))
+
+    def close(self) -> None:
+        """Every run ends (its preemption, checkpoint.Preempted, goes up)."""
+        while self.unfinished:
+            self._finish(self.unfinished.pop(0))
+
+    def abandon(self) -> None:
+        """The job stops: each run under way ends, or stops before its next stage."""
+        for future in self.unfinished:
+            with contextlib.suppress(Exception):
+                self._finish(future)
+        self.unfinished.clear()
+
+    def _finish(self, future: Future[Outcome]) -> None:
+        import jax
+
+        outcome = self.shortfalls.seen(future.result())
+        self.outcomes.append(outcome)
+        LOG.info("%s", summary_line(outcome))
+        if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
+            record_outcome(outcome)
+        if self.progress_log is not None and jax.process_index() == 0:
+            line = job_line(self.outcomes, self.total, self.progress_log, sys.stdout.isatty())
+            log.terminal().info("%s", line)
+
+
+@contextlib.contextmanager
+def _tails(wanted: bool):
+    """A pool of one thread for the runs' tails (None unless ``wanted``), its work done when
+    the block ends."""
+    if not wanted:
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-tail") as tails:
+        yield tails
+
+
+def _one_device(config_path: Path) -> bool:
+    """Whether the job's runs (as its first) have one device each: the only runs whose tails
+    may overlap the next run (:mod:`pmpipe.job.one_run`); logged when they have more."""
+    import math
+
+    from pmpipe.run import validation
+
+    pdims = validation.read_run_file(config_path).config.parallel.pdims
+    if math.prod(pdims) > 1:
+        LOG.info(
+            "[pmpipe] runs over %d devices do not overlap: one after the other", math.prod(pdims)
+        )
+    return math.prod(pdims) == 1
+
+
+def _done(outcome: Outcome) -> Future[Outcome]:
+    """``outcome`` as a future that is done."""
+    future: Future[Outcome] = Future()
+    future.set_result(outcome)
+    return future
 
 
 def _write_report(path: str | Path, record: dict) -> None:
@@ -430,6 +383,15 @@ def _parser() -> argparse.ArgumentParser:
         "--part", metavar="ZARR", help="write the job's part of the campaign summaries here"
     )
     parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="in a job of one process whose runs have one device each, compute each run's "
+        "stages after the N-body (lensing, "
+        "summaries) in a second thread while the next run's ICs and N-body go on: the host "
+        "work and the writes of one run overlap the device work of the next, at the cost of "
+        "two runs' fields in memory at once",
+    )
+    parser.add_argument(
         "--partner-timeout",
         metavar="SECONDS",
         type=float,
@@ -465,7 +427,9 @@ def main(argv=None) -> int:
         )
 
     try:
-        outcomes = run_all(args.config, args.report, args.progress, args.part, args.partner_timeout)
+        outcomes = run_all(
+            args.config, args.report, args.progress, args.part, args.partner_timeout, args.overlap
+        )
     except checkpoint.Preempted as err:
         LOG.error("%s", runner.stopped(err))
         return checkpoint.PREEMPTED_EXIT

@@ -88,17 +88,22 @@ class _Totals:
                 compiled_names=() if hit else (name,),
             )
 
-    def _add(self, programs=0, hits=0, misses=0, seconds=0.0, names=(), compiled_names=()):
+    def _add(self, **more) -> None:
+        """Add ``more`` (Counts' fields) to the process's totals and the calling thread's."""
         with self.lock:
-            c = self.counts
-            self.counts = Counts(
-                c.programs + programs,
-                c.hits + hits,
-                c.misses + misses,
-                c.seconds + seconds,
-                c.names + names,
-                c.compiled_names + compiled_names,
-            )
+            self.counts = _added(self.counts, **more)
+        self.thread.counts = _added(getattr(self.thread, "counts", Counts()), **more)
+
+
+def _added(c: Counts, programs=0, hits=0, misses=0, seconds=0.0, names=(), compiled_names=()):
+    return Counts(
+        c.programs + programs,
+        c.hits + hits,
+        c.misses + misses,
+        c.seconds + seconds,
+        c.names + names,
+        c.compiled_names + compiled_names,
+    )
 
 
 _TOTALS = _Totals()
@@ -121,6 +126,12 @@ def listen() -> None:
 def totals() -> Counts:
     """Everything counted in this process since :func:`listen` was first called."""
     return _TOTALS.counts
+
+
+def thread_totals() -> Counts:
+    """What the calling thread compiled since :func:`listen` was first called (JAX compiles a
+    program on the thread that first calls it)."""
+    return getattr(_TOTALS.thread, "counts", Counts())
 
 
 class CompileCounter:

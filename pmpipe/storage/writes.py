@@ -1,7 +1,8 @@
 """Background writes into the stores: each block copied to the host is handed to a small pool
 of threads (:data:`WRITE_THREADS`), one write per whole shard, at most
 :data:`MAX_PENDING_BYTES` of copies waiting at a time; a store's writes are waited for (and
-the first failure raised) before its completion marker; what this process wrote is counted."""
+the first failure raised) before its completion marker; what this process wrote into each
+store, and when, is kept."""
 
 from __future__ import annotations
 
@@ -32,26 +33,24 @@ class StoreWriteError(RuntimeError):
 @dataclasses.dataclass
 class _StoreState:
     """A store's keepbits, its pending writes (array name, future), the shards this
-    process wrote (None for a store that is not a folder) and when each write ran (start and
-    end, Unix seconds)."""
+    process wrote (None for a store that is not a folder), when each write ran (start and
+    end, Unix seconds) and how many bytes it wrote."""
 
     keepbits: int | None = None
     pending: list = dataclasses.field(default_factory=list)
     ledger: integrity.ChunkLedger | None = None
     spans: list = dataclasses.field(default_factory=list)
+    sizes: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
 class WriteTotals:
-    """Array bytes this process wrote into stores, and the seconds during which at least one
+    """Array bytes this process wrote into a store, and the seconds during which at least one
     write was under way (so bytes / seconds is the throughput of all writer threads
     together)."""
 
     bytes: int = 0
     seconds: float = 0.0
-
-    def __sub__(self, before: WriteTotals) -> WriteTotals:
-        return WriteTotals(self.bytes - before.bytes, self.seconds - before.seconds)
 
 
 _lock = threading.Lock()
@@ -59,14 +58,19 @@ _budget = threading.Condition(_lock)
 _pending_bytes = 0
 _states: dict[str, _StoreState] = {}
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
-_totals = WriteTotals()
-_in_flight = 0  # writes under way, and since when at least one is
-_busy_since = 0.0
 
 
-def write_totals() -> WriteTotals:
-    """What this process has written into stores so far (writes finished)."""
-    return _totals
+def written_since(key: str, since: float) -> WriteTotals:
+    """What this process wrote into the store ``key`` in writes begun at or after ``since``
+    (Unix seconds): their bytes, and the seconds during which at least one was under way."""
+    with _lock:
+        state = _states.get(key, _StoreState())
+        found = [(span, size) for span, size in zip(state.spans, state.sizes) if span[0] >= since]
+    busy, reached = 0.0, -float("inf")
+    for (start, end), _ in sorted(found):
+        busy += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
+    return WriteTotals(sum(size for _, size in found), busy)
 
 
 def key_of_path(path) -> str:
@@ -129,12 +133,7 @@ def _release(nbytes: int) -> None:
 
 
 def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
-    """array[selection] = block, counted in the write totals."""
-    global _in_flight, _busy_since, _totals
-    with _lock:
-        if _in_flight == 0:
-            _busy_since = time.perf_counter()
-        _in_flight += 1
+    """array[selection] = block, its time and size kept in its store's state."""
     began, state = time.time(), store_state(store_key(array))
     try:
         ledger = state.ledger
@@ -148,9 +147,7 @@ def _write(array: zarr.Array, selection: tuple, block: np.ndarray) -> None:
     finally:
         with _lock:
             state.spans.append((began, time.time()))
-            _in_flight -= 1
-            busy = time.perf_counter() - _busy_since if _in_flight == 0 else 0.0
-            _totals = WriteTotals(_totals.bytes + block.nbytes, _totals.seconds + busy)
+            state.sizes.append(block.nbytes)
 
 
 def put(array: zarr.Array, start: tuple[int, ...], host: np.ndarray, nbytes: int) -> None:
