@@ -156,9 +156,9 @@ def test_the_quick_start_on_8_devices_with_its_default_halo_equals_one_device(tm
 
 @pytest.mark.slow
 def test_a_run_that_needs_more_halo_stops_at_that_step_and_its_job_goes_on(tmp_path):
-    """The second run of the same size fails without evolving, naming the first."""
-    paths = _runs(tmp_path, (2, 4), realisations=2, halo_cells=1)
-    first, second = pipeline.run_all(paths)
+    """The second and third runs of the same size fail without evolving, naming the first."""
+    paths = _runs(tmp_path, (2, 4), realisations=3, halo_cells=1)
+    first, second, third = pipeline.run_all(paths)
     assert first.error is not None and first.error.startswith("HaloError")
     step, steps = (int(x) for x in first.error.split(" at step ")[1].split(" (")[0].split(" of "))
     assert 0 <= step < steps  # it stopped there, before the last step
@@ -167,6 +167,7 @@ def test_a_run_that_needs_more_halo_stops_at_that_step_and_its_job_goes_on(tmp_p
         second.error
         == f"HaloError: not run: run {first.run_id} of this job, of the same size, failed: {first.error}"
     )
+    assert third.error == second.error  # the first run's reason, not the second's
     assert second.seconds == 0.0 and not (paths[1].parent / "ic.zarr").exists()
     recorded = json.loads((paths[1].parent / "outcome.json").read_text())
     assert "not run" in json.dumps(recorded)

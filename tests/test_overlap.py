@@ -4,6 +4,7 @@ record's timelines show it; the stores are those of the job without overlap, bit
 failed write fails its run only; a signal while runs overlap leaves every store complete or
 absent, and the job started again ends like an uninterrupted one."""
 
+import contextlib
 import json
 import os
 import signal
@@ -12,17 +13,18 @@ import threading
 import numpy as np
 import pytest
 import zarr
-from conftest import TINY
+from conftest import TINY, same_store
 
 from pmpipe import stages
 from pmpipe.campaigns import campaign
 from pmpipe.job import pipeline
+from pmpipe.run import validation
 from pmpipe.stages import registry
 from pmpipe.storage import checkpoint, run_record, store, writes
 
 pytestmark = pytest.mark.slow
 
-WAIT_S = 300  # the longest a stage waits for the other run's (a job that does not overlap)
+WAIT_S = 120  # the longest a stage waits for the other run's (a job that does not overlap)
 
 
 ONE_DEVICE = TINY.replace("pdims: [1, 2]", "pdims: [1, 1]")
@@ -102,7 +104,7 @@ def test_a_runs_tail_and_its_writes_overlap_the_next_runs_n_body(serial, tmp_pat
     runs = json.loads(report.read_text())["runs"]
     timeline = [{s["stage"]: s["timeline"] for s in run["stages"]} for run in runs]
     summaries, nbody = timeline[0]["summaries"], timeline[1]["nbody"]
-    assert nbody["start"] < summaries["start"] < summaries["end"] < nbody["end"]
+    assert summaries["start"] < nbody["end"] and nbody["start"] < summaries["end"]
     assert summaries["writes"] and all(
         nbody["start"] < start <= end < nbody["end"] for start, end in summaries["writes"]
     )
@@ -126,7 +128,8 @@ def test_a_failed_write_of_a_runs_tail_fails_that_run_only(serial, tmp_path, mon
     assert second.error is None and second.stages == stages.STAGES
     assert not store.is_complete(stages.store_path(paths[0].parent, "summaries"))
     assert run_record.read(paths[0].parent)["error"] == first.error  # its record says why
-    assert _arrays(paths[1].parent).keys() == _arrays(serial[1].parent).keys()
+    assert run_record.read(paths[1].parent)["state"] == "done"
+    _same_as_serial(paths[1:], serial[1:])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR2, signal.SIGTERM])
@@ -157,6 +160,76 @@ def test_a_signal_while_runs_overlap_leaves_whole_stores_and_a_job_that_resumes(
     again = pipeline.run_all(paths, overlap=True)
     assert [o.stages for o in again] == [(), ("lensing", "summaries")]
     _same_as_serial(paths, serial)
+
+
+def test_a_signal_the_n_body_catches_stops_the_tail_under_way_before_its_next_stage(
+    serial, tmp_path, monkeypatch
+):
+    """Runs with checkpoints: SIGUSR2 arrives while run 1's N-body listens with its own
+    handlers and run 0's tail waits before its lensing. The N-body writes its checkpoint and
+    stops; run 0's lensing ends and its summaries are not begun. The job started again makes
+    run 0's summaries and resumes run 1 from its checkpoint: the stores are those of the job
+    that was never stopped (to float32 rounding, as checkpoints promise)."""
+    every = {"every_steps": 100}  # none but the one a signal asks for
+    text = ONE_DEVICE.replace(
+        "  nbody: {steps: 3}", f"  nbody: {{steps: 3}}\n  checkpoints: {every}"
+    )
+    paths = _runs(tmp_path, text)
+    first, second = (p.parent.name for p in paths)
+    listening, stopped = threading.Event(), threading.Event()
+    schedule_listening = checkpoint.Schedule.listening
+
+    evolutions: list = []
+
+    @contextlib.contextmanager
+    def announced(self, raise_after=True):  # the N-body's schedule raises after; the job's not
+        with schedule_listening(self, raise_after) as schedule:
+            evolutions.extend([self] if raise_after else [])
+            if len(evolutions) == 2:  # run 1's
+                listening.set()
+            yield schedule
+
+    execute = registry.execute
+
+    def meeting(stage, setup, inputs, progress):
+        run = setup.run_file.run_id
+        if (run, stage) == (first, "lensing"):
+            assert listening.wait(WAIT_S), "run 1's N-body did not begin during run 0's tail"
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stopped.wait(WAIT_S), "run 1's N-body did not stop"
+        if (run, stage) == (second, "nbody"):
+            try:
+                return execute(stage, setup, inputs, progress)
+            except checkpoint.Preempted:
+                stopped.set()
+                raise
+        return execute(stage, setup, inputs, progress)
+
+    monkeypatch.setattr(checkpoint.Schedule, "listening", announced)
+    monkeypatch.setattr(registry, "execute", meeting)
+    with pytest.raises(checkpoint.Preempted, match="stopped by a signal after step"):
+        pipeline.run_all(paths, overlap=True)
+    complete = {
+        (p.parent.name, s): store.is_complete(stages.store_path(p.parent, s))
+        for p in paths
+        for s in stages.STAGES
+    }
+    assert complete == {
+        **{(first, s): s != "summaries" for s in stages.STAGES},
+        **{(second, s): s == "ic" for s in stages.STAGES},
+    }
+    assert (
+        checkpoint.newest(paths[1].parent, validation.read_run_file(paths[1]).config_hash)
+        is not None
+    )
+    monkeypatch.undo()
+    again = pipeline.run_all(paths, overlap=True)
+    assert [o.stages for o in again] == [("summaries",), ("nbody", "lensing", "summaries")]
+    for path, reference in zip(paths, serial, strict=True):
+        for stage in stages.STAGES:
+            same_store(
+                stages.store_path(reference.parent, stage), stages.store_path(path.parent, stage)
+            )
 
 
 def test_runs_over_several_devices_do_not_overlap(tmp_path, capfd):

@@ -33,7 +33,8 @@ HEAD = ("ic", "nbody")  # the stages that hold the devices most; a run's tail is
 
 def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRecord:
     """Run one stage and record its time, physics phases, compilations (this thread's) and
-    what it wrote (bytes, and seconds during which some write of its store was under way)."""
+    what it wrote into the run's folder (bytes, and seconds during which some of those writes
+    were under way: its store's and its checkpoints')."""
     import jax
 
     from pmpipe.runtime import compilation
@@ -45,7 +46,7 @@ def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRe
     began = time.time()
     path = registry.execute(stage, setup, inputs, progress)
     seconds, counts = time.perf_counter() - start, compilation.thread_totals() - before
-    written = writes.written_since(key, began)
+    written = writes.written_since(inputs.run_dir, began)
     progress(f"{counts.summary()}")
     return StageRecord(
         stage,
@@ -185,7 +186,8 @@ def run_one(  # parameters: the run, its mesh, the job's guard and pool, the run
     """Every pending stage of one run, its fields kept on the devices between stages; its
     Outcome as a future, done on return unless ``tails`` (a pool of one thread) computes the
     run's tail. A preemption (checkpoint.Preempted) is not one run's failure and goes up (from
-    the future for the tail). ``guard`` (a listening checkpoint.Schedule): a signal that
+    the future for the tail). Process 0 records the outcome when the run ends (:func:`recorded`).
+    ``guard`` (a listening checkpoint.Schedule): a signal that
     arrived outside the N-body stops the job before the run's next stage. The run's setup and
     each stage end with the processes' agreement (:func:`pmpipe.job.agreed_steps.agreed_step`):
     a failure on any process is the run's failure on every process, and they go on together
@@ -202,15 +204,52 @@ def run_one(  # parameters: the run, its mesh, the job's guard and pool, the run
             return tails.submit(_finished, run)
         found = _finished(run)
     done: Future[Outcome] = Future()
-    done.set_result(found)
+    done.set_result(recorded(found))
     return done
 
 
 def _finished(run: _Run) -> Outcome:
-    """The run's tail computed; its outcome."""
+    """The run's tail computed; its outcome, recorded."""
     outcome = _guarded(run, _tail)
     assert outcome is not None  # a tail ends the run
+    return recorded(outcome)
+
+
+def recorded(outcome: Outcome) -> Outcome:
+    """``outcome``, recorded by process 0 (:func:`record_outcome`) when its run computed a
+    stage or failed, as soon as the run ends."""
+    import jax
+
+    if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
+        record_outcome(outcome)
     return outcome
+
+
+def record_outcome(outcome: Outcome) -> None:
+    """The run's outcome.json (pmpipe.storage.run_record; a failure before any stage is in
+    stage 'setup'); a record that cannot be written is logged, not fatal: the stores are what
+    the run made. A failure a partner process recorded while this one computed the run is
+    kept: it is the first diagnosis (this process's failure often follows from the partner's
+    stop)."""
+    run_dir = outcome.config_path.parent
+    if outcome.error is not None and run_record.failed_within(run_dir, outcome.seconds):
+        LOG.info("[pmpipe run %s] the failure its partner recorded is kept", outcome.run_id)
+        return
+    stores = {
+        stage: run_record.fingerprint(stages.store_path(run_dir, stage))
+        for stage in (*outcome.skipped, *outcome.stages)
+    }
+    try:
+        run_record.write(
+            run_dir,
+            outcome.error,
+            outcome.failed_stage or ("setup" if outcome.error is not None else None),
+            outcome.seconds,
+            sum(r.store_bytes for r in outcome.computed),
+            stores if outcome.error is None else None,
+        )
+    except OSError as err:
+        LOG.warning("[pmpipe run %s] its outcome.json was not written: %s", outcome.run_id, err)
 
 
 def _stop_if_signalled(guard, stage: str, run_id: str) -> None:

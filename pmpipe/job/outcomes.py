@@ -65,6 +65,9 @@ class Outcome:
         return tuple(r.stage for r in self.computed)
 
 
+NOT_RUN = "HaloError: not run: "  # the error of a run that HaloShortfalls.repeated fails
+
+
 class HaloShortfalls:
     """The runs of a job whose particles needed more halo than given, by size (particles,
     oversampling, box, a_final, halo, device mesh): a later run of that size fails at once with
@@ -87,7 +90,8 @@ class HaloShortfalls:
 
     def seen(self, outcome: Outcome) -> Outcome:
         """Record the outcome's halo shortfall, if it is one; returns the outcome."""
-        if outcome.error is not None and outcome.error.startswith("HaloError"):
+        error = outcome.error
+        if error is not None and error.startswith("HaloError") and not error.startswith(NOT_RUN):
             reason = f"run {outcome.run_id} of this job, of the same size, failed: {outcome.error}"
             self.by_size[self._size(runner.load(outcome.config_path).config)] = reason
         return outcome
@@ -105,4 +109,4 @@ class HaloShortfalls:
             return None
         if reason is None or "nbody" not in todo:
             return None
-        return Outcome(path, run_file.run_id, (), (), 0.0, f"HaloError: not run: {reason}", "nbody")
+        return Outcome(path, run_file.run_id, (), (), 0.0, f"{NOT_RUN}{reason}", "nbody")

@@ -19,21 +19,20 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from pmpipe import stages
 from pmpipe.job import agreed_steps, power_ahead
-from pmpipe.job.one_run import run_one
+from pmpipe.job.one_run import record_outcome, recorded, run_one
 from pmpipe.job.outcomes import HaloShortfalls, Outcome, compile_counts
 from pmpipe.results import summary_parts
 from pmpipe.runtime import log, memory
 from pmpipe.stages import runner
 from pmpipe.stages.progress import job_line
-from pmpipe.storage import run_record
 
 LOG = log.get(__name__)
 
@@ -102,7 +101,7 @@ def run_all(  # parameters: the runs, what to write besides their stores, how to
     with (
         guard.listening(raise_after=False),  # once every run is done, a signal changes nothing
         ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="linear-power") as pool,
-        _tails(overlap and processes == 1 and _one_device(paths[0])) as tails,
+        _tails(overlap and processes == 1 and _may_overlap(paths)) as tails,
     ):
         # each run's table by its cache key (the run's path when it needs none), made once
         keys = [power_ahead.table_key(p) or p for p in paths] if jax.process_index() == 0 else []
@@ -119,7 +118,7 @@ def run_all(  # parameters: the runs, what to write besides their stores, how to
                 try:
                     found = done.shortfalls.repeated(path)
                     done.add(
-                        _done(found)
+                        _done(recorded(found))
                         if found
                         else run_one(path, mesh_of, guard, i, partner_timeout_s, tails)
                     )
@@ -129,8 +128,9 @@ def run_all(  # parameters: the runs, what to write besides their stores, how to
                     pool.shutdown(wait=False, cancel_futures=True)  # no table made for later runs
                     raise
             done.close()
-        except BaseException:
-            done.abandon()  # a stop: a tail under way ends before its next stage
+        except BaseException as stop:  # a tail under way ends before its next stage
+            _stop_tails(guard, stop)
+            done.abandon()
             raise
     outcomes = done.outcomes
     if part is not None and jax.process_index() == 0:
@@ -159,10 +159,10 @@ def _log_processes(launcher: str, processes: int) -> None:
 
 @dataclasses.dataclass
 class _InOrder:
-    """A job's runs as they finish, in order: each Outcome logged, its halo shortfall noted
-    (:class:`HaloShortfalls`) and, by process 0, recorded (outcome.json, the progress line of
-    ``progress_log``, the job's log, out of ``total`` runs); ``unfinished``, the runs whose
-    tails are under way."""
+    """A job's runs as they finish, in order (each recorded its outcome.json as it ended):
+    each Outcome logged, its halo shortfall noted (:class:`HaloShortfalls`) and, by process 0,
+    the progress line written (``progress_log``, the job's log, out of ``total`` runs);
+    ``unfinished``, the runs whose tails are under way."""
 
     total: int
     progress_log: str | None
@@ -184,9 +184,15 @@ class _InOrder:
 
     def abandon(self) -> None:
         """The job stops: each run under way ends, or stops before its next stage."""
+        from pmpipe.storage import checkpoint
+
         for future in self.unfinished:
-            with contextlib.suppress(Exception):
+            try:
                 self._finish(future)
+            except checkpoint.Preempted:
+                pass
+            except Exception as err:  # noqa: BLE001  the job's own stop goes up, not this
+                LOG.error("[pmpipe] a run under way as the job stopped: %s", err)
         self.unfinished.clear()
 
     def _finish(self, future: Future[Outcome]) -> None:
@@ -195,11 +201,19 @@ class _InOrder:
         outcome = self.shortfalls.seen(future.result())
         self.outcomes.append(outcome)
         LOG.info("%s", summary_line(outcome))
-        if jax.process_index() == 0 and (outcome.computed or outcome.error is not None):
-            record_outcome(outcome)
         if self.progress_log is not None and jax.process_index() == 0:
             line = job_line(self.outcomes, self.total, self.progress_log, sys.stdout.isatty())
             log.terminal().info("%s", line)
+
+
+def _stop_tails(guard, stop: BaseException) -> None:
+    """Let the job's ``guard`` (checkpoint.Schedule) stop the tails under way before their
+    next stage as the job stops with ``stop``: the signal of a Preempted (which the N-body's
+    own handlers may have caught alone), SIGINT for an interrupt."""
+    interrupted = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else None
+    signum = getattr(stop, "signum", None) or interrupted
+    if signum:
+        guard.received = max(guard.received or 0, int(signum))
 
 
 @contextlib.contextmanager
@@ -213,19 +227,33 @@ def _tails(wanted: bool):
         yield tails
 
 
-def _one_device(config_path: Path) -> bool:
-    """Whether the job's runs (as its first) have one device each: the only runs whose tails
-    may overlap the next run (:mod:`pmpipe.job.one_run`); logged when they have more."""
+def _may_overlap(paths: list[Path]) -> bool:
+    """Whether the runs of ``paths`` may overlap (:mod:`pmpipe.job.one_run`): each on one
+    device, all of one dtype (JAX's 64-bit switch is the process's), each once; else why not
+    is logged and they go one after the other."""
     import math
 
     from pmpipe.run import validation
 
-    pdims = validation.read_run_file(config_path).config.parallel.pdims
-    if math.prod(pdims) > 1:
-        LOG.info(
-            "[pmpipe] runs over %d devices do not overlap: one after the other", math.prod(pdims)
+    why: str | None
+    try:
+        runs = [validation.read_run_file(path).config for path in paths]
+    except Exception as err:  # noqa: BLE001  each run's own setup reports its config
+        why = f"a run's config does not load ({agreed_steps.error_line(err)})"
+    else:
+        devices = max(math.prod(run.parallel.pdims) for run in runs)
+        why = (
+            f"runs over {devices} devices do not overlap"
+            if devices > 1
+            else "runs of float32 and float64 do not overlap"
+            if len({run.nbody.dtype for run in runs}) > 1
+            else "a run given twice does not overlap itself"
+            if len({path.resolve() for path in paths}) < len(paths)
+            else None
         )
-    return math.prod(pdims) == 1
+    if why is not None:
+        LOG.info("[pmpipe] %s: one run after the other", why)
+    return why is None
 
 
 def _done(outcome: Outcome) -> Future[Outcome]:
@@ -238,33 +266,6 @@ def _done(outcome: Outcome) -> Future[Outcome]:
 def _write_report(path: str | Path, record: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(record, indent=2) + "\n")
-
-
-def record_outcome(outcome: Outcome) -> None:
-    """The run's outcome.json (pmpipe.storage.run_record; a failure before any stage is in
-    stage 'setup'); a record that cannot be written is logged, not fatal: the stores are what
-    the run made. A failure a partner process recorded while this one computed the run is
-    kept: it is the first diagnosis (this process's failure often follows from the partner's
-    stop)."""
-    run_dir = outcome.config_path.parent
-    if outcome.error is not None and run_record.failed_within(run_dir, outcome.seconds):
-        LOG.info("[pmpipe run %s] the failure its partner recorded is kept", outcome.run_id)
-        return
-    stores = {
-        stage: run_record.fingerprint(stages.store_path(run_dir, stage))
-        for stage in (*outcome.skipped, *outcome.stages)
-    }
-    try:
-        run_record.write(
-            run_dir,
-            outcome.error,
-            outcome.failed_stage or ("setup" if outcome.error is not None else None),
-            outcome.seconds,
-            sum(r.store_bytes for r in outcome.computed),
-            stores if outcome.error is None else None,
-        )
-    except OSError as err:
-        LOG.warning("[pmpipe run %s] its outcome.json was not written: %s", outcome.run_id, err)
 
 
 def peak_memory() -> dict:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from pmpipe import stages
 from pmpipe.run import config, validation
 from pmpipe.runtime import log
 from pmpipe.stages import status
-from pmpipe.storage import provenance, run_record, store
+from pmpipe.storage import encoding, provenance, run_record, store
 
 LOG = log.get(__name__)
 PARTS = "parts"
@@ -255,9 +254,8 @@ def _write_new(path: Path, names, runs: list[str], sources: list, hashes, prints
         )
         array[...] = data
     group.update_attributes({store.COMPLETE: store.now()})
-    with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
-        warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(writing)  # a reader opens every array in one read
+    encoding.quiet_zarr()
+    zarr.consolidate_metadata(writing)  # a reader opens every array in one read
     earlier = path.with_name(f".{path.name}.old-{unique}")
     if path.exists():
         os.replace(path, earlier)

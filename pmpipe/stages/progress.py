@@ -28,15 +28,15 @@ class Progress:
     @contextlib.contextmanager
     def timed(self, phase: str):
         """Add the wall time of the block to ``physics[phase]``, less the seconds XLA spent
-        compiling or loading programs inside it (counted while pmpipe.runtime.compilation listens, as
-        in a job); the block waits for its own results (jax.block_until_ready) so that the
-        time is the computation's."""
-        start, compiling = time.perf_counter(), compilation.totals().seconds
+        compiling or loading programs for this thread inside it (counted while
+        pmpipe.runtime.compilation listens, as in a job); the block waits for its own results
+        (jax.block_until_ready) so that the time is the computation's."""
+        start, compiling = time.perf_counter(), compilation.thread_totals().seconds
         began = time.time()
         try:
             yield
         finally:
-            spent = time.perf_counter() - start - (compilation.totals().seconds - compiling)
+            spent = time.perf_counter() - start - (compilation.thread_totals().seconds - compiling)
             self.physics[phase] = self.physics.get(phase, 0.0) + max(0.0, spent)
             self.spans.append((phase, began, time.time()))
 

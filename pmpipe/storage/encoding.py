@@ -33,13 +33,23 @@ def codecs(dtype, nbytes: int, keepbits: int | None = None) -> dict:
     return {"filters": [_bitround(keepbits)], "compressors": [zarr.codecs.ZstdCodec(), checksum]}
 
 
+def quiet_zarr() -> None:
+    """Filter zarr-python's warnings about two things the stores use on purpose
+    (docs/outputs.md): numcodecs' BitRound codec and consolidated metadata, both outside the
+    zarr v3 specification. Called where they would be warned about, since a filter added
+    once can be undone by another thread's warnings.catch_warnings (which is not
+    thread-safe; a job whose runs overlap creates stores on two threads); adding it again
+    replaces it."""
+    warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr version 3")
+    warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+
+
 def _bitround(keepbits: int):
     """numcodecs' BitRound as a zarr 3 array-to-array codec (zarr >= 3.1 ships it)."""
     from zarr.codecs import BitRound
 
-    with warnings.catch_warnings():  # "numcodecs codecs are not in the zarr v3 specification"
-        warnings.simplefilter("ignore")
-        return BitRound(keepbits=keepbits)
+    quiet_zarr()
+    return BitRound(keepbits=keepbits)
 
 
 def block_shards(data, max_bytes: int | None = None) -> tuple[int, ...]:

@@ -29,7 +29,6 @@ import math
 import os
 import shutil
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -85,7 +84,7 @@ def create(path: str | Path, attrs: dict, keepbits: int | None = None) -> zarr.G
     )  # an older store's writes are done; their errors don't matter
     state = writes.store_state(writes.key_of_path(path))
     state.keepbits, state.ledger = keepbits, integrity.ChunkLedger(path.resolve())
-    state.spans = []
+    state.spans, state.sizes = [], []
     if _writer():
         remove(path)
         group = zarr.open_group(path, mode="w", zarr_format=3, attributes=attrs)
@@ -129,30 +128,27 @@ def create_array(
     shards = tuple(max(1, int(c)) for c in shards)
     layout = {"shards": shards, "chunks": encoding.inner_chunks(shards, itemsize)} if shape else {}
     array = None
+    encoding.quiet_zarr()
     if _writer():
-        with warnings.catch_warnings():  # BitRound: "not in the zarr v3 specification"
-            warnings.simplefilter("ignore")
-            array = group.create_array(
-                name,
-                shape=tuple(shape),
-                dtype=dtype,
-                dimension_names=dims,
-                attributes={"units": units, "long_name": long_name, **attrs},
-                **layout,
-                **encoding.codecs(
-                    dtype,
-                    math.prod(shape) * itemsize,
-                    writes.store_state(writes.store_key(group)).keepbits,
-                ),
-            )
+        array = group.create_array(
+            name,
+            shape=tuple(shape),
+            dtype=dtype,
+            dimension_names=dims,
+            attributes={"units": units, "long_name": long_name, **attrs},
+            **layout,
+            **encoding.codecs(
+                dtype,
+                math.prod(shape) * itemsize,
+                writes.store_state(writes.store_key(group)).keepbits,
+            ),
+        )
     parallel.barrier(f"create_array {name}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if array is None:  # the other processes open what process 0 created
-            array = zarr.open_array(group.store, path=_child(group, name), mode="r+")
-        # every chunk is written, fill values only or not: no scan for them, and the manifest
-        # (pmpipe.storage.integrity) can demand every shard
-        return array.with_config({"write_empty_chunks": True})
+    if array is None:  # the other processes open what process 0 created
+        array = zarr.open_array(group.store, path=_child(group, name), mode="r+")
+    # every chunk is written, fill values only or not: no scan for them, and the manifest
+    # (pmpipe.storage.integrity) can demand every shard
+    return array.with_config({"write_empty_chunks": True})
 
 
 def _child(group: zarr.Group, name: str) -> str:
@@ -248,9 +244,8 @@ def mark_complete(group: zarr.Group) -> None:
             raise writes.StoreWriteError(f"process 0 failed to complete {key}")
         return
     try:
-        with warnings.catch_warnings():  # consolidated metadata is a zarr-python v3 extension
-            warnings.simplefilter("ignore")
-            zarr.consolidate_metadata(group.store)
+        encoding.quiet_zarr()
+        zarr.consolidate_metadata(group.store)
         finished = now()
         marker: dict[str, str | int] = {"finished": finished, COMPLETE: finished}
         if ledger is not None:

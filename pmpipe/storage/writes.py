@@ -60,12 +60,19 @@ _states: dict[str, _StoreState] = {}
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def written_since(key: str, since: float) -> WriteTotals:
-    """What this process wrote into the store ``key`` in writes begun at or after ``since``
-    (Unix seconds): their bytes, and the seconds during which at least one was under way."""
+def written_since(folder, since: float) -> WriteTotals:
+    """What this process wrote into the stores inside ``folder`` (a run's, checkpoints
+    included) in writes begun at or after ``since`` (Unix seconds): their bytes, and the
+    seconds during which at least one was under way."""
+    inside = key_of_path(folder) + os.sep
     with _lock:
-        state = _states.get(key, _StoreState())
-        found = [(span, size) for span, size in zip(state.spans, state.sizes) if span[0] >= since]
+        found = [
+            (span, size)
+            for key, state in _states.items()
+            if key.startswith(inside)
+            for span, size in zip(state.spans, state.sizes)
+            if span[0] >= since
+        ]
     busy, reached = 0.0, -float("inf")
     for (start, end), _ in sorted(found):
         busy += max(0.0, end - max(start, reached))
