@@ -128,12 +128,14 @@ RUN = {
 @pytest.fixture(scope="module")
 def paired(tmp_path_factory):
     """The summaries of two 32^3 runs of one seed, with feedback (log T_AGN = 8.0) and
-    without."""
+    without (S(k, z) made once, in the tests' power cache)."""
     out = {}
-    for name, feedback in (("without", None), ("with", {"log_T_AGN": 8.0})):
-        run = config.Run.model_validate({**RUN, "baryons": feedback})
-        run_dir = run_every_stage(tmp_path_factory.mktemp(name), run)
-        out[name] = (run_dir, zarr.open_group(run_dir / "summaries.zarr", mode="r"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(power_cache, "folder_of", lambda _: TABLES)
+        for name, feedback in (("without", None), ("with", {"log_T_AGN": 8.0})):
+            run = config.Run.model_validate({**RUN, "baryons": feedback})
+            run_dir = run_every_stage(tmp_path_factory.mktemp(name), run)
+            out[name] = (run_dir, zarr.open_group(run_dir / "summaries.zarr", mode="r"))
     return out
 
 

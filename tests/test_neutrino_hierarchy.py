@@ -219,7 +219,7 @@ def _evolved_power(hierarchy: str):
         }
     )
     mesh = parallel.make_mesh((1, 1))
-    setup = derive.setup(config.RunFile.build("nu", hierarchy, 0, {}, run), mesh)
+    setup = derive.setup(config.RunFile.build("nu", hierarchy, 0, {}, run), mesh, linear_table)
     assert setup.cosmology.neutrino_hierarchy == hierarchy
     noise = ics.white_noise(run.ic.seed, 16, mesh)
     _, result = simulation.simulate(setup.cosmology, noise, setup.grid, setup.timeline, setup.power)

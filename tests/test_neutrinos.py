@@ -10,7 +10,7 @@ import camb
 import numpy as np
 import pytest
 import zarr
-from conftest import rel_diff
+from conftest import TABLES, linear_table, rel_diff
 from scipy import integrate
 
 from pmpipe.physics.evolution import ics, simulation
@@ -257,7 +257,7 @@ def _neutrino_run(m_nu: float, pdims=(1, 1), box=1000.0, oversample=2, a_init=0.
         }
     )
     mesh = parallel.make_mesh(pdims)
-    setup = derive.setup(config.RunFile.build("nu", f"m{m_nu}", 0, {}, run), mesh)
+    setup = derive.setup(config.RunFile.build("nu", f"m{m_nu}", 0, {}, run), mesh, linear_table)
     noise = ics.white_noise(run.ic.seed, 32, mesh)
     init, result = simulation.simulate(
         setup.cosmology, noise, setup.grid, setup.timeline, setup.power
@@ -343,7 +343,7 @@ def test_planes_hold_the_total_matter(pdims):
 
 
 @pytest.mark.slow  # 14-17 s: the fast tier stays within 3 minutes
-def test_a_neutrino_run_with_lensing_runs_every_stage(tmp_path):
+def test_a_neutrino_run_with_lensing_runs_every_stage(tmp_path, monkeypatch):
     """A 16³ run at Σm_ν = 0.2 eV with a lightcone and flat-sky lensing through the ic, nbody,
     lensing and summaries stages: finite maps, and linear theory in the summaries that follows
     CAMB's scale-dependent growth of CDM + baryons, T_cb(k, a)² / T_cb(k, 1)², to 0.5 %."""
@@ -365,6 +365,7 @@ def test_a_neutrino_run_with_lensing_runs_every_stage(tmp_path):
     run_dir.mkdir(parents=True)
     path = run_dir / "config.json"
     path.write_text(config.RunFile.build("nu", "nu-r0", 0, {"m_nu": 0.2}, run).to_json())
+    monkeypatch.setattr(power_cache, "folder_of", lambda _: TABLES)  # CAMB's table made once
     for stage in ("ic", "nbody", "lensing", "summaries"):
         registry.run_stage(stage, path)
     maps = zarr.open_group(run_dir / "lensing.zarr", mode="r")

@@ -4,6 +4,7 @@ SLURM job and the start time."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -28,6 +29,7 @@ def layout(stage: str) -> int:
     return LAYOUTS.get(stage, 1)
 
 
+@functools.cache  # once per process: the code it runs is what it imported when it started
 def git_commit() -> str | None:
     """Commit of the pmpipe source tree (with '-dirty' when modified), None outside a checkout.
     A checkout owned by another user (a shared clone, a container's bind mount) is read too:
