@@ -458,5 +458,32 @@ def test_the_timeline_of_a_job_record_is_shifted_to_its_first_stage_and_drawn(tm
     assert (nbody["start"], nbody["end"]) == (1.5, 4.5)
     assert nbody["phases"] == [["pm_steps", 1.6, 3.5]] and nbody["writes"] == [[3.5, 4.0]]
     assert runs[1]["stages"][0]["writes"] == [[0.3, 0.4]]
+    assert (runs[0]["physics_s"], runs[0]["write_s"]) == (2.2, 0.5)
+    assert runs[0]["physics_while_writing_s"] == 0.0
     timeline.draw(runs, tmp_path / "t.png", "two jobs")
     assert (tmp_path / "t.png").stat().st_size > 10_000
+
+
+def test_spans_that_overlap_count_once_in_a_campaigns_write_seconds():
+    """An overlapped job: run b's N-body computes while run a's summaries write; the job's
+    write seconds are the union of its writes (not their sum), and the seconds of physics
+    while writing their intersection."""
+    from pmpipe.bench import campaign_timing, timeline
+
+    assert timeline.covered([[0, 2], [1, 3], [5, 6], [5.5, 5.8]]) == 4.0
+    assert timeline.covered([]) == 0.0
+
+    def stage(name, phases, writes, seconds):
+        return {"stage": name, "physics": {"pm_steps": seconds}, "write": {"bytes": 10},
+                "timeline": {"start": 0.0, "end": 9.0, "phases": phases, "writes": writes}}  # fmt: skip
+
+    a = stage("summaries", [["statistics", 0.0, 1.0]], [[1.0, 4.0]], 1.0)
+    b = stage("nbody", [["pm_steps", 2.0, 5.0]], [[3.0, 6.0]], 3.0)
+    counts = {"compiled": 0, "cache_hits": 0, "seconds": 0.0}
+    job = {"runs": [{"run_id": "a", "stages": [a]}, {"run_id": "b", "stages": [b]}],
+           "wall_s": 9.0, "compilation": counts, "peak_rss_mb": 1.0, "peak_device_mb": 1.0}  # fmt: skip
+    record = campaign_timing.summarise([job], 2, 10.0, 20)
+    assert record["write_s"] == 5.0 and record["write_gb_per_s"] == 20 / 5.0 / 1e9  # not 6 s
+    assert record["physics_s"] == 4.0 and record["physics_while_writing_s"] == 3.0
+    busy = timeline.busy(job["runs"][1]["stages"])
+    assert busy == {"physics_s": 3.0, "write_s": 3.0, "physics_while_writing_s": 2.0}

@@ -13,9 +13,11 @@ process, and the bytes the stages wrote with their write throughput. The per-job
 from the records the jobs write (``results/<campaign>/benchmarks/<group>.json``,
 pmpipe.job.pipeline). Physics seconds leave out the compilation inside each phase
 (pmpipe.stages.progress.Progress.timed);
-write throughput is the bytes the stages wrote over the time at least one write was under way.
-The record holds every run's timeline (pmpipe.bench.timeline), drawn as timeline.png in the
-working directory.
+write throughput is the bytes the stages wrote over the time at least one write of the job was
+under way (writes of runs that overlap count once), and ``physics_while_writing_s`` the time
+during which a physics phase (its compilation included) and a write were both under way. The
+record holds every run's timeline (pmpipe.bench.timeline) with those seconds per run, drawn as
+timeline.png in the working directory.
 """
 
 from __future__ import annotations
@@ -91,14 +93,16 @@ def run_snakemake(
 def summarise(jobs: list[dict], runs: int, wall_s: float, store_bytes: int) -> dict:
     """The campaign's figures from its job records (pmpipe.job.pipeline.job_record)."""
     physics = dict.fromkeys(PHASES, 0.0)
-    write_s, written = 0.0, 0
+    write_s, both_s, written = 0.0, 0.0, 0
     for job in jobs:
-        for run in job["runs"]:
-            for stage in run["stages"]:
-                for phase, seconds in stage["physics"].items():
-                    physics[phase] = physics.get(phase, 0.0) + seconds
-                write_s += stage["write"]["seconds"]
-                written += stage["write"]["bytes"]
+        stages = [stage for run in job["runs"] for stage in run["stages"]]
+        for stage in stages:
+            for phase, seconds in stage["physics"].items():
+                physics[phase] = physics.get(phase, 0.0) + seconds
+            written += stage["write"]["bytes"]
+        seconds = timeline.busy(stages)  # the writes of a job's overlapping runs count once
+        write_s += seconds["write_s"]
+        both_s += seconds["physics_while_writing_s"]
     physics_s = sum(physics.values())
     return {
         "runs": runs,
@@ -117,6 +121,7 @@ def summarise(jobs: list[dict], runs: int, wall_s: float, store_bytes: int) -> d
         "bytes_written": store_bytes,
         "stage_bytes_written": written,
         "write_s": write_s,
+        "physics_while_writing_s": both_s,
         "write_gb_per_s": written / write_s / 1e9 if write_s > 0 else None,
     }
 

@@ -16,9 +16,34 @@ PHASE_COLOURS = {
 }
 
 
+def covered(spans) -> float:
+    """Seconds inside at least one of the ``[start, end]`` spans (their union's length)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def busy(stages: list[dict]) -> dict:
+    """Seconds of the stages' records (their ``timeline``s) inside some physics phase, inside
+    some write of their stores, and inside both: spans that overlap (the tail of one run and
+    the N-body of the next, in an overlapped job) count once."""
+    physics = [span for s in stages for _, *span in s["timeline"]["phases"]]
+    writes = [span for s in stages for span in s["timeline"]["writes"]]
+    physics_s, write_s = covered(physics), covered(writes)
+    return {
+        "physics_s": physics_s,
+        "write_s": write_s,
+        "physics_while_writing_s": physics_s + write_s - covered(physics + writes),
+    }
+
+
 def runs_timeline(jobs: list[dict]) -> list[dict]:
     """Every run of the jobs with its stages, in seconds from the first stage's start (of any
-    job): ``{"job", "run_id", "stages": [{"stage", "start", "end", "phases": [[phase, start,
+    job), and its :func:`busy` seconds: ``{"job", "run_id", "physics_s", "write_s",
+    "physics_while_writing_s", "stages": [{"stage", "start", "end", "phases": [[phase, start,
     end]], "writes": [[start, end]]}]}``."""
     starts = [s["timeline"]["start"] for job in jobs for run in job["runs"] for s in run["stages"]]
     origin = min(starts, default=0.0)
@@ -30,6 +55,7 @@ def runs_timeline(jobs: list[dict]) -> list[dict]:
         {
             "job": index,
             "run_id": run["run_id"],
+            **{name: round(seconds, 3) for name, seconds in busy(run["stages"]).items()},
             "stages": [
                 {
                     "stage": stage["stage"],
