@@ -349,6 +349,65 @@ def test_resources():
         resources.resources(spec.run, "raytrace", resources.Execution())
 
 
+def test_overlapped_jobs_count_two_runs_memory_and_pass_the_option_to_their_jobs(
+    tmp_path, monkeypatch
+):
+    """execution.overlap: a run of one device needs two runs' memory beside one process
+    overhead (a run of two devices does not overlap and needs its own); a device too small for
+    two is refused naming the key; the workflow's jobs and the submitted job array run with
+    --overlap."""
+    from pmpipe.cluster import launch, workflow
+
+    base = {"name": "ov", "base": {"box": {"particles": 64}}}
+    plain = campaign.Campaign.model_validate(base)
+    both = campaign.Campaign.model_validate({**base, "execution": {"overlap": True}})
+    one = resources.estimate(plain.runs[0].run, plain.execution).memory_per_device_bytes
+    two = resources.estimate(both.runs[0].run, both.execution).memory_per_device_bytes
+    overhead = resources.PROCESS_OVERHEAD_BYTES["cpu"]
+    assert two == pytest.approx(2 * one - overhead) and two > one
+    split = {"box": {"particles": 64}, "parallel": {"pdims": [1, 2]}}
+    wide = campaign.Campaign.model_validate(
+        {"name": "ov", "base": split, "execution": {"overlap": True, "devices_per_node": 2}}
+    )
+    assert not resources.overlaps(wide.runs[0].run, wide.execution)
+    small = campaign.Campaign.model_validate(
+        {**base, "execution": {"overlap": True, "device_memory_gb": round((one + two) / 2e9, 3)}}
+    )
+    with pytest.raises(config.ConfigError, match=r"or set execution.overlap: false"):
+        campaign.check_fits(small)
+    assert len(campaign.check_fits(small.model_copy(update={"execution": plain.execution})))
+    assert "each run overlapping the next" in plan_table.jobs_line(both, tmp_path, None)
+    assert "overlapping" not in plan_table.jobs_line(plain, tmp_path, None)
+    path = tmp_path / "ov.yaml"
+    path.write_text(yaml.safe_dump({**base, "execution": {"overlap": True}}))
+    (job,) = workflow.prepare({"campaign": str(path)}, results=tmp_path / "results").jobs
+    assert job.options == "--overlap "
+    path.write_text(yaml.safe_dump(base))
+    (job,) = workflow.prepare({"campaign": str(path)}, results=tmp_path / "results").jobs
+    assert job.options == ""
+    mapped = []
+
+    class Executor:
+        def map_array(self, function, *columns):
+            mapped.append(columns)
+
+    monkeypatch.setattr(launch, "_executor", lambda *args, **kwargs: Executor())
+    groups = [both.runs]
+    launch.submit_campaign(both, groups, tmp_path / "results", tmp_path / "logs", None, 4)
+    launch.submit_campaign(plain, groups, tmp_path / "results", tmp_path / "logs", None, 4)
+    assert [columns[2] for columns in mapped] == [[True], [False]]  # run_job's overlap
+
+
+def test_a_submitted_job_runs_its_runs_overlapped_when_asked(monkeypatch):
+    from pmpipe.job import pipeline
+
+    calls = []
+    monkeypatch.setattr(pipeline, "run_all", lambda paths, **kw: calls.append(kw) or [])
+    assert pipeline.run_job(["c.json"], "part", True) == []
+    assert pipeline.run_job(["c.json"]) == []
+    assert [c["overlap"] for c in calls] == [True, False] and calls[0]["part"] == "part"
+
+
 def test_a_gpu_run_fits_the_share_of_device_memory_xla_takes(monkeypatch):
     """XLA's allocator takes 75 % of a GPU by default, XLA_PYTHON_CLIENT_MEM_FRACTION else: a
     run that needs 85 % of the device is refused by default and fits at 0.9. Its runtimes

@@ -401,9 +401,14 @@ def check_fits(camp: Campaign, environ=None) -> list[resources.Estimate]:
                 if fraction < 1
                 else f"execution.device_memory_gb = {camp.execution.device_memory_gb}"
             )
+            overlap = (
+                "; or set execution.overlap: false (two runs at once)"
+                if resources.overlaps(spec.run, camp.execution)
+                else ""
+            )
             raise config.ConfigError(
                 f"run {spec.run_id} needs about {need / 1e9:.2f} GB per device but may use "
-                f"{usable}; {sky}{hint}"
+                f"{usable}; {sky}{hint}{overlap}"
             )
     return estimates
 

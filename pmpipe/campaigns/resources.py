@@ -72,6 +72,13 @@ class Execution(config.StrictModel):
         "(default: 8 on cpu, 16 on gpu); runs are grouped by their "
         "position in the design",
     )
+    overlap: bool = Field(
+        False,
+        description="compute each run's lensing and summaries (host statistics, sky analyses, "
+        "the writes of their stores) while the next run of its job makes its ICs and N-body, "
+        "in jobs of one process whose runs have one device each (others run one after the "
+        "other); `pmpipe plan` then counts two runs' memory on the device",
+    )
     calibration: Path | None = Field(
         None,
         description="a `pmpipe bench nbody --json` record measured on this platform: the "
@@ -275,6 +282,12 @@ def halo_padding(run: config.Run) -> float:
     return math.prod(1 + 2 * halo / (mesh_n // p) if p > 1 else 1 for p in run.parallel.pdims)
 
 
+def overlaps(run: config.Run, execution: Execution) -> bool:
+    """Whether the run's tail may overlap the next run of its job (execution.overlap, on one
+    device; pmpipe.job.pipeline)."""
+    return execution.overlap and math.prod(run.parallel.pdims) == 1
+
+
 def estimate(run: config.Run, execution: Execution) -> Estimate:
     """Devices, nodes, peak memory, stage runtimes and the time of one PM step of a run (model
     and constants above, scaled to execution.calibration where one is given:
@@ -336,6 +349,8 @@ def _model(
     )
     traced_bytes, traced_seconds = full_sky_raytrace(run, planes, execution.cpus_per_task)
     memory = max(memory, traced_bytes + PROCESS_OVERHEAD_BYTES[execution.platform])
+    if overlaps(run, execution):  # a run's tail beside the next run: two runs at most
+        memory = 2 * memory - PROCESS_OVERHEAD_BYTES[execution.platform]
     steps = validation.step_count(run)
     speed = (devices * GPU_SPEEDUP if gpu else 1.0) / time_factor
     step = (SECONDS_PER_PARTICLE_STEP * particles + SECONDS_PER_CELL_STEP * cells) / speed

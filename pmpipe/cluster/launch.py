@@ -394,4 +394,5 @@ def submit_campaign(
         str(summary_parts.job_part(results / camp.name, campaigns.job_name(g[0], size)))
         for g in groups
     ]
-    return executor.map_array(RunsJob(pipeline.run_job), paths, parts)
+    overlap = [camp.execution.overlap] * len(groups)
+    return executor.map_array(RunsJob(pipeline.run_job), paths, parts, overlap)

@@ -51,8 +51,9 @@ class Job:
     part of the campaign's summaries (pmpipe.results.summary_parts); the seconds
     before its time limit at which it stops itself (launch.stop_ahead; 0: never); the
     wrapper its pmpipe runs in (launch.wrapper_command: the site's environment variables and
-    image; empty: the job's own Python); and what the whole command runs in on the host
-    (launch.host_command; empty without an image)."""
+    image; empty: the job's own Python); what the whole command runs in on the host
+    (launch.host_command; empty without an image); and the job command's further options,
+    each followed by a space ('--overlap ' with execution.overlap)."""
 
     name: str
     run_ids: tuple[str, ...]
@@ -62,6 +63,7 @@ class Job:
     stop_ahead: int = 0
     wrapper: str = ""
     host: str = ""
+    options: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +168,7 @@ def plan_jobs(camp: campaigns.Campaign, campaign_dir: Path, slurm_site) -> list[
                     launch.stop_ahead(resources, slurm_site),
                     shlex.join(launch.wrapper_command(slurm_site, bool(resources.get("gres")))),
                     shlex.join(launch.host_command(slurm_site)),
+                    "--overlap " if camp.execution.overlap else "",
                 )
             )
     return jobs

@@ -311,12 +311,13 @@ def job_record(outcomes: list[Outcome], wall_s: float, made_ahead: Sequence[dict
     }
 
 
-def run_job(config_paths, part: str | None = None) -> list[str]:
-    """:func:`run_all` for a job array element (submitit), writing its ``part``: RuntimeError
-    naming every failed run when any failed; else the run ids. When the job's processes could
-    not agree (agreed_steps.JobStopped), this process ends at once (:func:`stop_now`)."""
+def run_job(config_paths, part: str | None = None, overlap: bool = False) -> list[str]:
+    """:func:`run_all` for a job array element (submitit), writing its ``part``, its runs
+    overlapping with ``overlap`` (execution.overlap): RuntimeError naming every failed run when
+    any failed; else the run ids. When the job's processes could not agree
+    (agreed_steps.JobStopped), this process ends at once (:func:`stop_now`)."""
     try:
-        outcomes = run_all(config_paths, part=part)
+        outcomes = run_all(config_paths, part=part, overlap=overlap)
     except agreed_steps.JobStopped as err:
         LOG.error("error: the job stops: %s", err)
         stop_now(1)

@@ -45,11 +45,12 @@ for job in PLAN.jobs:
             wrapper=job.wrapper,  # env ... apptainer exec ... <image> by the site (launch.wrapper_command)
             host=job.host,  # with an image: python -m pmpipe.runtime.host_requeue -- (launch.host_command)
             part=job.part,  # the job's part of the campaign summaries (pmpipe.results.summary_parts)
+            options=job.options,  # '--overlap ' with execution.overlap, else empty
         threads: job.resources["cpus_per_task"]
         resources:
             **job.resources,
         shell:
             "{params.host} {resources.mpi} {params.wrapper} python -m pmpipe.job.pipeline --report "
             "{params.report:q} --stop-ahead {params.stop_ahead} --progress {log:q} --part {params.part:q} "
-            "{params.configs:q} "
+            "{params.options}{params.configs:q} "
             "2> {log:q}"
