@@ -469,9 +469,10 @@ def test_spans_that_overlap_count_once_in_a_campaigns_write_seconds():
     write seconds are the union of its writes (not their sum), and the seconds of physics
     while writing their intersection."""
     from pmpipe.bench import campaign_timing, timeline
+    from pmpipe.storage import writes
 
-    assert timeline.covered([[0, 2], [1, 3], [5, 6], [5.5, 5.8]]) == 4.0
-    assert timeline.covered([]) == 0.0
+    assert writes.covered([[0, 2], [1, 3], [5, 6], [5.5, 5.8]]) == 4.0
+    assert writes.covered([]) == 0.0
 
     def stage(name, phases, writes, seconds):
         return {"stage": name, "physics": {"pm_steps": seconds}, "write": {"bytes": 10},

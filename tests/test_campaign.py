@@ -704,12 +704,16 @@ def test_a_bench_record_calibrates_the_plan(tmp_path, capsys):
     est = resources.estimate(measured, calibrated)
     assert est.step_s == pytest.approx(record["step_s"], rel=1e-9)
     assert est.memory_per_device_bytes == pytest.approx(record["peak_rss_bytes"], rel=1e-9)
+    overhead = resources.PROCESS_OVERHEAD_BYTES["cpu"]
+    overlapped = resources.Execution(calibration=record_path, overlap=True)  # two runs at once
+    assert resources.estimate(measured, overlapped).memory_per_device_bytes == pytest.approx(
+        2 * record["peak_rss_bytes"] - overhead, rel=1e-9
+    )
     time, memory = resources.calibration_factors(calibrated)
     bigger = run(64, (2, 2))
     assert resources.estimate(bigger, calibrated).step_s == pytest.approx(
         time * resources.estimate(bigger, plain).step_s, rel=1e-9
     )
-    overhead = resources.PROCESS_OVERHEAD_BYTES["cpu"]
     assert resources.estimate(
         bigger, calibrated
     ).memory_per_device_bytes - overhead == pytest.approx(

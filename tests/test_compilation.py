@@ -58,7 +58,8 @@ def test_each_thread_counts_what_it_compiles():
 
 
 # A process running runs of the same sizes as an earlier one compiles no program: four runs of
-# the TINY campaign's size, every one with its own cosmology, seed and a_init.
+# the TINY campaign's size (flat and full sky), every one with its own cosmology, seed and
+# a_init.
 COSMOLOGIES = [  # Omega_m, sigma8, h, n_s, w0, wa: every run differs in all of them
     {"Omega_m": 0.30, "sigma8": 0.80, "h": 0.67, "n_s": 0.96, "w0": -1.0, "wa": 0.0},
     {"Omega_m": 0.32, "sigma8": 0.83, "h": 0.70, "n_s": 0.98, "w0": -0.9, "wa": 0.1},
@@ -68,9 +69,11 @@ COSMOLOGIES = [  # Omega_m, sigma8, h, n_s, w0, wa: every run differs in all of 
 
 
 def _run_files(results):
-    """Four runs of the TINY campaign's size, each with its own cosmology, seed and a_init."""
+    """Four runs of the TINY campaign's size with full-sky shells too, each with its own
+    cosmology, seed and a_init."""
     base = yaml.safe_load(TINY)["base"]
     base["parallel"]["halo_cells"] = 6  # room for the most clustered of the cosmologies
+    base["lensing"]["full_sky"] = {"nside": 8}  # the shells' programs too
     paths = []
     for i, cosmology in enumerate(COSMOLOGIES):
         data = {**base, "cosmology": cosmology, "ic": {"seed": 11 + i, "a_init": 0.1 + 0.01 * i}}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pmpipe.storage.writes import covered
+
 STAGE_COLOURS = {"ic": "#c7dcef", "nbody": "#fdd0a2", "lensing": "#c7e9c0", "summaries": "#dadaeb"}
 PHASE_COLOURS = {
     "white_noise": "#6baed6",
@@ -14,16 +16,6 @@ PHASE_COLOURS = {
     "lensing": "#31a354",
     "statistics": "#756bb1",
 }
-
-
-def covered(spans) -> float:
-    """Seconds inside at least one of the ``[start, end]`` spans (their union's length)."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(spans):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
 
 
 def busy(stages: list[dict]) -> dict:
@@ -74,7 +66,7 @@ def runs_timeline(jobs: list[dict]) -> list[dict]:
 
 def draw(timeline: list[dict], path: str | Path, title: str) -> None:
     """The timeline as a PNG: a row per run, each stage a pale bar, its physics phases bars of
-    their colour over it, the writes of its store black bars under it."""
+    their colour over it, its writes (its store's, checkpoints') black bars under it."""
     from pmpipe.results.plotting import pyplot, save_figure
 
     plt = pyplot()

@@ -314,7 +314,7 @@ def calibration_factors(execution: Execution) -> tuple[float, float]:
             "nbody": {"steps": record["steps"]},
         }
     )
-    model = _model(measured, execution, 1.0, 1.0)
+    model = _model(measured, execution.model_copy(update={"overlap": False}), 1.0, 1.0)
     overhead = PROCESS_OVERHEAD_BYTES[execution.platform]
     gpu = execution.platform == "gpu"
     peak = record["device_peak_bytes"] if gpu else record["peak_rss_bytes"] - overhead

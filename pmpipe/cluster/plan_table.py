@@ -94,11 +94,14 @@ def jobs_line(camp: Campaign, results_dir: str | Path, site: sites.Site | None) 
     of them (within the site's or the cluster's MaxArraySize, :func:`site.max_array_size`),
     and the files of a run, counted in the campaign's first complete run when there is one."""
     jobs = len(job_groups(camp.runs, camp.execution.job_size()))
+    overlap = camp.execution.job_size() > 1 and any(
+        resources.overlaps(s.run, camp.execution) for s in camp.runs
+    )
     limit, source = sites.max_array_size(site, sites.scontrol_config())
     most = site.max_submit_jobs if site is not None else None
     line = (
         f"{jobs} jobs of at most {camp.execution.job_size()} runs (execution.runs_per_job"
-        f"{'; each run overlapping the next on one device: execution.overlap' if camp.execution.overlap else ''}); "
+        f"{'; each run overlapping the next on one device: execution.overlap' if overlap else ''}); "
         f"pmpipe submit: {launch.array_count(jobs, limit, most)} SLURM arrays of at most "
         f"{limit} tasks ({source})"
     )

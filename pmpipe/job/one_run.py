@@ -41,7 +41,6 @@ def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRe
     from pmpipe.storage import writes
 
     progress = Progress(stage, setup.run_file.run_id)
-    key = writes.key_of_path(stages.store_path(inputs.run_dir, stage))
     before, start = compilation.thread_totals(), time.perf_counter()
     began = time.time()
     path = registry.execute(stage, setup, inputs, progress)
@@ -59,7 +58,7 @@ def compute_stage(stage: str, setup: derive.RunSetup, inputs: Inputs) -> StageRe
             "start": began,
             "end": time.time(),
             "phases": [list(span) for span in progress.spans],
-            "writes": [list(s) for s in writes.store_state(key).spans if s[0] >= began],
+            "writes": [list(span) for span in written.spans],
         },
     )
 

@@ -30,11 +30,12 @@ def compile_counts(counts) -> dict:
 class StageRecord:
     """One stage computed in this process: wall seconds, seconds per physics phase
     (Progress.physics), XLA programs it compiled or loaded from the persistent cache
-    on its thread (pmpipe.runtime.compilation), array bytes this process wrote into its store
-    with the seconds during which some of those writes were under way (writes.written_since),
+    on its thread (pmpipe.runtime.compilation), array bytes this process wrote into the run's
+    stores (its own and checkpoints) with the seconds during which some of those writes were
+    under way (writes.written_since),
     bytes of its store on disk, and its
-    ``timeline``: when it started and ended, ran each physics phase and each write of its
-    store (Unix seconds: ``{"start", "end", "phases": [[phase, start, end]], "writes":
+    ``timeline``: when it started and ended, ran each physics phase and each of those writes
+    (Unix seconds: ``{"start", "end", "phases": [[phase, start, end]], "writes":
     [[start, end]]}``)."""
 
     stage: str

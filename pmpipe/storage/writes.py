@@ -45,12 +45,13 @@ class _StoreState:
 
 @dataclasses.dataclass(frozen=True)
 class WriteTotals:
-    """Array bytes this process wrote into a store, and the seconds during which at least one
+    """Array bytes this process wrote into a store, the seconds during which at least one
     write was under way (so bytes / seconds is the throughput of all writer threads
-    together)."""
+    together), and the writes' spans ``((start, end), ...)`` (Unix seconds, by start)."""
 
     bytes: int = 0
     seconds: float = 0.0
+    spans: tuple = ()
 
 
 _lock = threading.Lock()
@@ -73,11 +74,18 @@ def written_since(folder, since: float) -> WriteTotals:
             for span, size in zip(state.spans, state.sizes)
             if span[0] >= since
         ]
-    busy, reached = 0.0, -float("inf")
-    for (start, end), _ in sorted(found):
-        busy += max(0.0, end - max(start, reached))
-        reached = max(reached, end)
-    return WriteTotals(sum(size for _, size in found), busy)
+    spans = tuple(sorted(tuple(span) for span, _ in found))
+    return WriteTotals(sum(size for _, size in found), covered(spans), spans)
+
+
+def covered(spans) -> float:
+    """Seconds inside at least one of the ``(start, end)`` spans (their union's length)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def key_of_path(path) -> str:
