@@ -46,10 +46,10 @@ def shell_healpix(  # parameters: the field on its mesh and one shell's geometry
         delta_compensated,
         dtype.type(chi_lo),
         dtype.type((chi_hi - chi_lo) / n_r),
+        np.int32(n_r),
         source,
         scale.astype(dtype),
         offset.astype(dtype),
-        n_r=n_r,
         mesh=mesh,
         rays_nside=rays_nside,
         gather=(

@@ -232,7 +232,9 @@ def test_reading_owned_points_on_every_device_reads_each_point_once():
         mesh = parallel.make_mesh(pdims)
 
         def local(block, p, pdims=pdims):
-            values = painting.read_owned(painting.pad_for_reading(block, pdims), p, m, pdims)
+            values = painting.read_owned(
+                painting.pad_for_reading(block, pdims), tuple(p.T), m, pdims
+            )
             return jax.lax.psum(values, parallel.AXES)
 
         read = jax.jit(

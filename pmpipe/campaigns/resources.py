@@ -164,13 +164,13 @@ NEUTRINO_PARTICLE_WORDS = 5
 NEUTRINO_MESH_WORDS = 5
 # Full-sky shells: each device keeps its share of the shells sampled so far, one word per ray
 # of the HEALPix ray grid for each (padded) plane, split over the devices
-# (`lightcone.ray_spec`), and while it samples a shell 9 more words per ray it samples
-# (directions, cell coordinates, interpolation weights: the memory analysis of the compiled
+# (`lightcone.ray_spec`), and while it samples a shell 6 more words per ray it samples
+# (directions, cell coordinates along each box axis: the memory analysis of the compiled
 # shell program, `lightcone._shell`, at ray grids of 64 to 256 nside on CPU): every ray of the
 # grid, or its share where it samples the gathered density (sky.shell_gathers), which then
 # holds up to 1.5 words per force-mesh cell (the density whole and half-gathered: the same
 # analysis on 8 CPU devices, 1.0 at 32^3 and 1.36-1.47 at 64^3).
-SHELL_RAY_WORDS = 9
+SHELL_RAY_WORDS = 6
 SHELL_GATHER_CELL_WORDS = 1.5
 # Full-sky ray tracing (lensing.method raytrace or both) runs in the lensing stage's process, on
 # the host: per ray of its grid (sky.traced_rays_nside) 290 and 250 bytes for one source (the

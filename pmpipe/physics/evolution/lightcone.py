@@ -154,12 +154,13 @@ def _flat_plane(delta, axes, flips, shift, mesh: Mesh, box_size: float, n_cells:
         "shift",
         "chi_lo",
         "dr",
+        "samples",
         "source",
         "scale",
         "offset",
         "k_max",
     ],
-    meta_fields=["n_cells", "n_r", "rays_nside"],
+    meta_fields=["n_cells", "rays_nside"],
 )
 @dataclasses.dataclass(frozen=True)
 class Capture:
@@ -170,9 +171,10 @@ class Capture:
 
     a (P,) crossing scale factors; axes, flips, shift (P, 3): the planes' transforms (the
     shift their :func:`flat_shift`); chi_lo,
-    dr (P,) Mpc/h: start of each shell and the step of its ray samples; source, scale, offset
+    dr (P,) Mpc/h: start of each shell and the step of its ray samples; samples (P,) int32: the
+    number of them (:func:`ray_samples` of the shell's thickness and band limit); source, scale, offset
     (P, 3): :func:`box_frame`; k_max (P,) h/Mpc: band limit of each shell's density.
-    n_cells: slab cells of a flat plane; n_r: ray samples per shell; rays_nside: the HEALPix
+    n_cells: slab cells of a flat plane; rays_nside: the HEALPix
     grid of the full-sky rays (:func:`ray_directions`), or None for flat planes only.
     """
 
@@ -182,12 +184,12 @@ class Capture:
     shift: jax.Array
     chi_lo: jax.Array
     dr: jax.Array
+    samples: jax.Array
     source: jax.Array
     scale: jax.Array
     offset: jax.Array
     k_max: jax.Array
     n_cells: int
-    n_r: int
     rays_nside: int | None
 
 
@@ -206,9 +208,9 @@ def capture_plan(
     (h/Mpc; one value or one per plane)."""
     box_size, mesh_n, dtype = grid.box_size, grid.force_cells, np.dtype(grid.dtype)
     n, size = len(planes), sky.PLANE_BUCKET * math.ceil(len(planes) / sky.PLANE_BUCKET)
-    n_r = ray_samples(
-        float(np.max(np.diff(planes.chi_edges))), box_size / mesh_n, float(np.max(k_max))
-    )
+    thickness = np.diff(planes.chi_edges)
+    k_max = np.broadcast_to(np.asarray(k_max, np.float64), (n,))
+    samples = [ray_samples(float(t), box_size / mesh_n, float(k)) for t, k in zip(thickness, k_max)]
     frames = [box_frame(observer, t, box_size, mesh_n) for t in transforms]
 
     def padded(rows, kind):
@@ -221,13 +223,13 @@ def capture_plan(
         flips=padded([t.flips for t in transforms], bool),
         shift=padded([flat_shift(t) for t in transforms], np.int32),
         chi_lo=padded(planes.chi_edges[:-1], dtype),
-        dr=padded(np.diff(planes.chi_edges) / n_r, dtype),
+        dr=padded(thickness / np.asarray(samples), dtype),
+        samples=padded(samples, np.int32),
         source=padded([f[0] for f in frames], np.int32),
         scale=padded([f[1] for f in frames], dtype),
         offset=padded([f[2] for f in frames], dtype),
-        k_max=padded(np.broadcast_to(np.asarray(k_max, np.float64), (n,)), dtype),
+        k_max=padded(k_max, dtype),
         n_cells=n_cells,
-        n_r=n_r,
         rays_nside=rays_nside,
     )
 
@@ -276,10 +278,10 @@ def capture_plane(maps, rho, j, capture: Capture, grid: Grid):
             delta,
             capture.chi_lo[j],
             capture.dr[j],
+            capture.samples[j],
             capture.source[j],
             capture.scale[j],
             capture.offset[j],
-            n_r=capture.n_r,
             mesh=mesh,
             rays_nside=capture.rays_nside,
             gather=sky.shell_gathers(grid.force_cells, shells.shape[1], mesh.size),
@@ -320,7 +322,7 @@ def healpix_map(alm, nside: int) -> np.ndarray:
 
 def ray_samples(length: float, cell: float, k_max: float) -> int:
     """Samples along a ray of ``length`` Mpc/h through a density band-limited to k_max (h/Mpc,
-    the highest band limit of the run's shells) on a mesh of ``cell`` Mpc/h: one per Nyquist
+    the shell's band limit) on a mesh of ``cell`` Mpc/h: one per Nyquist
     spacing π / k_max, at most one per cell. The sum over them weights a line-of-sight mode k
     by (k dχ / 2) / sin(k dχ / 2) against the integral: 1.0004 for the modes of wavelength the
     thickness of a 256 Mpc/h shell sampled every 4 Mpc/h, the modes its projection keeps."""
@@ -342,12 +344,13 @@ def box_frame(observer, transform: PlaneTransform, box_size: float, mesh_n: int)
     return source, scale, offset
 
 
-@partial(jax.jit, static_argnames=("n_r", "mesh", "rays_nside", "gather"))
+@partial(jax.jit, static_argnames=("mesh", "rays_nside", "gather"))
 def _shell(  # parameters: the arguments and statics of one compiled program
-    delta, chi_lo, dr, source, scale, offset, n_r: int, mesh: Mesh, rays_nside: int, gather: bool
+    delta, chi_lo, dr, samples, source, scale, offset, mesh: Mesh, rays_nside: int, gather: bool
 ):
     """dr Σ_k δ(x_k) along the rays of the HEALPix grid rays_nside at distances
-    chi_lo + (k + 1/2) dr, k < n_r, mean removed. Every device makes its rays' directions
+    chi_lo + (k + 1/2) dr, k < samples (an argument: shells of other thickness or band limit
+    run the same program, each with its own count), mean removed. Every device makes its rays' directions
     itself (:func:`ray_directions`) and generates the samples one distance at a time. With
     ``gather`` (:func:`pmpipe.physics.evolution.sky.shell_gathers`: several devices, a force
     mesh up to sky.SHELL_GATHER_CELLS, rays that divide by the devices) each device gathers
@@ -370,14 +373,15 @@ def _shell(  # parameters: the arguments and statics of one compiled program
             read_pdims = pdims
         start = jax.lax.axis_index(AXES) * (rays // share) if gather else 0
         directions = ray_directions(rays_nside, block.dtype, start, rays // share)
-        along = directions[:, source] * scale
+        along = tuple((directions[:, source] * scale).T)  # per box axis (rays,)
 
-        def add_distance(total, k):
-            cells = jnp.mod((chi_lo + (k + 0.5) * dr) * along + offset, mesh_n)
-            return total + painting.read_owned(block, cells, mesh_n, read_pdims), None
+        def add_distance(k, total):
+            chi = chi_lo + (k.astype(block.dtype) + 0.5) * dr
+            cells = tuple(jnp.mod(chi * along[b] + offset[b], mesh_n) for b in range(3))
+            return total + painting.read_owned(block, cells, mesh_n, read_pdims)
 
         zero = jax.lax.pcast(jnp.zeros(directions.shape[0], block.dtype), AXES, to="varying")
-        total, _ = jax.lax.scan(add_distance, zero, jnp.arange(n_r, dtype=block.dtype))
+        total = jax.lax.fori_loop(0, samples, add_distance, zero)
         if gather:
             return total
         if out_spec != jax.P():

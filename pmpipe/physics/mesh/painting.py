@@ -295,24 +295,25 @@ def cic_compensation(field_k, mesh: Mesh, box_size: float):
 
 def read_owned(padded, cells, mesh_n: int, pdims: tuple[int, int]):
     """Inside ``shard_map``: trilinear interpolation of the padded block (from
-    :func:`pad_for_reading`) at points cells (n, 3), in cells of the global periodic
-    (M, M, M) mesh in [0, M), for the points whose lower corner lies in this device's block;
-    0 for the others, so that a sum over the devices reads every point once. Returns (n,)."""
-    lower = jnp.floor(cells)
-    fracs = tuple((cells - lower).T)
-    lower = lower.astype(jnp.int32) % mesh_n
-    mine = jnp.ones(cells.shape[0], bool)
-    lows, ups = [], []
-    for d, p in enumerate(tuple(pdims) + (1,)):
+    :func:`pad_for_reading`) at points cells = (x, y, z), each (n,), in cells of the global
+    periodic (M, M, M) mesh in [0, M), for the points whose lower corner lies in this device's
+    block; 0 for the others, so that a sum over the devices reads every point once. Returns
+    (n,). (Three coordinate arrays rather than (n, 3) points: 2.5 times faster on CPUs.)"""
+    mine = jnp.ones(cells[0].shape, bool)
+    fracs, lows, ups = [], [], []
+    for d, (c, p) in enumerate(zip(cells, tuple(pdims) + (1,))):
+        lower = jnp.floor(c)
+        fracs.append(c - lower)
+        i = lower.astype(jnp.int32) % mesh_n
         if p > 1:
             n_local = padded.shape[d] - 2
-            i = lower[:, d] - lax.axis_index(AXES[d]) * n_local
+            i = i - lax.axis_index(AXES[d]) * n_local
             mine = mine & (i >= 0) & (i < n_local)
             i = jnp.clip(i, 0, n_local - 1) + 1  # index in the padded block
             lows.append(i)
             ups.append(i + 1)
         else:
-            lows.append(lower[:, d])
-            ups.append((lower[:, d] + 1) % mesh_n)
+            lows.append(i)
+            ups.append((i + 1) % mesh_n)
     index = _corner_index(lows, ups, padded.shape)
-    return jnp.where(mine, _interpolate(padded.reshape(-1), index, fracs), 0)
+    return jnp.where(mine, _interpolate(padded.reshape(-1), index, tuple(fracs)), 0)
