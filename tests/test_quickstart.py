@@ -82,7 +82,7 @@ def test_the_quick_start_makes_maps():
 
 
 def test_the_readme_and_the_quick_start_state_the_same_time():
-    pattern = r"about (\d+ min \d+ s) the\s+(?:#\s+)?first time.*?(\d+ min \d+ s) again"
+    pattern = r"about (\d+ min(?: \d+ s)?) the\s+(?:#\s+)?first time.*?(\d+ min(?: \d+ s)?) again"
     said = [
         re.search(pattern, path.read_text(), re.DOTALL).groups()
         for path in (REPO / "README.md", QUICKSTART)
