@@ -53,6 +53,13 @@ def test_a_gaussian_spectrum_gives_its_analytic_correlations():
     both = shear_correlation.shear_correlations(cl, cl, theta)
     np.testing.assert_allclose(both[0], 2 * xi_plus, rtol=1e-12)
     np.testing.assert_allclose(both[1], 0.0, atol=1e-12 * peak)
+    # several pairs' spectra at once: each as alone
+    stacked = shear_correlation.shear_correlations(
+        np.stack([cl, 2 * cl]), np.stack([np.zeros_like(cl), cl]), theta
+    )
+    np.testing.assert_allclose(stacked[0][0], xi_plus, atol=1e-12 * peak)
+    np.testing.assert_allclose(stacked[0][1], 3 * xi_plus, atol=1e-12 * peak)
+    np.testing.assert_allclose(stacked[1][1], xi_minus, atol=1e-12 * peak)
 
 
 @pytest.mark.slow

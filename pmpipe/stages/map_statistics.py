@@ -198,10 +198,10 @@ def _write_peaks(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
     """Peak counts and PDF of every source's map as observed (with shape noise when the run
     has it), per smoothing scale, under their names with maps.suffix."""
     scales, edges = setup.summaries.smoothing_arcmin, setup.summaries.kappa_edges
-    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
+    observed = maps.modes[""] if maps.noisy is None else maps.noisy
     peaks, pdfs = [], []
-    for observed_map in observed:
-        smoothed = [maps.smooth(observed_map, s) for s in scales]
+    for modes in observed:
+        smoothed = [maps.smooth_modes(modes, s) for s in scales]
         peaks.append([maps.peaks_of(m, edges) for m in smoothed])
         pdfs.append([stats.pdf(m, edges) for m in smoothed])
     label = "" if maps.noise is None else " with shape noise"
@@ -231,12 +231,13 @@ def _write_shear_correlations(out, theta: np.ndarray, maps: SkyMaps) -> None:
 
     e, b = maps.modes["_ee"], maps.modes["_bb"]
     count = len(e)
+    pairs = [(i, j) for i in range(count) for j in range(i, count)]
+    cl_ee = np.stack([healpy.alm2cl(e[i], e[j]) for i, j in pairs])
+    cl_bb = np.stack([healpy.alm2cl(b[i], b[j]) for i, j in pairs])
+    found = np.stack(shear_correlation.shear_correlations(cl_ee, cl_bb, np.radians(theta / 60)))
     xi = np.zeros((2, count, count, theta.size))
-    for i in range(count):
-        for j in range(i, count):
-            cl_ee, cl_bb = healpy.alm2cl(e[i], e[j]), healpy.alm2cl(b[i], b[j])
-            pair = shear_correlation.shear_correlations(cl_ee, cl_bb, np.radians(theta / 60))
-            xi[:, i, j] = xi[:, j, i] = pair
+    for p, (i, j) in enumerate(pairs):
+        xi[:, i, j] = xi[:, j, i] = found[:, p]
     out.write_coordinate("theta", theta, "arcmin", "angle of the shear correlations")
     for sign, name in ((0, "plus"), (1, "minus")):
         out.write_array(

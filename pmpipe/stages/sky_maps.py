@@ -5,6 +5,7 @@ the bins their statistics use."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax.numpy as jnp
@@ -28,7 +29,8 @@ class SkyMaps:
     ``edges``, the κ maps and shape
     noise maps (or None), per source the κ, E and B modes and noisy κ (None without noise) as
     ``spectrum`` takes them (maps or harmonic coefficients), ``spectrum`` (a, b) -> (ℓ mean,
-    C_ℓ, modes) per bin, ``smooth`` (map, σ arcmin) and ``peaks_of`` (map, κ edges)."""
+    C_ℓ, modes) per bin, ``smooth`` (map, σ arcmin), ``smooth_modes`` (one source's κ as
+    ``spectrum`` takes it, σ arcmin) -> smoothed map, and ``peaks_of`` (map, κ edges)."""
 
     suffix: str
     ell_dim: str
@@ -39,6 +41,7 @@ class SkyMaps:
     noisy: list | None
     spectrum: Callable
     smooth: Callable
+    smooth_modes: Callable
     peaks_of: Callable
 
 
@@ -87,6 +90,10 @@ def flat_sky_maps(
             for i, (sigma_e, n_gal) in enumerate(levels)
         ]
     edges = flat.ell_edges
+
+    def smooth(kappa, sigma):
+        return stats.smooth_flat(kappa, flat.field_of_view, sigma)
+
     return SkyMaps(
         suffix,
         "ell",
@@ -96,7 +103,8 @@ def flat_sky_maps(
         {"": kappa, "_ee": kappa, "_bb": rotation},
         None if noise is None else [k + n for k, n in zip(kappa, noise)],
         lambda a, b: stats.flat_sky_cl(a, flat.field_of_view, edges, b),
-        lambda k, s: stats.smooth_flat(k, flat.field_of_view, s),
+        smooth,
+        smooth,
         stats.peak_counts_flat,
     )
 
@@ -144,5 +152,6 @@ def full_sky_maps(
         else [a + healpy.map2alm(n, lmax=ell_max, iter=3) for a, n in zip(alm, noise)],
         lambda a, b: stats.full_sky_cl(a, edges, b),
         stats.smooth_healpix,
-        stats.peak_counts_healpix,
+        lambda a, s: stats.smooth_healpix_alm(a, nside, s),
+        functools.partial(stats.peak_counts_healpix, neighbours=stats.healpix_neighbours(nside)),
     )

@@ -34,8 +34,9 @@ def wigner_d2(ell_max: int, theta) -> tuple[np.ndarray, np.ndarray]:
 
 def shear_correlations(cl_ee, cl_bb, theta) -> tuple[np.ndarray, np.ndarray]:
     """(ξ+, ξ-) (..., T) at angles theta (T,) rad from the E and B spectra (..., ℓ_max + 1) per
-    multipole ℓ = 0 .. ℓ_max (sr); a pixel window, where maps have one, is for the caller to
-    multiply the spectra by (squared)."""
+    multipole ℓ = 0 .. ℓ_max (sr), every leading index (pairs of sources) from one recursion;
+    a pixel window, where maps have one, is for the caller to multiply the spectra by
+    (squared)."""
     cl_ee, cl_bb = np.asarray(cl_ee, np.float64), np.asarray(cl_bb, np.float64)
     ell = np.arange(cl_ee.shape[-1])
     weight = (2 * ell + 1) / (4 * np.pi)

@@ -192,6 +192,21 @@ def smooth_healpix(kappa_map, sigma_arcmin: float):
     return healpy.smoothing(np.asarray(kappa_map, np.float64), sigma=np.radians(sigma_arcmin / 60))
 
 
+def smooth_healpix_alm(alm, nside: int, sigma_arcmin: float) -> np.ndarray:
+    """The HEALPix map (RING, float64) of ``nside`` of a field band-limited to its harmonic
+    coefficients ``alm`` (healpy's ordering, up to ℓ = 3 nside - 1), smoothed by a Gaussian
+    of σ (arcmin): what :func:`smooth_healpix` makes of the field's map, without analysing
+    the map again (one synthesis; a map's analysis is off by percents above 2 nside)."""
+    import healpy
+
+    alm = np.asarray(alm, np.complex128)
+    lmax = healpy.Alm.getlmax(alm.size)
+    if sigma_arcmin != 0:
+        fwhm = np.radians(sigma_arcmin / 60) * np.sqrt(8 * np.log(2))
+        alm = healpy.almxfl(alm, healpy.gauss_beam(fwhm, lmax=lmax))
+    return healpy.alm2map(alm, nside, lmax=lmax)
+
+
 def shape_noise_sigma(pixel_arcmin2: float, sigma_e: float, n_gal: float) -> float:
     """Per-pixel κ noise σ_e / sqrt(n_gal A_pix): σ_e per ellipticity component, n_gal per
     arcmin², A_pix in arcmin²."""
@@ -276,14 +291,22 @@ def interior_flat(mask, radius_pixels: float) -> np.ndarray:
     return distance[pad : pad + n, pad : pad + n] > radius_pixels
 
 
-def peak_counts_healpix(kappa_map, edges, where=None) -> np.ndarray:
+def healpix_neighbours(nside: int) -> np.ndarray:
+    """The 8 neighbours (8, npix) of every pixel of a HEALPix grid (RING); -1: none."""
+    import healpy
+
+    return healpy.get_all_neighbours(nside, np.arange(healpy.nside2npix(nside)))
+
+
+def peak_counts_healpix(kappa_map, edges, where=None, neighbours=None) -> np.ndarray:
     """Histogram of the heights of the local maxima of a HEALPix map (RING), higher than all
-    their neighbours; with ``where`` (npix,) bool, of those at the pixels it marks only."""
+    their neighbours; with ``where`` (npix,) bool, of those at the pixels it marks only;
+    ``neighbours``: the grid's :func:`healpix_neighbours`, made here when None."""
     import healpy
 
     values = np.asarray(kappa_map, np.float64)
-    nside = healpy.npix2nside(values.size)
-    neighbours = healpy.get_all_neighbours(nside, np.arange(values.size))  # (8, npix), -1: none
+    if neighbours is None:
+        neighbours = healpix_neighbours(healpy.npix2nside(values.size))
     higher = np.all(np.where(neighbours >= 0, values[None, :] > values[neighbours], True), axis=0)
     return _histogram(values[higher if where is None else higher & where], edges)
 
