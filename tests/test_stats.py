@@ -64,6 +64,25 @@ def test_cross_spectrum_of_a_field_with_itself_is_its_auto_spectrum():
     np.testing.assert_allclose(stats.correlation_coefficient(cross, auto, auto), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("pdims", [(1, 1), (2, 4)])
+def test_auto_and_cross_spectra_from_one_program_are_those_measured_one_by_one(pdims):
+    mesh = parallel.make_mesh(pdims)
+    place = parallel.field_sharding(mesh)
+    a = jax.device_put(gaussian_field(32, 100.0, lambda k: k**-2, 2), place)
+    b = jax.device_put(gaussian_field(32, 100.0, lambda k: k**-1, 3), place)
+    together = stats.auto_and_cross_spectra(a, b, mesh, 100.0, 16, compensate_cic=True)
+    alone = [
+        stats.power_spectrum(a, mesh, 100.0, 16, compensate_cic=True),
+        stats.power_spectrum(b, mesh, 100.0, 16),
+        stats.power_spectrum(a, mesh, 100.0, 16, b, compensate_cic=True, compensate_cic2=False),
+    ]
+    np.testing.assert_allclose(together[0], alone[0][0], rtol=1e-12)
+    np.testing.assert_allclose(together[-1], alone[0][2], rtol=0)
+    for found, (_, expected, _) in zip(together[1:4], alone):
+        np.testing.assert_allclose(found, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
+    assert np.all(together[3] != 0)
+
+
 def flat_gaussian_map(n, fov_deg, cl, seed):
     """A flat-sky Gaussian map (n, n) with angular spectrum cl(ell)."""
     pixel = np.radians(fov_deg) / n

@@ -198,10 +198,11 @@ def _write_peaks(out, setup: derive.RunSetup, maps: SkyMaps) -> None:
     """Peak counts and PDF of every source's map as observed (with shape noise when the run
     has it), per smoothing scale, under their names with maps.suffix."""
     scales, edges = setup.summaries.smoothing_arcmin, setup.summaries.kappa_edges
-    observed = maps.modes[""] if maps.noisy is None else maps.noisy
+    observed = maps.kappa if maps.noise is None else [k + n for k, n in zip(maps.kappa, maps.noise)]
+    observed_modes = maps.modes[""] if maps.noisy is None else maps.noisy
     peaks, pdfs = [], []
-    for modes in observed:
-        smoothed = [maps.smooth_modes(modes, s) for s in scales]
+    for observed_map, modes in zip(observed, observed_modes):
+        smoothed = [maps.smooth_modes(modes, s) if s else observed_map for s in scales]
         peaks.append([maps.peaks_of(m, edges) for m in smoothed])
         pdfs.append([stats.pdf(m, edges) for m in smoothed])
     label = "" if maps.noise is None else " with shape noise"

@@ -190,11 +190,8 @@ def write_initial_correlation(
     halo = max(1, grid.halo // grid.oversample)
     rho, needed = painting.paint(disp, Grid(mesh, n, 1, box_size, halo, grid.dtype))
     painting.check_halo(needed, halo)
-    delta = rho - 1.0
-    _, p_final, _ = stats.power_spectrum(delta, mesh, box_size, n_bins, compensate_cic=True)
-    _, p_initial, _ = stats.power_spectrum(linear, mesh, box_size, n_bins)
-    _, p_cross, _ = stats.power_spectrum(
-        delta, mesh, box_size, n_bins, linear, compensate_cic=True, compensate_cic2=False
+    _, p_final, p_initial, p_cross, _ = stats.auto_and_cross_spectra(
+        rho - 1.0, linear, mesh, box_size, n_bins, compensate_cic=True
     )
     k_centre = np.arange(1, n_bins + 1) * (2 * np.pi / box_size)
     beyond = k_centre > np.pi * n / box_size  # past the particle grid's Nyquist frequency

@@ -83,6 +83,51 @@ def _binned_power(
     return jnp.stack([bins.at[idx].add(x, mode="drop") for x in (weights, power, k * weights)])
 
 
+def auto_and_cross_spectra(
+    field,
+    field2,
+    mesh: Mesh,
+    box_size: float,
+    n_bins: int,
+    compensate_cic: bool = False,
+    compensate_cic2: bool = False,
+):
+    """:func:`power_spectrum` of field, of field2 and their cross spectrum, from one transform
+    of each in one program: numpy arrays (k_mean, P_11, P_22, P_12, modes) per bin 1..n_bins."""
+    n = field.shape[0]
+    sums = _binned_spectra(
+        field,
+        field2,
+        mesh=mesh,
+        n_bins=n_bins,
+        compensate_cic=compensate_cic,
+        compensate_cic2=compensate_cic2,
+    )
+    count, ksum, *psums = np.asarray(sums, dtype=np.float64)[:, 1:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spectra = [p / count * box_size**3 / float(n) ** 6 for p in psums]
+        return ksum / count * (2 * np.pi / box_size), *spectra, count
+
+
+@partial(jax.jit, static_argnames=("mesh", "n_bins", "compensate_cic", "compensate_cic2"))
+def _binned_spectra(field, field2, mesh: Mesh, n_bins: int, compensate_cic, compensate_cic2):
+    """Sums per |k| bin 0..n_bins (5, n_bins + 1) of the mode weights, of |k| (fundamental
+    modes) times them, and of Re(δ1 δ1*), Re(δ2 δ2*) and Re(δ1 δ2*) times them."""
+    modes = []
+    for f, compensate in ((field, compensate_cic), (field2, compensate_cic2)):
+        m = fft.r2c(f, mesh)
+        modes.append(cic_compensation(m, mesh, UNIT_BOX) if compensate else m)
+    k = fft.wavenumber(modes[0], mesh, UNIT_BOX)
+    weights = jnp.broadcast_to(fft.mode_weights(modes[0], mesh), modes[0].shape)
+    idx = jnp.floor(k + 0.5).astype(jnp.int32)
+    pairs = ((0, 0), (1, 1), (0, 1))
+    values = [weights, k * weights] + [
+        (modes[a] * jnp.conj(modes[b])).real * weights for a, b in pairs
+    ]
+    bins = jnp.zeros(n_bins + 1, weights.dtype)
+    return jnp.stack([bins.at[idx].add(x, mode="drop") for x in values])
+
+
 def correlation_coefficient(pk_cross, pk_a, pk_b):
     """r(k) = P_ab / sqrt(P_a P_b)."""
     return np.asarray(pk_cross) / np.sqrt(np.asarray(pk_a) * np.asarray(pk_b))
