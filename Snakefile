@@ -40,6 +40,13 @@ rule all:
     default_target: True
 
 
+# Before the first job of a run (not a dry run, which plans whatever the disk): the results
+# folder must be writable and hold the stores to make, else one error line and nothing written.
+onstart:
+    if workflow.is_main_process:
+        pmw.check_room_or_exit(PLAN)
+
+
 # When a job failed (or was killed), the runs complete so far are collected anyway: the
 # campaign's summaries.zarr says which are (variable 'complete') and why the others are not;
 # `pmpipe status results/<campaign>` tells the same. A run started again completes the rest.

@@ -35,22 +35,32 @@ def tiny_workdir(tmp_path: Path, results_size: str, read_only: bool = False, tex
     return work
 
 
-def _snakemake_dry_run(work: Path) -> subprocess.CompletedProcess:
+def _dry_run_then_run(work: Path) -> subprocess.CompletedProcess:
+    """``snakemake -n`` plans the campaign whatever the results folder (checked: it lists the
+    jobs and writes nothing); returns the run that follows, with the folder then unmounted."""
     try:
-        return run_snakemake(
+        planned = run_snakemake(
             work, "-n", "--config", "campaign=tiny.yaml", check=False, share_programs=False
         )
+        assert planned.returncode == 0, planned.stderr[-3000:]
+        assert "prepare" in planned.stdout and "runs_job0000" in planned.stdout, planned.stdout
+        assert not any((work / "results").iterdir())
+        out = run_snakemake(
+            work, "-c1", "--config", "campaign=tiny.yaml", check=False, share_programs=False
+        )
+        assert not any((work / "results").iterdir())  # stopped before any job: nothing written
+        return out
     finally:
         subprocess.run(["umount", str(work / "results")], check=False)
 
 
-def test_a_read_only_results_folder_stops_snakemake_before_any_job(tmp_path):
-    out = _snakemake_dry_run(tiny_workdir(tmp_path, "1m", read_only=True))
+def test_a_read_only_results_folder_stops_the_run_before_any_job(tmp_path):
+    out = _dry_run_then_run(tiny_workdir(tmp_path, "1m", read_only=True))
     assert_one_message(out, "results/tiny: cannot write", "read-only", "writable")
 
 
-def test_a_results_folder_without_room_stops_snakemake_before_any_job(tmp_path):
-    out = _snakemake_dry_run(tiny_workdir(tmp_path, "16k"))
+def test_a_results_folder_without_room_stops_the_run_before_any_job(tmp_path):
+    out = _dry_run_then_run(tiny_workdir(tmp_path, "16k"))
     assert_one_message(out, "results/tiny: the 8 stores to make need about", "GB free")
 
 

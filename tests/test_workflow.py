@@ -220,12 +220,7 @@ def test_every_documented_campaign_dry_runs(path, tmp_path):
     )
     text = out.stdout + out.stderr
     assert not (tmp_path / "results").exists()  # planning writes nothing
-    if out.returncode and "GB but its file system has" in text:
-        # the plan's last check: this machine's disk lacks the space of the campaign's stores
-        # (a GPU example's take tens of GB): the jobs were planned and Snakemake stopped there
-        assert re.search(r"error: results/\S+: the \d+ stores to make need about", text), text
-        return
-    assert out.returncode == 0, text[-3000:]
+    assert out.returncode == 0, text[-3000:]  # whatever the room on this disk: checked by a run
     assert "prepare" in text and "runs_job0000" in text, text[-2000:]
     assert "collect" in text
 

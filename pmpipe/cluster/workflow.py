@@ -71,7 +71,9 @@ class Plan:
     """A campaign ready for Snakemake: its file and folder, run ids, the stages every run goes
     through, what their stores keep (config.Outputs), the run ids of every group
     (campaign.job_groups), the jobs that make the missing stores, and the plan file the
-    ``prepare`` rule writes before them (None when there is nothing to prepare)."""
+    ``prepare`` rule writes before them (None when there is nothing to prepare), with the
+    bytes the stores to make need (:func:`bytes_to_write`; checked before the workflow runs,
+    :func:`check_room_or_exit`, not while planning)."""
 
     campaign_file: Path
     campaign_dir: Path
@@ -81,6 +83,7 @@ class Plan:
     groups: dict[str, tuple[str, ...]]
     jobs: tuple[Job, ...]
     plan_file: Path | None
+    needed_bytes: float = 0.0
 
 
 def campaign_file(snakemake_config: dict) -> Path:
@@ -178,7 +181,10 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
     """Plan the campaign without writing anything: validate it (ConfigError naming file and
     field), check that every run fits its devices, find the jobs that make its missing,
     incomplete, damaged or outdated stores (logged), and name the plan file that the
-    ``prepare`` rule writes with the runs' config.json files before those jobs run.
+    ``prepare`` rule writes with the runs' config.json files before those jobs run. The
+    results folder is not looked at for room: a dry run plans a campaign on a machine whose
+    disk could not hold it (a login node), and the run checks it first
+    (:func:`check_room_or_exit`).
 
     Runs are packed into jobs of execution.runs_per_job by their position in the design; a job
     holds the runs of its group that are not complete, so a finished run is never redone."""
@@ -199,9 +205,6 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
     }
     plan_file = None
     if todo["configs"] or made:
-        disk.check_writable(
-            campaign_dir, bytes_to_write(camp, made), f"the {len(made)} stores to make"
-        )
         digest = hashlib.sha256(json.dumps(todo, sort_keys=True).encode()).hexdigest()[:16]
         plan_file = campaign_dir / PLANS / f"plan-{digest}.json"
     groups = campaigns.job_groups(camp.runs, camp.execution.job_size())
@@ -214,6 +217,7 @@ def prepare(snakemake_config: dict, results: Path = RESULTS, environ=None) -> Pl
         {name: tuple(s.run_id for s in group) for name, group in groups.items()},
         tuple(jobs),
         plan_file,
+        bytes_to_write(camp, made),
     )
 
 
@@ -254,12 +258,28 @@ def bytes_to_write(camp: campaigns.Campaign, made) -> float:
 
 
 def prepare_or_exit(snakemake_config: dict) -> Plan:
-    """:func:`prepare` for the Snakefile: a configuration error, or results that cannot be
-    written, ends Snakemake with one 'error: ...' line and exit status 2 (the traceback with
+    """:func:`prepare` for the Snakefile: a configuration error, or a file that cannot be
+    read, ends Snakemake with one 'error: ...' line and exit status 2 (the traceback with
     PMPIPE_DEBUG=1)."""
     try:
         return prepare(snakemake_config)
     except (config.ConfigError, OSError) as err:
+        if log.debug_requested():
+            raise
+        LOG.error("error: %s", disk.known_failure(err) or err)
+        raise SystemExit(2) from None
+
+
+def check_room_or_exit(plan: Plan) -> None:
+    """The Snakefile's ``onstart`` (a run, not a dry run, before any job): when the plan has
+    stores to make, the results folder must be writable and its file system hold them; else
+    one 'error: ...' line and exit status 2, with nothing written."""
+    if plan.plan_file is None:
+        return
+    stores = sum(len(job.stores) for job in plan.jobs)
+    try:
+        disk.check_writable(plan.campaign_dir, plan.needed_bytes, f"the {stores} stores to make")
+    except OSError as err:
         if log.debug_requested():
             raise
         LOG.error("error: %s", disk.known_failure(err) or err)
