@@ -95,13 +95,72 @@ def test_run_collect_and_show(tmp_path, capsys, monkeypatch):
 def test_plan_warns_when_the_maps_ask_for_multipoles_the_mesh_does_not_resolve(tmp_path, capsys):
     quickstart = Path(__file__).resolve().parent.parent / "config" / "quickstart.yaml"
     campaign = yaml.safe_load(quickstart.read_text())
-    campaign["base"]["lensing"] |= {"flat_sky": {"field_of_view": 5.0, "pixels": 128}}
+    campaign["base"]["lightcone"] = {"z_max": 0.5}  # the box then holds a 9-degree map
+    campaign["base"]["lensing"] |= {
+        "source_redshifts": [0.5],
+        "flat_sky": {"field_of_view": 9.0, "pixels": 128},
+    }
+    campaign["base"]["summaries"] |= {"ell_range": [120, 200]}
     path = tmp_path / "fine.yaml"
     path.write_text(yaml.safe_dump(campaign))
     assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
     err = capsys.readouterr().err
-    assert "warning: lensing.flat_sky.pixels = 128 (5 deg) reaches multipole 4608" in err
-    assert "lower lensing.flat_sky.pixels to about" in err and "box.oversample" in err
+    assert "warning: lensing.flat_sky.pixels = 128 (9 deg) reaches multipole 2560" in err
+    assert "lower lensing.flat_sky.pixels to about 11" in err and "box.oversample" in err
+    assert "no C_ell bin" not in err  # its bins are resolved: fewer pixels are the change
+    campaign["base"]["summaries"] |= {"ell_range": None}  # 12 bins from 40 to 2560
+    path.write_text(yaml.safe_dump(campaign))
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: lensing.flat_sky: no C_ell bin of the map (40-2560)" in err
+    assert "summaries.ell_range" in err and "reaches multipole" not in err
+
+
+# A newcomer's first own campaign: two tomographic bins, Born and ray tracing, alignments drawn 4
+# times, 32^3 particles in 200 Mpc/h, full-sky maps of nside 32, a flat 4-degree map of 32
+# pixels, smoothing wider than that map: every map resolves no C_ell bin of its own
+NEWCOMER = """
+name: newcomer
+seed: 7
+base:
+  box: {box_size: 200.0, particles: 32, oversample: 2}
+  nbody: {steps: 10}
+  lightcone: {z_max: 1.0, plane_thickness: 100.0, copy_every: box}
+  lensing:
+    source_redshifts: []
+    distributions:
+      - {kind: smail, name: bin1, z0: 0.3, alpha: 2.0, beta: 1.5}
+      - {kind: smail, name: bin2, z0: 0.6, alpha: 2.0, beta: 1.5}
+    flat_sky: {field_of_view: 4.0, pixels: 32}
+    full_sky: {nside: 32}
+    method: both
+    intrinsic_alignment: {A_IA: 1.0, eta_IA: 0.0, z_pivot: 0.62}
+    draws: {kind: latin_hypercube, count: 4, parameters: {A_IA: [-1, 2]}}
+  summaries: {smoothing_arcmin: [240.0]}
+design: {kind: fiducial}
+execution: {platform: cpu, device_memory_gb: 4}
+"""
+
+
+def test_plan_warns_of_maps_that_resolve_no_bin_and_of_smoothing_that_leaves_nothing(
+    tmp_path, capsys
+):
+    path = tmp_path / "newcomer.yaml"
+    path.write_text(NEWCOMER)
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    full = [w for w in warnings if w.startswith("warning: lensing.full_sky: no C_ell bin")]
+    assert len(full) == 1 and "bin1 (none)" in full[0] and "box.particles" in full[0], warnings
+    assert any(w.startswith("warning: lensing.flat_sky: no C_ell bin") for w in warnings)
+    smoothing = [w for w in warnings if "summaries.smoothing_arcmin = 240 (flat sky)" in w]
+    assert len(smoothing) == 1 and "use at most 30 arcmin" in smoothing[0], warnings
+    assert not any("about 1" in w for w in warnings), warnings
+    small = NEWCOMER.replace("[240.0]", "[20.0]").replace("particles: 32", "particles: 64")
+    path.write_text(small)
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
+    err = capsys.readouterr().err
+    assert "smoothing_arcmin = 20 (flat sky)" not in err  # 20' on 7.5' pixels of a 4° map
+    assert "smoothing_arcmin = 20 (full sky) is below the full-sky map's pixel side" in err
 
 
 def test_plan_warns_when_ray_tracing_planes_are_too_thick(tmp_path, capsys):

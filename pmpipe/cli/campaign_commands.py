@@ -49,17 +49,19 @@ def plan(args) -> int:
 
 
 def _resolution_warnings(camp, spec, results: Path) -> dict:
-    """lensing.resolution_warnings of a run's setup, with the CAMB tables of the results
+    """map_warnings.resolution_warnings of a run's setup, with the CAMB tables of the results
     folder's cache (those made are left there)."""
     from functools import partial
 
     from pmpipe.campaigns import campaign
     from pmpipe.run import derive
-    from pmpipe.stages import lensing
+    from pmpipe.stages import map_warnings
     from pmpipe.storage import power_cache
 
     tables = partial(power_cache.linear_table, folder=results / power_cache.FOLDER)
-    return lensing.resolution_warnings(derive.planning_setup(campaign.run_file(camp, spec), tables))
+    return map_warnings.resolution_warnings(
+        derive.planning_setup(campaign.run_file(camp, spec), tables)
+    )
 
 
 def _plan_site(args):

@@ -14,9 +14,7 @@ dimension.
 
 from __future__ import annotations
 
-import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -26,7 +24,7 @@ from pmpipe.physics.evolution import lightcone, sky
 from pmpipe.physics.lensing import projection, raytrace_flat, raytrace_healpix
 from pmpipe.physics.statistics import resolution
 from pmpipe.run import derive
-from pmpipe.run.setup_parts import FlatSkySetup, FullSkySetup, LensingSetup
+from pmpipe.run.setup_parts import FlatSkySetup, FullSkySetup
 from pmpipe.stages import layout, plane_pass, store_path
 from pmpipe.stages.inputs import Inputs
 from pmpipe.stages.plane_pass import Pass
@@ -106,86 +104,6 @@ def write_valid_ranges(group, ranges: dict) -> None:
                 f"{long_name} resolved multipole of the map (pmpipe.physics.statistics.resolution)",
                 reasons=[getattr(r, f"{end}_reason") for r in rows],
             )
-
-
-def resolution_warnings(setup: derive.RunSetup, far: float = 2.0) -> dict[str, tuple[float, str]]:
-    """Per map field whose pixels or nside reach multipoles over ``far`` times the highest one
-    the run resolves for any of its sources: (that multipole, a warning naming the field to
-    change)."""
-    if setup.lensing is None:
-        return {}
-    cone, lens = setup.lensed()
-    ranges = valid_ranges(setup, cone.planes.chi_edges)
-    grid = setup.grid
-    k_valid = resolution.k_max_valid(grid.particles, grid.box_size, grid.oversample)
-    out = {}
-    thickness = cone.plane_thickness
-    if lens.method != "born" and thickness > raytrace_flat.MAX_PLANE_THICKNESS:
-        field = f"lightcone.plane_thickness = {thickness:g} Mpc/h"
-        out[field] = (
-            0.0,
-            (
-                f"{field} is too thick for ray tracing (lensing.method = "
-                f"{lens.method}, {len(cone.planes)} planes): "
-                "lens-lens coupling needs planes of at most "
-                f"{raytrace_flat.MAX_PLANE_THICKNESS:g} Mpc/h: set it to at most that, with "
-                "lightcone.copy_every 'box' so that thin planes keep their power at low "
-                "multipoles (docs/lensing.md)"
-            ),
-        )
-    if cone.copy_every == "plane" and thickness < grid.box_size:
-        field = "lightcone.copy_every = plane"
-        out[field] = (
-            0.0,
-            (
-                f"{field}: each plane of {thickness:g} Mpc/h sees its own copy of the "
-                f"{grid.box_size:g} Mpc/h box, so the maps lose the correlations between "
-                "neighbouring planes (power at low multipoles, a narrower resolved range): "
-                "set lightcone.copy_every to box (docs/lensing.md)"
-            ),
-        )
-    reaches = _map_reaches(lens)
-    for suffix, rows in ranges.items():
-        best = max(range(len(rows)), key=lambda i: rows[i].ell_max)
-        resolved = rows[best].ell_max
-        reach, field, change = reaches[suffix]
-        if reach > far * resolved:
-            out[field] = (
-                resolved,
-                (
-                    f"{field} reaches multipole {reach:.0f}, but the mesh resolves "
-                    f"the maps to {resolved:.0f} at most (source {lens.sources[best][0]}; "
-                    f"k_max_valid = {k_valid:.3g} h/Mpc): {change(resolved)}, or raise "
-                    "box.particles or box.oversample (docs/lensing.md)"
-                ),
-            )
-    return out
-
-
-def _map_reaches(lens: LensingSetup) -> dict[str, tuple[float, str, Callable[[float], str]]]:
-    """Per map (:func:`valid_ranges`' suffixes) the highest multipole its pixels reach, the
-    field that sets it, and the change of that field for maps resolved to a given multipole."""
-    out: dict[str, tuple[float, str, Callable[[float], str]]] = {}
-    if (flat := lens.flat) is not None:
-        fov = flat.field_of_view
-        out[""] = (
-            np.pi * flat.pixels / np.radians(fov),
-            f"lensing.flat_sky.pixels = {flat.pixels} ({fov:g} deg)",
-            lambda resolved: (
-                "lower lensing.flat_sky.pixels to about "
-                f"{max(1, math.ceil(resolved * np.radians(fov) / np.pi))}"
-            ),
-        )
-    if (full := lens.full) is not None:
-        out["_healpix"] = (
-            sky.healpix_ell_max(full.nside),
-            f"lensing.full_sky.nside = {full.nside}",
-            lambda resolved: (
-                "lower lensing.full_sky.nside to "
-                f"{max(1, 1 << max(0, math.ceil((resolved + 1) / 3) - 1).bit_length())}"
-            ),
-        )
-    return out
 
 
 def run(setup: derive.RunSetup, inputs: Inputs, progress: Progress) -> Path:
