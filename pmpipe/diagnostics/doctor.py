@@ -108,7 +108,10 @@ def report(environ: Mapping[str, str] | None = None) -> dict:
     environ = os.environ if environ is None else environ
     launcher, processes = parallel.launcher_processes(environ)
     facts = {
-        "pmpipe": {"version": versions.installed("pmpipe"), "package": str(Path(__file__).parent)},
+        "pmpipe": {
+            "version": versions.installed("pmpipe"),
+            "package": str(Path(__file__).resolve().parents[1]),  # pmpipe/, not this module's
+        },
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "jax": _jax_facts(),
         "processes": {

@@ -358,13 +358,19 @@ def _write_healpix_maps(  # parameters: the stage's, then the maps' and how they
         )  # fmt: skip
     modes = {
         f"kappa{suffix}_alm": (np.stack([a["kappa"] for a in alms]), f"the {kind} convergence"),
-        f"gamma_e{suffix}_alm": (np.stack([a["e"] for a in alms]), f"the {kind} shear's E modes"),
-        f"gamma_b{suffix}_alm": (np.stack([a["b"] for a in alms]), f"the {kind} shear's B modes"),
+        f"gamma_e{suffix}_alm": (
+            np.stack([a["e"] for a in alms]),
+            f"the {kind} shear's E modes (of its spin-2 field)",
+        ),
+        f"gamma_b{suffix}_alm": (
+            np.stack([a["b"] for a in alms]),
+            f"the {kind} shear's B modes (of its spin-2 field)",
+        ),
     }
     for name, (data, what) in modes.items() if kept else []:
         store.write_array(
             group, name, by.laid_out(data.astype(np.complex64)), (*by.dims(), "alm"), "1",
-            f"harmonic coefficients of {what} (healpy's ordering, spin 2 for the shear)",
+            f"harmonic coefficients of {what}, healpy's ordering",
             ell_max=ell_max,
             ordering="healpy",
         )  # fmt: skip
