@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -54,6 +55,7 @@ def test_one_process_reports_every_field_and_a_table():
     }  # no GPU plugin here: gloo on CPU
     assert report["jaxdecomp"]["version"] and report["jaxdecomp"]["backend"] == "jax"
     assert report["container"]["inside"] is False and report["warnings"] == []
+    assert Path(report["pmpipe"]["package"]) == Path(doctor.__file__).resolve().parents[1]
     table = _doctor(args=())
     for name in ("jax", "devices", "processes", "jaxdecomp", "nccl", "mpi", "container"):
         assert any(line.startswith(name) for line in table.splitlines()), (name, table)
