@@ -160,7 +160,14 @@ def test_plan_warns_of_maps_that_resolve_no_bin_and_of_smoothing_that_leaves_not
     assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
     err = capsys.readouterr().err
     assert "smoothing_arcmin = 20 (flat sky)" not in err  # 20' on 7.5' pixels of a 4° map
-    assert "smoothing_arcmin = 20 (full sky) is below the full-sky map's pixel side" in err
+    assert "smoothing_arcmin = 20 (full sky) is below half the full-sky map's pixel side" in err
+    defaults = yaml.safe_load(NEWCOMER.replace("particles: 32", "particles: 64"))
+    defaults["base"]["lensing"] |= {"flat_sky": {}, "full_sky": None}  # 5°, 128 pixels
+    defaults["base"]["lightcone"]["z_max"] = 0.8  # where the box holds a 5° map
+    defaults["base"]["summaries"] = {}  # smoothing 2' and 5'
+    path.write_text(yaml.safe_dump(defaults))
+    assert cli.main(["plan", str(path), "--results", str(tmp_path / "results")]) == 0
+    assert "smoothing_arcmin" not in capsys.readouterr().err  # the defaults warn of nothing
 
 
 def test_plan_warns_when_ray_tracing_planes_are_too_thick(tmp_path, capsys):

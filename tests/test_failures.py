@@ -2,6 +2,7 @@
 no traceback: a results folder on a read-only or full file system, a GPU campaign on a
 machine without GPUs, a missing file."""
 
+import dataclasses
 import errno
 import os
 import subprocess
@@ -62,6 +63,25 @@ def test_a_read_only_results_folder_stops_the_run_before_any_job(tmp_path):
 def test_a_results_folder_without_room_stops_the_run_before_any_job(tmp_path):
     out = _dry_run_then_run(tiny_workdir(tmp_path, "16k"))
     assert_one_message(out, "results/tiny: the 8 stores to make need about", "GB free")
+
+
+def test_the_room_check_of_a_run_names_what_it_would_write(tmp_path, monkeypatch):
+    """check_room_or_exit: nothing to make, nothing checked; stores to make that do not fit end
+    in one error naming them, exit status 2."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    plan = workflow.prepare({"campaign": str(path)}, tmp_path / "results")
+    assert plan.plan_file is not None and plan.needed_bytes > 0
+    workflow.check_room_or_exit(plan)  # this disk holds them
+    too_big = dataclasses.replace(plan, needed_bytes=1e18)
+    said: list[str] = []
+    monkeypatch.setattr(workflow.LOG, "error", lambda text, *args: said.append(text % args))
+    with pytest.raises(SystemExit) as stop:
+        workflow.check_room_or_exit(too_big)
+    assert stop.value.code == 2
+    assert len(said) == 1 and "the 8 stores to make need about 1e+09 GB" in said[0], said
+    workflow.check_room_or_exit(dataclasses.replace(too_big, plan_file=None))
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_gpu_campaign_on_a_machine_without_gpus_is_refused_under_the_local_profile(tmp_path):

@@ -406,3 +406,18 @@ def test_flat_maps_hold_no_plane_modes_above_their_nyquist_multipole():
     )
     expected = np.cos(k_low * chi * theta)[:, None] * np.ones(16)[None, :]
     np.testing.assert_allclose(np.asarray(kappa[0]), expected, atol=1e-6)
+
+
+def test_each_shell_is_sampled_at_its_own_band_limit():
+    """capture_plan: a shell's samples span its thickness (samples × dr), one per Nyquist
+    spacing of its own band limit (fewer for a lower one), at most one per cell; padding
+    planes have none."""
+    grid = domain.Grid(parallel.make_mesh((1, 1)), 16, 2, 64.0)
+    planes = sky.planes(192.0, 64.0, lambda chi: 1.0 / (1.0 + chi / 3000.0))
+    transforms = lightcone.plane_transforms(0, len(planes), 32, False)
+    k_max = np.array([np.inf, 0.5, 0.2])
+    capture = lightcone.capture_plan(planes, transforms, (0.0, 0.0, 0.0), grid, 4, 8, k_max)
+    samples, dr = np.asarray(capture.samples), np.asarray(capture.dr)
+    assert samples.shape == (sky.PLANE_BUCKET,) and not samples[3:].any()
+    assert samples[:3].tolist() == [32, 11, 5]  # 64 Mpc/h: every 2 Mpc/h cell, π/0.5, π/0.2
+    np.testing.assert_allclose(samples[:3] * dr[:3], 64.0, rtol=1e-6)

@@ -126,7 +126,7 @@ def test_the_summaries_decouple_the_spectra_of_masked_maps(tmp_path):
                 full = average @ healpy.alm2cl(coefficients[i], coefficients[j])[:33]
                 measured = summ[f"cl{name}{born}_masked_healpix"][i, j]
                 np.testing.assert_allclose(measured, full, rtol=2e-3, atol=1e-4 * full.max())
-        for name in ("peaks", "pdf"):  # nothing cut: the full sky's
+        for name in ("peaks", "pdf"):  # nothing cut, smoothing 0: the full sky's own map
             np.testing.assert_array_equal(
                 summ[f"{name}{born}_masked_healpix"][:], summ[f"{name}{born}_healpix"][:]
             )

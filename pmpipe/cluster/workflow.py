@@ -277,8 +277,9 @@ def check_room_or_exit(plan: Plan) -> None:
     if plan.plan_file is None:
         return
     stores = sum(len(job.stores) for job in plan.jobs)
+    what = f"the {stores} stores to make" if stores else "the runs' config.json files"
     try:
-        disk.check_writable(plan.campaign_dir, plan.needed_bytes, f"the {stores} stores to make")
+        disk.check_writable(plan.campaign_dir, plan.needed_bytes, what)
     except OSError as err:
         if log.debug_requested():
             raise

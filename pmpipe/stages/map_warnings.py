@@ -88,7 +88,7 @@ def _binless_warning(setup: derive.RunSetup, suffix: str, rows) -> tuple[str, st
     empty = [
         f"{source[0]} ({'none' if row.ell_max <= row.ell_min else f'{row.ell_min:.0f}-{row.ell_max:.0f}'})"
         for source, row in zip(lens.sources, rows)
-        if not np.any((edges[:-1] >= row.ell_min) & (edges[1:] <= row.ell_max))
+        if not resolution.bins_within(edges[:-1], edges[1:], row.ell_min, row.ell_max).any()
     ]
     if not empty:
         return None
@@ -105,7 +105,7 @@ def _binless_warning(setup: derive.RunSetup, suffix: str, rows) -> tuple[str, st
 def _smoothing_warnings(setup: derive.RunSetup) -> dict[str, tuple[float, str]]:
     """Per map: a warning naming summaries.smoothing_arcmin when a scale leaves fewer than
     MIN_SMOOTHING_AREAS Gaussian areas A / (2π σ²) in the map (its peaks and PDF count almost
-    nothing), or is above 0 but below one pixel side (they count the pixels' noise)."""
+    nothing), or is above 0 but below half a pixel side (they count the pixels' noise)."""
     _, lens = setup.lensed()
     maps = []
     if (flat := lens.flat) is not None:
@@ -119,15 +119,16 @@ def _smoothing_warnings(setup: derive.RunSetup) -> dict[str, tuple[float, str]]:
             if sigma <= 0:
                 continue
             areas = area / (2 * math.pi * sigma**2)
-            if areas >= MIN_SMOOTHING_AREAS and sigma >= pixel:
+            if areas >= MIN_SMOOTHING_AREAS and sigma >= pixel / 2:
                 continue
             field = f"summaries.smoothing_arcmin = {sigma:g} ({kind} sky)"
             what = (
                 f"leaves {areas:.2g} Gaussian areas in the {kind}-sky map, whose peaks and PDF "
                 f"then count almost nothing: use at most {math.sqrt(area / (2 * math.pi * MIN_SMOOTHING_AREAS)):.0f} arcmin"
                 if areas < MIN_SMOOTHING_AREAS
-                else f"is below the {kind}-sky map's pixel side of {pixel:.3g} arcmin: its peaks "
-                "and PDF count the pixels' noise; use at least one pixel side"
+                else f"is below half the {kind}-sky map's pixel side of {pixel:.3g} arcmin (a FWHM "
+                "of under 1.2 pixels): its peaks and PDF count the pixels' noise; use at least "
+                "half a pixel side"
             )
             out[field] = (0.0, f"{field} {what} (docs/lensing.md)")
     return out

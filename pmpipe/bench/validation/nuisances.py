@@ -173,7 +173,9 @@ def _baryons(plain: np.ndarray, with_baryons: np.ndarray, theory: dict) -> dict[
 def _resolved_bins(found: dict) -> np.ndarray:
     """The multipole bins inside every source's resolved range (mask (L,))."""
     low, high = float(np.max(found["ell_min_valid"])), float(np.min(found["ell_max_valid"]))
-    keep = (found["ell_lo"] >= low) & (found["ell_hi"] <= high)
+    from pmpipe.physics.statistics import resolution
+
+    keep = resolution.bins_within(found["ell_lo"], found["ell_hi"], low, high)
     if not keep.any():
         raise ValueError(
             f"no multipole bin lies inside the resolved range {low:.0f}-{high:.0f}: "

@@ -101,6 +101,12 @@ class MultipoleRange:
     max_reason: str
 
 
+def bins_within(lo, hi, ell_min: float, ell_max: float) -> np.ndarray:
+    """Which multipole bins, of edges lo and hi (L,), lie wholly within [ell_min, ell_max], the
+    multipoles a map resolves: the bins it resolves (L,) bool."""
+    return (np.asarray(lo) >= ell_min) & (np.asarray(hi) <= ell_max)
+
+
 def thickness_transfer(k_perp, thickness: float, box_size: float, power, oversampling: int = 1):
     """Power a plane of ``thickness`` Mpc/h holds at transverse wavenumbers k_perp (h/Mpc, any
     shape), relative to Limber's thickness × P(k_perp): P(sqrt(k_perp² + k_par²)) averaged
