@@ -34,19 +34,17 @@ def power_spectrum(
     n = field.shape[0]
     n_bins = n // 2 if n_bins is None else n_bins
     compensate_cic2 = compensate_cic if compensate_cic2 is None else compensate_cic2
-    sums = _binned_power(
-        field,
-        field2,
-        mesh=mesh,
-        n_bins=n_bins,
-        compensate_cic=compensate_cic,
-        compensate_cic2=compensate_cic2,
-    )
-    count, psum, ksum = np.asarray(sums, dtype=np.float64)[:, 1:]
+    flags = (compensate_cic, compensate_cic2)
+    return _from_sums(_binned_power(field, field2, mesh, n_bins, *flags), n, box_size)
+
+
+def _from_sums(sums, n: int, box_size: float) -> tuple:
+    """(k_mean [h/Mpc], P [(Mpc/h)^3] of each power sum, modes) per bin 1..n_bins of a mesh
+    of n cells a side from its bin sums (count, |k| sum, power sums...) (rows, n_bins + 1)."""
+    count, ksum, *psums = np.asarray(sums, dtype=np.float64)[:, 1:]
     with np.errstate(invalid="ignore", divide="ignore"):
-        pk = psum / count * box_size**3 / float(n) ** 6
-        kmean = ksum / count * (2 * np.pi / box_size)
-    return kmean, pk, count
+        spectra = [p / count * box_size**3 / float(n) ** 6 for p in psums]
+        return ksum / count * (2 * np.pi / box_size), *spectra, count
 
 
 # |k| in units of the fundamental mode: a box of 2π. The CIC window depends on k times the
@@ -63,8 +61,8 @@ def _binned_power(
     compensate_cic: bool,
     compensate_cic2: bool,
 ):
-    """Sums per |k| bin 0..n_bins of the mode weights, of Re(δ1 δ2*) and of |k| in units of the
-    fundamental mode (3, n_bins + 1)."""
+    """Sums per |k| bin 0..n_bins of the mode weights, of |k| in units of the fundamental mode
+    times them and of Re(δ1 δ2*) times them (3, n_bins + 1)."""
     modes1 = fft.r2c(field, mesh)
     if compensate_cic:
         modes1 = cic_compensation(modes1, mesh, UNIT_BOX)
@@ -80,7 +78,7 @@ def _binned_power(
     # scattered from the (N, N, N) arrays as they are: flattening the distributed FFT's
     # output first makes XLA's CPU backend fail (RET_CHECK in fft_thunk)
     bins = jnp.zeros(n_bins + 1, power.dtype)
-    return jnp.stack([bins.at[idx].add(x, mode="drop") for x in (weights, power, k * weights)])
+    return jnp.stack([bins.at[idx].add(x, mode="drop") for x in (weights, k * weights, power)])
 
 
 def auto_and_cross_spectra(
@@ -95,19 +93,9 @@ def auto_and_cross_spectra(
     """:func:`power_spectrum` of field, of field2 and their cross spectrum, from one transform
     of each in one program, each field CIC-compensated where its own flag says (field2 not by
     default): numpy arrays (k_mean, P_11, P_22, P_12, modes) per bin 1..n_bins."""
-    n = field.shape[0]
-    sums = _binned_spectra(
-        field,
-        field2,
-        mesh=mesh,
-        n_bins=n_bins,
-        compensate_cic=compensate_cic,
-        compensate_cic2=compensate_cic2,
-    )
-    count, ksum, *psums = np.asarray(sums, dtype=np.float64)[:, 1:]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        spectra = [p / count * box_size**3 / float(n) ** 6 for p in psums]
-        return ksum / count * (2 * np.pi / box_size), *spectra, count
+    flags = (compensate_cic, compensate_cic2)
+    sums = _binned_spectra(field, field2, mesh, n_bins, *flags)
+    return _from_sums(sums, field.shape[0], box_size)
 
 
 @partial(jax.jit, static_argnames=("mesh", "n_bins", "compensate_cic", "compensate_cic2"))
