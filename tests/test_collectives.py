@@ -41,13 +41,10 @@ def _field(seed, mesh):
 
 def _power(mesh, cross):
     a, b = _field(1, mesh), _field(2, mesh) if cross else None
-    args = {
-        "mesh": mesh,
-        "n_bins": N // 2,
-        "compensate_cic": True,
-        "compensate_cic2": False,
-    }
-    program = stats._binned_power.lower(a, b, **args).compile()
+    fields, flags, pairs = (
+        ((a, b), (True, False), ((0, 1),)) if cross else ((a,), (True,), ((0, 0),))
+    )
+    program = stats._binned_sums.lower(fields, mesh, N // 2, flags, pairs).compile()
     return (
         np.concatenate(
             stats.power_spectrum(a, mesh, BOX, field2=b, compensate_cic=True, compensate_cic2=False)

@@ -34,8 +34,12 @@ def power_spectrum(
     n = field.shape[0]
     n_bins = n // 2 if n_bins is None else n_bins
     compensate_cic2 = compensate_cic if compensate_cic2 is None else compensate_cic2
-    flags = (compensate_cic, compensate_cic2)
-    return _from_sums(_binned_power(field, field2, mesh, n_bins, *flags), n, box_size)
+    if field2 is None:
+        sums = _binned_sums((field,), mesh, n_bins, (compensate_cic,), ((0, 0),))
+    else:
+        flags = (compensate_cic, compensate_cic2)
+        sums = _binned_sums((field, field2), mesh, n_bins, flags, ((0, 1),))
+    return _from_sums(sums, n, box_size)
 
 
 def _from_sums(sums, n: int, box_size: float) -> tuple:
@@ -52,33 +56,25 @@ def _from_sums(sums, n: int, box_size: float) -> tuple:
 UNIT_BOX = 2 * np.pi
 
 
-@partial(jax.jit, static_argnames=("mesh", "n_bins", "compensate_cic", "compensate_cic2"))
-def _binned_power(
-    field,
-    field2,
-    mesh: Mesh,
-    n_bins: int,
-    compensate_cic: bool,
-    compensate_cic2: bool,
-):
-    """Sums per |k| bin 0..n_bins of the mode weights, of |k| in units of the fundamental mode
-    times them and of Re(δ1 δ2*) times them (3, n_bins + 1)."""
-    modes1 = fft.r2c(field, mesh)
-    if compensate_cic:
-        modes1 = cic_compensation(modes1, mesh, UNIT_BOX)
-    modes2 = modes1
-    if field2 is not None:
-        modes2 = fft.r2c(field2, mesh)
-        if compensate_cic2:
-            modes2 = cic_compensation(modes2, mesh, UNIT_BOX)
-    k = fft.wavenumber(modes1, mesh, UNIT_BOX)
-    weights = jnp.broadcast_to(fft.mode_weights(modes1, mesh), modes1.shape)
-    power = (modes1 * jnp.conj(modes2)).real * weights
+@partial(jax.jit, static_argnames=("mesh", "n_bins", "compensate", "pairs"))
+def _binned_sums(fields, mesh: Mesh, n_bins: int, compensate: tuple, pairs: tuple):
+    """Sums per |k| bin 0..n_bins (2 + len(pairs), n_bins + 1) of the mode weights, of |k| in
+    units of the fundamental mode times them, and of Re(δ_a δ_b*) times them for each pair
+    (a, b) of ``fields`` (N, N, N): one transform of each, CIC-compensated where
+    ``compensate`` (one flag per field) says."""
+    modes = []
+    for field, compensated in zip(fields, compensate, strict=True):
+        m = fft.r2c(field, mesh)
+        modes.append(cic_compensation(m, mesh, UNIT_BOX) if compensated else m)
+    k = fft.wavenumber(modes[0], mesh, UNIT_BOX)
+    weights = jnp.broadcast_to(fft.mode_weights(modes[0], mesh), modes[0].shape)
     idx = jnp.floor(k + 0.5).astype(jnp.int32)
+    values = [weights, k * weights]
+    values += [(modes[a] * jnp.conj(modes[b])).real * weights for a, b in pairs]
     # scattered from the (N, N, N) arrays as they are: flattening the distributed FFT's
     # output first makes XLA's CPU backend fail (RET_CHECK in fft_thunk)
-    bins = jnp.zeros(n_bins + 1, power.dtype)
-    return jnp.stack([bins.at[idx].add(x, mode="drop") for x in (weights, k * weights, power)])
+    bins = jnp.zeros(n_bins + 1, jnp.result_type(*values))
+    return jnp.stack([bins.at[idx].add(x, mode="drop") for x in values])
 
 
 def auto_and_cross_spectra(
@@ -93,28 +89,9 @@ def auto_and_cross_spectra(
     """:func:`power_spectrum` of field, of field2 and their cross spectrum, from one transform
     of each in one program, each field CIC-compensated where its own flag says (field2 not by
     default): numpy arrays (k_mean, P_11, P_22, P_12, modes) per bin 1..n_bins."""
-    flags = (compensate_cic, compensate_cic2)
-    sums = _binned_spectra(field, field2, mesh, n_bins, *flags)
+    flags, pairs = (compensate_cic, compensate_cic2), ((0, 0), (1, 1), (0, 1))
+    sums = _binned_sums((field, field2), mesh, n_bins, flags, pairs)
     return _from_sums(sums, field.shape[0], box_size)
-
-
-@partial(jax.jit, static_argnames=("mesh", "n_bins", "compensate_cic", "compensate_cic2"))
-def _binned_spectra(field, field2, mesh: Mesh, n_bins: int, compensate_cic, compensate_cic2):
-    """Sums per |k| bin 0..n_bins (5, n_bins + 1) of the mode weights, of |k| (fundamental
-    modes) times them, and of Re(δ1 δ1*), Re(δ2 δ2*) and Re(δ1 δ2*) times them."""
-    modes = []
-    for f, compensate in ((field, compensate_cic), (field2, compensate_cic2)):
-        m = fft.r2c(f, mesh)
-        modes.append(cic_compensation(m, mesh, UNIT_BOX) if compensate else m)
-    k = fft.wavenumber(modes[0], mesh, UNIT_BOX)
-    weights = jnp.broadcast_to(fft.mode_weights(modes[0], mesh), modes[0].shape)
-    idx = jnp.floor(k + 0.5).astype(jnp.int32)
-    pairs = ((0, 0), (1, 1), (0, 1))
-    values = [weights, k * weights] + [
-        (modes[a] * jnp.conj(modes[b])).real * weights for a, b in pairs
-    ]
-    bins = jnp.zeros(n_bins + 1, jnp.result_type(*values))
-    return jnp.stack([bins.at[idx].add(x, mode="drop") for x in values])
 
 
 def correlation_coefficient(pk_cross, pk_a, pk_b):
